@@ -1,0 +1,63 @@
+#include "framework/device_memory.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(TRELLIS_WITH_CUDA)
+#include "framework/cuda/cuda_memory.h"
+#endif
+
+namespace trellis {
+
+void* DeviceAllocate(size_t bytes, Device device) {
+  if (device.is_cuda()) {
+#if defined(TRELLIS_WITH_CUDA)
+    return CudaAllocate(bytes, device.index);
+#else
+    TRELLIS_CHECK(false) << "this build of trellis has no CUDA backend";
+#endif
+  }
+  const size_t rounded = ((bytes + 63) / 64) * 64;
+  void* data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  TRELLIS_CHECK(data != nullptr)
+      << "out of host memory allocating " << bytes << " bytes";
+  return data;
+}
+
+void DeviceFree(void* data, Device device) {
+  if (device.is_cuda()) {
+#if defined(TRELLIS_WITH_CUDA)
+    CudaFree(data, device.index);
+#endif
+    return;
+  }
+  std::free(data);
+}
+
+void DeviceCopy(void* dst, Device dst_device, const void* src,
+                Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if defined(TRELLIS_WITH_CUDA)
+  CudaCopy(dst, src, bytes);
+#else
+  TRELLIS_CHECK(false) << "this build of trellis has no CUDA backend";
+#endif
+}
+
+void DeviceMemset(void* data, Device device, int value, size_t bytes) {
+  if (device.is_cpu()) {
+    std::memset(data, value, bytes);
+    return;
+  }
+#if defined(TRELLIS_WITH_CUDA)
+  CudaMemset(data, value, bytes);
+#else
+  TRELLIS_CHECK(false) << "this build of trellis has no CUDA backend";
+#endif
+}
+
+}  // namespace trellis

@@ -1,0 +1,26 @@
+// Small elementwise kernels: residual adds, bias, scaling, reductions.
+#ifndef TRELLIS_FRAMEWORK_KERNELS_ELEMENTWISE_H_
+#define TRELLIS_FRAMEWORK_KERNELS_ELEMENTWISE_H_
+
+#include "framework/tensor.h"
+
+namespace trellis {
+
+// out = a + b (same shapes; out may alias a or b).
+void Add(const Tensor& a, const Tensor& b, Tensor& out);
+// y += alpha · x.
+void Axpy(double alpha, const Tensor& x, Tensor& y);
+// x *= s.
+void Scale(Tensor& x, double s);
+// out (N, M) += bias (M).
+void AddBias(const Tensor& bias, Tensor& out);
+// dbias (M) += column sums of dout (N, M).
+void BiasBackward(const Tensor& dout, Tensor& dbias);
+// Sum of squares of all elements, accumulated in double.
+double SumOfSquares(const Tensor& x);
+// Sum of all elements, accumulated in double.
+double Sum(const Tensor& x);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_KERNELS_ELEMENTWISE_H_

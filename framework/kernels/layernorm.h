@@ -1,0 +1,26 @@
+// LayerNorm over the last dimension: y = (x - mean) * rstd * w + b.
+#ifndef TRELLIS_FRAMEWORK_KERNELS_LAYERNORM_H_
+#define TRELLIS_FRAMEWORK_KERNELS_LAYERNORM_H_
+
+#include "framework/tensor.h"
+
+namespace trellis {
+
+inline constexpr double kLayerNormEps = 1e-5;
+
+// x (N, C), w (C), b (C) -> out (N, C); saves mean (N) and rstd (N), which
+// are always float32 for float32 inputs and float64 for float64 inputs.
+void LayerNormForward(const Tensor& x, const Tensor& w, const Tensor& b,
+                      Tensor& out, Tensor& mean, Tensor& rstd);
+// dx += dL/dx.
+void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
+                            const Tensor& w, const Tensor& mean,
+                            const Tensor& rstd, Tensor& dx);
+// dw += sum(dout * xhat), db += sum(dout), over rows.
+void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
+                             const Tensor& mean, const Tensor& rstd, Tensor& dw,
+                             Tensor& db);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_KERNELS_LAYERNORM_H_

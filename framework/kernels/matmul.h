@@ -1,0 +1,27 @@
+// Dense layers: out = x @ W (+ bias), with W stored (in, out) as in Hugging
+// Face's GPT-2 Conv1D, or (out, in) when `transposed` (the tied LM head reads
+// the (V, C) embedding that way). CPU: OpenBLAS sgemm/dgemm.
+#ifndef TRELLIS_FRAMEWORK_KERNELS_MATMUL_H_
+#define TRELLIS_FRAMEWORK_KERNELS_MATMUL_H_
+
+#include "framework/tensor.h"
+
+namespace trellis {
+
+enum class WeightLayout { kInOut, kOutIn };
+
+// x (N, K), w (K, M) or (M, K), bias (M) or undefined -> out (N, M).
+void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                   Tensor& out, WeightLayout layout = WeightLayout::kInOut);
+// dx (N, K) += dout (N, M) @ w^T.
+void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
+                         WeightLayout layout = WeightLayout::kInOut);
+// dw += x^T @ dout (or its transpose for kOutIn); dbias (may be undefined)
+// += column sums of dout.
+void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
+                          Tensor& dbias,
+                          WeightLayout layout = WeightLayout::kInOut);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_KERNELS_MATMUL_H_

@@ -1,0 +1,134 @@
+// Communicator: the collectives and point-to-point transfers of one group of
+// ranks. Every implementation (MPI for CPU buffers, NCCL for GPU buffers,
+// host-staged MPI for GPU ranks sharing a device, Self for a group of one)
+// sits behind this interface, and every call is counted here, per group, so
+// tests and logs can read calls and bytes.
+//
+// Collectives are in place where that is natural (AllReduce, Broadcast). All
+// members of the group must make the same calls in the same order. Async
+// variants return a Request to Wait() on; the buffer must stay alive and
+// untouched until then.
+//
+// Thread safety: one thread drives a communicator at a time.
+#ifndef TRELLIS_PARALLEL_COMMUNICATOR_H_
+#define TRELLIS_PARALLEL_COMMUNICATOR_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "framework/tensor.h"
+
+namespace trellis {
+
+enum class ReduceOp { kSum, kAvg, kMax };
+
+// An operation in flight. Wait() blocks until the buffer may be reused.
+class Request {
+ public:
+  virtual ~Request() = default;
+  virtual void Wait() = 0;
+};
+
+// One already-finished request (what a group of one returns).
+class DoneRequest : public Request {
+ public:
+  void Wait() override {}
+};
+
+enum class CommOp {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kSend,
+  kRecv,
+  kBarrier,
+  kCount
+};
+const char* CommOpName(CommOp op);
+
+// Calls and payload bytes per operation kind. Bytes count the buffer each
+// call names (the full tensor for all-reduce and broadcast, the input for
+// reduce-scatter, the output for all-gather, the message for send/recv).
+struct CommStats {
+  std::array<int64_t, static_cast<int>(CommOp::kCount)> calls{};
+  std::array<int64_t, static_cast<int>(CommOp::kCount)> bytes{};
+  int64_t Calls(CommOp op) const { return calls[static_cast<int>(op)]; }
+  int64_t Bytes(CommOp op) const { return bytes[static_cast<int>(op)]; }
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // "world", "tp", "dp", "pp", "embed", ...
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  void AllReduce(Tensor& buffer, ReduceOp op);
+  std::unique_ptr<Request> AllReduceAsync(Tensor& buffer, ReduceOp op);
+  // input (size·n) -> output (n): this rank's block of the reduction.
+  void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op);
+  // input (n) -> output (size·n), blocks in rank order.
+  void AllGather(const Tensor& input, Tensor& output);
+  void Broadcast(Tensor& buffer, int root);
+  // `peer` is a rank in this group; messages between two ranks with the
+  // same tag arrive in order.
+  std::unique_ptr<Request> Send(const Tensor& buffer, int peer, int tag);
+  std::unique_ptr<Request> Recv(Tensor& buffer, int peer, int tag);
+  void Barrier();
+
+  const CommStats& stats() const { return stats_; }
+  void ResetStats() { stats_ = CommStats{}; }
+
+ protected:
+  Communicator(std::string name, int rank, int size)
+      : name_(std::move(name)), rank_(rank), size_(size) {}
+
+  virtual std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
+                                               bool async) = 0;
+  virtual void DoReduceScatter(const Tensor& input, Tensor& output,
+                               ReduceOp op) = 0;
+  virtual void DoAllGather(const Tensor& input, Tensor& output) = 0;
+  virtual void DoBroadcast(Tensor& buffer, int root) = 0;
+  virtual std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
+                                          int tag) = 0;
+  virtual std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer,
+                                          int tag) = 0;
+  virtual void DoBarrier() = 0;
+
+ private:
+  void Count(CommOp op, size_t bytes);
+  std::string name_;
+  int rank_;
+  int size_;
+  CommStats stats_;
+};
+
+// A group of one rank: reductions, gathers and broadcasts are copies or
+// no-ops; point-to-point has no peer and is an invariant failure.
+class SelfCommunicator : public Communicator {
+ public:
+  explicit SelfCommunicator(std::string name)
+      : Communicator(std::move(name), 0, 1) {}
+
+ protected:
+  std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
+                                       bool async) override;
+  void DoReduceScatter(const Tensor& input, Tensor& output,
+                       ReduceOp op) override;
+  void DoAllGather(const Tensor& input, Tensor& output) override;
+  void DoBroadcast(Tensor& buffer, int root) override;
+  std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
+                                  int tag) override;
+  std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  void DoBarrier() override;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_COMMUNICATOR_H_
