@@ -1,0 +1,62 @@
+// Parameter: one rank's piece of a logical model tensor, with its gradient.
+//
+// `name` is the logical name (Hugging Face GPT-2 state-dict style, e.g.
+// "h.3.attn.c_attn.weight"), `spec` how this rank's `value` is cut from the
+// logical tensor. `grad` has value's shape and accumulates over microbatches.
+//
+// Thread safety: none; a Parameter belongs to one rank's model.
+#ifndef TRELLIS_PARALLEL_PARAMETER_H_
+#define TRELLIS_PARALLEL_PARAMETER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/tensor.h"
+#include "parallel/shard.h"
+
+namespace trellis {
+
+struct Parameter {
+  std::string name;
+  ShardSpec spec;
+  Tensor value;
+  Tensor grad;
+  // AdamW decays 2-D weights only (not biases, LayerNorm or nothing else).
+  bool decay = false;
+  // True on the one copy that the global gradient norm counts: tp-replicated
+  // tensors count on tp rank 0 only, the tied embedding on the first stage.
+  bool counts_in_norm = true;
+
+  int64_t numel() const { return value.numel(); }
+};
+
+// Owns parameters in registration order; lookup by name.
+class ParameterSet {
+ public:
+  // Creates value and grad (zeroed) on `device` with spec's local shape.
+  Parameter& Add(std::string name, ShardSpec spec, bool decay, Device device,
+                 DType dtype = DType::kF32);
+  // Registers a parameter owned by another set (the tied embedding, shared
+  // by the embedding and the LM head on a single stage).
+  void AddShared(Parameter* parameter);
+  Parameter* Find(const std::string& name) const;
+  const std::vector<Parameter*>& all() const { return order_; }
+  int64_t LocalElements() const;
+  void ZeroGrads();
+
+ private:
+  std::vector<std::unique_ptr<Parameter>> owned_;
+  std::vector<Parameter*> order_;
+};
+
+// Fills `p.value` from its logical initializer: `value_at(logical_index)`
+// for real elements, 0 for padding.
+void InitializeParameter(Parameter& p,
+                         const std::function<double(int64_t)>& value_at);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_PARAMETER_H_

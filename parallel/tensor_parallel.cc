@@ -1,0 +1,109 @@
+#include "parallel/tensor_parallel.h"
+
+#include <algorithm>
+
+#include "framework/kernels/cross_entropy.h"
+#include "framework/kernels/elementwise.h"
+#include "framework/kernels/embedding.h"
+
+namespace trellis {
+
+void CopyToTp::Backward(Communicator& tp, Tensor& dx) {
+  if (tp.size() > 1) tp.AllReduce(dx, ReduceOp::kSum);
+}
+
+void ReduceFromTp::Forward(Communicator& tp, Tensor& x) {
+  if (tp.size() > 1) tp.AllReduce(x, ReduceOp::kSum);
+}
+
+void ColumnParallelLinear::Forward(const Tensor& x, Tensor& y) const {
+  MatmulForward(x, weight_.value, bias_.value, y);
+}
+
+void ColumnParallelLinear::BackwardInput(Communicator& tp, const Tensor& dy,
+                                         Tensor& dx) const {
+  MatmulBackwardInput(dy, weight_.value, dx);
+  CopyToTp::Backward(tp, dx);
+}
+
+void ColumnParallelLinear::BackwardWeight(const Tensor& dy,
+                                          const Tensor& x) const {
+  MatmulBackwardWeight(dy, x, weight_.grad, bias_.grad);
+}
+
+void RowParallelLinear::Forward(Communicator& tp, const Tensor& x,
+                                Tensor& y) const {
+  MatmulForward(x, weight_.value, Tensor(), y);
+  ReduceFromTp::Forward(tp, y);
+  AddBias(bias_.value, y);
+}
+
+void RowParallelLinear::BackwardInput(const Tensor& dy, Tensor& dx) const {
+  // ReduceFromTp's backward is the identity: dy is already replicated.
+  MatmulBackwardInput(dy, weight_.value, dx);
+}
+
+void RowParallelLinear::BackwardWeight(const Tensor& dy,
+                                       const Tensor& x) const {
+  MatmulBackwardWeight(dy, x, weight_.grad, bias_.grad);
+}
+
+VocabShard VocabShard::For(const ShardSpec& spec) {
+  VocabShard shard;
+  const Shape local = spec.LocalShape();
+  shard.rows = local[0];
+  if (spec.replicated()) {
+    shard.valid = shard.rows;
+    return shard;
+  }
+  shard.start = spec.index * shard.rows;
+  const int64_t vocab = spec.logical_shape[0];
+  shard.valid = std::clamp<int64_t>(vocab - shard.start, 0, shard.rows);
+  return shard;
+}
+
+void VocabParallelEmbeddingForward(Communicator& tp, const Tensor& ids,
+                                   const Parameter& table, Tensor& out) {
+  const VocabShard shard = VocabShard::For(table.spec);
+  EmbeddingForward(ids, table.value, shard.start, out);
+  ReduceFromTp::Forward(tp, out);
+}
+
+void VocabParallelEmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,
+                                          Parameter& table) {
+  const VocabShard shard = VocabShard::For(table.spec);
+  EmbeddingBackwardWeight(ids, dout, shard.start, table.grad);
+}
+
+void VocabParallelCrossEntropyForward(Communicator& tp, const Tensor& logits,
+                                      const Tensor& targets,
+                                      const VocabShard& shard,
+                                      VocabParallelLossState& state) {
+  const int64_t n = logits.dim(0);
+  const DType stat = logits.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  const Device device = logits.device();
+  state.row_max = Tensor::Empty({n}, stat, device);
+  CrossEntropyRowMax(logits, shard.valid, state.row_max);
+  if (tp.size() > 1) tp.AllReduce(state.row_max, ReduceOp::kMax);
+  // Sum of exponentials and the target's logit travel in one all-reduce.
+  Tensor sums = Tensor::Empty({2, n}, stat, device);
+  state.sumexp = sums.Narrow(0, 1).View({n});
+  Tensor target_logit = sums.Narrow(1, 1).View({n});
+  CrossEntropyRowSumExp(logits, shard.valid, state.row_max, state.sumexp);
+  CrossEntropyTargetLogit(logits, targets, shard.start, shard.valid,
+                          target_logit);
+  if (tp.size() > 1) tp.AllReduce(sums, ReduceOp::kSum);
+  state.losses = Tensor::Empty({n}, stat, device);
+  CrossEntropyLoss(state.row_max, state.sumexp, target_logit, state.losses);
+}
+
+void VocabParallelCrossEntropyBackward(const Tensor& logits,
+                                       const Tensor& targets,
+                                       const VocabShard& shard,
+                                       const VocabParallelLossState& state,
+                                       double scale, Tensor& dlogits) {
+  CrossEntropyBackward(logits, targets, shard.start, shard.valid, state.row_max,
+                       state.sumexp, scale, dlogits);
+}
+
+}  // namespace trellis

@@ -1,0 +1,109 @@
+// Tensor-parallel mappings and layers (Megatron-style).
+//
+// Two conjugate mappings carry all tensor-parallel communication:
+//   CopyToTp      identity forward, all-reduce (sum) backward
+//   ReduceFromTp  all-reduce (sum) forward, identity backward
+// A column-parallel linear layer is CopyToTp followed by a local matmul with
+// a column shard of the weight; a row-parallel one is a local matmul with a
+// row shard followed by ReduceFromTp. An attention or MLP block built as
+// column → local work → row issues exactly one all-reduce forward and one
+// backward. Groups of one rank issue none.
+//
+// Layers do not own parameters or activations; they are handed both, so a
+// model can keep state for several microbatches at once. Backward is split
+// into BackwardInput (activation gradients, the pipeline's B) and
+// BackwardWeight (parameter gradients, its W). Gradients accumulate.
+#ifndef TRELLIS_PARALLEL_TENSOR_PARALLEL_H_
+#define TRELLIS_PARALLEL_TENSOR_PARALLEL_H_
+
+#include <cstdint>
+
+#include "framework/kernels/matmul.h"
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+#include "parallel/parameter.h"
+
+namespace trellis {
+
+// f: identity forward / all-reduce backward.
+struct CopyToTp {
+  static void Forward(Communicator& tp, Tensor& x) {}
+  static void Backward(Communicator& tp, Tensor& dx);
+};
+
+// g: all-reduce forward / identity backward.
+struct ReduceFromTp {
+  static void Forward(Communicator& tp, Tensor& x);
+  static void Backward(Communicator& tp, Tensor& dx) {}
+};
+
+// y (N, M/tp) = x (N, K) @ W[:, shard] + b[shard]. Weight (K, M/tp).
+class ColumnParallelLinear {
+ public:
+  ColumnParallelLinear(Parameter& weight, Parameter& bias)
+      : weight_(weight), bias_(bias) {}
+  void Forward(const Tensor& x, Tensor& y) const;
+  // dx (N, K) = sum over tp of dy @ W^T. REQUIRES: dx is zero on entry
+  // (the all-reduce sums its whole content).
+  void BackwardInput(Communicator& tp, const Tensor& dy, Tensor& dx) const;
+  void BackwardWeight(const Tensor& dy, const Tensor& x) const;
+
+ private:
+  Parameter& weight_;
+  Parameter& bias_;
+};
+
+// y (N, M) = sum over tp of x (N, K/tp) @ W[shard, :] + b. Weight (K/tp, M);
+// the bias is replicated and added once, after the reduction.
+class RowParallelLinear {
+ public:
+  RowParallelLinear(Parameter& weight, Parameter& bias)
+      : weight_(weight), bias_(bias) {}
+  void Forward(Communicator& tp, const Tensor& x, Tensor& y) const;
+  // dx (N, K/tp) += dy @ W^T. No communication.
+  void BackwardInput(const Tensor& dy, Tensor& dx) const;
+  void BackwardWeight(const Tensor& dy, const Tensor& x) const;
+
+ private:
+  Parameter& weight_;
+  Parameter& bias_;
+};
+
+// The vocabulary split over tp: rank t holds rows [t·Vp/tp, (t+1)·Vp/tp) of
+// the (Vp, C) table, Vp the padded vocabulary. Ids at or beyond the logical
+// vocabulary never occur; padded rows stay zero.
+struct VocabShard {
+  int64_t start = 0;  // First vocabulary id held here.
+  int64_t rows = 0;   // Rows held (Vp / tp).
+  int64_t valid = 0;  // Rows that are real vocabulary (rest is padding).
+  static VocabShard For(const ShardSpec& spec);
+};
+
+// out (N, C) = table[ids], summed over tp (each rank fills its rows).
+void VocabParallelEmbeddingForward(Communicator& tp, const Tensor& ids,
+                                   const Parameter& table, Tensor& out);
+// dtable[ids] += dout for the ids this rank holds (dout is replicated).
+void VocabParallelEmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,
+                                          Parameter& table);
+
+// Softmax cross-entropy of vocab-parallel logits (N, Vp/tp); the full
+// vocabulary's logits are never gathered. Keeps what backward needs.
+struct VocabParallelLossState {
+  Tensor row_max;  // (N)
+  Tensor sumexp;   // (N)
+  Tensor losses;   // (N) per-token loss, identical on every tp rank
+};
+void VocabParallelCrossEntropyForward(Communicator& tp, const Tensor& logits,
+                                      const Tensor& targets,
+                                      const VocabShard& shard,
+                                      VocabParallelLossState& state);
+// dlogits = scale · (softmax − onehot); may alias logits.
+void VocabParallelCrossEntropyBackward(const Tensor& logits,
+                                       const Tensor& targets,
+                                       const VocabShard& shard,
+                                       const VocabParallelLossState& state,
+                                       double scale, Tensor& dlogits);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_TENSOR_PARALLEL_H_

@@ -1,0 +1,36 @@
+// GptConfig: the shape of a GPT-2 style model, and the arithmetic on it.
+#ifndef TRELLIS_TRANSFORMER_CONFIG_H_
+#define TRELLIS_TRANSFORMER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace trellis {
+
+struct GptConfig {
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t d_model = 128;
+  int64_t seq_len = 128;  // Context length; wpe has seq_len rows.
+  int64_t vocab_size = 257;
+
+  int64_t head_dim() const { return d_model / n_head; }
+  // Logical parameter count (the tied embedding counted once).
+  int64_t NumParameters() const;
+  // Training FLOPs per token: 6·N + 6·L·C·T (N parameters, the attention
+  // score and value products counted at full T×T).
+  double TrainingFlopsPerToken() const;
+  // Checks positivity and divisibility (d_model by n_head).
+  absl::Status Validate() const;
+  std::string DebugString() const;
+};
+
+// The vocabulary padded for tp ranks: a multiple of 128·tp when that adds at
+// most 1%, else of tp.
+int64_t PaddedVocab(int64_t vocab_size, int64_t tp);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_CONFIG_H_

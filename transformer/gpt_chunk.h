@@ -1,0 +1,94 @@
+// GptChunk: the part of a GPT-2 model that one pipeline (virtual) stage runs
+// on one rank: optionally the embedding, a run of blocks, optionally the
+// final LayerNorm, the tied LM head and the loss.
+//
+// Per microbatch:
+//   Forward(mb)         first chunk: tokens (B, T) -> hidden (N, C);
+//                       other chunks: hidden in -> hidden out; the last
+//                       chunk ends in the mean next-token loss instead.
+//   BackwardInput(mb)   d(output hidden) -> d(input hidden): the B action.
+//   BackwardWeight(mb)  parameter gradients (+=), then frees mb's state: W.
+// Several microbatches may be in flight; their state comes from a pool that
+// is reused across steps, so steady-state training allocates nothing.
+//
+// All tensor-parallel communication goes through the `tp` communicator
+// handed in; the chunk never addresses another rank itself.
+//
+// Thread safety: none; one thread drives a chunk.
+#ifndef TRELLIS_TRANSFORMER_GPT_CHUNK_H_
+#define TRELLIS_TRANSFORMER_GPT_CHUNK_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+#include "parallel/parameter.h"
+#include "parallel/tensor_parallel.h"
+#include "transformer/block.h"
+#include "transformer/config.h"
+#include "transformer/gpt_parameters.h"
+
+namespace trellis {
+
+class GptChunk {
+ public:
+  // `params` must already hold the chunk's parameters (AddGptParameters).
+  GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
+           Communicator& tp_comm, const ParameterSet& params,
+           int64_t micro_batch, Device device, DType dtype);
+  ~GptChunk();
+
+  const ChunkPlan& plan() const { return plan_; }
+  // Rows of the hidden tensors this chunk sends and receives: B·T.
+  int64_t rows() const { return micro_batch_ * config_.seq_len; }
+
+  // `tokens` (B, T) int32 on the first chunk, else `input` (N, C); the last
+  // chunk reads `targets` (B, T) int32 and returns the microbatch's mean
+  // loss (other chunks return 0 and write `output` (N, C)).
+  double Forward(int mb, const Tensor& tokens, const Tensor& input,
+                 const Tensor& targets, Tensor* output);
+  // `doutput` (N, C) on non-last chunks; on the last, the loss gradient is
+  // `loss_scale` · d(mean loss). Writes `dinput` (N, C) on non-first chunks.
+  void BackwardInput(int mb, const Tensor& doutput, double loss_scale,
+                     Tensor* dinput);
+  void BackwardWeight(int mb);
+
+  int InFlight() const { return static_cast<int>(live_.size()); }
+  // Microbatch states allocated so far (the pool's high-water mark).
+  int StatesAllocated() const { return states_allocated_; }
+
+ private:
+  struct State;
+  State& Acquire(int mb);
+  State& Live(int mb);
+  void HeadForward(State& s, const Tensor& x);
+  void HeadBackwardInput(State& s, const Tensor& x, double loss_scale,
+                         Tensor& dx);
+  void HeadBackwardWeight(const State& s, const Tensor& x);
+
+  GptConfig config_;
+  ChunkPlan plan_;
+  TpPlace tp_;
+  Communicator& tp_comm_;
+  int64_t micro_batch_;
+  Device device_;
+  DType dtype_;
+  Parameter* wte_ = nullptr;
+  Parameter* wpe_ = nullptr;
+  Parameter* lnf_w_ = nullptr;
+  Parameter* lnf_b_ = nullptr;
+  VocabShard vocab_;
+  std::vector<Block> blocks_;
+  Block::Workspace work_;
+  Tensor ping_, pong_;  // (N, C) gradient scratch
+  std::map<int, std::unique_ptr<State>> live_;
+  std::vector<std::unique_ptr<State>> free_;
+  int states_allocated_ = 0;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_GPT_CHUNK_H_

@@ -1,0 +1,48 @@
+// The GPT-2 parameters of one model chunk on one rank: their logical names
+// and shapes (Hugging Face GPT-2 state dict), how tensor parallelism cuts
+// them, and their initialization.
+//
+// Initialization is a function of (seed, logical name, logical element index)
+// only, so every layout starts from the same weights:
+//   wte, wpe, c_attn.weight, c_fc.weight   N(0, 0.02)
+//   attn.c_proj.weight, mlp.c_proj.weight  N(0, 0.02 / sqrt(2 · n_layer))
+//   LayerNorm weights 1, every bias 0.
+#ifndef TRELLIS_TRANSFORMER_GPT_PARAMETERS_H_
+#define TRELLIS_TRANSFORMER_GPT_PARAMETERS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "parallel/parameter.h"
+#include "transformer/config.h"
+
+namespace trellis {
+
+// Which part of the model a chunk holds. Pipeline stage p holds one chunk
+// (or several with virtual stages).
+struct ChunkPlan {
+  int64_t first_layer = 0;
+  int64_t num_layers = 0;
+  bool has_embedding = true;  // wte lookup + wpe: the model's first chunk.
+  bool has_head = true;       // ln_f + tied LM head + loss: the last chunk.
+};
+
+// This rank's place in its tensor-parallel group.
+struct TpPlace {
+  int64_t size = 1;
+  int64_t rank = 0;
+};
+
+// Adds the chunk's parameters to `params` (reusing "wte" when this rank
+// already holds it, so a rank with both ends of the model ties one tensor)
+// and initializes the new ones.
+void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
+                      TpPlace tp, uint64_t seed, Device device, DType dtype,
+                      ParameterSet& params);
+
+// "h.<layer>.<suffix>".
+std::string LayerParameterName(int64_t layer, const char* suffix);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_GPT_PARAMETERS_H_
