@@ -1,0 +1,137 @@
+#include "framework/kernels/elementwise.h"
+
+#include <cstdint>
+
+#include "framework/kernels/cpu_common.h"
+
+namespace trellis {
+namespace {
+
+using kernels_internal::DispatchFloat;
+using kernels_internal::DotLanes;
+using kernels_internal::RequireCpu;
+using kernels_internal::RequireDType;
+using kernels_internal::SumLanes;
+
+template <typename T>
+void AddCpu(const T* a, const T* b, int64_t n, T* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename T>
+void AxpyCpu(T alpha, const T* __restrict x, int64_t n, T* __restrict y) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+template <typename T>
+void ScaleCpu(T s, int64_t n, T* x) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+// out (N, M) += bias (M).
+template <typename T>
+void AddBiasCpu(const T* __restrict bias, int64_t N, int64_t M,
+                T* __restrict out) {
+  for (int64_t i = 0; i < N; ++i) {
+    T* row = out + i * M;
+    for (int64_t j = 0; j < M; ++j) row[j] += bias[j];
+  }
+}
+
+// dbias (M) += column sums of dout (N, M).
+template <typename T>
+void BiasBackwardCpu(const T* __restrict dout, int64_t N, int64_t M,
+                     T* __restrict dbias) {
+  for (int64_t i = 0; i < N; ++i) {
+    const T* row = dout + i * M;
+    for (int64_t j = 0; j < M; ++j) dbias[j] += row[j];
+  }
+}
+
+// Rows and columns of `out` seen as (N, M) with M = bias.numel().
+void CheckBiasShapes(const char* kernel, const Tensor& bias,
+                     const Tensor& out) {
+  TRELLIS_CHECK_EQ(bias.ndim(), 1)
+      << kernel << " bias " << ShapeString(bias.shape());
+  TRELLIS_CHECK(out.ndim() >= 1 && out.dim(-1) == bias.dim(0))
+      << kernel << ": " << ShapeString(out.shape()) << " vs bias "
+      << ShapeString(bias.shape());
+}
+
+}  // namespace
+
+void Add(const Tensor& a, const Tensor& b, Tensor& out) {
+  RequireCpu("Add", {&a, &b, &out});
+  RequireDType("Add", a.dtype(), {&b, &out});
+  TRELLIS_CHECK(a.shape() == b.shape() && a.shape() == out.shape())
+      << "Add: " << ShapeString(a.shape()) << " + " << ShapeString(b.shape())
+      << " -> " << ShapeString(out.shape());
+  DispatchFloat("Add", a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AddCpu(a.data<T>(), b.data<T>(), a.numel(), out.data<T>());
+  });
+}
+
+void Axpy(double alpha, const Tensor& x, Tensor& y) {
+  RequireCpu("Axpy", {&x, &y});
+  RequireDType("Axpy", x.dtype(), {&y});
+  TRELLIS_CHECK(x.shape() == y.shape())
+      << "Axpy: " << ShapeString(x.shape()) << " vs " << ShapeString(y.shape());
+  DispatchFloat("Axpy", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AxpyCpu(static_cast<T>(alpha), x.data<T>(), x.numel(), y.data<T>());
+  });
+}
+
+void Scale(Tensor& x, double s) {
+  RequireCpu("Scale", {&x});
+  DispatchFloat("Scale", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    ScaleCpu(static_cast<T>(s), x.numel(), x.data<T>());
+  });
+}
+
+void AddBias(const Tensor& bias, Tensor& out) {
+  RequireCpu("AddBias", {&bias, &out});
+  RequireDType("AddBias", out.dtype(), {&bias});
+  CheckBiasShapes("AddBias", bias, out);
+  const int64_t M = bias.dim(0);
+  DispatchFloat("AddBias", out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AddBiasCpu(bias.data<T>(), M == 0 ? 0 : out.numel() / M, M, out.data<T>());
+  });
+}
+
+void BiasBackward(const Tensor& dout, Tensor& dbias) {
+  RequireCpu("BiasBackward", {&dout, &dbias});
+  RequireDType("BiasBackward", dout.dtype(), {&dbias});
+  CheckBiasShapes("BiasBackward", dbias, dout);
+  const int64_t M = dbias.dim(0);
+  DispatchFloat("BiasBackward", dout.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    BiasBackwardCpu(dout.data<T>(), M == 0 ? 0 : dout.numel() / M, M,
+                    dbias.data<T>());
+  });
+}
+
+double SumOfSquares(const Tensor& x) {
+  RequireCpu("SumOfSquares", {&x});
+  double result = 0;
+  DispatchFloat("SumOfSquares", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    result = DotLanes<double>(x.data<T>(), x.data<T>(), x.numel());
+  });
+  return result;
+}
+
+double Sum(const Tensor& x) {
+  RequireCpu("Sum", {&x});
+  double result = 0;
+  DispatchFloat("Sum", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    result = SumLanes<double>(x.data<T>(), x.numel());
+  });
+  return result;
+}
+
+}  // namespace trellis

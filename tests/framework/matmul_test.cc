@@ -1,0 +1,135 @@
+#include "framework/kernels/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/framework/kernel_test_util.h"
+
+namespace trellis {
+namespace {
+
+using kernel_test::Cast;
+using kernel_test::Dot;
+using kernel_test::Get;
+using kernel_test::NumericGradient;
+using kernel_test::Random;
+using kernel_test::RelError;
+using kernel_test::Scaled;
+
+constexpr int64_t B = 2, T = 3, K = 5, M = 7;
+
+Shape WeightShape(WeightLayout layout) {
+  return layout == WeightLayout::kInOut ? Shape{K, M} : Shape{M, K};
+}
+
+// w[k, m] of the logical (K, M) weight, whatever its layout.
+double WeightAt(const Tensor& w, WeightLayout layout, int64_t k, int64_t m) {
+  return layout == WeightLayout::kInOut ? Get(w, k * M + m) : Get(w, m * K + k);
+}
+
+class MatmulTest : public ::testing::TestWithParam<WeightLayout> {
+ protected:
+  WeightLayout layout() const { return GetParam(); }
+  Tensor x_ = Random({B, T, K}, 1);
+  Tensor w_ = Random(WeightShape(GetParam()), 2);
+  Tensor bias_ = Random({M}, 3);
+  Tensor g_ = Random({B, T, M}, 4);
+
+  Tensor Forward(bool with_bias) {
+    Tensor out = Tensor::Empty({B, T, M}, DType::kF64);
+    MatmulForward(x_, w_, with_bias ? bias_ : Tensor(), out, layout());
+    return out;
+  }
+};
+
+TEST_P(MatmulTest, ForwardMatchesNaive) {
+  for (bool with_bias : {false, true}) {
+    Tensor out = Forward(with_bias);
+    for (int64_t n = 0; n < B * T; ++n) {
+      for (int64_t m = 0; m < M; ++m) {
+        double expected = with_bias ? Get(bias_, m) : 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          expected += Get(x_, n * K + k) * WeightAt(w_, layout(), k, m);
+        }
+        EXPECT_NEAR(Get(out, n * M + m), expected, 1e-14);
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTest, BackwardMatchesFiniteDifferences) {
+  Tensor dx = Tensor::Zeros({B, T, K}, DType::kF64);
+  Tensor dw = Tensor::Zeros(WeightShape(layout()), DType::kF64);
+  Tensor dbias = Tensor::Zeros({M}, DType::kF64);
+  MatmulBackwardInput(g_, w_, dx, layout());
+  MatmulBackwardWeight(g_, x_, dw, dbias, layout());
+
+  auto loss = [&] { return Dot(Forward(/*with_bias=*/true), g_); };
+  EXPECT_LT(RelError(dx, NumericGradient(loss, x_)), 1e-8);
+  EXPECT_LT(RelError(dw, NumericGradient(loss, w_)), 1e-8);
+  EXPECT_LT(RelError(dbias, NumericGradient(loss, bias_)), 1e-8);
+
+  // Backward accumulates; an undefined dbias is skipped.
+  Tensor dx1 = dx.Clone(), dw1 = dw.Clone(), dbias1 = dbias.Clone();
+  MatmulBackwardInput(g_, w_, dx, layout());
+  MatmulBackwardWeight(g_, x_, dw, dbias, layout());
+  EXPECT_LT(RelError(dx, Scaled(dx1, 2)), 1e-15);
+  EXPECT_LT(RelError(dw, Scaled(dw1, 2)), 1e-15);
+  EXPECT_LT(RelError(dbias, Scaled(dbias1, 2)), 1e-15);
+  Tensor no_bias;
+  MatmulBackwardWeight(g_, x_, dw, no_bias, layout());
+  EXPECT_LT(RelError(dw, Scaled(dw1, 3)), 1e-15);
+}
+
+TEST_P(MatmulTest, Float32MatchesFloat64) {
+  Tensor x = Cast(x_, DType::kF32), w = Cast(w_, DType::kF32);
+  Tensor bias = Cast(bias_, DType::kF32), g = Cast(g_, DType::kF32);
+  Tensor out = Tensor::Empty({B, T, M}, DType::kF32);
+  MatmulForward(x, w, bias, out, layout());
+  EXPECT_LT(RelError(out, Forward(true)), 1e-6);
+
+  Tensor dx = Tensor::Zeros({B, T, K}, DType::kF32);
+  Tensor dw = Tensor::Zeros(WeightShape(layout()), DType::kF32);
+  Tensor dbias = Tensor::Zeros({M}, DType::kF32);
+  MatmulBackwardInput(g, w, dx, layout());
+  MatmulBackwardWeight(g, x, dw, dbias, layout());
+  Tensor dx64 = Tensor::Zeros({B, T, K}, DType::kF64);
+  Tensor dw64 = Tensor::Zeros(WeightShape(layout()), DType::kF64);
+  Tensor dbias64 = Tensor::Zeros({M}, DType::kF64);
+  MatmulBackwardInput(g_, w_, dx64, layout());
+  MatmulBackwardWeight(g_, x_, dw64, dbias64, layout());
+  EXPECT_LT(RelError(dx, dx64), 1e-6);
+  EXPECT_LT(RelError(dw, dw64), 1e-6);
+  EXPECT_LT(RelError(dbias, dbias64), 1e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MatmulTest,
+                         ::testing::Values(WeightLayout::kInOut,
+                                           WeightLayout::kOutIn),
+                         [](const auto& info) {
+                           return info.param == WeightLayout::kInOut
+                                      ? std::string("InOut")
+                                      : std::string("OutIn");
+                         });
+
+TEST(MatmulEdgeTest, EmptyInnerDimensionGivesBias) {
+  Tensor x = Tensor::Empty({4, 0}, DType::kF64);
+  Tensor w = Tensor::Empty({0, 3}, DType::kF64);
+  Tensor bias = Random({3}, 1);
+  Tensor out = Random({4, 3}, 2);
+  MatmulForward(x, w, bias, out);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(Get(out, i), Get(bias, i % 3));
+  MatmulForward(x, w, Tensor(), out);
+  for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(Get(out, i), 0.0);
+}
+
+TEST(MatmulDeathTest, ChecksShapes) {
+  Tensor x = Random({4, K}, 1), w = Random({K, M}, 2);
+  Tensor out = Tensor::Empty({4, M + 1}, DType::kF64);
+  EXPECT_DEATH(MatmulForward(x, w, Tensor(), out), "MatmulForward");
+  Tensor out_ok = Tensor::Empty({4, M}, DType::kF64);
+  EXPECT_DEATH(MatmulForward(x, w, Tensor(), out_ok, WeightLayout::kOutIn),
+               "out, in");
+}
+
+}  // namespace
+}  // namespace trellis
