@@ -1,0 +1,158 @@
+// Pipeline schedules as data.
+//
+// A schedule is, for one pipeline stage, the ordered list of actions it runs
+// in one optimizer step: forward (F), backward for the input gradient (B),
+// backward for the weight gradient (W), and the transfers between stages.
+// It is a pure function of (kind, stage, stages, microbatches, virtual
+// stages), so it is built, validated and simulated here without any
+// communicator; the PipelineExecutor walks it.
+//
+// Model chunks. With v virtual stages per stage (interleaved schedules) the
+// model is cut into P·v chunks; stage s holds chunks s, s + P, ..., so its
+// virtual stage u is global chunk u·P + s. With v == 1 a stage is one chunk.
+// Chunk 0 is the first (it embeds tokens); chunk P·v − 1 the last (the loss).
+//
+// Transfers. Activations always flow to stage (s + 1) mod P and gradients to
+// (s − 1) mod P; the two directions are separate channels (separate tags).
+// On each channel messages are matched in order, so a stage's receives must
+// come in the order its neighbour's sends do. A send or receive action names
+// the (virtual stage, microbatch) of the compute on *this* stage it belongs
+// to: kSendActivation(u, mb) sends the output of F(u, mb); kRecvActivation
+// (u, mb) receives the input of F(u, mb); kSendGrad(u, mb) sends the input
+// gradient from B(u, mb); kRecvGrad(u, mb) receives the output gradient that
+// B(u, mb) needs.
+//
+// The executor's semantics, which the validator simulates: a send never
+// blocks; a receive blocks until the matching send has been issued.
+//
+// Thread safety: everything here is a pure function.
+#ifndef TRELLIS_PARALLEL_SCHEDULE_H_
+#define TRELLIS_PARALLEL_SCHEDULE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace trellis {
+
+enum class ScheduleKind {
+  kGPipe,            // all F, then all B (each followed by its W)
+  k1F1B,             // PipeDream-flush: warm-up, steady one-F-one-B, drain
+  kInterleaved1F1B,  // 1F1B over v virtual stages (Megatron-LM)
+  kZeroBubbleH1,     // 1F1B with W deferred into the drain (ZB-H1)
+};
+
+// "gpipe", "1f1b", "interleaved-1f1b", "zb-h1".
+const char* ScheduleKindName(ScheduleKind kind);
+absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name);
+
+// Checks what a user can get wrong (flags): sizes at least 1, virtual stages
+// only for interleaved schedules, and for interleaved schedules
+// microbatches a multiple of the stages.
+absl::Status CheckScheduleShape(ScheduleKind kind, int num_stages,
+                                int num_microbatches, int virtual_stages);
+
+enum class ActionType {
+  kForward,
+  kBackwardInput,
+  kBackwardWeight,
+  kSendActivation,
+  kRecvActivation,
+  kSendGrad,
+  kRecvGrad,
+};
+// "F", "B", "W", "SendAct", "RecvAct", "SendGrad", "RecvGrad".
+const char* ActionTypeName(ActionType type);
+inline bool IsCompute(ActionType t) {
+  return t == ActionType::kForward || t == ActionType::kBackwardInput ||
+         t == ActionType::kBackwardWeight;
+}
+inline bool IsSend(ActionType t) {
+  return t == ActionType::kSendActivation || t == ActionType::kSendGrad;
+}
+inline bool IsRecv(ActionType t) {
+  return t == ActionType::kRecvActivation || t == ActionType::kRecvGrad;
+}
+
+struct Action {
+  ActionType type = ActionType::kForward;
+  int microbatch = 0;
+  int virtual_stage = 0;  // 0 unless interleaved
+  bool operator==(const Action&) const = default;
+  // "F3", "RecvGrad3", and with a virtual stage "F3@1".
+  std::string ToString() const;
+};
+std::string ActionsString(const std::vector<Action>& actions);
+
+// Neighbours of `stage` on the activation and gradient channels.
+inline int NextStage(int stage, int num_stages) {
+  return (stage + 1) % num_stages;
+}
+inline int PrevStage(int stage, int num_stages) {
+  return (stage + num_stages - 1) % num_stages;
+}
+
+// The actions of `stage` for one step.
+// REQUIRES: CheckScheduleShape(kind, ...) is OK and 0 <= stage < num_stages.
+std::vector<Action> BuildSchedule(ScheduleKind kind, int stage, int num_stages,
+                                  int num_microbatches, int virtual_stages = 1);
+// BuildSchedule for every stage, indexed by stage.
+std::vector<std::vector<Action>> BuildAllSchedules(ScheduleKind kind,
+                                                   int num_stages,
+                                                   int num_microbatches,
+                                                   int virtual_stages = 1);
+
+// Checks the schedules of all stages (per_stage[s] for stage s) together:
+//  - every (virtual stage, microbatch) has exactly one F, B and W on every
+//    stage, F before B before W;
+//  - the receives a compute needs come before it and the sends of what it
+//    produces after it, exactly one each, and none where there is no
+//    neighbour chunk;
+//  - every send is matched by a receive on the neighbour, in the same order;
+//  - a joint simulation (sends never block, a receive blocks until its send
+//    has been issued) completes: no deadlock.
+// Returns InvalidArgument naming the first problem (stage and action).
+absl::Status ValidateSchedules(
+    const std::vector<std::vector<Action>>& per_stage, int num_microbatches,
+    int virtual_stages = 1);
+
+// The most microbatches (pairs of virtual stage and microbatch) whose F has
+// run and whose W has not, over the list: the activation memory it needs.
+int PeakInFlight(const std::vector<Action>& actions);
+
+// The bubble fraction (idle / total time of a stage) of the ideal schedule
+// with F, B and W of equal cost per chunk and free transfers:
+// (P−1)/(m+P−1) for GPipe and 1F1B, (P−1)/(v·m+P−1) for interleaved 1F1B,
+// (P−1)/(3m+P−1) for ZB-H1.
+double TheoreticalBubble(ScheduleKind kind, int num_stages,
+                         int num_microbatches, int virtual_stages = 1);
+
+// Costs for SimulateSchedules, in any time unit, per chunk.
+struct ActionCosts {
+  double forward = 1.0;
+  double backward_input = 1.0;
+  double backward_weight = 1.0;
+  double transfer = 0.0;  // from a send's issue to its receive's completion
+};
+
+// The timeline of a joint simulation.
+struct ScheduleSimulation {
+  double makespan = 0.0;     // when the last stage finishes
+  std::vector<double> busy;  // per stage: time spent computing
+  // The mean over stages of 1 − busy / makespan.
+  double BubbleFraction() const;
+};
+
+// Runs all stages together (each stage runs its list in order; a receive
+// waits for its send plus the transfer cost). Returns InvalidArgument on a
+// deadlock or a mismatched transfer. Does not check compute counts: call
+// ValidateSchedules for that.
+absl::StatusOr<ScheduleSimulation> SimulateSchedules(
+    const std::vector<std::vector<Action>>& per_stage, int virtual_stages,
+    const ActionCosts& costs = ActionCosts{});
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_SCHEDULE_H_
