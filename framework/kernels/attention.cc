@@ -1,0 +1,212 @@
+// CPU attention, one (batch, head) at a time, with BLAS doing the products:
+// S = scale · Q K^T, causal softmax in place in `saved`, O = P V. Q, K and V
+// are read straight out of qkv (row stride 3·H·D), O written straight into
+// out (row stride H·D). Rows go in blocks of kBlock so that the products skip
+// the blocks above the diagonal: for a row block, only columns up to its end.
+#include "framework/kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "framework/kernels/cpu_common.h"
+
+namespace trellis {
+namespace {
+
+using kernels_internal::DispatchFloat;
+using kernels_internal::DotLanes;
+using kernels_internal::ExpShiftSum;
+using kernels_internal::Gemm;
+using kernels_internal::MaxLanes;
+using kernels_internal::RequireCpu;
+using kernels_internal::RequireDType;
+
+constexpr int64_t kBlock = 64;
+
+struct Dims {
+  int64_t B, T, H, D;
+  int64_t C() const { return H * D; }
+};
+
+// One head's operands: Q, K, V (T, D) with row stride ld; O or dO (T, D) with
+// row stride ldo; P (T, T) contiguous.
+template <typename T>
+struct Head {
+  const T* q;
+  const T* k;
+  const T* v;
+  int64_t ld;
+  int64_t ldo;
+  int64_t n;  // T, the sequence length
+  int64_t d;  // D, the head width
+  T scale;
+};
+
+// Rows [r0, r0 + rows) of p (T, T) hold raw scores in columns [0, r0 + rows);
+// each row t becomes softmax over columns [0, t], zero after.
+template <typename T>
+void CausalSoftmaxRows(int64_t n, int64_t r0, int64_t rows, T* p) {
+  for (int64_t t = r0; t < r0 + rows; ++t) {
+    T* row = p + t * n;
+    const T row_max = MaxLanes(row, t + 1);
+    const T inv_sum = T{1} / ExpShiftSum(row, row_max, t + 1, row);
+    for (int64_t j = 0; j <= t; ++j) row[j] *= inv_sum;
+    std::fill(row + t + 1, row + n, T{0});
+  }
+}
+
+// p (T, T) = causal softmax(scale · Q K^T); o (T, D) = p V.
+template <typename T>
+void HeadForward(const Head<T>& h, T* p, T* o) {
+  for (int64_t r0 = 0; r0 < h.n; r0 += kBlock) {
+    const int64_t rows = std::min(kBlock, h.n - r0), cols = r0 + rows;
+    // (rows, cols) = scale · Q[r0:] (rows, D) @ K[:cols]^T (D, cols)
+    Gemm<T>(false, true, rows, cols, h.d, h.scale, h.q + r0 * h.ld, h.ld, h.k,
+            h.ld, 0, p + r0 * h.n, h.n);
+    CausalSoftmaxRows(h.n, r0, rows, p);
+    // O[r0:] (rows, D) = P (rows, cols) @ V[:cols] (cols, D)
+    Gemm<T>(false, false, rows, h.d, cols, 1, p + r0 * h.n, h.n, h.v, h.ld, 0,
+            o + r0 * h.ldo, h.ldo);
+  }
+}
+
+// Rows [r0, r0 + rows) of ds (T, T) hold dP in columns [0, r0 + rows); each
+// becomes dS = P ⊙ (dP - rowsum(dP ⊙ P)) over columns [0, t], zero after.
+template <typename T>
+void SoftmaxBackwardRows(const T* p, int64_t n, int64_t r0, int64_t rows,
+                         T* ds) {
+  for (int64_t t = r0; t < r0 + rows; ++t) {
+    const T* prow = p + t * n;
+    T* drow = ds + t * n;
+    const T dot = DotLanes<T>(drow, prow, t + 1);
+    for (int64_t j = 0; j <= t; ++j) drow[j] = prow[j] * (drow[j] - dot);
+    std::fill(drow + t + 1, drow + r0 + rows, T{0});
+  }
+}
+
+// dq, dk, dv (T, D) with row stride ld += the gradients of one head, given
+// dout (T, D) with row stride ldo. ds (T, T) is scratch.
+template <typename T>
+void HeadBackward(const Head<T>& h, const T* p, const T* dout, T* ds, T* dq,
+                  T* dk, T* dv) {
+  for (int64_t r0 = 0; r0 < h.n; r0 += kBlock) {
+    const int64_t rows = std::min(kBlock, h.n - r0), cols = r0 + rows;
+    // dP (rows, cols) = dO[r0:] (rows, D) @ V[:cols]^T (D, cols)
+    Gemm<T>(false, true, rows, cols, h.d, 1, dout + r0 * h.ldo, h.ldo, h.v,
+            h.ld, 0, ds + r0 * h.n, h.n);
+    SoftmaxBackwardRows(p, h.n, r0, rows, ds);
+    // dQ[r0:] (rows, D) += scale · dS (rows, cols) @ K[:cols] (cols, D)
+    Gemm<T>(false, false, rows, h.d, cols, h.scale, ds + r0 * h.n, h.n, h.k,
+            h.ld, 1, dq + r0 * h.ld, h.ld);
+  }
+  // Columns [c0, c0 + cb) of dS and P are nonzero only in rows t >= c0.
+  for (int64_t c0 = 0; c0 < h.n; c0 += kBlock) {
+    const int64_t cb = std::min(kBlock, h.n - c0), rows = h.n - c0;
+    // dK[c0:] (cb, D) += scale · dS[c0:, c0:c0+cb]^T (cb, rows) @ Q[c0:]
+    Gemm<T>(true, false, cb, h.d, rows, h.scale, ds + c0 * h.n + c0, h.n,
+            h.q + c0 * h.ld, h.ld, 1, dk + c0 * h.ld, h.ld);
+    // dV[c0:] (cb, D) += P[c0:, c0:c0+cb]^T (cb, rows) @ dO[c0:]
+    Gemm<T>(true, false, cb, h.d, rows, 1, p + c0 * h.n + c0, h.n,
+            dout + c0 * h.ldo, h.ldo, 1, dv + c0 * h.ld, h.ld);
+  }
+}
+
+// Head h of batch b, read out of qkv (B, T, 3C).
+template <typename T>
+Head<T> MakeHead(const Dims& d, const T* qkv, int64_t b, int64_t h) {
+  const int64_t C = d.C();
+  const T* q = qkv + b * d.T * 3 * C + h * d.D;
+  return Head<T>{
+      q,         q + C,
+      q + 2 * C, 3 * C,
+      C,         d.T,
+      d.D,       static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.D)))};
+}
+
+template <typename T>
+void AttentionForwardCpu(const Dims& d, const T* qkv, T* out, T* probs) {
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      HeadForward(MakeHead(d, qkv, b, h), probs + (b * d.H + h) * d.T * d.T,
+                  out + b * d.T * d.C() + h * d.D);
+    }
+  }
+}
+
+template <typename T>
+void AttentionBackwardCpu(const Dims& d, const T* dout, const T* qkv,
+                          const T* probs, T* dqkv) {
+  thread_local std::vector<T> scratch;  // dP, then dS: (T, T)
+  if (scratch.size() < static_cast<size_t>(d.T * d.T)) {
+    scratch.resize(d.T * d.T);
+  }
+  const int64_t C = d.C();
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t h = 0; h < d.H; ++h) {
+      T* dq = dqkv + b * d.T * 3 * C + h * d.D;
+      HeadBackward(MakeHead(d, qkv, b, h), probs + (b * d.H + h) * d.T * d.T,
+                   dout + b * d.T * C + h * d.D, scratch.data(), dq, dq + C,
+                   dq + 2 * C);
+    }
+  }
+}
+
+// Checks qkv (B, T, 3C) with C = n_head·D, `rows` (B, T, C) and `saved`.
+Dims CheckShapes(const char* kernel, const Tensor& qkv, int64_t n_head,
+                 std::initializer_list<const Tensor*> rows,
+                 const Tensor& saved) {
+  TRELLIS_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * n_head) == 0)
+      << kernel << ": qkv " << ShapeString(qkv.shape()) << ", " << n_head
+      << " heads";
+  const Dims d{qkv.dim(0), qkv.dim(1), n_head, qkv.dim(2) / (3 * n_head)};
+  const Shape row_shape{d.B, d.T, d.C()};
+  for (const Tensor* r : rows) {
+    TRELLIS_CHECK(r->shape() == row_shape)
+        << kernel << ": " << ShapeString(r->shape()) << ", expected "
+        << ShapeString(row_shape);
+  }
+  const Shape saved_shape = AttentionSavedShape(qkv.device(), d.B, d.T, d.H);
+  TRELLIS_CHECK(saved.shape() == saved_shape)
+      << kernel << ": saved " << ShapeString(saved.shape()) << ", expected "
+      << ShapeString(saved_shape);
+  return d;
+}
+
+}  // namespace
+
+Shape AttentionSavedShape(Device device, int64_t B, int64_t T, int64_t n_head) {
+  if (device.is_cuda()) return {B, n_head, T};
+  return {B, n_head, T, T};
+}
+
+void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
+                      Tensor& saved) {
+  const char* kernel = "AttentionForward";
+  RequireCpu(kernel, {&qkv, &out, &saved});
+  RequireDType(kernel, qkv.dtype(), {&out, &saved});
+  const Dims d = CheckShapes(kernel, qkv, n_head, {&out}, saved);
+  DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AttentionForwardCpu(d, qkv.data<T>(), out.data<T>(), saved.data<T>());
+  });
+}
+
+void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                       const Tensor& saved, int64_t n_head, Tensor& dqkv) {
+  const char* kernel = "AttentionBackward";
+  RequireCpu(kernel, {&dout, &qkv, &out, &saved, &dqkv});
+  RequireDType(kernel, qkv.dtype(), {&dout, &out, &saved, &dqkv});
+  const Dims d = CheckShapes(kernel, qkv, n_head, {&dout, &out}, saved);
+  TRELLIS_CHECK(dqkv.shape() == qkv.shape())
+      << kernel << ": dqkv " << ShapeString(dqkv.shape()) << ", qkv "
+      << ShapeString(qkv.shape());
+  DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AttentionBackwardCpu(d, dout.data<T>(), qkv.data<T>(), saved.data<T>(),
+                         dqkv.data<T>());
+  });
+}
+
+}  // namespace trellis
