@@ -1,0 +1,257 @@
+#include "parallel/mpi_communicator.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <iostream>
+
+#include "framework/status.h"
+
+namespace trellis {
+namespace internal {
+
+void MpiFailure(const char* call, const char* file, int line, int code) {
+  char message[MPI_MAX_ERROR_STRING] = {0};
+  int length = 0;
+  if (MPI_Error_string(code, message, &length) != MPI_SUCCESS) {
+    snprintf(message, sizeof(message), "MPI error code %d", code);
+  }
+  std::string where = ErrorContext();
+  if (where.empty()) {
+    int rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    where = "rank " + std::to_string(rank) + " on " + host;
+  }
+  std::cerr << "MPI error: " << call << " failed at " << file << ":" << line
+            << " (" << where << "): " << message << std::endl;
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+}  // namespace internal
+
+namespace {
+
+void CheckCpu(const Tensor& tensor) {
+  TRELLIS_CHECK(tensor.defined() && tensor.device().is_cpu())
+      << "MPI serves defined CPU buffers; this one is on "
+      << DeviceName(tensor.device());
+}
+
+int ElementCount(const Tensor& tensor) {
+  TRELLIS_CHECK_LE(tensor.numel(), static_cast<int64_t>(INT_MAX))
+      << "elements in one MPI call";
+  return static_cast<int>(tensor.numel());
+}
+
+bool IsFloating(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF64;
+}
+
+MPI_Op MpiOp(ReduceOp op, DType dtype) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return MPI_SUM;
+    case ReduceOp::kAvg:
+      TRELLIS_CHECK(IsFloating(dtype))
+          << "average of " << DTypeName(dtype) << " values";
+      return MPI_SUM;
+    case ReduceOp::kMax:
+      return MPI_MAX;
+  }
+  return MPI_OP_NULL;
+}
+
+// After a kAvg sum: divides by the group size.
+void FinishAverage(const Tensor& tensor, ReduceOp op, int size) {
+  if (op != ReduceOp::kAvg || size == 1) return;
+  if (tensor.dtype() == DType::kF32) {
+    float* data = tensor.data<float>();
+    const float scale = 1.0f / static_cast<float>(size);
+    for (int64_t i = 0; i < tensor.numel(); ++i) data[i] *= scale;
+  } else {
+    double* data = tensor.data<double>();
+    for (int64_t i = 0; i < tensor.numel(); ++i) data[i] /= size;
+  }
+}
+
+bool Overlap(const Tensor& a, const Tensor& b) {
+  const char* a0 = static_cast<const char*>(a.raw());
+  const char* b0 = static_cast<const char*>(b.raw());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+// An MPI request; completes an average or checks a received size on Wait.
+class MpiRequest : public Request {
+ public:
+  MpiRequest(MPI_Request request, Tensor buffer, ReduceOp op, int group_size,
+             bool is_recv)
+      : request_(request),
+        buffer_(std::move(buffer)),
+        op_(op),
+        group_size_(group_size),
+        is_recv_(is_recv) {}
+  ~MpiRequest() override { Wait(); }
+
+  void Wait() override {
+    if (done_) return;
+    MPI_Status status;
+    TRELLIS_MPI_CHECK(MPI_Wait(&request_, &status));
+    done_ = true;
+    if (is_recv_) {
+      int count = 0;
+      TRELLIS_MPI_CHECK(
+          MPI_Get_count(&status, MpiType(buffer_.dtype()), &count));
+      TRELLIS_CHECK_EQ(static_cast<int64_t>(count), buffer_.numel())
+          << "elements received from rank " << status.MPI_SOURCE << " ";
+    } else {
+      FinishAverage(buffer_, op_, group_size_);
+    }
+  }
+
+ private:
+  MPI_Request request_;
+  Tensor buffer_;  // keeps the storage alive while MPI uses it
+  ReduceOp op_;
+  int group_size_;
+  bool is_recv_;
+  bool done_ = false;
+};
+
+int CommRank(MPI_Comm comm) {
+  int rank = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
+int CommSize(MPI_Comm comm) {
+  int size = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &size));
+  return size;
+}
+
+}  // namespace
+
+MPI_Datatype MpiType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU16:
+      return MPI_UINT16_T;
+    case DType::kU32:
+      return MPI_UINT32_T;
+    case DType::kBF16:
+    case DType::kF16:
+      break;
+  }
+  TRELLIS_CHECK(false) << "MPI has no type for " << DTypeName(dtype)
+                       << "; convert to f32 first";
+  return MPI_DATATYPE_NULL;
+}
+
+MpiCommunicator::MpiCommunicator(std::string name, MPI_Comm comm, bool owned)
+    : Communicator(std::move(name), CommRank(comm), CommSize(comm)),
+      comm_(comm),
+      owned_(owned) {
+  TRELLIS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  if (owned_) TRELLIS_MPI_CHECK(MPI_Comm_free(&comm_));
+}
+
+std::unique_ptr<Request> MpiCommunicator::DoAllReduce(Tensor& buffer,
+                                                      ReduceOp op, bool async) {
+  CheckCpu(buffer);
+  const MPI_Datatype type = MpiType(buffer.dtype());
+  const MPI_Op mpi_op = MpiOp(op, buffer.dtype());
+  if (!async) {
+    TRELLIS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, buffer.raw(),
+                                    ElementCount(buffer), type, mpi_op, comm_));
+    FinishAverage(buffer, op, size());
+    return std::make_unique<DoneRequest>();
+  }
+  MPI_Request request;
+  TRELLIS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buffer.raw(),
+                                   ElementCount(buffer), type, mpi_op, comm_,
+                                   &request));
+  return std::make_unique<MpiRequest>(request, buffer, op, size(),
+                                      /*is_recv=*/false);
+}
+
+void MpiCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
+                                      ReduceOp op) {
+  CheckCpu(input);
+  CheckCpu(output);
+  TRELLIS_CHECK(input.dtype() == output.dtype())
+      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
+  // MPI forbids overlapping buffers; reduce into a fresh block then.
+  Tensor result = Overlap(input, output)
+                      ? Tensor::Empty(output.shape(), output.dtype())
+                      : output;
+  TRELLIS_MPI_CHECK(MPI_Reduce_scatter_block(
+      input.raw(), result.raw(), ElementCount(output), MpiType(input.dtype()),
+      MpiOp(op, input.dtype()), comm_));
+  FinishAverage(result, op, size());
+  if (result.raw() != output.raw()) output.CopyFrom(result);
+}
+
+void MpiCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+  CheckCpu(input);
+  CheckCpu(output);
+  TRELLIS_CHECK(input.dtype() == output.dtype())
+      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
+  const int count = ElementCount(input);
+  const MPI_Datatype type = MpiType(input.dtype());
+  const char* own_block =
+      static_cast<const char*>(output.raw()) + input.nbytes() * rank();
+  if (input.raw() == own_block) {
+    TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
+                                    output.raw(), count, type, comm_));
+    return;
+  }
+  const Tensor source = Overlap(input, output) ? input.Clone() : input;
+  TRELLIS_MPI_CHECK(MPI_Allgather(source.raw(), count, type, output.raw(),
+                                  count, type, comm_));
+}
+
+void MpiCommunicator::DoBroadcast(Tensor& buffer, int root) {
+  CheckCpu(buffer);
+  TRELLIS_MPI_CHECK(MPI_Bcast(buffer.raw(), ElementCount(buffer),
+                              MpiType(buffer.dtype()), root, comm_));
+}
+
+std::unique_ptr<Request> MpiCommunicator::DoSend(const Tensor& buffer, int peer,
+                                                 int tag) {
+  CheckCpu(buffer);
+  MPI_Request request;
+  TRELLIS_MPI_CHECK(MPI_Isend(buffer.raw(), ElementCount(buffer),
+                              MpiType(buffer.dtype()), peer, tag, comm_,
+                              &request));
+  return std::make_unique<MpiRequest>(request, buffer, ReduceOp::kSum, 1,
+                                      /*is_recv=*/false);
+}
+
+std::unique_ptr<Request> MpiCommunicator::DoRecv(Tensor& buffer, int peer,
+                                                 int tag) {
+  CheckCpu(buffer);
+  MPI_Request request;
+  TRELLIS_MPI_CHECK(MPI_Irecv(buffer.raw(), ElementCount(buffer),
+                              MpiType(buffer.dtype()), peer, tag, comm_,
+                              &request));
+  return std::make_unique<MpiRequest>(request, buffer, ReduceOp::kSum, 1,
+                                      /*is_recv=*/true);
+}
+
+void MpiCommunicator::DoBarrier() { TRELLIS_MPI_CHECK(MPI_Barrier(comm_)); }
+
+}  // namespace trellis

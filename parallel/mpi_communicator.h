@@ -1,0 +1,90 @@
+// MpiCommunicator: the Communicator interface over an MPI communicator, for
+// CPU buffers.
+//
+// Element types map to MPI types (f32, f64, i32, i64, u16, u32; bf16 and f16
+// have no MPI reduction and are an invariant failure). ReduceOp::kAvg sums,
+// then divides by the group size; it is defined for floating types only.
+// AllReduceAsync uses MPI_Iallreduce, Send and Recv use MPI_Isend and
+// MPI_Irecv; the returned Request keeps the buffer's storage alive, and
+// destroying a Request that was not waited on waits first.
+//
+// Errors: the communicator is set to MPI_ERRORS_RETURN, and every MPI call
+// goes through TRELLIS_MPI_CHECK, which on failure prints the call, its
+// file:line, the rank and host and MPI's message, then aborts the whole job
+// (MPI_Abort) so that no rank hangs waiting on the failed one.
+//
+// Thread safety: one thread drives a communicator at a time (MPI is
+// initialized with MPI_THREAD_FUNNELED).
+#ifndef TRELLIS_PARALLEL_MPI_COMMUNICATOR_H_
+#define TRELLIS_PARALLEL_MPI_COMMUNICATOR_H_
+
+// The C bindings only (Open MPI and MPICH otherwise pull in C++ ones).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+
+namespace trellis {
+namespace internal {
+
+// Prints "MPI error: <call> failed at <file>:<line> (rank R on HOST):
+// <message>" to stderr and aborts the job.
+[[noreturn]] void MpiFailure(const char* call, const char* file, int line,
+                             int code);
+
+}  // namespace internal
+
+// Wraps an MPI call that returns an error code.
+#define TRELLIS_MPI_CHECK(call)                                  \
+  do {                                                           \
+    const int _trellis_mpi_code = (call);                        \
+    if (_trellis_mpi_code != MPI_SUCCESS) {                      \
+      ::trellis::internal::MpiFailure(#call, __FILE__, __LINE__, \
+                                      _trellis_mpi_code);        \
+    }                                                            \
+  } while (0)
+
+// The MPI datatype of a dtype. REQUIRES: not bf16 or f16.
+MPI_Datatype MpiType(DType dtype);
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Serves the group `comm`. When `owned`, the communicator is freed on
+  // destruction (REQUIRES: then MPI must still be initialized). Sets
+  // MPI_ERRORS_RETURN on `comm`.
+  MpiCommunicator(std::string name, MPI_Comm comm, bool owned);
+  ~MpiCommunicator() override;
+  MpiCommunicator(const MpiCommunicator&) = delete;
+  MpiCommunicator& operator=(const MpiCommunicator&) = delete;
+
+  MPI_Comm comm() const { return comm_; }
+
+ protected:
+  std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
+                                       bool async) override;
+  void DoReduceScatter(const Tensor& input, Tensor& output,
+                       ReduceOp op) override;
+  void DoAllGather(const Tensor& input, Tensor& output) override;
+  void DoBroadcast(Tensor& buffer, int root) override;
+  std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
+                                  int tag) override;
+  std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  void DoBarrier() override;
+
+ private:
+  MPI_Comm comm_;
+  bool owned_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_MPI_COMMUNICATOR_H_

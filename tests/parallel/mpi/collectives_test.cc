@@ -1,0 +1,272 @@
+// Collectives of MpiCommunicator on the groups of a dp2 × tp2 × pp2 mesh of
+// 8 ranks. Inputs are formulas in the world rank, so every result is exact.
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "parallel/bootstrap.h"
+#include "parallel/mesh.h"
+
+namespace trellis {
+namespace {
+
+struct NamedGroup {
+  std::string name;
+  Communicator* comm;
+  std::vector<int> members;  // world ranks, in group-rank order
+};
+
+class CollectivesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    runtime_ = std::make_unique<MpiRuntime>(nullptr, nullptr);
+    ASSERT_EQ(runtime_->world_size(), 8) << "run with 8 ranks";
+    absl::StatusOr<Mesh> mesh = Mesh::Create(8, 2, 2, 2);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    absl::StatusOr<ParallelContext> context =
+        ParallelContext::Create(*runtime_, *mesh);
+    ASSERT_TRUE(context.ok()) << context.status();
+    context_ = std::make_unique<ParallelContext>(std::move(*context));
+    const int r = rank();
+    const ProcessGroups& g = context_->groups();
+    std::vector<int> all(8);
+    std::iota(all.begin(), all.end(), 0);
+    groups_ = {{"world", g.world, all},
+               {"tp", g.tp, mesh->TpGroup(r)},
+               {"dp", g.dp, mesh->DpGroup(r)},
+               {"pp", g.pp, mesh->PpGroup(r)},
+               {"embed", g.embed, mesh->EmbedGroup(r)}};
+  }
+
+  int rank() const { return runtime_->world_rank(); }
+
+  std::unique_ptr<MpiRuntime> runtime_;
+  std::unique_ptr<ParallelContext> context_;
+  std::vector<NamedGroup> groups_;
+};
+
+template <typename T>
+Tensor Filled(int64_t n, T (*value)(int64_t)) {
+  Tensor t = Tensor::Empty({n}, DTypeOf<T>());
+  for (int64_t i = 0; i < n; ++i) t.data<T>()[i] = value(i);
+  return t;
+}
+
+TEST_F(CollectivesTest, AllReduceSumAvgMaxOnEveryGroup) {
+  constexpr int n = 5;
+  for (const NamedGroup& g : groups_) {
+    SCOPED_TRACE(g.name);
+    ASSERT_NE(g.comm, nullptr);
+    const int size = static_cast<int>(g.members.size());
+    ASSERT_EQ(g.comm->size(), size);
+    int member_sum = 0, member_max = 0;
+    for (int m : g.members)
+      member_sum += m, member_max = std::max(m, member_max);
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      Tensor x = Tensor::Empty({n}, DType::kF32);
+      Tensor y = Tensor::Empty({n}, DType::kF64);
+      for (int i = 0; i < n; ++i) {
+        x.data<float>()[i] = 10.0f * rank() + i;
+        y.data<double>()[i] = 10.0 * rank() - i;
+      }
+      g.comm->AllReduce(x, op);
+      g.comm->AllReduce(y, op);
+      for (int i = 0; i < n; ++i) {
+        const double sum_x = 10.0 * member_sum + size * i;
+        const double sum_y = 10.0 * member_sum - size * i;
+        const double want_x = op == ReduceOp::kSum   ? sum_x
+                              : op == ReduceOp::kAvg ? sum_x / size
+                                                     : 10.0 * member_max + i;
+        const double want_y = op == ReduceOp::kSum   ? sum_y
+                              : op == ReduceOp::kAvg ? sum_y / size
+                                                     : 10.0 * member_max - i;
+        EXPECT_EQ(x.data<float>()[i], want_x) << "op " << int(op) << " i " << i;
+        EXPECT_EQ(y.data<double>()[i], want_y)
+            << "op " << int(op) << " i " << i;
+      }
+    }
+  }
+}
+
+TEST_F(CollectivesTest, IntegerTypesReduce) {
+  const NamedGroup& world = groups_[0];
+  Tensor i32 = Tensor::Empty({2}, DType::kI32);
+  Tensor i64 = Tensor::Empty({2}, DType::kI64);
+  Tensor u16 = Tensor::Empty({2}, DType::kU16);
+  Tensor u32 = Tensor::Empty({2}, DType::kU32);
+  for (int i = 0; i < 2; ++i) {
+    i32.data<int32_t>()[i] = -rank() - i;
+    i64.data<int64_t>()[i] = (int64_t{1} << 40) * rank() + i;
+    u16.data<uint16_t>()[i] = static_cast<uint16_t>(1000 * rank() + i);
+    u32.data<uint32_t>()[i] = (1u << 28) + rank() * 3 + i;
+  }
+  world.comm->AllReduce(i32, ReduceOp::kSum);
+  world.comm->AllReduce(i64, ReduceOp::kSum);
+  world.comm->AllReduce(u16, ReduceOp::kMax);
+  world.comm->AllReduce(u32, ReduceOp::kSum);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(i32.data<int32_t>()[i], -28 - 8 * i);
+    EXPECT_EQ(i64.data<int64_t>()[i], (int64_t{1} << 40) * 28 + 8 * i);
+    EXPECT_EQ(u16.data<uint16_t>()[i], 7000 + i);
+    EXPECT_EQ(u32.data<uint32_t>()[i], 8 * (1u << 28) + 3 * 28 + 8 * i);
+  }
+}
+
+TEST_F(CollectivesTest, ReduceScatterGivesEachRankItsBlock) {
+  constexpr int n = 3;
+  for (const NamedGroup& g : groups_) {
+    SCOPED_TRACE(g.name);
+    const int size = g.comm->size();
+    int member_sum = 0;
+    for (int m : g.members) member_sum += m;
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      Tensor in = Tensor::Empty({size * n}, DType::kF32);
+      for (int j = 0; j < size * n; ++j)
+        in.data<float>()[j] = 100.0f * rank() + j;
+      Tensor out = Tensor::Empty({n}, DType::kF32);
+      g.comm->ReduceScatter(in, out, op);
+      // In place: the output is this rank's block of the input.
+      Tensor own = in.Narrow(g.comm->rank() * n, n);
+      g.comm->ReduceScatter(in, own, op);
+      for (int i = 0; i < n; ++i) {
+        const double sum = 100.0 * member_sum + size * (g.comm->rank() * n + i);
+        const double want = op == ReduceOp::kSum ? sum : sum / size;
+        EXPECT_EQ(out.data<float>()[i], want) << "i " << i;
+        EXPECT_EQ(own.data<float>()[i], want) << "i " << i;
+      }
+    }
+  }
+}
+
+TEST_F(CollectivesTest, AllGatherConcatenatesInGroupOrder) {
+  constexpr int n = 4;
+  for (const NamedGroup& g : groups_) {
+    SCOPED_TRACE(g.name);
+    const int size = g.comm->size();
+    Tensor in = Tensor::Empty({n}, DType::kI32);
+    for (int i = 0; i < n; ++i) in.data<int32_t>()[i] = 10 * rank() + i;
+    Tensor out = Tensor::Zeros({size * n}, DType::kI32);
+    g.comm->AllGather(in, out);
+    // In place: this rank's block already holds its input.
+    Tensor in_place = Tensor::Zeros({size * n}, DType::kI32);
+    Tensor own = in_place.Narrow(g.comm->rank() * n, n);
+    own.CopyFrom(in);
+    g.comm->AllGather(own, in_place);
+    for (int k = 0; k < size; ++k) {
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(out.data<int32_t>()[k * n + i], 10 * g.members[k] + i);
+        EXPECT_EQ(in_place.data<int32_t>()[k * n + i], 10 * g.members[k] + i);
+      }
+    }
+  }
+}
+
+TEST_F(CollectivesTest, BroadcastFromEveryRoot) {
+  for (const NamedGroup& g : groups_) {
+    SCOPED_TRACE(g.name);
+    for (int root = 0; root < g.comm->size(); ++root) {
+      Tensor x = Tensor::Empty({3}, DType::kF64);
+      for (int i = 0; i < 3; ++i) x.data<double>()[i] = rank() + 0.5 * i;
+      g.comm->Broadcast(x, root);
+      for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(x.data<double>()[i], g.members[root] + 0.5 * i);
+      }
+    }
+  }
+}
+
+TEST_F(CollectivesTest, SendRecvRing) {
+  for (const NamedGroup& g : groups_) {
+    const int size = g.comm->size();
+    if (size == 1) continue;
+    SCOPED_TRACE(g.name);
+    const int me = g.comm->rank();
+    const int to = (me + 1) % size, from = (me + size - 1) % size;
+    Tensor out = Tensor::Empty({6}, DType::kF32);
+    for (int i = 0; i < 6; ++i) out.data<float>()[i] = 100.0f * rank() + i;
+    Tensor in = Tensor::Zeros({6}, DType::kF32);
+    std::unique_ptr<Request> recv = g.comm->Recv(in, from, 7);
+    std::unique_ptr<Request> send = g.comm->Send(out, to, 7);
+    recv->Wait();
+    send->Wait();
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_EQ(in.data<float>()[i], 100.0f * g.members[from] + i);
+    }
+  }
+}
+
+TEST_F(CollectivesTest, MessagesOnOneTagArriveInOrder) {
+  Communicator& pp = *context_->groups().pp;
+  const int peer = 1 - pp.rank();
+  std::vector<Tensor> in, out;
+  std::vector<std::unique_ptr<Request>> requests;
+  for (int k = 0; k < 4; ++k) {
+    in.push_back(Tensor::Zeros({2}, DType::kI64));
+    out.push_back(Tensor::Empty({2}, DType::kI64));
+    out.back().Fill(1000 * rank() + k);
+    requests.push_back(pp.Send(out.back(), peer, 3));
+  }
+  for (int k = 0; k < 4; ++k) requests.push_back(pp.Recv(in[k], peer, 3));
+  for (auto& request : requests) request->Wait();
+  const int peer_world = context_->mesh().PpGroup(rank())[peer];
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(in[k].data<int64_t>()[1], 1000 * peer_world + k);
+  }
+}
+
+TEST_F(CollectivesTest, AsyncAllReduceOverlapsOtherWork) {
+  const ProcessGroups& g = context_->groups();
+  Tensor grads = Tensor::Empty({1 << 16}, DType::kF32);
+  grads.Fill(rank());
+  std::unique_ptr<Request> pending =
+      g.dp->AllReduceAsync(grads, ReduceOp::kAvg);
+  // Meanwhile: a blocking all-reduce on another group, and local work.
+  Tensor other = Tensor::Empty({4}, DType::kF32);
+  other.Fill(1.0);
+  g.tp->AllReduce(other, ReduceOp::kSum);
+  double local = 0.0;
+  for (int i = 0; i < 100000; ++i) local += i % 7;
+  pending->Wait();
+  pending->Wait();  // a second wait is a no-op
+  const std::vector<int> dp = context_->mesh().DpGroup(rank());
+  const float mean = (dp[0] + dp[1]) / 2.0f;
+  for (int64_t i = 0; i < grads.numel(); i += 4097) {
+    ASSERT_EQ(grads.data<float>()[i], mean) << i;
+  }
+  EXPECT_EQ(other.data<float>()[0], 2.0f);
+  EXPECT_GT(local, 0.0);
+}
+
+TEST_F(CollectivesTest, CountsCallsAndBytesPerGroup) {
+  const ProcessGroups& g = context_->groups();
+  for (const Communicator* c : context_->communicators()) {
+    EXPECT_EQ(c->stats().Calls(CommOp::kAllReduce), 0) << c->name();
+  }
+  Tensor x = Tensor::Zeros({10}, DType::kF32);
+  g.tp->AllReduce(x, ReduceOp::kSum);
+  g.tp->AllReduce(x, ReduceOp::kMax);
+  g.dp->AllReduceAsync(x, ReduceOp::kSum)->Wait();
+  Tensor gathered = Tensor::Zeros({20}, DType::kF32);
+  g.pp->AllGather(x, gathered);
+  g.pp->ReduceScatter(gathered, x, ReduceOp::kSum);
+  g.world->Broadcast(x, 0);
+  g.world->Barrier();
+  EXPECT_EQ(g.tp->stats().Calls(CommOp::kAllReduce), 2);
+  EXPECT_EQ(g.tp->stats().Bytes(CommOp::kAllReduce), 80);
+  EXPECT_EQ(g.dp->stats().Calls(CommOp::kAllReduce), 1);
+  EXPECT_EQ(g.dp->stats().Bytes(CommOp::kAllReduce), 40);
+  EXPECT_EQ(g.pp->stats().Calls(CommOp::kAllGather), 1);
+  EXPECT_EQ(g.pp->stats().Bytes(CommOp::kAllGather), 80);
+  EXPECT_EQ(g.pp->stats().Bytes(CommOp::kReduceScatter), 80);
+  EXPECT_EQ(g.pp->stats().Calls(CommOp::kAllReduce), 0);
+  EXPECT_EQ(g.world->stats().Calls(CommOp::kBroadcast), 1);
+  EXPECT_EQ(g.world->stats().Calls(CommOp::kBarrier), 1);
+  EXPECT_EQ(g.embed->stats().Calls(CommOp::kAllReduce), 0);
+  g.tp->ResetStats();
+  EXPECT_EQ(g.tp->stats().Calls(CommOp::kAllReduce), 0);
+}
+
+}  // namespace
+}  // namespace trellis
