@@ -389,6 +389,11 @@ absl::Status CheckScheduleShape(ScheduleKind kind, int num_stages,
                                        virtual_stages,
                                        "; use interleaved-1f1b for more"));
   }
+  if (virtual_stages > 1 && num_stages == 1) {
+    return InvalidArgumentError(
+        StrCat("interleaved-1f1b with ", virtual_stages,
+               " virtual stages needs at least 2 pipeline stages; use 1f1b"));
+  }
   if (kind == ScheduleKind::kInterleaved1F1B &&
       num_microbatches % num_stages != 0) {
     return InvalidArgumentError(

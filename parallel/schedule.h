@@ -49,8 +49,8 @@ const char* ScheduleKindName(ScheduleKind kind);
 absl::StatusOr<ScheduleKind> ParseScheduleKind(const std::string& name);
 
 // Checks what a user can get wrong (flags): sizes at least 1, virtual stages
-// only for interleaved schedules, and for interleaved schedules
-// microbatches a multiple of the stages.
+// only for interleaved schedules and more than one stage, and for
+// interleaved schedules microbatches a multiple of the stages.
 absl::Status CheckScheduleShape(ScheduleKind kind, int num_stages,
                                 int num_microbatches, int virtual_stages);
 

@@ -40,7 +40,7 @@ TEST(ScheduleTest, GPipeAndOneFOneBAreValidForEveryShape) {
 
 TEST(ScheduleTest, InterleavedIsValidForEveryShape) {
   for (int pp = 1; pp <= 8; ++pp) {
-    for (int v = 1; v <= 4; ++v) {
+    for (int v = 1; v <= (pp == 1 ? 1 : 4); ++v) {
       for (int m = pp; m <= 16; m += pp) {
         const auto all =
             BuildAllSchedules(ScheduleKind::kInterleaved1F1B, pp, m, v);
@@ -119,7 +119,7 @@ TEST(ScheduleTest, SimulatedBubbleMatchesTheory) {
             << ScheduleKindName(kind) << " pp=" << pp << " m=" << m;
       }
       for (int v : {2, 3}) {
-        if (m % pp != 0) continue;
+        if (m % pp != 0 || pp == 1) continue;
         const ScheduleKind kind = ScheduleKind::kInterleaved1F1B;
         absl::StatusOr<ScheduleSimulation> sim =
             SimulateSchedules(BuildAllSchedules(kind, pp, m, v), v, fused);
@@ -234,6 +234,10 @@ TEST(ScheduleTest, ParsesAndChecksShapes) {
       HasSubstr("microbatches (6) to be a multiple of the pipeline "
                 "stages (4)"));
   EXPECT_FALSE(CheckScheduleShape(ScheduleKind::kGPipe, 0, 1, 1).ok());
+  EXPECT_THAT(
+      std::string(CheckScheduleShape(ScheduleKind::kInterleaved1F1B, 1, 4, 2)
+                      .message()),
+      HasSubstr("needs at least 2 pipeline stages"));
 }
 
 }  // namespace

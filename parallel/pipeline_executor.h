@@ -1,0 +1,107 @@
+// PipelineExecutor: runs one stage's schedule (see schedule.h) for one step.
+//
+// The executor knows nothing of the model. It walks the action list, asks the
+// stage (PipelineStageCallbacks, implemented by the trainer) for buffers and
+// to compute, and moves activations and gradients over the pipeline group's
+// Communicator with non-blocking Send/Recv:
+//   - RecvAct / RecvGrad post a receive into the stage's buffer; the compute
+//     that needs it waits for it first (the wait is idle time);
+//   - SendAct / SendGrad post a send of the buffer the compute just filled;
+//     sends are waited on at the end of the step, or earlier when a later
+//     receive targets memory that overlaps a buffer still being sent.
+// Activations go to stage (s + 1) mod P with tag kActivationTag, gradients
+// to (s − 1) mod P with kGradientTag; messages on each are matched in order.
+//
+// It measures, per step, compute time (busy) and time blocked on transfers
+// (idle), and can report each action's start and end to an observer (for
+// traces).
+//
+// Buffer contract: a buffer handed out for a send must not be written again
+// until Run returns; buffers of distinct (virtual stage, microbatch) pairs
+// should not alias (if a receive buffer aliases a pending send, the executor
+// waits for that send first).
+//
+// Thread safety: Run drives the pipeline communicator; one thread.
+#ifndef TRELLIS_PARALLEL_PIPELINE_EXECUTOR_H_
+#define TRELLIS_PARALLEL_PIPELINE_EXECUTOR_H_
+
+#include <chrono>
+#include <functional>
+#include <vector>
+
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+#include "parallel/schedule.h"
+
+namespace trellis {
+
+// What the trainer implements for one pipeline stage. `vstage` is the
+// virtual stage on this stage (0 unless interleaved), `mb` the microbatch.
+class PipelineStageCallbacks {
+ public:
+  virtual ~PipelineStageCallbacks() = default;
+
+  // The buffer the input activation of F(vstage, mb) is received into
+  // (chunks after the first).
+  virtual Tensor InputActivation(int vstage, int mb) = 0;
+  // The output activation F(vstage, mb) produced, to send (chunks before the
+  // last). Called after Forward(vstage, mb).
+  virtual Tensor OutputActivation(int vstage, int mb) = 0;
+  // The buffer the gradient of F(vstage, mb)'s output is received into
+  // (chunks before the last).
+  virtual Tensor OutputGradient(int vstage, int mb) = 0;
+  // The gradient of F(vstage, mb)'s input that BackwardInput produced, to
+  // send (chunks after the first). Called after BackwardInput(vstage, mb).
+  virtual Tensor InputGradient(int vstage, int mb) = 0;
+
+  virtual void Forward(int vstage, int mb) = 0;
+  virtual void BackwardInput(int vstage, int mb) = 0;
+  virtual void BackwardWeight(int vstage, int mb) = 0;
+};
+
+// Timing of one step on this stage, in seconds.
+struct PipelineStepStats {
+  double busy_seconds = 0.0;   // inside Forward/BackwardInput/BackwardWeight
+  double idle_seconds = 0.0;   // waiting for receives and, at the end, sends
+  double total_seconds = 0.0;  // the whole Run
+  int64_t actions = 0;
+  // idle / (busy + idle); 0 when nothing ran.
+  double BubbleFraction() const;
+};
+
+class PipelineExecutor {
+ public:
+  static constexpr int kActivationTag = 1001;
+  static constexpr int kGradientTag = 1002;
+
+  using Clock = std::chrono::steady_clock;
+  // Called after each action with its start and end. A compute's span
+  // excludes the wait for its input (a trace shows that as a gap); a
+  // transfer's span is its posting.
+  using Observer =
+      std::function<void(const Action&, Clock::time_point, Clock::time_point)>;
+
+  // `pipeline` is the pp group (its rank is this stage, its size the number
+  // of stages); it may be a group of one, whose schedule has no transfers.
+  // REQUIRES: `pipeline` outlives the executor; `actions` is this stage's
+  // schedule for `virtual_stages` virtual stages.
+  PipelineExecutor(Communicator& pipeline, std::vector<Action> actions,
+                   int virtual_stages = 1);
+
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+  const std::vector<Action>& actions() const { return actions_; }
+
+  // Runs the whole list once, then waits for every send. REQUIRES: the
+  // other stages run their matching schedules on the same group.
+  PipelineStepStats Run(PipelineStageCallbacks& stage);
+
+ private:
+  Communicator& pipeline_;
+  std::vector<Action> actions_;
+  int virtual_stages_;
+  Observer observer_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_PIPELINE_EXECUTOR_H_
