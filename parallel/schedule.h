@@ -122,10 +122,13 @@ absl::Status ValidateSchedules(
 // run and whose W has not, over the list: the activation memory it needs.
 int PeakInFlight(const std::vector<Action>& actions);
 
-// The bubble fraction (idle / total time of a stage) of the ideal schedule
-// with F, B and W of equal cost per chunk and free transfers:
-// (P−1)/(m+P−1) for GPipe and 1F1B, (P−1)/(v·m+P−1) for interleaved 1F1B,
-// (P−1)/(3m+P−1) for ZB-H1.
+// The textbook bubble fraction (idle / total time of a stage) with uniform
+// stages and free transfers: (P−1)/(m+P−1) for GPipe and 1F1B and
+// (P−1)/(v·m+P−1) for interleaved 1F1B, which assume W is part of B; and
+// (P−1)/(3m+P−1) for ZB-H1, which assumes F, B and W cost the same and
+// m >= P. SimulateSchedules reproduces each under those assumptions; since
+// these schedules send a gradient right after B, before W, a real W makes
+// the GPipe and 1F1B bubbles somewhat smaller than the formula.
 double TheoreticalBubble(ScheduleKind kind, int num_stages,
                          int num_microbatches, int virtual_stages = 1);
 
