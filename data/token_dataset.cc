@@ -184,10 +184,13 @@ absl::StatusOr<TokenDataset> TokenDataset::Open(const std::string& path) {
       return absl::NotFoundError(absl::StrCat(
           path, ": no such token file; create one with trellis-preprocess"));
     }
+    const bool not_hdf5 =
+        file.status().code() == absl::StatusCode::kInvalidArgument;
     return absl::InvalidArgumentError(absl::StrCat(
         file.status().message(),
-        "; the file is not a readable token file (truncated or corrupt?), "
-        "re-create it with trellis-preprocess"));
+        not_hdf5 ? "; token files are made from text by trellis-preprocess"
+                 : "; the file is damaged (truncated by a full disk or an "
+                   "interrupted copy?): re-create it with trellis-preprocess"));
   }
   for (const char* name : {"tokens", "doc_offsets"}) {
     if (!file->Exists(name)) {
