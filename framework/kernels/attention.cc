@@ -23,7 +23,10 @@ using kernels_internal::MaxLanes;
 using kernels_internal::RequireCpu;
 using kernels_internal::RequireDType;
 
-constexpr int64_t kBlock = 64;
+// Rows per block. Smaller blocks skip more of the upper triangle but make
+// smaller products; at T = 128..1024, D = 64, 32 rows were fastest or within
+// 5% of it (OpenBLAS, one thread).
+constexpr int64_t kBlock = 32;
 
 struct Dims {
   int64_t B, T, H, D;

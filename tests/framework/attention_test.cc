@@ -72,7 +72,7 @@ Forward Naive(const Tensor& qkv, const Dims& d) {
   return f;
 }
 
-// T = 150 spans three row blocks of the kernel, the last one ragged.
+// T = 150 spans five 32-row blocks of the kernel, the last one ragged.
 TEST(AttentionTest, ForwardMatchesNaive) {
   const Dims d{2, 150, 2, 3};
   Tensor qkv = Random({d.B, d.T, 3 * d.C()}, 1, DType::kF64, -2, 2);
@@ -104,7 +104,7 @@ TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
   CheckGradients(Dims{2, 5, 3, 2});
 }
 
-// Two row blocks (64 + 6 rows), so the blocked products are covered.
+// Three row blocks (32 + 32 + 6 rows), so the blocked products are covered.
 TEST(AttentionTest, BackwardMatchesFiniteDifferencesAcrossBlocks) {
   CheckGradients(Dims{1, 70, 2, 3});
 }
