@@ -196,20 +196,18 @@ Dataspace Dataspace::Scalar() {
 }
 
 Shape Dataspace::dims() const {
-  const int rank = H5Sget_simple_extent_ndims(id());
-  std::vector<hsize_t> d(std::max(rank, 0));
-  if (rank > 0) H5Sget_simple_extent_dims(id(), d.data(), nullptr);
+  std::vector<hsize_t> d(std::max(H5Sget_simple_extent_ndims(id()), 0));
+  H5Sget_simple_extent_dims(id(), d.data(), nullptr);
   return Shape(d.begin(), d.end());
 }
 
+// Unlimited dimensions come back as -1.
 Shape Dataspace::max_dims() const {
-  const int rank = H5Sget_simple_extent_ndims(id());
-  std::vector<hsize_t> m(std::max(rank, 0));
-  if (rank > 0) H5Sget_simple_extent_dims(id(), nullptr, m.data());
+  std::vector<hsize_t> m(std::max(H5Sget_simple_extent_ndims(id()), 0));
+  H5Sget_simple_extent_dims(id(), nullptr, m.data());
   Shape result;
-  for (hsize_t v : m) {
+  for (hsize_t v : m)
     result.push_back(v == H5S_UNLIMITED ? -1 : static_cast<int64_t>(v));
-  }
   return result;
 }
 
@@ -510,8 +508,7 @@ absl::StatusOr<Dataset> Container::CreateDataset(const std::string& path,
 absl::StatusOr<Dataset> Container::CreateExtendableDataset(
     const std::string& path, StoredType type, int64_t chunk_elements) {
   TRELLIS_CHECK_GT(chunk_elements, 0);
-  return CreateDatasetWith(
-      path, type, {0}, {static_cast<int64_t>(H5S_UNLIMITED)}, chunk_elements);
+  return CreateDatasetWith(path, type, {0}, {-1}, chunk_elements);
 }
 
 // ---------------------------------------------------------------- File

@@ -70,14 +70,14 @@ class Handle {
 class Dataspace {
  public:
   explicit Dataspace(Handle handle) : handle_(std::move(handle)) {}
-  // A simple dataspace of `dims`; `max_dims` (same rank) may hold
-  // H5S_UNLIMITED. Returns an invalid handle on failure.
+  // A simple dataspace of `dims`; `max_dims` has the same rank, -1 meaning
+  // unlimited. Returns an invalid handle on failure.
   static Dataspace Simple(const Shape& dims, const Shape& max_dims);
   static Dataspace Scalar();
   hid_t id() const { return handle_.id(); }
   bool valid() const { return handle_.valid(); }
   Shape dims() const;
-  Shape max_dims() const;
+  Shape max_dims() const;  // -1 for an unlimited dimension
 
  private:
   Handle handle_;
