@@ -1,5 +1,7 @@
 #include "parallel/communicator.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace trellis {
 
 const char* CommOpName(CommOp op) {
@@ -104,5 +106,18 @@ std::unique_ptr<Request> SelfCommunicator::DoRecv(Tensor&, int, int) {
 }
 
 void SelfCommunicator::DoBarrier() {}
+
+absl::Status AgreeOnStatus(Communicator& group, const absl::Status& mine) {
+  Tensor failed = Tensor::Empty({1}, DType::kI32);
+  // MAX of (size - rank) finds the lowest failing rank.
+  failed.data<int32_t>()[0] = mine.ok() ? 0 : group.size() - group.rank();
+  group.AllReduce(failed, ReduceOp::kMax);
+  if (!mine.ok()) return mine;
+  const int32_t code = failed.data<int32_t>()[0];
+  if (code == 0) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("rank ", group.size() - code,
+                                         " of group ", group.name(),
+                                         " failed (see its message)"));
+}
 
 }  // namespace trellis

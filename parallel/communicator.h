@@ -129,6 +129,11 @@ class SelfCommunicator : public Communicator {
   void DoBarrier() override;
 };
 
+// Collective over `group`: every rank learns whether any rank's `mine` is an
+// error. A failing rank gets its own status back; the others get one naming
+// the lowest failing rank. Lets ranks stop together instead of hanging.
+absl::Status AgreeOnStatus(Communicator& group, const absl::Status& mine);
+
 }  // namespace trellis
 
 #endif  // TRELLIS_PARALLEL_COMMUNICATOR_H_

@@ -26,9 +26,10 @@ struct Parameter {
   Tensor grad;
   // AdamW decays 2-D weights only (not biases, LayerNorm or nothing else).
   bool decay = false;
-  // True on the one copy that the global gradient norm counts: tp-replicated
-  // tensors count on tp rank 0 only, the tied embedding on the first stage.
-  bool counts_in_norm = true;
+  // True on the one copy of each logical element that the global gradient
+  // norm counts and checkpoints store: tp-replicated tensors on tp rank 0
+  // only, the tied embedding on the stage that holds the embedding lookup.
+  bool primary = true;
 
   int64_t numel() const { return value.numel(); }
 };

@@ -27,6 +27,7 @@ Block::Block(const GptConfig& config, int64_t layer, TpPlace tp,
       ln1_b_(&Find(params, layer, "ln_1.bias")),
       ln2_w_(&Find(params, layer, "ln_2.weight")),
       ln2_b_(&Find(params, layer, "ln_2.bias")),
+      params_(),
       c_attn_(Find(params, layer, "attn.c_attn.weight"),
               Find(params, layer, "attn.c_attn.bias")),
       attn_proj_(Find(params, layer, "attn.c_proj.weight"),
@@ -36,7 +37,16 @@ Block::Block(const GptConfig& config, int64_t layer, TpPlace tp,
       mlp_proj_(Find(params, layer, "mlp.c_proj.weight"),
                 Find(params, layer, "mlp.c_proj.bias")) {
   TRELLIS_CHECK_EQ(config.n_head % tp.size, 0);
+  for (const char* suffix :
+       {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+        "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+        "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
+        "mlp.c_proj.bias"}) {
+    params_.push_back(&Find(params, layer, suffix));
+  }
 }
+
+std::vector<Parameter*> Block::parameters() const { return params_; }
 
 Block::State Block::NewState(int64_t batch, DType dtype, Device device) const {
   const int64_t n = batch * seq_len_, c = d_model_, cl = local_width_;

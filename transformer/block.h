@@ -16,6 +16,7 @@
 #define TRELLIS_TRANSFORMER_BLOCK_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
@@ -63,6 +64,9 @@ class Block {
                      State& state, Workspace& work, Tensor& dx) const;
   void BackwardWeight(const Tensor& x, const State& state) const;
 
+  // The block's parameters, in registration order.
+  std::vector<Parameter*> parameters() const;
+
  private:
   int64_t layer_;
   int64_t seq_len_;
@@ -73,6 +77,7 @@ class Block {
   Parameter* ln1_b_;
   Parameter* ln2_w_;
   Parameter* ln2_b_;
+  std::vector<Parameter*> params_;
   ColumnParallelLinear c_attn_;
   RowParallelLinear attn_proj_;
   ColumnParallelLinear c_fc_;

@@ -170,23 +170,59 @@ void GptChunk::BackwardInput(int mb, const Tensor& doutput, double loss_scale,
   }
 }
 
-void GptChunk::BackwardWeight(int mb) {
+std::vector<std::vector<Parameter*>> GptChunk::WeightGroups() const {
+  std::vector<std::vector<Parameter*>> groups;
+  if (plan_.has_head) {
+    groups.push_back({lnf_w_, lnf_b_});
+    if (!plan_.has_embedding) groups.back().push_back(wte_);
+  }
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
+    groups.push_back(it->parameters());
+  }
+  if (plan_.has_embedding) groups.push_back({wte_, wpe_});
+  return groups;
+}
+
+void GptChunk::BackwardWeight(int mb, const WeightsDone& done) {
   auto it = live_.find(mb);
   TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
   State& s = *it->second;
+  const std::vector<std::vector<Parameter*>> groups =
+      done ? WeightGroups() : std::vector<std::vector<Parameter*>>();
+  size_t group = 0;
+  auto report = [&]() {
+    if (done) done(groups[group++]);
+  };
   const int64_t num_blocks = static_cast<int64_t>(blocks_.size());
   if (plan_.has_head) {
     HeadBackwardWeight(s, num_blocks == 0 ? s.x0 : s.blocks[num_blocks - 1].y);
+    report();
   }
   for (int64_t l = num_blocks - 1; l >= 0; --l) {
     blocks_[l].BackwardWeight(l == 0 ? s.x0 : s.blocks[l - 1].y, s.blocks[l]);
+    report();
   }
   if (plan_.has_embedding) {
     VocabParallelEmbeddingBackwardWeight(s.ids, s.dx0, *wte_);
     PositionEmbeddingBackwardWeight(
         s.dx0.View({micro_batch_, config_.seq_len, config_.d_model}),
         wpe_->grad);
+    report();
   }
+  free_.push_back(std::move(it->second));
+  live_.erase(it);
+}
+
+const Tensor& GptChunk::TokenLosses(int mb) const {
+  auto it = live_.find(mb);
+  TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
+  TRELLIS_CHECK(plan_.has_head);
+  return it->second->loss.losses;
+}
+
+void GptChunk::Release(int mb) {
+  auto it = live_.find(mb);
+  TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
   free_.push_back(std::move(it->second));
   live_.erase(it);
 }

@@ -19,6 +19,7 @@
 #define TRELLIS_TRANSFORMER_GPT_CHUNK_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -54,7 +55,19 @@ class GptChunk {
   // `loss_scale` · d(mean loss). Writes `dinput` (N, C) on non-first chunks.
   void BackwardInput(int mb, const Tensor& doutput, double loss_scale,
                      Tensor* dinput);
-  void BackwardWeight(int mb);
+  // Reports each group of parameters as its gradient work for `mb` ends,
+  // in the order of WeightGroups() (so data-parallel buckets can launch).
+  using WeightsDone = std::function<void(const std::vector<Parameter*>&)>;
+  void BackwardWeight(int mb, const WeightsDone& done = nullptr);
+  // The last chunk's per-token losses (N) of microbatch `mb`, rows in
+  // order; valid until mb's BackwardWeight or Release.
+  const Tensor& TokenLosses(int mb) const;
+  // Frees mb's state after a forward-only pass (evaluation).
+  void Release(int mb);
+  // The parameter groups BackwardWeight reports, in its order: the head
+  // (ln_f; wte unless this chunk also embeds), the blocks top down, the
+  // embedding (wte, wpe). A parameter may appear in several chunks' groups.
+  std::vector<std::vector<Parameter*>> WeightGroups() const;
 
   int InFlight() const { return static_cast<int>(live_.size()); }
   // Microbatch states allocated so far (the pool's high-water mark).

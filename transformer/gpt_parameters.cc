@@ -19,7 +19,7 @@ struct Adder {
                  double init_std, double init_const) {
     Parameter& p = params.Add(name, std::move(spec), decay, device, dtype);
     // Replicated tensors count once in the gradient norm: on tp rank 0.
-    p.counts_in_norm = !p.spec.replicated() || tp.rank == 0;
+    p.primary = !p.spec.replicated() || tp.rank == 0;
     const uint64_t stream = HashName(name);
     const uint64_t s = seed;
     InitializeParameter(p, [=](int64_t i) {
@@ -80,9 +80,9 @@ void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
                                  PaddedVocab(config.vocab_size, tp.size)),
                 /*decay=*/true, 0.02, 0);
     // The tied embedding counts once: where the embedding lookup lives.
-    wte.counts_in_norm = plan.has_embedding;
+    wte.primary = plan.has_embedding;
   } else if (plan.has_embedding) {
-    params.Find("wte")->counts_in_norm = true;
+    params.Find("wte")->primary = true;
   }
   if (plan.has_embedding) {
     add.Replicated("wpe", {config.seq_len, c}, /*decay=*/true, 0.02);

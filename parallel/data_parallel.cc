@@ -1,0 +1,90 @@
+#include "parallel/data_parallel.h"
+
+#include <chrono>
+
+namespace trellis {
+
+GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
+                                 int64_t bucket_bytes, Communicator& dp)
+    : dp_(dp) {
+  // Group consecutive parameters of one dtype and device into buckets.
+  std::vector<std::vector<Parameter*>> groups;
+  int64_t bytes = 0;
+  for (Parameter* p : ready_order) {
+    TRELLIS_CHECK(bucket_of_.count(p) == 0) << "parameter listed twice";
+    const bool fits =
+        !groups.empty() &&
+        bytes + static_cast<int64_t>(p->grad.nbytes()) <= bucket_bytes;
+    const bool same = !groups.empty() &&
+                      groups.back().front()->grad.dtype() == p->grad.dtype() &&
+                      groups.back().front()->grad.device() == p->grad.device();
+    if (!(fits && same)) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(p);
+    bytes += p->grad.nbytes();
+    bucket_of_[p] = static_cast<int>(groups.size()) - 1;
+  }
+  for (const auto& group : groups) {
+    int64_t elements = 0;
+    for (const Parameter* p : group) elements += p->numel();
+    Bucket bucket;
+    bucket.flat = Tensor::Zeros({elements}, group.front()->grad.dtype(),
+                                group.front()->grad.device());
+    bucket.params = static_cast<int>(group.size());
+    const size_t elem = DTypeSize(bucket.flat.dtype());
+    int64_t offset = 0;
+    for (Parameter* p : group) {
+      Tensor view = Tensor::FromStorage(bucket.flat.storage(), offset * elem,
+                                        p->grad.shape(), p->grad.dtype());
+      view.CopyFrom(p->grad);
+      p->grad = view;
+      offset += p->numel();
+    }
+    buckets_.push_back(std::move(bucket));
+  }
+}
+
+void GradientBuckets::StartStep() {
+  launched_early_ = 0;
+  for (Bucket& b : buckets_) {
+    TRELLIS_CHECK(b.request == nullptr) << "previous step not waited for";
+    b.flat.Zero();
+    b.ready = 0;
+  }
+}
+
+void GradientBuckets::MarkReady(const Parameter* p) {
+  auto it = bucket_of_.find(p);
+  TRELLIS_CHECK(it != bucket_of_.end()) << p->name << " is in no bucket";
+  Bucket& b = buckets_[it->second];
+  TRELLIS_CHECK_LT(b.ready, b.params) << p->name << " marked ready twice";
+  if (++b.ready == b.params) {
+    Launch(b);
+    ++launched_early_;
+  }
+}
+
+void GradientBuckets::Launch(Bucket& b) {
+  if (dp_.size() == 1) return;
+  b.request = dp_.AllReduceAsync(b.flat, ReduceOp::kAvg);
+}
+
+double GradientBuckets::Wait() {
+  const auto start = std::chrono::steady_clock::now();
+  for (Bucket& b : buckets_) {
+    if (b.ready < b.params) {
+      b.ready = b.params;
+      Launch(b);
+    }
+    if (b.request) {
+      b.request->Wait();
+      b.request.reset();
+    }
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace trellis

@@ -1,0 +1,63 @@
+// GradientBuckets: data-parallel gradient averaging in buckets that overlap
+// the backward pass.
+//
+// Parameters are grouped, in the order their gradients become final during
+// backward, into buckets of about `bucket_bytes`. Each bucket owns one flat
+// buffer and the parameters' `grad` tensors become views into it, so a
+// bucket is all-reduced (average over the dp group) without copies. The
+// trainer reports each parameter as ready once its gradient is final for the
+// step (after the last microbatch's weight-gradient work); a bucket whose
+// parameters are all ready launches its non-blocking all-reduce at once.
+// Wait() finishes every bucket before the optimizer runs.
+//
+// With a dp group of one rank nothing is communicated.
+// Thread safety: none; the training thread drives it.
+#ifndef TRELLIS_PARALLEL_DATA_PARALLEL_H_
+#define TRELLIS_PARALLEL_DATA_PARALLEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "parallel/parameter.h"
+
+namespace trellis {
+
+class GradientBuckets {
+ public:
+  // `ready_order`: each parameter once, first-final first. Rebinds their
+  // grads to bucket views (zeroed).
+  GradientBuckets(const std::vector<Parameter*>& ready_order,
+                  int64_t bucket_bytes, Communicator& dp);
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Zeroes every gradient and forgets readiness: call at each step's start.
+  void StartStep();
+  // `p`'s gradient is final for this step.
+  void MarkReady(const Parameter* p);
+  // Launches buckets not yet launched, waits for all; returns the seconds
+  // spent waiting.
+  double Wait();
+  // Buckets launched before Wait() in the last step (overlapped).
+  int launched_early() const { return launched_early_; }
+
+ private:
+  struct Bucket {
+    Tensor flat;
+    int params = 0;
+    int ready = 0;
+    std::unique_ptr<Request> request;
+  };
+  void Launch(Bucket& bucket);
+
+  Communicator& dp_;
+  std::vector<Bucket> buckets_;
+  std::unordered_map<const Parameter*, int> bucket_of_;
+  int launched_early_ = 0;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_DATA_PARALLEL_H_
