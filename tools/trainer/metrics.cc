@@ -1,0 +1,63 @@
+#include "tools/trainer/metrics.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace trellis {
+
+std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
+  std::string line = absl::StrFormat(
+      "step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %.1f ms | "
+      "%.0f tok/s",
+      m.step, total_steps, m.loss, m.lr, m.grad_norm, m.ms, m.tokens_per_s);
+  if (m.mfu > 0)
+    absl::StrAppend(&line, absl::StrFormat(" | mfu %.1f%%", 100 * m.mfu));
+  if (m.bubble_theory > 0 || m.bubble > 0) {
+    absl::StrAppend(&line,
+                    absl::StrFormat(" | bubble %.1f%% (1f1b theory %.1f%%)",
+                                    100 * m.bubble, 100 * m.bubble_theory));
+  }
+  if (m.dp_wait_ms > 0) {
+    absl::StrAppend(&line, absl::StrFormat(" | dp wait %.1f ms", m.dp_wait_ms));
+  }
+  if (m.val_loss) {
+    absl::StrAppend(&line, absl::StrFormat(" | val_loss %.4f", *m.val_loss));
+  }
+  return line;
+}
+
+absl::Status MetricsWriter::Open(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  const std::filesystem::path parent =
+      std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  out_.open(path, std::ios::app);
+  if (!out_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open --metrics_file=", path, " for writing"));
+  }
+  return absl::OkStatus();
+}
+
+void MetricsWriter::Write(const StepMetrics& m) {
+  if (!out_.is_open()) return;
+  nlohmann::json j = {{"step", m.step},
+                      {"loss", m.loss},
+                      {"lr", m.lr},
+                      {"grad_norm", m.grad_norm},
+                      {"tokens_per_s", m.tokens_per_s},
+                      {"ms", m.ms},
+                      {"mfu", m.mfu},
+                      {"bubble", m.bubble},
+                      {"bubble_theory", m.bubble_theory},
+                      {"dp_wait_ms", m.dp_wait_ms}};
+  if (m.val_loss) j["val_loss"] = *m.val_loss;
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+}  // namespace trellis

@@ -1,0 +1,44 @@
+// Per-step metrics: one readable log line, and one JSON object per logged
+// step in the --metrics_file (JSON Lines).
+#ifndef TRELLIS_TOOLS_TRAINER_METRICS_H_
+#define TRELLIS_TOOLS_TRAINER_METRICS_H_
+
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace trellis {
+
+struct StepMetrics {
+  int64_t step = 0;  // 1-based: the step just taken.
+  double loss = 0;   // Mean training loss over the global batch.
+  std::optional<double> val_loss;
+  double lr = 0;
+  double grad_norm = 0;
+  double tokens_per_s = 0;
+  double ms = 0;      // Wall time of the step.
+  double mfu = 0;     // Model FLOPs utilization, 0 when no peak is known.
+  double bubble = 0;  // Measured pipeline bubble (worst stage).
+  double bubble_theory = 0;
+  double dp_wait_ms = 0;  // Time spent waiting on data-parallel buckets.
+};
+
+std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);
+
+class MetricsWriter {
+ public:
+  // An empty path writes nothing. Appends to an existing file (a resumed
+  // run continues its metrics).
+  absl::Status Open(const std::string& path);
+  void Write(const StepMetrics& m);
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_METRICS_H_

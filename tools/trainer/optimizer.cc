@@ -1,0 +1,64 @@
+#include "tools/trainer/optimizer.h"
+
+#include <cmath>
+
+#include "framework/kernels/adamw.h"
+#include "framework/kernels/elementwise.h"
+
+namespace trellis {
+namespace {
+
+// float32 moments, or float64 for float64 parameters (tests).
+DType MomentType(const Parameter& p) {
+  return p.value.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+}
+
+}  // namespace
+
+Optimizer::Optimizer(OptimizerConfig config, const ParameterSet& params)
+    : config_(config), params_(params) {
+  for (const Parameter* p : params.all()) {
+    m_.push_back(
+        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
+    v_.push_back(
+        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
+  }
+}
+
+double Optimizer::GlobalGradNorm(Communicator& tp, Communicator& pp) const {
+  double local = 0;
+  for (const Parameter* p : params_.all()) {
+    if (p->primary) local += SumOfSquares(p->grad);
+  }
+  Tensor total = Tensor::Empty({1}, DType::kF64);
+  total.data<double>()[0] = local;
+  if (tp.size() > 1) tp.AllReduce(total, ReduceOp::kSum);
+  if (pp.size() > 1) pp.AllReduce(total, ReduceOp::kSum);
+  return std::sqrt(total.data<double>()[0]);
+}
+
+StepReport Optimizer::Step(Communicator& tp, Communicator& pp) {
+  StepReport report;
+  report.grad_norm = GlobalGradNorm(tp, pp);
+  report.lr = LearningRate(config_.schedule, step_);
+  double scale = 1.0;
+  if (config_.grad_clip > 0 && report.grad_norm > config_.grad_clip) {
+    scale = config_.grad_clip / (report.grad_norm + 1e-6);
+  }
+  ++step_;
+  const std::vector<Parameter*>& all = params_.all();
+  for (size_t i = 0; i < all.size(); ++i) {
+    AdamWHyper hyper;
+    hyper.lr = report.lr;
+    hyper.beta1 = config_.beta1;
+    hyper.beta2 = config_.beta2;
+    hyper.eps = config_.eps;
+    hyper.weight_decay = all[i]->decay ? config_.weight_decay : 0.0;
+    hyper.step = step_;
+    hyper.grad_scale = scale;
+    AdamWStep(hyper, all[i]->grad, all[i]->value, m_[i], v_[i]);
+  }
+  return report;
+}
+
+}  // namespace trellis

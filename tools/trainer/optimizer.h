@@ -1,0 +1,64 @@
+// Optimizer: AdamW over one rank's parameters, with the learning-rate
+// schedule and global-norm gradient clipping.
+//
+// The global gradient norm counts every logical parameter element once: each
+// rank sums the squares of its primary parameters (Parameter::primary), and
+// the sums are all-reduced over the tensor- and pipeline-parallel groups.
+// Data-parallel replicas hold identical (averaged) gradients, so the norm is
+// not reduced over dp. Weight decay applies to 2-D weights only.
+//
+// Moments are float32 and follow the parameters' shapes (and so the layout);
+// checkpoints store them whole under the parameters' logical names.
+#ifndef TRELLIS_TOOLS_TRAINER_OPTIMIZER_H_
+#define TRELLIS_TOOLS_TRAINER_OPTIMIZER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "framework/lr_schedule.h"
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+#include "parallel/parameter.h"
+
+namespace trellis {
+
+struct OptimizerConfig {
+  LrSchedule schedule;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // 0: no clipping.
+};
+
+struct StepReport {
+  double lr = 0;
+  double grad_norm = 0;  // Before clipping.
+};
+
+class Optimizer {
+ public:
+  Optimizer(OptimizerConfig config, const ParameterSet& params);
+
+  // sqrt of the sum of squares of every logical gradient element, reduced
+  // over `tp` and `pp`.
+  double GlobalGradNorm(Communicator& tp, Communicator& pp) const;
+  // Clips, steps every parameter, advances the step count.
+  StepReport Step(Communicator& tp, Communicator& pp);
+
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  // First and second moments of params.all()[i].
+  Tensor& exp_avg(size_t i) { return m_[i]; }
+  Tensor& exp_avg_sq(size_t i) { return v_[i]; }
+
+ private:
+  OptimizerConfig config_;
+  const ParameterSet& params_;
+  std::vector<Tensor> m_, v_;
+  int64_t step_ = 0;  // Steps taken.
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_OPTIMIZER_H_

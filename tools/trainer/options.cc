@@ -1,0 +1,155 @@
+#include "tools/trainer/options.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "framework/status.h"
+#include "transformer/config.h"
+
+namespace trellis {
+namespace {
+
+absl::Status Bad(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+absl::Status CheckScalars(const TrainOptions& o) {
+  if (o.data.empty()) {
+    return Bad("--data is required: a token file made by trellis-preprocess");
+  }
+  if (o.micro_batch_size < 1 || o.global_batch_size < 1) {
+    return Bad(absl::StrCat("--micro_batch_size=", o.micro_batch_size,
+                            " and --global_batch_size=", o.global_batch_size,
+                            " must be positive"));
+  }
+  if (o.steps < 1)
+    return Bad(absl::StrCat("--steps=", o.steps, " must be ≥ 1"));
+  if (!(o.lr > 0) || o.min_lr < 0 || o.min_lr > o.lr) {
+    return Bad(absl::StrCat("--lr=", o.lr, " and --min_lr=", o.min_lr,
+                            " need 0 ≤ min_lr ≤ lr and lr > 0"));
+  }
+  if (o.warmup_steps < 0 || o.weight_decay < 0 || o.grad_clip < 0) {
+    return Bad("--warmup_steps, --weight_decay and --grad_clip must be ≥ 0");
+  }
+  if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
+    return Bad(
+        absl::StrCat("--val_fraction=", o.val_fraction, " must be in [0, 1)"));
+  }
+  if (o.save_every < 0 || o.eval_every < 0 || o.log_every < 1 ||
+      o.keep_checkpoints < 0 || o.eval_windows < 1) {
+    return Bad(
+        "--save_every, --eval_every, --keep_checkpoints must be ≥ 0 "
+        "and --log_every, --eval_windows ≥ 1");
+  }
+  if (o.device != "cpu" && o.device != "cuda") {
+    return Bad(absl::StrCat("--device=", o.device, " is not cpu or cuda"));
+  }
+  if (o.schedule != "gpipe" && o.schedule != "1f1b" &&
+      o.schedule != "interleaved" && o.schedule != "zb-h1") {
+    return Bad(absl::StrCat("--schedule=", o.schedule,
+                            " is not one of gpipe, 1f1b, interleaved, zb-h1"));
+  }
+  if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
+  return absl::OkStatus();
+}
+
+absl::Status CheckLayout(const TrainOptions& o, int world) {
+  if (o.tp < 1 || o.pp < 1 || o.dp < 0 || o.virtual_stages < 1) {
+    return Bad(absl::StrCat("--tp=", o.tp, " --pp=", o.pp, " --dp=", o.dp,
+                            " --virtual_stages=", o.virtual_stages,
+                            ": sizes must be ≥ 1 (dp may be 0: derived)"));
+  }
+  const int64_t model_parallel = o.tp * o.pp;
+  if (o.dp * model_parallel != world) {
+    return Bad(
+        absl::StrCat("layout dp=", o.dp, " × tp=", o.tp, " × pp=", o.pp, " = ",
+                     o.dp * model_parallel, " does not match the world size ",
+                     world, "; launch ", o.dp * model_parallel,
+                     " ranks or choose sizes whose ", "product is ", world));
+  }
+  if (o.model.n_head % o.tp != 0) {
+    return Bad(absl::StrCat("--n_head=", o.model.n_head,
+                            " is not divisible by --tp=", o.tp,
+                            "; choose tp dividing the head count"));
+  }
+  const int64_t chunks = o.pp * o.virtual_stages;
+  if (o.model.n_layer < chunks) {
+    return Bad(absl::StrCat("--n_layer=", o.model.n_layer, " is fewer than ",
+                            "pp × virtual_stages = ", chunks,
+                            "; every stage needs at least one layer"));
+  }
+  if (!o.pp_layers.empty()) {
+    int64_t total = 0;
+    for (int64_t n : o.pp_layers) {
+      if (n < 1) return Bad("--pp_layers entries must be ≥ 1");
+      total += n;
+    }
+    if (static_cast<int64_t>(o.pp_layers.size()) != o.pp ||
+        total != o.model.n_layer) {
+      return Bad(absl::StrCat(
+          "--pp_layers=", absl::StrJoin(o.pp_layers, ","), " must list ", o.pp,
+          " stages whose layers sum to --n_layer=", o.model.n_layer));
+    }
+    if (o.virtual_stages > 1) {
+      return Bad("--pp_layers cannot be combined with --virtual_stages > 1");
+    }
+  }
+  const int64_t per_step = o.dp * o.micro_batch_size;
+  if (o.global_batch_size % per_step != 0) {
+    return Bad(absl::StrCat(
+        "--global_batch_size=", o.global_batch_size,
+        " is not a multiple of dp × micro_batch_size = ", o.dp, " × ",
+        o.micro_batch_size, " = ", per_step, "; use a multiple of ", per_step));
+  }
+  const int64_t m = o.global_batch_size / per_step;
+  if (o.schedule == "interleaved" && (o.virtual_stages < 2 || m % o.pp != 0)) {
+    return Bad(absl::StrCat(
+        "--schedule=interleaved needs --virtual_stages ≥ 2 and a number of "
+        "microbatches (",
+        m, ") that is a multiple of --pp=", o.pp));
+  }
+  if (o.schedule != "interleaved" && o.virtual_stages != 1) {
+    return Bad("--virtual_stages > 1 needs --schedule=interleaved");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status TrainOptions::Resolve(int world, int64_t vocab_size) {
+  model.vocab_size = vocab_size;
+  TRELLIS_RETURN_IF_ERROR(model.Validate());
+  TRELLIS_RETURN_IF_ERROR(CheckScalars(*this));
+  if (dp == 0 && tp > 0 && pp > 0) {
+    if (world % (tp * pp) != 0) {
+      return Bad(absl::StrCat("the world size ", world,
+                              " is not divisible by tp × pp = ", tp, " × ", pp,
+                              "; launch a multiple of ", tp * pp, " ranks"));
+    }
+    dp = world / (tp * pp);
+  }
+  return CheckLayout(*this, world);
+}
+
+std::string TrainOptions::ToFlagString() const {
+  return absl::StrCat(
+      "--n_layer=", model.n_layer, " --n_head=", model.n_head,
+      " --d_model=", model.d_model, " --seq_len=", model.seq_len,
+      " --data=", data, " --val_fraction=", val_fraction,
+      " --micro_batch_size=", micro_batch_size,
+      " --global_batch_size=", global_batch_size, " --steps=", steps,
+      " --lr=", lr, " --min_lr=", min_lr, " --warmup_steps=", warmup_steps,
+      " --weight_decay=", weight_decay, " --grad_clip=", grad_clip,
+      " --seed=", seed, " --dp=", dp, " --tp=", tp, " --pp=", pp,
+      " --schedule=", schedule, " --virtual_stages=", virtual_stages,
+      " --device=", device);
+}
+
+std::vector<int64_t> StageLayers(int64_t n_layer, int64_t pp,
+                                 const std::vector<int64_t>& pp_layers) {
+  if (!pp_layers.empty()) return pp_layers;
+  std::vector<int64_t> layers(pp, n_layer / pp);
+  for (int64_t s = 0; s < n_layer % pp; ++s) ++layers[s];
+  return layers;
+}
+
+}  // namespace trellis

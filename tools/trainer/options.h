@@ -1,0 +1,78 @@
+// TrainOptions: everything a training run is configured with, read from
+// flags (and flagfiles) and validated as a whole before anything is
+// allocated. Every program and test builds runs from this one struct.
+#ifndef TRELLIS_TOOLS_TRAINER_OPTIONS_H_
+#define TRELLIS_TOOLS_TRAINER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "transformer/config.h"
+
+namespace trellis {
+
+struct TrainOptions {
+  // Model (vocab_size comes from the data file).
+  GptConfig model;
+  // Data.
+  std::string data;
+  double val_fraction = 0.02;
+  // Batch: global_batch_size windows per step, in microbatches of
+  // micro_batch_size windows per data-parallel rank.
+  int64_t micro_batch_size = 4;
+  int64_t global_batch_size = 16;
+  // Optimization.
+  int64_t steps = 200;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup_steps = 20;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  uint64_t seed = 1337;
+  // Checkpoints.
+  std::string save_dir;
+  int64_t save_every = 0;        // 0: only at the end (when save_dir is set).
+  std::string resume;            // "", a checkpoint directory, or "auto".
+  int64_t keep_checkpoints = 0;  // 0: keep all.
+  // Evaluation and logging.
+  int64_t eval_every = 0;  // 0: never.
+  int64_t eval_windows = 64;
+  int64_t log_every = 1;
+  std::string metrics_file;
+  // Layout.
+  int64_t dp = 0;  // 0: world / (tp · pp).
+  int64_t tp = 1;
+  int64_t pp = 1;
+  std::string mesh_order = "tp-dp-pp";
+  std::string schedule = "1f1b";
+  int64_t virtual_stages = 1;
+  std::vector<int64_t> pp_layers;  // Layers per stage; empty: even split.
+  double dp_bucket_mb = 25.0;
+  std::string device = "cpu";
+
+  // Microbatches per data-parallel rank per step.
+  int64_t microbatches() const {
+    return global_batch_size / (dp * micro_batch_size);
+  }
+  // Resolves dp from `world` and checks every flag and their combination:
+  // layout against world size, heads and vocabulary against tp, layers
+  // against stages, batch sizes against dp × micro batch. Messages name the
+  // flags to change.
+  absl::Status Resolve(int world, int64_t vocab_size);
+  // The flags that reproduce this run (for logs and checkpoints).
+  std::string ToFlagString() const;
+};
+
+// Layers of each pipeline stage: pp_layers if given, else an even split with
+// the remainder spread over the first stages.
+std::vector<int64_t> StageLayers(int64_t n_layer, int64_t pp,
+                                 const std::vector<int64_t>& pp_layers);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_OPTIONS_H_

@@ -1,0 +1,183 @@
+#include "tools/trainer/stage_model.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace trellis {
+namespace {
+
+constexpr int kEvalActivationTag = 2001;
+
+}  // namespace
+
+StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
+                       MeshCoord coord, Device device, DType dtype)
+    : options_(options),
+      groups_(groups),
+      coord_(coord),
+      device_(device),
+      dtype_(dtype) {
+  const std::vector<int64_t> layers =
+      options.virtual_stages == 1
+          ? StageLayers(options.model.n_layer, options.pp, options.pp_layers)
+          : StageLayers(options.model.n_layer, num_chunks(), {});
+  const TpPlace tp{options.tp, coord.t};
+  std::vector<ChunkPlan> plans;
+  for (int64_t v = 0; v < options.virtual_stages; ++v) {
+    const int64_t k = v * options.pp + coord.p;
+    ChunkPlan plan;
+    for (int64_t i = 0; i < k; ++i) plan.first_layer += layers[i];
+    plan.num_layers = layers[k];
+    plan.has_embedding = k == 0;
+    plan.has_head = k == num_chunks() - 1;
+    AddGptParameters(options.model, plan, tp, options.seed, device, dtype,
+                     params_);
+    plans.push_back(plan);
+  }
+  for (const ChunkPlan& plan : plans) {
+    chunks_.push_back(
+        std::make_unique<GptChunk>(options.model, plan, tp, *groups.tp, params_,
+                                   options.micro_batch_size, device, dtype));
+  }
+  // Each W call reports each group once: a parameter is final after m
+  // reports per group it appears in.
+  for (const auto& c : chunks_) {
+    for (const auto& group : c->WeightGroups()) {
+      for (Parameter* p : group) expected_[p] += options.microbatches();
+    }
+  }
+}
+
+std::vector<ChunkPlan> StageModel::chunk_plans() const {
+  std::vector<ChunkPlan> plans;
+  for (const auto& c : chunks_) plans.push_back(c->plan());
+  return plans;
+}
+
+std::vector<Parameter*> StageModel::GradientReadyOrder() const {
+  std::vector<Parameter*> order;
+  std::unordered_set<Parameter*> seen;
+  for (auto c = chunks_.rbegin(); c != chunks_.rend(); ++c) {
+    for (const auto& group : (*c)->WeightGroups()) {
+      for (Parameter* p : group) {
+        if (seen.insert(p).second) order.push_back(p);
+      }
+    }
+  }
+  TRELLIS_CHECK_EQ(order.size(), params_.all().size());
+  return order;
+}
+
+void StageModel::BeginStep(std::vector<MicroBatch> microbatches) {
+  microbatches_ = std::move(microbatches);
+  TRELLIS_CHECK_EQ(static_cast<int64_t>(microbatches_.size()),
+                   options_.microbatches());
+  losses_.assign(microbatches_.size(), 0.0);
+  seen_.clear();
+}
+
+double StageModel::StepLoss() const {
+  double sum = 0;
+  for (double l : losses_) sum += l;
+  return losses_.empty() ? 0.0 : sum / static_cast<double>(losses_.size());
+}
+
+Tensor& StageModel::BufferFor(Buffer kind, int vstage, int mb) {
+  Tensor& t = buffers_[kind][{vstage, mb}];
+  if (!t.defined()) {
+    t = Tensor::Empty({chunks_[vstage]->rows(), options_.model.d_model}, dtype_,
+                      device_);
+  }
+  return t;
+}
+
+Tensor StageModel::InputActivation(int v, int mb) {
+  return BufferFor(kInAct, v, mb);
+}
+Tensor StageModel::OutputActivation(int v, int mb) {
+  return BufferFor(kOutAct, v, mb);
+}
+Tensor StageModel::OutputGradient(int v, int mb) {
+  return BufferFor(kOutGrad, v, mb);
+}
+Tensor StageModel::InputGradient(int v, int mb) {
+  return BufferFor(kInGrad, v, mb);
+}
+
+void StageModel::Forward(int v, int mb) {
+  GptChunk& c = chunk(v);
+  const MicroBatch& data = microbatches_[mb];
+  Tensor input = c.plan().has_embedding ? Tensor() : BufferFor(kInAct, v, mb);
+  Tensor* output = c.plan().has_head ? nullptr : &BufferFor(kOutAct, v, mb);
+  const double loss = c.Forward(mb, data.tokens, input, data.targets, output);
+  if (c.plan().has_head) losses_[mb] = loss;
+}
+
+void StageModel::BackwardInput(int v, int mb) {
+  GptChunk& c = chunk(v);
+  const Tensor dout = c.plan().has_head ? Tensor() : BufferFor(kOutGrad, v, mb);
+  Tensor* din = c.plan().has_embedding ? nullptr : &BufferFor(kInGrad, v, mb);
+  c.BackwardInput(mb, dout, 1.0 / static_cast<double>(microbatches_.size()),
+                  din);
+}
+
+void StageModel::BackwardWeight(int v, int mb) {
+  chunk(v).BackwardWeight(mb, [this](const std::vector<Parameter*>& group) {
+    for (Parameter* p : group) {
+      if (++seen_[p] == expected_[p] && on_final_) on_final_(p);
+    }
+  });
+}
+
+std::pair<double, int64_t> StageModel::ForwardOnly(
+    const std::vector<MicroBatch>& microbatches,
+    const std::vector<int64_t>& rows) {
+  Communicator& pp = *groups_.pp;
+  const int64_t t = options_.model.seq_len;
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  std::vector<MicroBatch> saved = std::move(microbatches_);
+  std::vector<double> saved_losses = std::move(losses_);
+  microbatches_ = microbatches;
+  losses_.assign(microbatches.size(), 0.0);
+  // Chunks run in model order, one microbatch at a time: simple and
+  // deadlock-free (each rank only waits on its predecessor chunk).
+  for (int mb = 0; mb < static_cast<int>(microbatches.size()); ++mb) {
+    for (int64_t k = 0; k < num_chunks(); ++k) {
+      if (k % options_.pp != coord_.p) continue;
+      const int v = static_cast<int>(k / options_.pp);
+      GptChunk& c = chunk(v);
+      if (k > 0) {
+        const int prev = static_cast<int>((k - 1) % options_.pp);
+        Tensor in = BufferFor(kInAct, v, mb);
+        if (prev == coord_.p) {
+          in.CopyFrom(BufferFor(kOutAct, v - 1, mb));
+        } else {
+          pp.Recv(in, prev, kEvalActivationTag)->Wait();
+        }
+      }
+      Forward(v, mb);
+      if (c.plan().has_head) {
+        const Tensor& losses = c.TokenLosses(mb);
+        Tensor host =
+            losses.device().is_cpu() ? losses : losses.To(Device::Cpu());
+        for (int64_t i = 0; i < rows[mb] * t; ++i) {
+          loss_sum += host.dtype() == DType::kF64 ? host.data<double>()[i]
+                                                  : host.data<float>()[i];
+        }
+        tokens += rows[mb] * t;
+      } else {
+        const int next = static_cast<int>((k + 1) % options_.pp);
+        if (next != coord_.p) {
+          pp.Send(BufferFor(kOutAct, v, mb), next, kEvalActivationTag)->Wait();
+        }
+      }
+      c.Release(mb);
+    }
+  }
+  microbatches_ = std::move(saved);
+  losses_ = std::move(saved_losses);
+  return {loss_sum, tokens};
+}
+
+}  // namespace trellis

@@ -1,0 +1,98 @@
+// StageModel: the model chunks one rank runs, driven by the pipeline
+// executor.
+//
+// With pp stages and V virtual stages the model is cut into pp·V chunks;
+// stage p holds chunks k = v·pp + p for v in [0, V) (Megatron's interleaved
+// assignment; V = 1 is plain pipelining). Chunk 0 embeds, chunk pp·V − 1
+// ends in the loss. StageModel implements the executor's callbacks: it owns
+// the activation and gradient buffers of every (virtual stage, microbatch),
+// feeds chunks their tokens and targets, collects microbatch losses, and
+// reports parameters whose gradients became final for the step.
+//
+// Thread safety: none; the training thread drives it.
+#ifndef TRELLIS_TOOLS_TRAINER_STAGE_MODEL_H_
+#define TRELLIS_TOOLS_TRAINER_STAGE_MODEL_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "parallel/bootstrap.h"
+#include "parallel/pipeline_executor.h"
+#include "tools/trainer/batch_loader.h"
+#include "tools/trainer/options.h"
+#include "transformer/gpt_chunk.h"
+
+namespace trellis {
+
+class StageModel : public PipelineStageCallbacks {
+ public:
+  // `options` must be resolved (TrainOptions::Resolve).
+  StageModel(const TrainOptions& options, const ProcessGroups& groups,
+             MeshCoord coord, Device device, DType dtype);
+
+  ParameterSet& params() { return params_; }
+  const ParameterSet& params() const { return params_; }
+  bool first_stage() const { return coord_.p == 0; }
+  bool last_stage() const { return coord_.p == options_.pp - 1; }
+  // Does this rank need token data (it embeds or computes the loss)?
+  bool reads_tokens() const { return first_stage() || last_stage(); }
+  // Layers of every chunk of this rank, for the layout printout.
+  std::vector<ChunkPlan> chunk_plans() const;
+
+  // Parameters in the order their gradients become final during backward
+  // (for data-parallel buckets), each once.
+  std::vector<Parameter*> GradientReadyOrder() const;
+  // Called once per parameter per step, when its gradient is final.
+  void set_on_gradient_final(std::function<void(const Parameter*)> fn) {
+    on_final_ = std::move(fn);
+  }
+
+  // Sets the step's microbatches; loss gradients are scaled by 1/m.
+  void BeginStep(std::vector<MicroBatch> microbatches);
+  // Mean over the step's microbatches of their mean loss (last stage; 0
+  // elsewhere).
+  double StepLoss() const;
+
+  // Forward-only pass over `microbatches` in which only the first `rows[i]`
+  // rows of microbatch i count. Returns {sum of token losses, tokens} on the
+  // last stage ({0, 0} elsewhere). Collective over the pp group.
+  std::pair<double, int64_t> ForwardOnly(
+      const std::vector<MicroBatch>& microbatches,
+      const std::vector<int64_t>& rows);
+
+  // PipelineStageCallbacks.
+  Tensor InputActivation(int vstage, int mb) override;
+  Tensor OutputActivation(int vstage, int mb) override;
+  Tensor OutputGradient(int vstage, int mb) override;
+  Tensor InputGradient(int vstage, int mb) override;
+  void Forward(int vstage, int mb) override;
+  void BackwardInput(int vstage, int mb) override;
+  void BackwardWeight(int vstage, int mb) override;
+
+ private:
+  enum Buffer { kInAct, kOutAct, kOutGrad, kInGrad, kNumBuffers };
+  Tensor& BufferFor(Buffer kind, int vstage, int mb);
+  GptChunk& chunk(int vstage) { return *chunks_[vstage]; }
+  int64_t num_chunks() const { return options_.pp * options_.virtual_stages; }
+
+  TrainOptions options_;
+  ProcessGroups groups_;
+  MeshCoord coord_;
+  Device device_;
+  DType dtype_;
+  ParameterSet params_;
+  std::vector<std::unique_ptr<GptChunk>> chunks_;  // by virtual stage
+  std::map<std::pair<int, int>, Tensor> buffers_[kNumBuffers];
+  std::vector<MicroBatch> microbatches_;
+  std::vector<double> losses_;
+  std::unordered_map<const Parameter*, int> expected_, seen_;
+  std::function<void(const Parameter*)> on_final_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_STAGE_MODEL_H_

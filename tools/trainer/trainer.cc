@@ -1,0 +1,266 @@
+#include "tools/trainer/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/schedule.h"
+
+namespace trellis {
+namespace {
+
+double Seconds(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// A scalar all-reduced over `group` (skipped for a group of one).
+double AllReduceScalar(Communicator& group, double value, ReduceOp op) {
+  if (group.size() == 1) return value;
+  Tensor t = Tensor::Empty({1}, DType::kF64);
+  t.data<double>()[0] = value;
+  group.AllReduce(t, op);
+  return t.data<double>()[0];
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
+    TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
+    DType dtype) {
+  // Ranks must agree on the flags before any of them can fail alone.
+  TRELLIS_RETURN_IF_ERROR(
+      CheckConfigsAgree(*groups.world, options.ToFlagString()));
+  TRELLIS_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open(options.data));
+  TRELLIS_RETURN_IF_ERROR(
+      options.Resolve(groups.world->size(), data.vocab_size()));
+  TRELLIS_ASSIGN_OR_RETURN(ScheduleKind kind,
+                           ParseScheduleKind(options.schedule));
+  TRELLIS_RETURN_IF_ERROR(
+      CheckScheduleShape(kind, static_cast<int>(options.pp),
+                         static_cast<int>(options.microbatches()),
+                         static_cast<int>(options.virtual_stages)));
+  std::unique_ptr<Trainer> trainer(new Trainer(options, groups, coord));
+  TRELLIS_RETURN_IF_ERROR(trainer->Build(dtype));
+  TRELLIS_ASSIGN_OR_RETURN(std::string resume,
+                           ResolveResume(options.resume, options.save_dir));
+  if (!resume.empty()) TRELLIS_RETURN_IF_ERROR(trainer->Resume(resume));
+  return trainer;
+}
+
+absl::Status Trainer::Build(DType dtype) {
+  const TrainOptions& o = options_;
+  const Device device = o.device == "cuda" ? Device::Cuda(0) : Device::Cpu();
+  model_ = std::make_unique<StageModel>(o, groups_, coord_, device, dtype);
+  BatchLoader::Config data;
+  data.seq_len = o.model.seq_len;
+  data.val_fraction = o.val_fraction;
+  data.global_batch = o.global_batch_size;
+  data.micro_batch = o.micro_batch_size;
+  data.seed = o.seed;
+  data.dp = static_cast<int>(o.dp);
+  data.dp_rank = coord_.d;
+  data.reads_tokens = model_->reads_tokens();
+  TRELLIS_ASSIGN_OR_RETURN(loader_, BatchLoader::Open(o.data, data));
+  const ScheduleKind kind = ParseScheduleKind(o.schedule).value();
+  executor_ = std::make_unique<PipelineExecutor>(
+      *groups_.pp,
+      BuildSchedule(kind, coord_.p, static_cast<int>(o.pp),
+                    static_cast<int>(o.microbatches()),
+                    static_cast<int>(o.virtual_stages)),
+      static_cast<int>(o.virtual_stages));
+  buckets_ = std::make_unique<GradientBuckets>(
+      model_->GradientReadyOrder(),
+      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp);
+  model_->set_on_gradient_final(
+      [this](const Parameter* p) { buckets_->MarkReady(p); });
+  OptimizerConfig opt;
+  opt.schedule = {o.lr, o.min_lr, o.warmup_steps, o.steps};
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.weight_decay = o.weight_decay;
+  opt.grad_clip = o.grad_clip;
+  optimizer_ = std::make_unique<Optimizer>(opt, model_->params());
+  if (groups_.world->rank() == 0) {
+    TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
+    const std::string& dir) const {
+  TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
+  const GptConfig& want = options_.model;
+  const GptConfig& have = state.model;
+  if (have.n_layer != want.n_layer || have.n_head != want.n_head ||
+      have.d_model != want.d_model || have.seq_len != want.seq_len ||
+      have.vocab_size != want.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds a model with ", have.DebugString(), " but this run has ",
+        want.DebugString(),
+        "; use the model flags (and a data file of the vocabulary) the "
+        "checkpoint was written with"));
+  }
+  return state;
+}
+
+absl::Status Trainer::LoadWeights(const std::string& dir) {
+  TRELLIS_RETURN_IF_ERROR(CheckCheckpoint(dir).status());
+  return LoadCheckpoint(dir, model_->params(), nullptr);
+}
+
+absl::Status Trainer::Resume(const std::string& dir) {
+  TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
+  TRELLIS_RETURN_IF_ERROR(
+      LoadCheckpoint(dir, model_->params(), optimizer_.get()));
+  absl::Status position = loader_->set_samples_consumed(state.samples_consumed);
+  if (!position.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, ": ", position.message(),
+        "; resume with the --global_batch_size the run started with"));
+  }
+  if (optimizer_->step() != state.step) {
+    return absl::DataLossError(
+        absl::StrCat(dir, ": optimizer.h5 is at step ", optimizer_->step(),
+                     " but state.json at step ", state.step));
+  }
+  if (groups_.world->rank() == 0) {
+    std::printf("resumed from %s at step %lld (%lld samples consumed)\n",
+                dir.c_str(), static_cast<long long>(state.step),
+                static_cast<long long>(state.samples_consumed));
+  }
+  return absl::OkStatus();
+}
+
+double Trainer::ReduceLoss(double local) const {
+  const double last = model_->last_stage() ? local : 0.0;
+  return AllReduceScalar(*groups_.dp,
+                         AllReduceScalar(*groups_.pp, last, ReduceOp::kSum),
+                         ReduceOp::kAvg);
+}
+
+absl::StatusOr<StepMetrics> Trainer::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
+                           loader_->NextStep());
+  buckets_->StartStep();
+  model_->BeginStep(std::move(microbatches));
+  const PipelineStepStats pipeline = executor_->Run(*model_);
+  StepMetrics m;
+  m.dp_wait_ms = 1e3 * buckets_->Wait();
+  // The tied embedding: the first and last stage sum their gradients.
+  if (groups_.embed != nullptr && groups_.embed->size() > 1) {
+    groups_.embed->AllReduce(model_->params().Find("wte")->grad,
+                             ReduceOp::kSum);
+  }
+  const StepReport report = optimizer_->Step(*groups_.tp, *groups_.pp);
+  m.step = optimizer_->step();
+  m.loss = ReduceLoss(model_->StepLoss());
+  m.lr = report.lr;
+  m.grad_norm = report.grad_norm;
+  m.bubble =
+      AllReduceScalar(*groups_.pp, pipeline.BubbleFraction(), ReduceOp::kMax);
+  m.bubble_theory =
+      options_.pp > 1
+          ? TheoreticalBubble(ParseScheduleKind(options_.schedule).value(),
+                              static_cast<int>(options_.pp),
+                              static_cast<int>(options_.microbatches()),
+                              static_cast<int>(options_.virtual_stages))
+          : 0.0;
+  m.ms = 1e3 * Seconds(start);
+  m.tokens_per_s =
+      static_cast<double>(options_.global_batch_size * options_.model.seq_len) /
+      (m.ms / 1e3);
+  losses_.push_back(m.loss);
+  return m;
+}
+
+absl::StatusOr<double> Trainer::Evaluate(const std::vector<int64_t>& starts) {
+  const int64_t b = options_.micro_batch_size;
+  std::vector<int64_t> mine;
+  for (size_t i = coord_.d; i < starts.size(); i += options_.dp) {
+    mine.push_back(starts[i]);
+  }
+  // Pad to whole microbatches; padded rows are not counted.
+  std::vector<int64_t> rows;
+  for (int64_t left = static_cast<int64_t>(mine.size()); left > 0; left -= b) {
+    rows.push_back(std::min(left, b));
+  }
+  while (mine.size() % b != 0) mine.push_back(mine.back());
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
+                           loader_->Windows(mine));
+  const auto [sum, tokens] = model_->ForwardOnly(microbatches, rows);
+  Tensor totals = Tensor::Empty({2}, DType::kF64);
+  totals.data<double>()[0] = sum;
+  totals.data<double>()[1] = static_cast<double>(tokens);
+  if (groups_.dp->size() > 1) groups_.dp->AllReduce(totals, ReduceOp::kSum);
+  if (groups_.pp->size() > 1) groups_.pp->AllReduce(totals, ReduceOp::kSum);
+  if (totals.data<double>()[1] == 0) {
+    return absl::InvalidArgumentError("no windows to evaluate");
+  }
+  return totals.data<double>()[0] / totals.data<double>()[1];
+}
+
+absl::StatusOr<double> Trainer::Validate() {
+  const TokenWindows& windows = loader_->windows();
+  const int64_t n = std::min(options_.eval_windows, windows.num_val_windows());
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < n; ++i) {
+    starts.push_back(windows.WindowStart(windows.ValWindow(i)));
+  }
+  if (starts.empty()) {
+    return absl::InvalidArgumentError(
+        "--eval_every needs validation windows; set --val_fraction > 0");
+  }
+  return Evaluate(starts);
+}
+
+absl::Status Trainer::Save() {
+  TrainingState state;
+  state.step = optimizer_->step();
+  state.samples_consumed = loader_->samples_consumed();
+  state.seed = options_.seed;
+  state.model = options_.model;
+  state.tokenizer = loader_->dataset().tokenizer();
+  state.dp = options_.dp;
+  state.tp = options_.tp;
+  state.pp = options_.pp;
+  state.flags = options_.ToFlagString();
+  TRELLIS_RETURN_IF_ERROR(SaveCheckpoint(options_.save_dir, state,
+                                         model_->params(), optimizer_.get(),
+                                         *groups_.world, coord_.d == 0));
+  if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {
+    absl::Status pruned =
+        PruneCheckpoints(options_.save_dir, options_.keep_checkpoints);
+    if (!pruned.ok()) {
+      std::fprintf(stderr, "warning: %s\n", pruned.ToString().c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Run() {
+  const bool root = groups_.world->rank() == 0;
+  while (optimizer_->step() < options_.steps) {
+    TRELLIS_ASSIGN_OR_RETURN(StepMetrics m, Step());
+    const bool last = m.step == options_.steps;
+    if (options_.eval_every > 0 &&
+        (m.step % options_.eval_every == 0 || last)) {
+      TRELLIS_ASSIGN_OR_RETURN(double val, Validate());
+      m.val_loss = val;
+    }
+    if (root && (m.step % options_.log_every == 0 || last || m.val_loss)) {
+      std::printf("%s\n", FormatLogLine(m, options_.steps).c_str());
+      std::fflush(stdout);
+      metrics_.Write(m);
+    }
+    if (!options_.save_dir.empty() && options_.save_every > 0 &&
+        m.step % options_.save_every == 0) {
+      TRELLIS_RETURN_IF_ERROR(Save());
+    }
+  }
+  if (!options_.save_dir.empty()) TRELLIS_RETURN_IF_ERROR(Save());
+  return absl::OkStatus();
+}
+
+}  // namespace trellis

@@ -1,0 +1,85 @@
+// Trainer: composes data, model, pipeline executor, data-parallel buckets,
+// optimizer, evaluation, checkpoints and metrics into training runs.
+//
+// One optimizer step on rank (d, t, p):
+//   1. the loader gives data-parallel rank d its microbatches;
+//   2. the executor walks stage p's schedule (F, B, W and transfers);
+//      buckets of final gradients start averaging over dp during backward;
+//   3. buckets are waited for; the tied embedding's gradient is summed
+//      between the first and last stage;
+//   4. the global gradient norm is taken, gradients clipped, AdamW steps;
+//   5. rank 0 logs loss, tokens/s, grad norm, bubble and dp wait.
+//
+// All ranks of the world must call Run (and Evaluate) together.
+#ifndef TRELLIS_TOOLS_TRAINER_TRAINER_H_
+#define TRELLIS_TOOLS_TRAINER_TRAINER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "parallel/bootstrap.h"
+#include "parallel/data_parallel.h"
+#include "parallel/pipeline_executor.h"
+#include "tools/trainer/batch_loader.h"
+#include "tools/trainer/checkpoint.h"
+#include "tools/trainer/metrics.h"
+#include "tools/trainer/optimizer.h"
+#include "tools/trainer/options.h"
+#include "tools/trainer/stage_model.h"
+
+namespace trellis {
+
+class Trainer {
+ public:
+  // Validates the options against the data and the world, then builds
+  // everything (resuming when options.resume says so). `dtype` float32 for
+  // training; float64 serves tests.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(
+      TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
+      DType dtype = DType::kF32);
+
+  // Trains from the current step to options.steps.
+  absl::Status Run();
+  // One optimizer step; returns the step's metrics (identical on all ranks
+  // but val_loss).
+  absl::StatusOr<StepMetrics> Step();
+  // Mean next-token loss over the given windows (token offsets of
+  // seq_len + 1 tokens each), split over data-parallel ranks.
+  absl::StatusOr<double> Evaluate(const std::vector<int64_t>& starts);
+  // Mean loss over the first options.eval_windows validation windows.
+  absl::StatusOr<double> Validate();
+  absl::Status Save();
+
+  const TrainOptions& options() const { return options_; }
+  StageModel& model() { return *model_; }
+  int64_t step() const { return optimizer_->step(); }
+  const std::vector<double>& losses() const { return losses_; }
+  // Loads the weights (not the optimizer) of checkpoint `dir`, checking
+  // that it holds this model.
+  absl::Status LoadWeights(const std::string& dir);
+
+ private:
+  Trainer(TrainOptions options, const ProcessGroups& groups, MeshCoord coord)
+      : options_(std::move(options)), groups_(groups), coord_(coord) {}
+  absl::Status Build(DType dtype);
+  absl::Status Resume(const std::string& dir);
+  absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
+  double ReduceLoss(double local) const;
+
+  TrainOptions options_;
+  ProcessGroups groups_;
+  MeshCoord coord_;
+  std::unique_ptr<BatchLoader> loader_;
+  std::unique_ptr<StageModel> model_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<Optimizer> optimizer_;
+  MetricsWriter metrics_;
+  std::vector<double> losses_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_TRAINER_H_
