@@ -172,13 +172,14 @@ int Main(int argc, char** argv) {
         static_cast<long long>((*trainer)->options().model.NumParameters()));
     std::fflush(stdout);
   }
-  const absl::Status run = (*trainer)->Run();
+  const absl::StatusOr<Trainer::Outcome> run = (*trainer)->Run();
   if (!run.ok()) {
     // Other ranks may be blocked in a collective: end the whole job.
-    fail(run, false);
+    fail(run.status(), false);
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
   }
-  return run.ok() ? 0 : 1;
+  return 0;
 }
 
 }  // namespace

@@ -239,7 +239,7 @@ absl::Status Trainer::Save() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Run() {
+absl::StatusOr<Trainer::Outcome> Trainer::Run() {
   const bool root = groups_.world->rank() == 0;
   while (optimizer_->step() < options_.steps) {
     TRELLIS_ASSIGN_OR_RETURN(StepMetrics m, Step());
@@ -258,9 +258,19 @@ absl::Status Trainer::Run() {
         m.step % options_.save_every == 0) {
       TRELLIS_RETURN_IF_ERROR(Save());
     }
+    if (stop_check_ &&
+        AllReduceScalar(*groups_.world, stop_check_() ? 1.0 : 0.0,
+                        ReduceOp::kMax) > 0) {
+      if (root) {
+        std::printf("stop requested: stopping after step %lld\n",
+                    static_cast<long long>(m.step));
+      }
+      if (!options_.save_dir.empty()) TRELLIS_RETURN_IF_ERROR(Save());
+      return Outcome::kStopped;
+    }
   }
   if (!options_.save_dir.empty()) TRELLIS_RETURN_IF_ERROR(Save());
-  return absl::OkStatus();
+  return Outcome::kCompleted;
 }
 
 }  // namespace trellis

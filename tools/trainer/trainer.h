@@ -14,6 +14,7 @@
 #ifndef TRELLIS_TOOLS_TRAINER_TRAINER_H_
 #define TRELLIS_TOOLS_TRAINER_TRAINER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,8 +41,16 @@ class Trainer {
       TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
       DType dtype = DType::kF32);
 
-  // Trains from the current step to options.steps.
-  absl::Status Run();
+  // How a Run ended.
+  enum class Outcome { kCompleted, kStopped };
+  // Trains from the current step to options.steps. After every step the
+  // ranks agree whether any rank's stop check fired (e.g. a preemption
+  // signal); if so they save a checkpoint (when --save_dir is set) and
+  // return kStopped.
+  absl::StatusOr<Outcome> Run();
+  void set_stop_check(std::function<bool()> check) {
+    stop_check_ = std::move(check);
+  }
   // One optimizer step; returns the step's metrics (identical on all ranks
   // but val_loss).
   absl::StatusOr<StepMetrics> Step();
@@ -78,6 +87,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   MetricsWriter metrics_;
   std::vector<double> losses_;
+  std::function<bool()> stop_check_;
 };
 
 }  // namespace trellis
