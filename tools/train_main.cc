@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/bootstrap.h"
 #include "tools/trainer/layout_report.h"
+#include "tools/trainer/stop_signals.h"
 #include "tools/trainer/trainer.h"
 
 ABSL_FLAG(int64_t, n_layer, 4, "transformer blocks");
@@ -55,6 +56,9 @@ ABSL_FLAG(std::vector<std::string>, pp_layers, {},
           "layers per pipeline stage, e.g. 3,5,5,3 (default: even)");
 ABSL_FLAG(double, dp_bucket_mb, 25.0, "data-parallel bucket size in MiB");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, stop_signals, "USR1,TERM",
+          "signals that end the run cleanly after the current step, saving "
+          "a checkpoint when --save_dir is set");
 
 namespace trellis {
 namespace {
@@ -137,6 +141,9 @@ int Main(int argc, char** argv) {
   };
   absl::StatusOr<TrainOptions> options = OptionsFromFlags();
   if (!options.ok()) return fail(options.status(), true);
+  const absl::Status signals =
+      InstallStopSignals(absl::GetFlag(FLAGS_stop_signals));
+  if (!signals.ok()) return fail(signals, true);
   // The mesh is validated (and the options resolved) before anything is
   // allocated; every rank reaches the same verdict.
   TrainOptions probe = *options;
@@ -172,12 +179,18 @@ int Main(int argc, char** argv) {
         static_cast<long long>((*trainer)->options().model.NumParameters()));
     std::fflush(stdout);
   }
+  (*trainer)->set_stop_check([] { return StopSignalReceived() != 0; });
   const absl::StatusOr<Trainer::Outcome> run = (*trainer)->Run();
   if (!run.ok()) {
     // Other ranks may be blocked in a collective: end the whole job.
     fail(run.status(), false);
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
+  }
+  if (*run == Trainer::Outcome::kStopped && root) {
+    std::printf("trellis-train: stopped by signal %d after step %lld\n",
+                StopSignalReceived(),
+                static_cast<long long>((*trainer)->step()));
   }
   return 0;
 }
