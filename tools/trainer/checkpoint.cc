@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "framework/hdf5.h"
@@ -23,69 +26,138 @@ constexpr char kModelFile[] = "model.h5";
 constexpr char kOptimizerFile[] = "optimizer.h5";
 constexpr char kStateFile[] = "state.json";
 constexpr char kLatest[] = "latest";
+constexpr char kFormat[] = "trellis-checkpoint-1";
 
 absl::Status SyncPath(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::InternalError(absl::StrCat("open ", path.string()));
   const int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0)
+  if (rc != 0) {
     return absl::InternalError(absl::StrCat("fsync ", path.string()));
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<hdf5::File> OpenOrCreate(const fs::path& path, bool create) {
-  return create ? hdf5::File::Create(path.string())
-                : hdf5::File::Open(path.string(), hdf5::OpenMode::kReadWrite);
+// The dataset path of a moment in optimizer.h5.
+std::string MomentPath(const char* kind, const std::string& name) {
+  return absl::StrCat(kind, "/", name);
 }
 
-// Writes this rank's primary shards (and moments) into `dir`.
-absl::Status WriteRankShards(const fs::path& dir, const ParameterSet& params,
-                             Optimizer* optimizer, bool create,
-                             int64_t* bytes) {
+// Where this rank's shards live in the files being written.
+struct Locations {
+  std::vector<TensorLocation> model, exp_avg, exp_avg_sq;
+};
+
+absl::StatusOr<hdf5::File> OpenForDefining(const fs::path& path, bool create) {
+  if (!create) {
+    return hdf5::File::Open(path.string(), hdf5::OpenMode::kReadWrite);
+  }
+  TRELLIS_ASSIGN_OR_RETURN(hdf5::File file, hdf5::File::Create(path.string()));
+  TRELLIS_RETURN_IF_ERROR(file.WriteStringAttribute("format", kFormat));
+  return file;
+}
+
+// Defines the datasets of this rank's shards (this rank's turn).
+absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
+                          DType model_dtype, bool create, Locations* out) {
   TRELLIS_ASSIGN_OR_RETURN(hdf5::File model,
-                           OpenOrCreate(dir / kModelFile, create));
-  const std::vector<Parameter*>& all = params.all();
-  for (const Parameter* p : all) {
-    if (!p->primary) continue;
-    TRELLIS_RETURN_IF_ERROR(WriteShard(model, p->name, p->spec, p->value));
-    *bytes += p->numel() * 4;
+                           OpenForDefining(dir / kModelFile, create));
+  for (const TensorShard& s : mine.model) {
+    TRELLIS_ASSIGN_OR_RETURN(
+        TensorLocation where,
+        DefineTensor(model, s.name, s.spec.logical_shape, model_dtype));
+    out->model.push_back(std::move(where));
   }
   TRELLIS_RETURN_IF_ERROR(model.Close());
-  if (optimizer == nullptr) return absl::OkStatus();
+  if (!mine.has_optimizer()) return absl::OkStatus();
   TRELLIS_ASSIGN_OR_RETURN(hdf5::File opt,
-                           OpenOrCreate(dir / kOptimizerFile, create));
+                           OpenForDefining(dir / kOptimizerFile, create));
   if (create) {
-    TRELLIS_RETURN_IF_ERROR(opt.CreateGroup("exp_avg").status());
-    TRELLIS_RETURN_IF_ERROR(opt.CreateGroup("exp_avg_sq").status());
-    TRELLIS_RETURN_IF_ERROR(opt.WriteInt64Attribute("step", optimizer->step()));
+    TRELLIS_RETURN_IF_ERROR(
+        opt.WriteInt64Attribute("step", mine.optimizer_step));
   }
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (!all[i]->primary) continue;
-    const std::string& name = all[i]->name;
-    TRELLIS_RETURN_IF_ERROR(WriteShard(opt, "exp_avg/" + name, all[i]->spec,
-                                       optimizer->exp_avg(i)));
-    TRELLIS_RETURN_IF_ERROR(WriteShard(opt, "exp_avg_sq/" + name, all[i]->spec,
-                                       optimizer->exp_avg_sq(i)));
-    *bytes += all[i]->numel() * 8;
+  for (size_t i = 0; i < mine.exp_avg.size(); ++i) {
+    const ShardSpec& spec = mine.exp_avg[i].spec;
+    TRELLIS_ASSIGN_OR_RETURN(
+        TensorLocation m,
+        DefineTensor(opt, MomentPath("exp_avg", mine.exp_avg[i].name),
+                     spec.logical_shape, DType::kF32));
+    TRELLIS_ASSIGN_OR_RETURN(
+        TensorLocation v,
+        DefineTensor(opt, MomentPath("exp_avg_sq", mine.exp_avg_sq[i].name),
+                     spec.logical_shape, DType::kF32));
+    out->exp_avg.push_back(std::move(m));
+    out->exp_avg_sq.push_back(std::move(v));
   }
   return opt.Close();
 }
 
+int64_t WriteDelayMs() {
+  const char* text = std::getenv("TRELLIS_CHECKPOINT_WRITE_DELAY_MS");
+  int64_t ms = 0;
+  if (text == nullptr || !absl::SimpleAtoi(text, &ms)) return 0;
+  return std::max<int64_t>(ms, 0);
+}
+
+// Writes shard i of `shards` to its location in one file.
+absl::Status WriteFile(
+    const fs::path& path,
+    const std::vector<const std::vector<TensorShard>*>& sets,
+    const std::vector<const std::vector<TensorLocation>*>& where,
+    const SaveOptions& options, int64_t* written, int64_t total,
+    int64_t* bytes) {
+  const int64_t delay = WriteDelayMs();
+  TRELLIS_ASSIGN_OR_RETURN(TensorFileWriter file,
+                           TensorFileWriter::Open(path.string()));
+  for (size_t s = 0; s < sets.size(); ++s) {
+    for (size_t i = 0; i < sets[s]->size(); ++i) {
+      if (delay > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+      }
+      const TensorShard& shard = (*sets[s])[i];
+      TRELLIS_RETURN_IF_ERROR(
+          file.WriteShard((*where[s])[i], shard.spec, shard.tensor));
+      ++*written;
+      if (options.progress) options.progress(*written, total);
+    }
+  }
+  *bytes += file.bytes_written();
+  return file.Close();
+}
+
+// Writes this rank's shards' bytes into the defined datasets and syncs.
+absl::Status WriteShards(const fs::path& dir, const CheckpointShards& mine,
+                         const Locations& where, const SaveOptions& options,
+                         int64_t* bytes) {
+  const int64_t total =
+      mine.model.size() + mine.exp_avg.size() + mine.exp_avg_sq.size();
+  int64_t written = 0;
+  TRELLIS_RETURN_IF_ERROR(WriteFile(dir / kModelFile, {&mine.model},
+                                    {&where.model}, options, &written, total,
+                                    bytes));
+  if (!mine.has_optimizer()) return absl::OkStatus();
+  return WriteFile(dir / kOptimizerFile, {&mine.exp_avg, &mine.exp_avg_sq},
+                   {&where.exp_avg, &where.exp_avg_sq}, options, &written,
+                   total, bytes);
+}
+
 nlohmann::json StateToJson(const TrainingState& s) {
-  return {{"step", s.step},
-          {"samples_consumed", s.samples_consumed},
-          {"seed", s.seed},
-          {"model",
-           {{"n_layer", s.model.n_layer},
-            {"n_head", s.model.n_head},
-            {"d_model", s.model.d_model},
-            {"seq_len", s.model.seq_len},
-            {"vocab_size", s.model.vocab_size}}},
-          {"tokenizer", s.tokenizer},
-          {"layout", {{"dp", s.dp}, {"tp", s.tp}, {"pp", s.pp}}},
-          {"flags", s.flags},
-          {"format", "trellis-checkpoint-1"}};
+  nlohmann::json j = {{"step", s.step},
+                      {"samples_consumed", s.samples_consumed},
+                      {"seed", s.seed},
+                      {"model",
+                       {{"n_layer", s.model.n_layer},
+                        {"n_head", s.model.n_head},
+                        {"d_model", s.model.d_model},
+                        {"seq_len", s.model.seq_len},
+                        {"vocab_size", s.model.vocab_size}}},
+                      {"tokenizer", s.tokenizer},
+                      {"layout", {{"dp", s.dp}, {"tp", s.tp}, {"pp", s.pp}}},
+                      {"flags", s.flags},
+                      {"format", kFormat}};
+  if (!s.source.empty()) j["source"] = s.source;
+  return j;
 }
 
 absl::Status WriteTextFile(const fs::path& path, const std::string& text) {
@@ -141,50 +213,124 @@ absl::Status Prepare(const fs::path& save_dir, const fs::path& tmp) {
   return absl::OkStatus();
 }
 
+// A flag or count, summed over the world.
+int64_t SumOverWorld(Communicator& world, int64_t value) {
+  if (world.size() == 1) return value;
+  Tensor t = Tensor::Empty({1}, DType::kI64);
+  t.data<int64_t>()[0] = value;
+  world.AllReduce(t, ReduceOp::kSum);
+  return t.data<int64_t>()[0];
+}
+
+// Whether each world rank writes.
+std::vector<bool> WriterFlags(Communicator& world, bool writer) {
+  Tensor mine = Tensor::Empty({1}, DType::kI32);
+  mine.data<int32_t>()[0] = writer ? 1 : 0;
+  Tensor all = Tensor::Empty({world.size()}, DType::kI32);
+  world.AllGather(mine, all);
+  std::vector<bool> flags(world.size());
+  for (int r = 0; r < world.size(); ++r) flags[r] = all.data<int32_t>()[r];
+  return flags;
+}
+
+CheckpointShards ShardsOf(const ParameterSet& params, Optimizer* optimizer,
+                          bool primary_only) {
+  CheckpointShards shards;
+  const std::vector<Parameter*>& all = params.all();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Parameter& p = *all[i];
+    if (primary_only && !p.primary) continue;
+    shards.model.push_back({p.name, p.spec, p.value});
+    if (optimizer != nullptr) {
+      shards.exp_avg.push_back({p.name, p.spec, optimizer->exp_avg(i)});
+      shards.exp_avg_sq.push_back({p.name, p.spec, optimizer->exp_avg_sq(i)});
+    }
+  }
+  if (optimizer != nullptr) shards.optimizer_step = optimizer->step();
+  return shards;
+}
+
+absl::Status ReadShardsOf(const TensorFileReader& file,
+                          std::vector<TensorShard>& shards, const char* kind) {
+  for (TensorShard& s : shards) {
+    const std::string path =
+        kind == nullptr ? s.name : MomentPath(kind, s.name);
+    absl::StatusOr<TensorLocation> where = file.Locate(path);
+    if (absl::IsNotFound(where.status())) {
+      return absl::NotFoundError(
+          absl::StrCat(file.file_name(), " has no tensor ", path,
+                       "; the checkpoint is of a different model"));
+    }
+    TRELLIS_RETURN_IF_ERROR(where.status());
+    TRELLIS_RETURN_IF_ERROR(file.ReadShard(*where, s.spec, s.tensor));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string CheckpointName(int64_t step) {
   return absl::StrFormat("step_%08d", step);
 }
 
-absl::Status SaveCheckpoint(const std::string& save_dir_name,
+absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,
                             Communicator& world, bool writer) {
+  const CheckpointShards mine =
+      writer ? ShardsOf(params, optimizer, /*primary_only=*/true)
+             : CheckpointShards();
+  return SaveShards(save_dir, state, mine, world, writer);
+}
+
+absl::Status SaveShards(const std::string& save_dir_name,
+                        const TrainingState& state,
+                        const CheckpointShards& mine, Communicator& world,
+                        bool writer, const SaveOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const fs::path save_dir(save_dir_name);
   const std::string name = CheckpointName(state.step);
   const fs::path final_dir = save_dir / name;
   const fs::path tmp = save_dir / absl::StrCat(".", name, ".tmp");
-  if (fs::exists(final_dir)) {
-    if (world.rank() == 0) {
+  const bool root = world.rank() == 0;
+  if (SumOverWorld(world, root && fs::exists(final_dir)) > 0) {
+    if (root && options.log) {
       std::printf("checkpoint: %s already exists; not rewritten\n",
                   final_dir.c_str());
     }
     return absl::OkStatus();
   }
-  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
-      world, world.rank() == 0 ? Prepare(save_dir, tmp) : absl::OkStatus()));
-  int64_t bytes = 0;
-  // Writers take turns: serial HDF5 allows one writer per file at a time.
+  TRELLIS_RETURN_IF_ERROR(
+      AgreeOnStatus(world, root ? Prepare(save_dir, tmp) : absl::OkStatus()));
+  // Writers define their datasets in turns: serial HDF5 allows one writer
+  // per file at a time. Defining is metadata only.
+  const std::vector<bool> writers = WriterFlags(world, writer);
+  Locations where;
+  bool create = true;
   for (int r = 0; r < world.size(); ++r) {
-    absl::Status mine;
-    if (r == world.rank() && writer) {
-      mine = WriteRankShards(tmp, params, optimizer, /*create=*/r == 0, &bytes);
+    if (!writers[r]) continue;
+    absl::Status mine_status;
+    if (r == world.rank()) {
+      mine_status =
+          DefineShards(tmp, mine, options.model_dtype, create, &where);
     }
-    TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(world, mine));
+    TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(world, mine_status));
+    create = false;
   }
+  // Then every writer writes its bytes at once.
+  int64_t bytes = 0;
   TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
-      world, world.rank() == 0 ? Publish(save_dir, tmp, final_dir, state)
-                               : absl::OkStatus()));
-  Tensor total = Tensor::Empty({1}, DType::kI64);
-  total.data<int64_t>()[0] = bytes;
-  world.AllReduce(total, ReduceOp::kSum);
-  if (world.rank() == 0) {
+      world, writer ? WriteShards(tmp, mine, where, options, &bytes)
+                    : absl::OkStatus()));
+  TRELLIS_RETURN_IF_ERROR(
+      AgreeOnStatus(world, root ? Publish(save_dir, tmp, final_dir, state)
+                                : absl::OkStatus()));
+  const int64_t total = SumOverWorld(world, bytes);
+  if (root && options.log) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
             .count();
-    const double mb = total.data<int64_t>()[0] / 1e6;
+    const double mb = total / 1e6;
     std::printf("checkpoint: saved %s (%.1f MB in %.2f s, %.0f MB/s)\n",
                 final_dir.c_str(), mb, seconds, mb / std::max(seconds, 1e-9));
     std::fflush(stdout);
@@ -245,43 +391,73 @@ absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir) {
     s.tp = layout.at("tp").get<int64_t>();
     s.pp = layout.at("pp").get<int64_t>();
     s.flags = j.value("flags", "");
+    if (j.contains("source")) {
+      s.source = j.at("source").get<std::map<std::string, std::string>>();
+    }
     return s;
   } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat(path.string(), " is missing a field: ", e.what()));
+    return absl::DataLossError(absl::StrCat(
+        path.string(), " is missing a field or has a wrong one: ", e.what()));
   }
 }
 
 absl::Status LoadCheckpoint(const std::string& dir, ParameterSet& params,
                             Optimizer* optimizer) {
-  const fs::path base(dir);
-  TRELLIS_ASSIGN_OR_RETURN(hdf5::File model,
-                           hdf5::File::Open((base / kModelFile).string()));
-  const std::vector<Parameter*>& all = params.all();
-  for (Parameter* p : all) {
-    if (!model.Exists(p->name)) {
-      return absl::NotFoundError(
-          absl::StrCat((base / kModelFile).string(), " has no tensor ", p->name,
-                       "; the checkpoint is of a different model"));
-    }
-    TRELLIS_RETURN_IF_ERROR(ReadShard(model, p->name, p->spec, p->value));
-  }
-  if (optimizer == nullptr) return absl::OkStatus();
-  TRELLIS_ASSIGN_OR_RETURN(hdf5::File opt,
-                           hdf5::File::Open((base / kOptimizerFile).string()));
-  for (size_t i = 0; i < all.size(); ++i) {
-    TRELLIS_RETURN_IF_ERROR(ReadShard(opt, "exp_avg/" + all[i]->name,
-                                      all[i]->spec, optimizer->exp_avg(i)));
-    TRELLIS_RETURN_IF_ERROR(ReadShard(opt, "exp_avg_sq/" + all[i]->name,
-                                      all[i]->spec, optimizer->exp_avg_sq(i)));
-  }
-  TRELLIS_ASSIGN_OR_RETURN(int64_t step, opt.ReadInt64Attribute("step"));
-  optimizer->set_step(step);
+  CheckpointShards shards = ShardsOf(params, optimizer, /*primary_only=*/false);
+  TRELLIS_RETURN_IF_ERROR(LoadShards(dir, shards));
+  if (optimizer != nullptr) optimizer->set_step(shards.optimizer_step);
   return absl::OkStatus();
+}
+
+absl::Status LoadShards(const std::string& dir, CheckpointShards& mine) {
+  const fs::path base(dir);
+  TRELLIS_ASSIGN_OR_RETURN(
+      TensorFileReader model,
+      TensorFileReader::Open((base / kModelFile).string()));
+  TRELLIS_RETURN_IF_ERROR(ReadShardsOf(model, mine.model, nullptr));
+  if (!mine.has_optimizer()) return absl::OkStatus();
+  if (!HasOptimizerState(dir)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir, " holds weights only (no ", kOptimizerFile,
+        "), so training cannot resume from it; load it with trellis-eval, "
+        "or resume from a checkpoint written by trellis-train"));
+  }
+  TRELLIS_ASSIGN_OR_RETURN(
+      TensorFileReader opt,
+      TensorFileReader::Open((base / kOptimizerFile).string()));
+  TRELLIS_RETURN_IF_ERROR(ReadShardsOf(opt, mine.exp_avg, "exp_avg"));
+  TRELLIS_RETURN_IF_ERROR(ReadShardsOf(opt, mine.exp_avg_sq, "exp_avg_sq"));
+  TRELLIS_ASSIGN_OR_RETURN(mine.optimizer_step,
+                           opt.hdf5().ReadInt64Attribute("step"));
+  return absl::OkStatus();
+}
+
+bool HasOptimizerState(const std::string& dir) {
+  return fs::exists(fs::path(dir) / kOptimizerFile);
+}
+
+absl::StatusOr<DType> StoredModelDType(const std::string& dir) {
+  TRELLIS_ASSIGN_OR_RETURN(
+      TensorFileReader model,
+      TensorFileReader::Open((fs::path(dir) / kModelFile).string()));
+  std::string probe = "wte";
+  if (!model.Exists(probe)) {
+    TRELLIS_ASSIGN_OR_RETURN(std::vector<std::string> names,
+                             model.hdf5().ListMembers());
+    if (names.empty()) {
+      return absl::DataLossError(
+          absl::StrCat(model.file_name(), " holds no tensors"));
+    }
+    probe = names[0];
+  }
+  TRELLIS_ASSIGN_OR_RETURN(TensorLocation where, model.Locate(probe));
+  return where.dtype;
 }
 
 absl::Status PruneCheckpoints(const std::string& save_dir, int64_t keep) {
   TRELLIS_CHECK_GE(keep, 1);
+  std::string latest;
+  std::ifstream(fs::path(save_dir) / kLatest) >> latest;
   std::vector<fs::path> steps;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(save_dir, ec)) {
@@ -293,6 +469,7 @@ absl::Status PruneCheckpoints(const std::string& save_dir, int64_t keep) {
   if (ec) return absl::InternalError(absl::StrCat("list ", save_dir));
   std::sort(steps.begin(), steps.end());
   for (size_t i = 0; i + keep < steps.size(); ++i) {
+    if (steps[i].filename() == latest) continue;
     fs::remove_all(steps[i], ec);
     if (ec) {
       return absl::InternalError(

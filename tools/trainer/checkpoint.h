@@ -1,27 +1,43 @@
-// Layout-free checkpoints.
+// Layout-free checkpoints (docs/checkpoint-format.md).
 //
-//   <save_dir>/step_00000100/model.h5      every logical tensor, float32,
-//                                          whole, under its logical name
+//   <save_dir>/step_00000100/model.h5      every logical tensor, whole, under
+//                                          its logical name (float32; a
+//                                          converted checkpoint may hold
+//                                          float16 or bfloat16)
 //   <save_dir>/step_00000100/optimizer.h5  /exp_avg/<name>, /exp_avg_sq/<name>
-//                                          (AdamW moments), attribute `step`
+//                                          (AdamW moments, float32),
+//                                          attribute `step`; absent in a
+//                                          weights-only checkpoint
 //   <save_dir>/step_00000100/state.json    step, samples consumed, seed, the
-//                                          model config, the layout and flags
+//                                          model config, the layout, flags
 //   <save_dir>/latest                      "step_00000100", written last
 //
-// Saving: ranks of data-parallel replica 0 each write the slices of the
-// primary parameters they hold (no rank gathers the model), one rank at a
-// time into <save_dir>/.step_00000100.tmp; rank 0 then writes state.json,
-// syncs, renames the directory into place and replaces `latest` atomically.
-// A crash at any moment leaves the previous checkpoint and `latest` intact.
-// Loading: every rank reads just the slices its layout needs, so a
-// checkpoint loads under any (dp, tp, pp).
+// Saving: ranks of data-parallel replica 0 (`writer`) each write the slices
+// of the primary parameters they hold; no rank gathers the model. The
+// writers first define the datasets they touch, one at a time (serial HDF5
+// allows one writer per file), as contiguous datasets allocated at once;
+// then all of them write their slices' raw bytes concurrently at the
+// datasets' offsets (shard_io.h) and flush them to disk. Rank 0 then writes
+// state.json, syncs, renames <save_dir>/.step_00000100.tmp into place and
+// replaces `latest` atomically (write, sync, rename). A crash at any moment
+// leaves the previous checkpoint and `latest` intact.
 //
-// All ranks of `world` must call SaveCheckpoint together.
+// Loading: every rank reads just the slices its layout needs, of the model
+// and of the moments, so a checkpoint loads under any (dp, tp, pp).
+//
+// Test hook: the environment variable TRELLIS_CHECKPOINT_WRITE_DELAY_MS
+// makes writers sleep that long before each tensor, to widen the window in
+// which a crash test can kill a rank mid-save.
+//
+// Thread safety: call from the thread that drives the communicators.
 #ifndef TRELLIS_TOOLS_TRAINER_CHECKPOINT_H_
 #define TRELLIS_TOOLS_TRAINER_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,16 +56,52 @@ struct TrainingState {
   std::string tokenizer;
   int64_t dp = 1, tp = 1, pp = 1;  // The layout it was written with.
   std::string flags;               // The run's flags, for the record.
+  // Where a converted checkpoint came from (format, file, dtype, ...), so a
+  // conversion back can reproduce it; empty for a training checkpoint.
+  std::map<std::string, std::string> source;
 };
 
 std::string CheckpointName(int64_t step);  // "step_00000100"
 
-// `optimizer` may be null (weights only). `writer`: this rank belongs to
-// data-parallel replica 0. Prints progress on rank 0.
+// One rank's piece of a logical tensor, as checkpoints read and write it.
+// `tensor` is a handle: loading fills the memory it shares.
+struct TensorShard {
+  std::string name;
+  ShardSpec spec;
+  Tensor tensor;  // spec.LocalShape(), float32 or float64, any device.
+};
+
+// What one rank saves or loads.
+struct CheckpointShards {
+  std::vector<TensorShard> model;
+  // AdamW moments by parameter name (same specs as the model's); both
+  // empty for weights only.
+  std::vector<TensorShard> exp_avg, exp_avg_sq;
+  int64_t optimizer_step = 0;
+  bool has_optimizer() const { return !exp_avg.empty(); }
+};
+
+struct SaveOptions {
+  DType model_dtype = DType::kF32;  // kF32, kF16 or kBF16 (moments: kF32).
+  bool log = true;                  // Rank 0 prints a line when saved.
+  // Called on writers after each tensor written: (written, total).
+  std::function<void(int64_t, int64_t)> progress;
+};
+
+// Saves a training checkpoint: the primary parameters and, when `optimizer`
+// is not null, their moments. `writer`: this rank belongs to data-parallel
+// replica 0. Collective over `world`; every rank returns the same verdict.
+// A checkpoint of that step that already exists is left alone.
 absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,
                             Communicator& world, bool writer);
+
+// The general form: each writer passes the shards it writes (each logical
+// element written by exactly one writer rank).
+absl::Status SaveShards(const std::string& save_dir, const TrainingState& state,
+                        const CheckpointShards& mine, Communicator& world,
+                        bool writer, const SaveOptions& options = {});
 
 // The checkpoint directory `--resume` names: "" for a fresh start; "auto"
 // means `<save_dir>/latest` when it exists, else a fresh start; anything
@@ -59,12 +111,24 @@ absl::StatusOr<std::string> ResolveResume(const std::string& resume,
 
 absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir);
 
-// Fills this rank's parameters (and moments, when `optimizer` is not null)
-// from the checkpoint. Errors name the file and the tensor.
+// Fills this rank's parameters (and moments and step, when `optimizer` is
+// not null) from the checkpoint. Errors name the file and the tensor.
 absl::Status LoadCheckpoint(const std::string& dir, ParameterSet& params,
                             Optimizer* optimizer);
 
-// Deletes all but the newest `keep` step_* directories (keep ≥ 1).
+// Fills the shards' tensors (and optimizer_step when moments are asked
+// for). A weights-only checkpoint asked for moments is FailedPrecondition.
+absl::Status LoadShards(const std::string& dir, CheckpointShards& mine);
+
+// Whether the checkpoint holds optimizer state (optimizer.h5).
+bool HasOptimizerState(const std::string& dir);
+
+// The stored element type of the checkpoint's weights (that of `wte`, else
+// of the first tensor found).
+absl::StatusOr<DType> StoredModelDType(const std::string& dir);
+
+// Deletes all but the newest `keep` step_* directories (keep ≥ 1), never the
+// one `latest` names.
 absl::Status PruneCheckpoints(const std::string& save_dir, int64_t keep);
 
 }  // namespace trellis

@@ -1,11 +1,23 @@
 #include "tools/trainer/shard_io.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "framework/float16.h"
 
 namespace trellis {
 namespace {
+
+constexpr char kDTypeAttribute[] = "dtype";
+constexpr int64_t kStagingElements = int64_t{1} << 20;
 
 // Geometry of a tensor seen as [outer][split][inner] around split_dim.
 struct Blocks {
@@ -14,10 +26,6 @@ struct Blocks {
 
 Blocks BlocksOf(const Shape& shape, int dim) {
   Blocks b;
-  if (dim < 0) {
-    b.split = NumElements(shape);
-    return b;
-  }
   for (int d = 0; d < dim; ++d) b.outer *= shape[d];
   b.split = shape[dim];
   for (int d = dim + 1; d < static_cast<int>(shape.size()); ++d) {
@@ -26,49 +34,252 @@ Blocks BlocksOf(const Shape& shape, int dim) {
   return b;
 }
 
-// Copies the run's elements between the local tensor and a packed buffer.
-void MoveRun(const Blocks& b, const ShardSpec::Run& run, size_t elem,
-             char* local, char* packed, bool to_packed) {
-  const size_t row = run.length * b.inner * elem;
-  for (int64_t o = 0; o < b.outer; ++o) {
-    char* l = local + ((o * b.split + run.local_start) * b.inner) * elem;
-    char* p = packed + o * row;
-    if (to_packed) {
-      std::memcpy(p, l, row);
-    } else {
-      std::memcpy(l, p, row);
+// A range of consecutive elements that is consecutive both in the local
+// tensor and in the logical one.
+struct Piece {
+  int64_t local = 0;    // First local element.
+  int64_t logical = 0;  // First logical element.
+  int64_t count = 0;
+};
+
+std::vector<Piece> PiecesOf(const ShardSpec& spec) {
+  std::vector<Piece> pieces;
+  if (spec.replicated()) {
+    pieces.push_back({0, 0, NumElements(spec.logical_shape)});
+    return pieces;
+  }
+  const Blocks local = BlocksOf(spec.LocalShape(), spec.split_dim);
+  const int64_t logical_split = spec.logical_shape[spec.split_dim];
+  for (int64_t o = 0; o < local.outer; ++o) {
+    for (const ShardSpec::Run& run : spec.Runs()) {
+      const Piece p{(o * local.split + run.local_start) * local.inner,
+                    (o * logical_split + run.logical_start) * local.inner,
+                    run.length * local.inner};
+      if (!pieces.empty() &&
+          pieces.back().local + pieces.back().count == p.local &&
+          pieces.back().logical + pieces.back().count == p.logical) {
+        pieces.back().count += p.count;
+      } else {
+        pieces.push_back(p);
+      }
     }
   }
+  return pieces;
 }
+
+// ------------------------------------------------------------ HDF5 path
 
 Shape RunShape(const ShardSpec& spec, const ShardSpec::Run& run, Shape* start) {
   Shape count = spec.logical_shape;
   start->assign(count.size(), 0);
-  if (!spec.replicated()) {
-    count[spec.split_dim] = run.length;
-    (*start)[spec.split_dim] = run.logical_start;
-  }
+  count[spec.split_dim] = run.length;
+  (*start)[spec.split_dim] = run.logical_start;
   return count;
+}
+
+// Moves the run's elements between the local tensor and a packed buffer of
+// the run's shape, converting between their element types.
+void MoveRun(const Blocks& b, const ShardSpec::Run& run, char* local,
+             DType local_dtype, char* packed, DType packed_dtype,
+             bool to_packed) {
+  const int64_t n = run.length * b.inner;
+  const size_t local_elem = DTypeSize(local_dtype);
+  const size_t packed_elem = DTypeSize(packed_dtype);
+  for (int64_t o = 0; o < b.outer; ++o) {
+    char* l = local + ((o * b.split + run.local_start) * b.inner) * local_elem;
+    char* p = packed + o * n * packed_elem;
+    if (to_packed) {
+      ConvertElements(l, local_dtype, p, packed_dtype, n);
+    } else {
+      ConvertElements(p, packed_dtype, l, local_dtype, n);
+    }
+  }
+}
+
+absl::Status CheckShardDType(const std::string& file, const std::string& path,
+                             const Tensor& local) {
+  if (local.dtype() == DType::kF32 || local.dtype() == DType::kF64) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ": tensor ", path, ": shards in memory must be ",
+                   "float32 or float64, not ", DTypeName(local.dtype())));
+}
+
+absl::Status ShapeMismatch(const std::string& file, const std::string& path,
+                           const Shape& stored, const Shape& wanted) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(file, ": tensor ", path, " has shape ", ShapeString(stored),
+                   " but this model needs ", ShapeString(wanted),
+                   "; the checkpoint was written for a model of another size"));
+}
+
+// Whether a uint16 dataset holds bfloat16 bits.
+bool MarkedBf16(const hdf5::Object& dataset) {
+  if (!dataset.HasAttribute(kDTypeAttribute)) return false;
+  const absl::StatusOr<std::string> v =
+      dataset.ReadStringAttribute(kDTypeAttribute);
+  return v.ok() && *v == "bfloat16";
+}
+
+// ------------------------------------------------------------- raw path
+
+// The HDF5 type of IEEE half precision, little-endian. Created once.
+hid_t HalfFileType() {
+  static const hid_t type = [] {
+    const hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    H5Tset_fields(t, 15, 10, 5, 0, 10);
+    H5Tset_size(t, 2);
+    H5Tset_ebias(t, 15);
+    return t;
+  }();
+  return type;
+}
+
+hid_t FileTypeOf(DType stored) {
+  switch (stored) {
+    case DType::kF16:
+      return HalfFileType();
+    case DType::kBF16:
+      return H5T_STD_U16LE;
+    case DType::kF64:
+      return H5T_IEEE_F64LE;
+    default:
+      return H5T_IEEE_F32LE;
+  }
+}
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+// pwrite/pread of exactly `bytes`, retried over short transfers.
+absl::Status WriteAt(int fd, const std::string& name, const char* data,
+                     int64_t bytes, int64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd, data, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return absl::InternalError(absl::StrCat(
+          name, ": write at byte ", offset, " failed: ", ErrnoText(),
+          "; check the disk has room and the directory is writable"));
+    }
+    data += n;
+    bytes -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAt(int fd, const TensorLocation& where, char* data,
+                    int64_t bytes, int64_t offset) {
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, data, bytes, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::DataLossError(absl::StrCat(
+          where.file, ": tensor ", where.path, ": read failed: ", ErrnoText()));
+    }
+    if (n == 0) {
+      return absl::DataLossError(absl::StrCat(
+          where.file, ": tensor ", where.path, ": the file ends at byte ",
+          offset, ", inside the tensor's data; the file is truncated"));
+    }
+    data += n;
+    bytes -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+// Finds the stored type of an open dataset and whether its bytes are plain
+// little-endian data of that type (raw I/O may read them).
+absl::StatusOr<DType> StoredDType(const hdf5::Dataset& dataset, bool* raw) {
+  hdf5::Handle type(H5Dget_type(dataset.id()), H5Tclose);
+  const std::optional<hdf5::StoredType> stored = dataset.stored_type();
+  DType dtype = DType::kF32;
+  if (stored == hdf5::StoredType::kF32) {
+    dtype = DType::kF32;
+  } else if (stored == hdf5::StoredType::kF16) {
+    dtype = DType::kF16;
+  } else if (stored == hdf5::StoredType::kF64) {
+    dtype = DType::kF64;
+  } else if (stored == hdf5::StoredType::kU16 && MarkedBf16(dataset)) {
+    dtype = DType::kBF16;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dataset.file_name(), ": tensor ", dataset.path(), " is stored as ",
+        dataset.stored_type_name(),
+        "; checkpoint tensors are float32, float16, float64 or bfloat16 "
+        "(uint16 with the attribute dtype=\"bfloat16\")"));
+  }
+  *raw = type.valid() && H5Tequal(type.id(), FileTypeOf(dtype)) > 0;
+  return dtype;
+}
+
+// The byte offset of a dataset's contiguous data, or -1.
+int64_t RawOffset(const hdf5::Dataset& dataset) {
+  hdf5::Handle plist(H5Dget_create_plist(dataset.id()), H5Pclose);
+  if (!plist.valid() || H5Pget_layout(plist.id()) != H5D_CONTIGUOUS ||
+      H5Pget_nfilters(plist.id()) != 0 ||
+      H5Pget_external_count(plist.id()) != 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return -1;
+  }
+  const haddr_t offset = H5Dget_offset(dataset.id());
+  if (offset == HADDR_UNDEF) {
+    H5Eclear2(H5E_DEFAULT);
+    return -1;
+  }
+  return static_cast<int64_t>(offset);
+}
+
+absl::StatusOr<TensorLocation> LocateDataset(const hdf5::Container& file,
+                                             const std::string& path) {
+  TRELLIS_ASSIGN_OR_RETURN(hdf5::Dataset dataset, file.OpenDataset(path));
+  TensorLocation where;
+  where.file = file.file_name();
+  where.path = path;
+  where.shape = dataset.shape();
+  bool raw = false;
+  TRELLIS_ASSIGN_OR_RETURN(where.dtype, StoredDType(dataset, &raw));
+  where.offset = raw ? RawOffset(dataset) : -1;
+  if (NumElements(where.shape) == 0) where.offset = 0;
+  return where;
+}
+
+// A CPU tensor to stage `local` through when it lives on another device.
+Tensor HostOf(const Tensor& local) {
+  return local.device().is_cpu() ? local
+                                 : Tensor::Empty(local.shape(), local.dtype());
 }
 
 }  // namespace
 
+// ------------------------------------------------------------ HDF5 path
+
 absl::Status WriteShard(hdf5::Container& file, const std::string& path,
                         const ShardSpec& spec, const Tensor& local) {
+  TRELLIS_RETURN_IF_ERROR(CheckShardDType(file.file_name(), path, local));
   const Tensor host = local.device().is_cpu() ? local : local.To(Device::Cpu());
   TRELLIS_ASSIGN_OR_RETURN(
       hdf5::Dataset dataset,
       file.Exists(path)
           ? file.OpenDataset(path)
           : file.CreateDataset(path, DType::kF32, spec.logical_shape));
+  if (dataset.shape() != spec.logical_shape) {
+    return ShapeMismatch(dataset.file_name(), path, dataset.shape(),
+                         spec.logical_shape);
+  }
+  if (spec.replicated()) {
+    return dataset.Write(Shape(spec.logical_shape.size(), 0),
+                         spec.logical_shape, host.dtype(), host.raw());
+  }
   const Blocks blocks = BlocksOf(host.shape(), spec.split_dim);
-  const size_t elem = DTypeSize(host.dtype());
   for (const ShardSpec::Run& run : spec.Runs()) {
     Shape start;
     const Shape count = RunShape(spec, run, &start);
-    std::vector<char> packed(NumElements(count) * elem);
-    MoveRun(blocks, run, elem, static_cast<char*>(host.raw()), packed.data(),
-            /*to_packed=*/true);
+    std::vector<char> packed(NumElements(count) * DTypeSize(host.dtype()));
+    MoveRun(blocks, run, static_cast<char*>(host.raw()), host.dtype(),
+            packed.data(), host.dtype(), /*to_packed=*/true);
     TRELLIS_RETURN_IF_ERROR(
         dataset.Write(start, count, host.dtype(), packed.data()));
   }
@@ -77,27 +288,248 @@ absl::Status WriteShard(hdf5::Container& file, const std::string& path,
 
 absl::Status ReadShard(const hdf5::Container& file, const std::string& path,
                        const ShardSpec& spec, Tensor& local) {
+  TRELLIS_RETURN_IF_ERROR(CheckShardDType(file.file_name(), path, local));
   TRELLIS_ASSIGN_OR_RETURN(hdf5::Dataset dataset, file.OpenDataset(path));
   if (dataset.shape() != spec.logical_shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dataset.file_name(), ": tensor ", path, " has shape ",
-        ShapeString(dataset.shape()), " but this model needs ",
-        ShapeString(spec.logical_shape),
-        "; the checkpoint was written for a model of another size"));
+    return ShapeMismatch(dataset.file_name(), path, dataset.shape(),
+                         spec.logical_shape);
   }
-  Tensor host = local.device().is_cpu()
-                    ? local
-                    : Tensor::Empty(local.shape(), local.dtype());
-  const Blocks blocks = BlocksOf(host.shape(), spec.split_dim);
-  const size_t elem = DTypeSize(host.dtype());
-  for (const ShardSpec::Run& run : spec.Runs()) {
-    Shape start;
-    const Shape count = RunShape(spec, run, &start);
-    std::vector<char> packed(NumElements(count) * elem);
+  bool raw = false;
+  TRELLIS_ASSIGN_OR_RETURN(const DType stored, StoredDType(dataset, &raw));
+  // HDF5 converts numbers itself; bfloat16 bits come as they are.
+  const DType transfer = stored == DType::kBF16 ? DType::kBF16 : local.dtype();
+  Tensor host = HostOf(local);
+  if (!local.device().is_cpu()) host.CopyFrom(local);
+  std::vector<ShardSpec::Run> runs = spec.Runs();
+  const Blocks blocks = spec.replicated()
+                            ? Blocks{1, NumElements(spec.logical_shape), 1}
+                            : BlocksOf(host.shape(), spec.split_dim);
+  if (spec.replicated()) runs = {{0, 0, blocks.split}};
+  for (const ShardSpec::Run& run : runs) {
+    Shape start(spec.logical_shape.size(), 0);
+    const Shape count =
+        spec.replicated() ? spec.logical_shape : RunShape(spec, run, &start);
+    std::vector<char> packed(NumElements(count) * DTypeSize(transfer));
     TRELLIS_RETURN_IF_ERROR(
-        dataset.Read(start, count, host.dtype(), packed.data()));
-    MoveRun(blocks, run, elem, static_cast<char*>(host.raw()), packed.data(),
-            /*to_packed=*/false);
+        dataset.Read(start, count, transfer, packed.data()));
+    MoveRun(blocks, run, static_cast<char*>(host.raw()), host.dtype(),
+            packed.data(), transfer, /*to_packed=*/false);
+  }
+  if (!local.device().is_cpu()) local.CopyFrom(host);
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------- raw path
+
+bool IsStorableDType(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
+
+absl::StatusOr<TensorLocation> DefineTensor(hdf5::File& file,
+                                            const std::string& path,
+                                            const Shape& shape, DType stored) {
+  TRELLIS_CHECK(IsStorableDType(stored)) << DTypeName(stored);
+  if (!file.Exists(path)) {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    hdf5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    hdf5::Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    const hdf5::Dataspace space = hdf5::Dataspace::Simple(shape, shape);
+    if (!dcpl.valid() || !lcpl.valid() || !space.valid() ||
+        H5Pset_layout(dcpl.id(), H5D_CONTIGUOUS) < 0 ||
+        H5Pset_alloc_time(dcpl.id(), H5D_ALLOC_TIME_EARLY) < 0 ||
+        H5Pset_fill_time(dcpl.id(), H5D_FILL_TIME_NEVER) < 0 ||
+        H5Pset_create_intermediate_group(lcpl.id(), 1) < 0) {
+      return file.Error(absl::StatusCode::kInternal,
+                        absl::StrCat("creating dataset ", path));
+    }
+    hdf5::Handle dataset(
+        H5Dcreate2(file.id(), path.c_str(), FileTypeOf(stored), space.id(),
+                   lcpl.id(), dcpl.id(), H5P_DEFAULT),
+        H5Dclose);
+    if (!dataset.valid()) {
+      return file.Error(absl::StatusCode::kInternal,
+                        absl::StrCat("creating dataset ", path));
+    }
+    if (stored == DType::kBF16) {
+      dataset.Reset();
+      TRELLIS_ASSIGN_OR_RETURN(hdf5::Dataset opened, file.OpenDataset(path));
+      TRELLIS_RETURN_IF_ERROR(
+          opened.WriteStringAttribute(kDTypeAttribute, "bfloat16"));
+    }
+  }
+  TRELLIS_ASSIGN_OR_RETURN(TensorLocation where, LocateDataset(file, path));
+  if (where.shape != shape || where.dtype != stored || where.offset < 0) {
+    return absl::InternalError(absl::StrCat(
+        file.file_name(), ": tensor ", path, " is already defined as ",
+        DTypeName(where.dtype), " ", ShapeString(where.shape), ", not ",
+        DTypeName(stored), " ", ShapeString(shape)));
+  }
+  return where;
+}
+
+absl::StatusOr<TensorFileWriter> TensorFileWriter::Open(
+    const std::string& file_name) {
+  const int fd = ::open(file_name.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(
+        absl::StrCat(file_name, ": cannot open for writing: ", ErrnoText()));
+  }
+  return TensorFileWriter(fd, file_name);
+}
+
+TensorFileWriter::TensorFileWriter(TensorFileWriter&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      name_(std::move(other.name_)),
+      bytes_(other.bytes_) {}
+
+TensorFileWriter& TensorFileWriter::operator=(
+    TensorFileWriter&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    name_ = std::move(other.name_);
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+TensorFileWriter::~TensorFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::Status TensorFileWriter::WriteShard(const TensorLocation& where,
+                                          const ShardSpec& spec,
+                                          const Tensor& local) {
+  TRELLIS_CHECK(fd_ >= 0) << "write after Close";
+  TRELLIS_CHECK(where.shape == spec.logical_shape && where.offset >= 0)
+      << where.path;
+  TRELLIS_RETURN_IF_ERROR(CheckShardDType(name_, where.path, local));
+  const Tensor host = local.device().is_cpu() ? local : local.To(Device::Cpu());
+  const char* data = static_cast<const char*>(host.raw());
+  const size_t local_elem = DTypeSize(host.dtype());
+  const size_t stored_elem = DTypeSize(where.dtype);
+  std::vector<char> staging;
+  for (const Piece& p : PiecesOf(spec)) {
+    const int64_t file_offset = where.offset + p.logical * stored_elem;
+    if (host.dtype() == where.dtype) {
+      TRELLIS_RETURN_IF_ERROR(WriteAt(fd_, name_, data + p.local * local_elem,
+                                      p.count * stored_elem, file_offset));
+    } else {
+      for (int64_t done = 0; done < p.count; done += kStagingElements) {
+        const int64_t n = std::min(kStagingElements, p.count - done);
+        staging.resize(n * stored_elem);
+        ConvertElements(data + (p.local + done) * local_elem, host.dtype(),
+                        staging.data(), where.dtype, n);
+        TRELLIS_RETURN_IF_ERROR(WriteAt(fd_, name_, staging.data(),
+                                        n * stored_elem,
+                                        file_offset + done * stored_elem));
+      }
+    }
+    bytes_ += p.count * stored_elem;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TensorFileWriter::Close() {
+  if (fd_ < 0) return absl::OkStatus();
+  const int synced = ::fdatasync(fd_);
+  const std::string why = synced != 0 ? ErrnoText() : "";
+  const int closed = ::close(fd_);
+  fd_ = -1;
+  if (synced != 0 || closed != 0) {
+    return absl::InternalError(absl::StrCat(
+        name_, ": flushing to disk failed: ", why.empty() ? ErrnoText() : why));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorFileReader> TensorFileReader::Open(
+    const std::string& file_name) {
+  TRELLIS_ASSIGN_OR_RETURN(hdf5::File file, hdf5::File::Open(file_name));
+  const int fd = ::open(file_name.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat info;
+  if (fd < 0 || ::fstat(fd, &info) != 0) {
+    const std::string why = ErrnoText();
+    if (fd >= 0) ::close(fd);
+    return absl::NotFoundError(
+        absl::StrCat(file_name, ": cannot open for reading: ", why));
+  }
+  return TensorFileReader(std::move(file), fd, info.st_size);
+}
+
+TensorFileReader::TensorFileReader(TensorFileReader&& other) noexcept
+    : file_(std::move(other.file_)),
+      fd_(std::exchange(other.fd_, -1)),
+      size_(other.size_),
+      bytes_(other.bytes_) {}
+
+TensorFileReader& TensorFileReader::operator=(
+    TensorFileReader&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    file_ = std::move(other.file_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+TensorFileReader::~TensorFileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<TensorLocation> TensorFileReader::Locate(
+    const std::string& path) const {
+  if (!file_.Exists(path)) {
+    return absl::NotFoundError(
+        absl::StrCat(file_.file_name(), " has no tensor ", path));
+  }
+  TRELLIS_ASSIGN_OR_RETURN(TensorLocation where, LocateDataset(file_, path));
+  const int64_t bytes = NumElements(where.shape) * DTypeSize(where.dtype);
+  if (where.offset >= 0 && where.offset + bytes > size_) {
+    return absl::DataLossError(
+        absl::StrCat(file_.file_name(), ": tensor ", path, " needs bytes [",
+                     where.offset, ", ", where.offset + bytes,
+                     ") but the file has ", size_, "; the file is truncated"));
+  }
+  return where;
+}
+
+absl::Status TensorFileReader::ReadShard(const TensorLocation& where,
+                                         const ShardSpec& spec,
+                                         Tensor& local) const {
+  if (where.shape != spec.logical_shape) {
+    return ShapeMismatch(where.file, where.path, where.shape,
+                         spec.logical_shape);
+  }
+  TRELLIS_RETURN_IF_ERROR(CheckShardDType(where.file, where.path, local));
+  if (where.offset < 0) {
+    return trellis::ReadShard(file_, where.path, spec, local);
+  }
+  Tensor host = HostOf(local);
+  if (!local.device().is_cpu()) host.CopyFrom(local);
+  char* data = static_cast<char*>(host.raw());
+  const size_t local_elem = DTypeSize(host.dtype());
+  const size_t stored_elem = DTypeSize(where.dtype);
+  std::vector<char> staging;
+  for (const Piece& p : PiecesOf(spec)) {
+    const int64_t file_offset = where.offset + p.logical * stored_elem;
+    if (host.dtype() == where.dtype) {
+      TRELLIS_RETURN_IF_ERROR(ReadAt(fd_, where, data + p.local * local_elem,
+                                     p.count * stored_elem, file_offset));
+    } else {
+      for (int64_t done = 0; done < p.count; done += kStagingElements) {
+        const int64_t n = std::min(kStagingElements, p.count - done);
+        staging.resize(n * stored_elem);
+        TRELLIS_RETURN_IF_ERROR(ReadAt(fd_, where, staging.data(),
+                                       n * stored_elem,
+                                       file_offset + done * stored_elem));
+        ConvertElements(staging.data(), where.dtype,
+                        data + (p.local + done) * local_elem, host.dtype(), n);
+      }
+    }
+    bytes_ += p.count * stored_elem;
   }
   if (!local.device().is_cpu()) local.CopyFrom(host);
   return absl::OkStatus();

@@ -1,12 +1,36 @@
-// Reading and writing one rank's shard of a logical tensor in an HDF5 file,
-// by hyperslab: only the elements the shard holds move, and padding never
+// Reading and writing one rank's shard of a logical tensor stored whole in
+// an HDF5 file: only the elements the shard holds move, and padding never
 // reaches the file.
+//
+// Two paths:
+//  - WriteShard/ReadShard go through HDF5 hyperslabs. They work on any
+//    dataset (chunked, compressed, big-endian, made by h5py) and serve small
+//    files and fallbacks.
+//  - Checkpoints use tensor files: HDF5 files whose datasets are contiguous
+//    and allocated when defined, so every tensor's bytes sit at a fixed
+//    offset. The datasets are defined through HDF5 (one process at a time,
+//    serial HDF5 allows no more), then any number of processes write and
+//    read their slices of the raw bytes at once with pwrite/pread, with no
+//    HDF5 call and no gather. The files stay ordinary HDF5 that h5py reads.
+//
+// Stored element types: float32; float16 (IEEE half, what h5py calls
+// float16); bfloat16 as uint16 bits in a dataset with the attribute
+// dtype = "bfloat16"; reading also accepts float64. Shards in memory are
+// float32 or float64 (any device); values convert on the way, rounding to
+// nearest even when narrowing.
+//
+// Thread safety: TensorFileWriter/Reader are not synchronized; use one from
+// one thread at a time. Separate objects (and processes) may write disjoint
+// slices of one file at once.
 #ifndef TRELLIS_TOOLS_TRAINER_SHARD_IO_H_
 #define TRELLIS_TOOLS_TRAINER_SHARD_IO_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "framework/hdf5.h"
 #include "framework/tensor.h"
 #include "parallel/shard.h"
@@ -22,6 +46,84 @@ absl::Status WriteShard(hdf5::Container& file, const std::string& path,
 // logical shape; padding elements of `local` are left untouched.
 absl::Status ReadShard(const hdf5::Container& file, const std::string& path,
                        const ShardSpec& spec, Tensor& local);
+
+// Where one stored tensor is.
+struct TensorLocation {
+  std::string file;  // The file's name, for messages.
+  std::string path;  // The dataset's path in the file.
+  Shape shape;
+  DType dtype = DType::kF32;  // Stored type: kF32, kF16, kBF16 or kF64.
+  // Byte offset of the raw little-endian data in the file; -1 when the
+  // dataset is not plain contiguous data and must be read through HDF5.
+  int64_t offset = -1;
+};
+
+// The stored element types a checkpoint may be written in.
+bool IsStorableDType(DType dtype);  // kF32, kF16, kBF16
+
+// Defines dataset `path` (contiguous, space allocated now, never filled) of
+// `shape` and element type `stored` (IsStorableDType), creating parent
+// groups. An existing dataset of the same shape and type is reused (so the
+// ranks sharing a tensor may each define it). Collective over nothing; call
+// from one process at a time per file.
+absl::StatusOr<TensorLocation> DefineTensor(hdf5::File& file,
+                                            const std::string& path,
+                                            const Shape& shape, DType stored);
+
+// Writes shards into tensors defined by DefineTensor, by raw I/O.
+class TensorFileWriter {
+ public:
+  static absl::StatusOr<TensorFileWriter> Open(const std::string& file_name);
+  TensorFileWriter(TensorFileWriter&& other) noexcept;
+  TensorFileWriter& operator=(TensorFileWriter&& other) noexcept;
+  ~TensorFileWriter();
+
+  // REQUIRES: `where` came from DefineTensor on this file and has the
+  // shard's logical shape; `local` is float32 or float64.
+  absl::Status WriteShard(const TensorLocation& where, const ShardSpec& spec,
+                          const Tensor& local);
+  // Flushes the written data to the disk (fdatasync) and closes.
+  absl::Status Close();
+  int64_t bytes_written() const { return bytes_; }
+
+ private:
+  TensorFileWriter(int fd, std::string name) : fd_(fd), name_(name) {}
+  int fd_ = -1;
+  std::string name_;
+  int64_t bytes_ = 0;
+};
+
+// Reads shards of the tensors of an HDF5 file, by raw I/O where the data is
+// contiguous and through HDF5 elsewhere.
+class TensorFileReader {
+ public:
+  static absl::StatusOr<TensorFileReader> Open(const std::string& file_name);
+  TensorFileReader(TensorFileReader&& other) noexcept;
+  TensorFileReader& operator=(TensorFileReader&& other) noexcept;
+  ~TensorFileReader();
+
+  const std::string& file_name() const { return file_.file_name(); }
+  const hdf5::File& hdf5() const { return file_; }
+  bool Exists(const std::string& path) const { return file_.Exists(path); }
+  // NotFound naming the file and the tensor when absent; InvalidArgument
+  // for an element type a checkpoint cannot hold.
+  absl::StatusOr<TensorLocation> Locate(const std::string& path) const;
+  // Reads this shard of the tensor into `local` (float32 or float64, any
+  // device). The tensor must have the logical shape (InvalidArgument naming
+  // both shapes otherwise); data cut short is DataLoss. Padding elements of
+  // `local` are left untouched.
+  absl::Status ReadShard(const TensorLocation& where, const ShardSpec& spec,
+                         Tensor& local) const;
+  int64_t bytes_read() const { return bytes_; }
+
+ private:
+  TensorFileReader(hdf5::File file, int fd, int64_t size)
+      : file_(std::move(file)), fd_(fd), size_(size) {}
+  hdf5::File file_;
+  int fd_ = -1;
+  int64_t size_ = 0;
+  mutable int64_t bytes_ = 0;
+};
 
 }  // namespace trellis
 
