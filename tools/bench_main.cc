@@ -8,6 +8,7 @@
 // Use OPENBLAS_NUM_THREADS=1 for single-thread figures.
 #include <cblas.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -43,21 +44,37 @@ double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Best of several runs of an n×n×n sgemm, in GFLOP/s.
-double SgemmGflops(int n) {
+// CPU seconds used by this process: on a shared machine this counts the
+// work done, not the time spent waiting for a core.
+double CpuSeconds() {
+  timespec t = {};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+struct Rate {
+  double wall = 0;  // GFLOP/s over wall time
+  double cpu = 0;   // GFLOP/s over process CPU time
+};
+
+// Best of several runs of an n×n×n sgemm.
+Rate SgemmGflops(int n) {
   std::vector<float> a(n * n), b(n * n), c(n * n);
   for (int i = 0; i < n * n; ++i) {
     a[i] = static_cast<float>(UniformAt(1, 1, i) - 0.5);
     b[i] = static_cast<float>(UniformAt(1, 2, i) - 0.5);
   }
-  double best = 1e30;
+  double wall = 1e30, cpu = 1e30;
   for (int run = 0; run < 5; ++run) {
     const auto start = Clock::now();
+    const double cpu_start = CpuSeconds();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
                 a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    best = std::min(best, Seconds(start));
+    cpu = std::min(cpu, CpuSeconds() - cpu_start);
+    wall = std::min(wall, Seconds(start));
   }
-  return 2.0 * n * n * n / best / 1e9;
+  const double flops = 2.0 * n * n * n / 1e9;
+  return Rate{flops / wall, flops / cpu};
 }
 
 absl::StatusOr<std::string> SyntheticData(int64_t vocab, int64_t tokens) {
@@ -91,36 +108,51 @@ absl::Status Bench() {
   o.eval_every = 0;
   o.val_fraction = 0;
   const int64_t windows = o.global_batch_size * (o.steps + 1);
-  TRELLIS_ASSIGN_OR_RETURN(
-      o.data, SyntheticData(absl::GetFlag(FLAGS_vocab_size),
-                            windows * o.model.seq_len + 1));
-  const double gemm = SgemmGflops(static_cast<int>(absl::GetFlag(FLAGS_gemm_size)));
+  TRELLIS_ASSIGN_OR_RETURN(o.data,
+                           SyntheticData(absl::GetFlag(FLAGS_vocab_size),
+                                         windows * o.model.seq_len + 1));
+  const Rate gemm =
+      SgemmGflops(static_cast<int>(absl::GetFlag(FLAGS_gemm_size)));
   ParallelContext single = ParallelContext::Single();
   TRELLIS_ASSIGN_OR_RETURN(auto trainer,
                            Trainer::Create(o, single.groups(), single.coord()));
-  std::vector<double> ms;
+  std::vector<double> ms, cpu_ms;
   for (int64_t s = 0; s < o.steps; ++s) {
+    const double cpu_start = CpuSeconds();
     TRELLIS_ASSIGN_OR_RETURN(StepMetrics m, trainer->Step());
-    if (s >= warmup) ms.push_back(m.ms);
+    if (s >= warmup) {
+      ms.push_back(m.ms);
+      cpu_ms.push_back(1e3 * (CpuSeconds() - cpu_start));
+    }
   }
   std::sort(ms.begin(), ms.end());
+  std::sort(cpu_ms.begin(), cpu_ms.end());
   const double median_s = ms[ms.size() / 2] / 1e3;
-  const double tokens = static_cast<double>(o.global_batch_size * o.model.seq_len);
-  const double flops = trainer->options().model.TrainingFlopsPerToken() * tokens;
+  const double median_cpu_s = cpu_ms[cpu_ms.size() / 2] / 1e3;
+  const double tokens =
+      static_cast<double>(o.global_batch_size * o.model.seq_len);
+  const double flops =
+      trainer->options().model.TrainingFlopsPerToken() * tokens;
   struct rusage usage = {};
   getrusage(RUSAGE_SELF, &usage);
+  const double model_wall = flops / median_s / 1e9;
+  const double model_cpu = flops / median_cpu_s / 1e9;
   std::printf(
-      "model %s (%lld parameters), batch %lld x %lld tokens\n"
-      "sgemm %lld^3: %.1f GFLOP/s\n"
-      "step: %.1f ms median of %lld, %.0f tokens/s, %.1f GFLOP/s model "
-      "(6N + 6LCT per token), %.1f%% of sgemm, peak RSS %.0f MB\n",
+      "model %s (%lld parameters), batch %lld x %lld tokens, "
+      "%.3g FLOPs/token (6N + 6LCT)\n"
+      "sgemm %lld^3: %.1f GFLOP/s wall, %.1f GFLOP/s cpu-time\n"
+      "step: %.1f ms wall (%.1f ms cpu) median of %lld, %.0f tokens/s, "
+      "%.1f GFLOP/s wall, %.1f GFLOP/s cpu-time\n"
+      "ratio to sgemm: %.1f%% wall, %.1f%% cpu-time; peak RSS %.0f MB\n",
       trainer->options().model.DebugString().c_str(),
       static_cast<long long>(trainer->options().model.NumParameters()),
       static_cast<long long>(o.global_batch_size),
       static_cast<long long>(o.model.seq_len),
-      static_cast<long long>(absl::GetFlag(FLAGS_gemm_size)), gemm,
-      1e3 * median_s, static_cast<long long>(ms.size()), tokens / median_s,
-      flops / median_s / 1e9, 100.0 * flops / median_s / 1e9 / gemm,
+      trainer->options().model.TrainingFlopsPerToken(),
+      static_cast<long long>(absl::GetFlag(FLAGS_gemm_size)), gemm.wall,
+      gemm.cpu, 1e3 * median_s, 1e3 * median_cpu_s,
+      static_cast<long long>(ms.size()), tokens / median_s, model_wall,
+      model_cpu, 100.0 * model_wall / gemm.wall, 100.0 * model_cpu / gemm.cpu,
       usage.ru_maxrss / 1024.0);
   std::filesystem::remove(o.data);
   return absl::OkStatus();
