@@ -1,0 +1,367 @@
+#include "tools/convert/convert.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "framework/float16.h"
+#include "parallel/communicator.h"
+#include "tools/convert/gpt2_tensors.h"
+#include "tools/convert/llmc.h"
+#include "tools/convert/shard_export.h"
+#include "tools/trainer/checkpoint.h"
+#include "tools/trainer/shard_io.h"
+
+namespace trellis {
+namespace fs = std::filesystem;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A one-line progress bar on stderr, redrawn at most ten times a second.
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, bool enabled)
+      : label_(std::move(label)), enabled_(enabled) {}
+  void Update(int64_t done, int64_t total, int64_t bytes) {
+    if (!enabled_ || total <= 0) return;
+    const auto now = Clock::now();
+    if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / total);
+    std::fprintf(stderr, "\r%s [%s%s] %lld/%lld tensors, %.1f MB",
+                 label_.c_str(), std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, '.').c_str(),
+                 static_cast<long long>(done), static_cast<long long>(total),
+                 bytes / 1e6);
+    if (done == total) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  }
+  ProgressFn Fn() {
+    return [this](int64_t d, int64_t t, int64_t b) { Update(d, t, b); };
+  }
+
+ private:
+  std::string label_;
+  bool enabled_;
+  Clock::time_point last_{};
+};
+
+// What was read: the model and, from a trellis input, its state and moments.
+struct Input {
+  WholeModel model;
+  TrainingState state;
+  bool is_trellis = false;
+  std::vector<Tensor> exp_avg, exp_avg_sq;  // Model order; empty: none.
+  int64_t optimizer_step = 0;
+};
+
+absl::StatusOr<Input> ReadHf(const ConvertOptions& o, ProgressBar& bar) {
+  fs::path dir(o.input), file = fs::path(o.input) / "model.safetensors";
+  if (fs::is_regular_file(dir)) {
+    file = dir;
+    dir = dir.parent_path();
+  }
+  TRELLIS_ASSIGN_OR_RETURN(GptConfig config,
+                           ReadHfConfig((dir / "config.json").string()));
+  TRELLIS_ASSIGN_OR_RETURN(SafetensorsReader reader,
+                           SafetensorsReader::Open(file.string()));
+  Input in;
+  TRELLIS_ASSIGN_OR_RETURN(in.model, ReadHfModel(reader, config, bar.Fn()));
+  return in;
+}
+
+absl::StatusOr<Input> ReadLlmc(const ConvertOptions& o, ProgressBar& bar) {
+  TRELLIS_ASSIGN_OR_RETURN(LlmcReader reader, LlmcReader::Open(o.input));
+  Input in;
+  TRELLIS_ASSIGN_OR_RETURN(in.model, ReadLlmcModel(reader, bar.Fn()));
+  return in;
+}
+
+absl::StatusOr<Input> ReadTrellis(const ConvertOptions& o, bool moments,
+                                  ProgressBar& bar) {
+  TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(o.input, ""));
+  Input in;
+  in.is_trellis = true;
+  TRELLIS_ASSIGN_OR_RETURN(in.state, ReadTrainingState(dir));
+  in.model.config = in.state.model;
+  in.model.source = in.state.source;
+  TRELLIS_ASSIGN_OR_RETURN(in.model.source_dtype, StoredModelDType(dir));
+  moments = moments && HasOptimizerState(dir);
+  const std::vector<LogicalTensor> all = GptLogicalTensors(in.state.model);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    // One tensor at a time, so the bar moves.
+    CheckpointShards one;
+    const ShardSpec spec = ShardSpec::Replicated(all[i].shape);
+    one.model.push_back(
+        {all[i].name, spec, Tensor::Empty(all[i].shape, DType::kF32)});
+    if (moments) {
+      one.exp_avg.push_back(
+          {all[i].name, spec, Tensor::Empty(all[i].shape, DType::kF32)});
+      one.exp_avg_sq.push_back(
+          {all[i].name, spec, Tensor::Empty(all[i].shape, DType::kF32)});
+    }
+    TRELLIS_RETURN_IF_ERROR(LoadShards(dir, one));
+    in.model.tensors.emplace_back(all[i].name, one.model[0].tensor);
+    bytes += one.model[0].tensor.nbytes();
+    if (moments) {
+      in.exp_avg.push_back(one.exp_avg[0].tensor);
+      in.exp_avg_sq.push_back(one.exp_avg_sq[0].tensor);
+      in.optimizer_step = one.optimizer_step;
+      bytes += 2 * one.model[0].tensor.nbytes();
+    }
+    bar.Update(i + 1, all.size(), bytes);
+  }
+  return in;
+}
+
+// The dtype of `format` the input came in, when it came in that format.
+std::optional<DType> SourceDType(const WholeModel& m,
+                                 const std::string& format) {
+  const auto f = m.source.find("format");
+  const auto d = m.source.find("dtype");
+  if (f == m.source.end() || f->second != format || d == m.source.end()) {
+    return std::nullopt;
+  }
+  absl::StatusOr<DType> dtype = ParseFloatDType(d->second);
+  return dtype.ok() ? std::optional<DType>(*dtype) : std::nullopt;
+}
+
+std::string SourceValue(const WholeModel& m, const std::string& format,
+                        const std::string& key) {
+  const auto f = m.source.find("format");
+  const auto v = m.source.find(key);
+  if (f == m.source.end() || f->second != format || v == m.source.end()) {
+    return "";
+  }
+  return v->second;
+}
+
+absl::Status WriteTextFile(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) {
+      return absl::InternalError(absl::StrCat(tmp.string(), ": write failed"));
+    }
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec)
+    return absl::InternalError(absl::StrCat(path.string(), ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirectory(const fs::path& dir) {
+  std::error_code ec;
+  if (!dir.empty()) fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", dir.string(), ": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteHf(const ConvertOptions& o, const Input& in,
+                     ConvertSummary* s) {
+  const WholeModel& m = in.model;
+  const DType dtype =
+      o.dtype.value_or(SourceDType(m, "hf").value_or(DType::kF32));
+  const std::string prefix =
+      o.hf_prefix.value_or(SourceValue(m, "hf", "prefix"));
+  const bool lm_head =
+      o.hf_lm_head.value_or(SourceValue(m, "hf", "lm_head") == "1");
+  TRELLIS_ASSIGN_OR_RETURN(SafetensorsWriter writer,
+                           HfWriterFor(m, dtype, prefix, lm_head));
+  const fs::path dir(o.output);
+  TRELLIS_RETURN_IF_ERROR(MakeDirectory(dir));
+  const fs::path file = dir / "model.safetensors";
+  TRELLIS_RETURN_IF_ERROR(writer.Write(file.string()));
+  TRELLIS_RETURN_IF_ERROR(WriteTextFile(
+      dir / "config.json",
+      HfConfigJson(m.config, dtype,
+                   in.is_trellis ? in.state.tokenizer : o.tokenizer)));
+  s->output = dir.string();
+  s->tensors = m.tensors.size() + (lm_head ? 1 : 0);
+  s->bytes = static_cast<int64_t>(fs::file_size(file));
+  return absl::OkStatus();
+}
+
+absl::Status WriteLlmcFile(const ConvertOptions& o, const Input& in,
+                           ConvertSummary* s) {
+  const WholeModel& m = in.model;
+  const DType dtype =
+      o.dtype.value_or(SourceDType(m, "llmc").value_or(DType::kF32));
+  int64_t padded = o.padded_vocab;
+  if (padded == 0) {
+    const std::string from_source = SourceValue(m, "llmc", "padded_vocab");
+    if (!from_source.empty()) padded = std::stoll(from_source);
+  }
+  TRELLIS_ASSIGN_OR_RETURN(auto file, LlmcFor(m, dtype, padded));
+  TRELLIS_RETURN_IF_ERROR(MakeDirectory(fs::path(o.output).parent_path()));
+  TRELLIS_RETURN_IF_ERROR(WriteLlmc(o.output, file.first, file.second));
+  s->output = o.output;
+  s->tensors = file.second.size();
+  s->bytes = static_cast<int64_t>(fs::file_size(o.output));
+  return absl::OkStatus();
+}
+
+absl::Status WriteTrellis(const ConvertOptions& o, const Input& in,
+                          ProgressBar& bar, ConvertSummary* s) {
+  const DType dtype = o.dtype.value_or(DType::kF32);
+  if (!IsStorableDType(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "trellis checkpoints store float32, float16 or bfloat16, not ",
+        DTypeName(dtype)));
+  }
+  TrainingState state = in.state;
+  if (!in.is_trellis) {
+    state = TrainingState();
+    state.model = in.model.config;
+    state.tokenizer = o.tokenizer;
+    state.source = in.model.source;
+    state.source["file"] = o.input;
+  }
+  const fs::path dir = fs::path(o.output) / CheckpointName(state.step);
+  if (fs::exists(dir)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        dir.string(), " already exists; choose another --output or remove it"));
+  }
+  CheckpointShards shards;
+  const bool moments = !o.weights_only && !in.exp_avg.empty();
+  for (size_t i = 0; i < in.model.tensors.size(); ++i) {
+    const auto& [name, t] = in.model.tensors[i];
+    const ShardSpec spec = ShardSpec::Replicated(t.shape());
+    shards.model.push_back({name, spec, t});
+    if (moments) {
+      shards.exp_avg.push_back({name, spec, in.exp_avg[i]});
+      shards.exp_avg_sq.push_back({name, spec, in.exp_avg_sq[i]});
+    }
+  }
+  shards.optimizer_step = in.optimizer_step;
+  SaveOptions save;
+  save.model_dtype = dtype;
+  save.log = false;
+  const int64_t bytes_per = DTypeSize(dtype);
+  // Writers go through the model's tensors, then both moments of each.
+  std::vector<int64_t> written = {0};
+  for (const TensorShard& t : shards.model) {
+    written.push_back(written.back() + t.tensor.numel() * bytes_per);
+  }
+  for (const TensorShard& t : shards.exp_avg) {
+    written.push_back(written.back() + 4 * t.tensor.numel());
+  }
+  for (const TensorShard& t : shards.exp_avg_sq) {
+    written.push_back(written.back() + 4 * t.tensor.numel());
+  }
+  save.progress = [&](int64_t done, int64_t total) {
+    bar.Update(done, total,
+               written[std::min<size_t>(done, written.size() - 1)]);
+  };
+  SelfCommunicator world("world");
+  TRELLIS_RETURN_IF_ERROR(
+      SaveShards(o.output, state, shards, world, /*writer=*/true, save));
+  s->output = dir.string();
+  s->tensors = shards.model.size() + 2 * shards.exp_avg.size();
+  s->bytes = written.back();
+  return absl::OkStatus();
+}
+
+absl::Status WriteShardFiles(const ConvertOptions& o, const WholeModel& m,
+                             ProgressBar& bar, ConvertSummary* s) {
+  ShardExport e;
+  e.dir = o.output;
+  e.tp = o.tp;
+  e.pp = o.pp;
+  e.pp_layers = o.pp_layers;
+  e.dtype = o.dtype.value_or(DType::kF32);
+  TRELLIS_RETURN_IF_ERROR(ExportShards(m, e, bar.Fn(), &s->tensors, &s->bytes));
+  s->output = o.output;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DetectFormat(const std::string& input) {
+  const fs::path p(input);
+  if (fs::is_directory(p)) {
+    if (fs::exists(p / "model.safetensors")) return std::string("hf");
+    if (fs::exists(p / "state.json") || fs::exists(p / "latest")) {
+      return std::string("trellis");
+    }
+  } else if (fs::is_regular_file(p)) {
+    if (p.extension() == ".safetensors") return std::string("hf");
+    std::ifstream in(p, std::ios::binary);
+    int32_t magic = 0;
+    if (in.read(reinterpret_cast<char*>(&magic), 4) && magic == kLlmcMagic) {
+      return std::string("llmc");
+    }
+  } else {
+    return absl::NotFoundError(absl::StrCat(input, " does not exist"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      input,
+      " is none of: a Hugging Face directory (model.safetensors), an "
+      "llm.c .bin file, a trellis checkpoint; name it with --from"));
+}
+
+absl::StatusOr<DType> ParseFloatDType(const std::string& name) {
+  if (name == "float32" || name == "fp32" || name == "f32") return DType::kF32;
+  if (name == "float16" || name == "fp16" || name == "f16") return DType::kF16;
+  if (name == "bfloat16" || name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "dtype '", name, "' is not one of float32, float16, bfloat16"));
+}
+
+absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
+  const auto start = Clock::now();
+  ConvertSummary s;
+  s.from = o.from;
+  if (s.from.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(s.from, DetectFormat(o.input));
+  }
+  s.to = o.to;
+  if (o.output.empty()) {
+    return absl::InvalidArgumentError("--output is required");
+  }
+  ProgressBar read_bar("reading", o.progress);
+  absl::StatusOr<Input> in;
+  if (s.from == "hf") {
+    in = ReadHf(o, read_bar);
+  } else if (s.from == "llmc") {
+    in = ReadLlmc(o, read_bar);
+  } else if (s.from == "trellis") {
+    in = ReadTrellis(o, s.to == "trellis" && !o.weights_only, read_bar);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--from=", s.from, " is not one of hf, llmc, trellis"));
+  }
+  TRELLIS_RETURN_IF_ERROR(in.status());
+  ProgressBar write_bar("writing", o.progress && s.to == "trellis");
+  absl::Status written;
+  if (s.to == "hf") {
+    written = WriteHf(o, *in, &s);
+  } else if (s.to == "llmc") {
+    written = WriteLlmcFile(o, *in, &s);
+  } else if (s.to == "trellis") {
+    written = WriteTrellis(o, *in, write_bar, &s);
+  } else if (s.to == "shards") {
+    written = WriteShardFiles(o, in->model, write_bar, &s);
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--to=", s.to, " is not one of hf, llmc, trellis, shards"));
+  }
+  TRELLIS_RETURN_IF_ERROR(written);
+  s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return s;
+}
+
+}  // namespace trellis

@@ -1,0 +1,126 @@
+// trellis-convert: GPT-2 checkpoints between Hugging Face, llm.c and trellis
+// (docs/checkpoint-format.md).
+//
+//   trellis-convert --input=gpt2-hf/ --to=trellis --output=ckpt/
+//   trellis-convert --input=ckpt/ --to=hf --output=gpt2-hf-again/
+//   trellis-convert --input=gpt2_124M.bin --to=trellis --output=ckpt/
+//   trellis-convert --input=ckpt/ --to=llmc --output=gpt2_124M.bin
+//   trellis-convert --input=ckpt/ --to=trellis --output=small/
+//       --dtype=bfloat16 --weights_only
+//   trellis-convert --input=ckpt/ --to=shards --output=shards/ --tp=2 --pp=2
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tools/convert/convert.h"
+
+ABSL_FLAG(std::string, input, "",
+          "a Hugging Face directory (model.safetensors + config.json), an "
+          "llm.c .bin file, or a trellis checkpoint (save dir or step_* dir)");
+ABSL_FLAG(std::string, output, "",
+          "hf: a directory; llmc: a file; trellis: a save directory (the "
+          "checkpoint goes to <output>/step_N); shards: a directory");
+ABSL_FLAG(std::string, from, "", "hf, llmc or trellis (default: detected)");
+ABSL_FLAG(std::string, to, "trellis", "hf, llmc, trellis or shards");
+ABSL_FLAG(std::string, dtype, "",
+          "output weights: float32, float16 or bfloat16 (default: the "
+          "input's when converting back to its own format, else float32)");
+ABSL_FLAG(bool, weights_only, false,
+          "trellis to trellis: drop the optimizer state");
+ABSL_FLAG(std::string, tokenizer, "gpt2",
+          "tokenizer recorded in a checkpoint converted from hf or llmc");
+ABSL_FLAG(std::string, hf_prefix, "auto",
+          "hf output: tensor name prefix, e.g. 'transformer.' or '' (auto: "
+          "as the original hf input had it, else none)");
+ABSL_FLAG(std::string, hf_lm_head, "auto",
+          "hf output: also write the tied lm_head.weight: true, false or "
+          "auto (as the original hf input had it)");
+ABSL_FLAG(int64_t, padded_vocab, 0,
+          "llmc output: rows of wte (0: as the original llm.c input, else "
+          "the vocabulary rounded up to a multiple of 128)");
+ABSL_FLAG(int64_t, tp, 1, "shards output: tensor-parallel size");
+ABSL_FLAG(int64_t, pp, 1, "shards output: pipeline-parallel size");
+ABSL_FLAG(std::vector<std::string>, pp_layers, {},
+          "shards output: layers per stage (default: even)");
+ABSL_FLAG(std::string, progress, "auto",
+          "progress bar on stderr: true, false or auto (when a terminal)");
+
+namespace trellis {
+namespace {
+
+absl::StatusOr<ConvertOptions> OptionsFromFlags() {
+  ConvertOptions o;
+  o.input = absl::GetFlag(FLAGS_input);
+  o.output = absl::GetFlag(FLAGS_output);
+  o.from = absl::GetFlag(FLAGS_from);
+  o.to = absl::GetFlag(FLAGS_to);
+  if (o.input.empty() || o.output.empty()) {
+    return absl::InvalidArgumentError(
+        "--input and --output are required; see --help");
+  }
+  if (!absl::GetFlag(FLAGS_dtype).empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(o.dtype,
+                             ParseFloatDType(absl::GetFlag(FLAGS_dtype)));
+  }
+  o.weights_only = absl::GetFlag(FLAGS_weights_only);
+  o.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  if (absl::GetFlag(FLAGS_hf_prefix) != "auto") {
+    o.hf_prefix = absl::GetFlag(FLAGS_hf_prefix);
+  }
+  const std::string lm_head = absl::GetFlag(FLAGS_hf_lm_head);
+  if (lm_head == "true" || lm_head == "false") {
+    o.hf_lm_head = lm_head == "true";
+  } else if (lm_head != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--hf_lm_head=", lm_head, " is not one of true, false, auto"));
+  }
+  o.padded_vocab = absl::GetFlag(FLAGS_padded_vocab);
+  o.tp = absl::GetFlag(FLAGS_tp);
+  o.pp = absl::GetFlag(FLAGS_pp);
+  for (const std::string& s : absl::GetFlag(FLAGS_pp_layers)) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(s, &n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--pp_layers entry '", s, "' is not a number; e.g. --pp_layers=3,5"));
+    }
+    o.pp_layers.push_back(n);
+  }
+  const std::string progress = absl::GetFlag(FLAGS_progress);
+  o.progress = progress == "true" || (progress == "auto" && ::isatty(2));
+  return o;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "converts GPT-2 checkpoints: trellis-convert --input IN --to "
+      "hf|llmc|trellis|shards --output OUT");
+  absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<ConvertOptions> options = OptionsFromFlags();
+  absl::StatusOr<ConvertSummary> summary =
+      options.ok() ? Convert(*options) : options.status();
+  if (!summary.ok()) {
+    std::fprintf(stderr, "trellis-convert: error: %s\n",
+                 std::string(summary.status().message()).c_str());
+    return 1;
+  }
+  const ConvertSummary& s = *summary;
+  std::printf(
+      "trellis-convert: %s -> %s: %lld tensors, %.1f MB in %.2f s (%.0f "
+      "MB/s); wrote %s\n",
+      s.from.c_str(), s.to.c_str(), static_cast<long long>(s.tensors),
+      s.bytes / 1e6, s.seconds, s.bytes / 1e6 / std::max(s.seconds, 1e-9),
+      s.output.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace trellis
+
+int main(int argc, char** argv) { return trellis::Main(argc, argv); }
