@@ -1,0 +1,135 @@
+#include "parallel/tracing_communicator.h"
+
+#include <chrono>
+#include <utility>
+
+namespace trellis {
+
+using Clock = std::chrono::steady_clock;
+
+// A request whose Wait is recorded by the communicator that issued it.
+class TracedRequest : public Request {
+ public:
+  TracedRequest(TracingCommunicator& owner, std::unique_ptr<Request> inner,
+                std::string name, TraceArgs args, int tag, int64_t number)
+      : owner_(owner),
+        inner_(std::move(inner)),
+        name_(std::move(name)),
+        args_(std::move(args)),
+        tag_(tag),
+        number_(number) {}
+
+  void Wait() override {
+    if (!owner_.recorder_.active()) {
+      inner_->Wait();
+      return;
+    }
+    const Clock::time_point start = Clock::now();
+    inner_->Wait();
+    const Clock::time_point end = Clock::now();
+    TraceRecorder& recorder = owner_.recorder_;
+    const double start_us = recorder.MicrosSinceOrigin(start);
+    owner_.RecordWait(
+        TraceSpan{std::move(name_), owner_.name(), owner_.lane_, start_us,
+                  recorder.MicrosSinceOrigin(end) - start_us, std::move(args_)},
+        tag_, number_);
+  }
+
+ private:
+  TracingCommunicator& owner_;
+  std::unique_ptr<Request> inner_;
+  std::string name_;
+  TraceArgs args_;
+  int tag_;
+  int64_t number_;
+};
+
+TracingCommunicator::TracingCommunicator(Communicator& inner,
+                                         TraceRecorder& recorder, int lane)
+    : Communicator(inner.name(), inner.rank(), inner.size()),
+      inner_(inner),
+      recorder_(recorder),
+      lane_(lane) {}
+
+template <typename Fn>
+void TracingCommunicator::Traced(const char* name, TraceArgs args, Fn&& fn) {
+  if (!recorder_.active()) {
+    fn();
+    return;
+  }
+  const Clock::time_point start = Clock::now();
+  fn();
+  recorder_.AddSpan(name, this->name().c_str(), lane_, start, Clock::now(),
+                    std::move(args));
+}
+
+std::unique_ptr<Request> TracingCommunicator::Wrap(
+    std::unique_ptr<Request> request, std::string name, TraceArgs args, int tag,
+    int64_t number) {
+  if (!recorder_.active()) return request;
+  return std::make_unique<TracedRequest>(
+      *this, std::move(request), std::move(name), std::move(args), tag, number);
+}
+
+void TracingCommunicator::RecordWait(TraceSpan span, int tag, int64_t number) {
+  if (number >= 0 && recv_namer_) recv_namer_(tag, number, span);
+  recorder_.mutable_spans().push_back(std::move(span));
+}
+
+std::unique_ptr<Request> TracingCommunicator::DoAllReduce(Tensor& buffer,
+                                                          ReduceOp op,
+                                                          bool async) {
+  if (async) {
+    std::unique_ptr<Request> request = inner_.AllReduceAsync(buffer, op);
+    if (!recorder_.active()) return request;
+    return Wrap(std::move(request), "wait all_reduce",
+                {{"bytes", static_cast<int64_t>(buffer.nbytes())}}, -1, -1);
+  }
+  const TraceArgs args = {{"bytes", static_cast<int64_t>(buffer.nbytes())}};
+  Traced("all_reduce", args, [&] { inner_.AllReduce(buffer, op); });
+  return std::make_unique<DoneRequest>();
+}
+
+void TracingCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
+                                          ReduceOp op) {
+  Traced("reduce_scatter", {{"bytes", static_cast<int64_t>(input.nbytes())}},
+         [&] { inner_.ReduceScatter(input, output, op); });
+}
+
+void TracingCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+  Traced("all_gather", {{"bytes", static_cast<int64_t>(output.nbytes())}},
+         [&] { inner_.AllGather(input, output); });
+}
+
+void TracingCommunicator::DoBroadcast(Tensor& buffer, int root) {
+  Traced("broadcast",
+         {{"bytes", static_cast<int64_t>(buffer.nbytes())}, {"root", root}},
+         [&] { inner_.Broadcast(buffer, root); });
+}
+
+std::unique_ptr<Request> TracingCommunicator::DoSend(const Tensor& buffer,
+                                                     int peer, int tag) {
+  if (!recorder_.active()) return inner_.Send(buffer, peer, tag);
+  return Wrap(inner_.Send(buffer, peer, tag), "wait send",
+              {{"bytes", static_cast<int64_t>(buffer.nbytes())},
+               {"peer", peer},
+               {"tag", tag}},
+              tag, -1);
+}
+
+std::unique_ptr<Request> TracingCommunicator::DoRecv(Tensor& buffer, int peer,
+                                                     int tag) {
+  const int64_t number = recv_numbers_[tag]++;
+  if (!recorder_.active()) return inner_.Recv(buffer, peer, tag);
+  return Wrap(inner_.Recv(buffer, peer, tag), "wait recv",
+              {{"bytes", static_cast<int64_t>(buffer.nbytes())},
+               {"peer", peer},
+               {"tag", tag}},
+              tag, number);
+}
+
+void TracingCommunicator::DoBarrier() {
+  Traced("barrier", {}, [&] { inner_.Barrier(); });
+}
+
+}  // namespace trellis
