@@ -306,6 +306,7 @@ bool Advance(const std::vector<Action>& actions, int stage, int num_stages,
   while (st.next[stage] < actions.size()) {
     const Action& a = actions[st.next[stage]];
     double& clock = st.clock[stage];
+    const double start = clock;
     if (IsRecv(a.type)) {
       const bool activation = a.type == ActionType::kRecvActivation;
       std::deque<Message>& channel =
@@ -330,6 +331,7 @@ bool Advance(const std::vector<Action>& actions, int stage, int num_stages,
       clock += cost;
       sim.busy[stage] += cost;
     }
+    sim.timeline[stage].push_back(TimedAction{a, start, clock});
     ++st.next[stage];
     advanced = true;
   }
@@ -501,6 +503,7 @@ absl::StatusOr<ScheduleSimulation> SimulateSchedules(
               std::vector<std::deque<Message>>(num_stages)};
   ScheduleSimulation sim;
   sim.busy.assign(num_stages, 0.0);
+  sim.timeline.resize(num_stages);
   absl::Status status;
   for (bool progress = true; progress;) {
     progress = false;

@@ -140,10 +140,21 @@ struct ActionCosts {
   double transfer = 0.0;  // from a send's issue to its receive's completion
 };
 
+// One action of a simulated timeline: a compute from its start to its end;
+// a receive from when its stage reached it until its data had arrived (the
+// wait); a send at its issue (start == end).
+struct TimedAction {
+  Action action;
+  double start = 0.0;
+  double end = 0.0;
+};
+
 // The timeline of a joint simulation.
 struct ScheduleSimulation {
   double makespan = 0.0;     // when the last stage finishes
   std::vector<double> busy;  // per stage: time spent computing
+  // Per stage, every action in list order with its times.
+  std::vector<std::vector<TimedAction>> timeline;
   // The mean over stages of 1 − busy / makespan.
   double BubbleFraction() const;
 };
