@@ -1,0 +1,33 @@
+// Rendering a BubbleReport: a table for people, JSON for machines and an SVG
+// timeline (one row per stage, F/B/W coloured and numbered by microbatch,
+// idle time shaded, receive waits marked).
+//
+// Thread safety: pure functions.
+#ifndef TRELLIS_TOOLS_BUBBLES_REPORT_H_
+#define TRELLIS_TOOLS_BUBBLES_REPORT_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "tools/bubbles/analysis.h"
+
+namespace trellis {
+
+// Per step (and the median, when there are several): a row per stage and one
+// for the whole step with busy, idle, bubble, receive wait and dp time, then
+// the theoretical and planned bubble.
+std::string FormatReport(const BubbleReport& report);
+
+// {"mode", "unit", "schedule", "pp", "microbatches", "virtual_stages", "dp",
+//  "tp", "steps": [{"step", "step_time", "theory", "planned", "costs": {"F",
+//  "B", "W"}, "stages": [{"stage", "ranks", "busy", "idle", "window",
+//  "bubble", "recv_wait", "dp"}], "whole": {...}}], "median": {...}}.
+// Times are in "unit"; bubbles are fractions.
+nlohmann::json ReportToJson(const BubbleReport& report);
+
+// A standalone SVG document drawing `timeline`.
+std::string TimelineSvg(const Timeline& timeline);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_BUBBLES_REPORT_H_
