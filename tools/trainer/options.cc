@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "framework/status.h"
+#include "parallel/schedule.h"
 #include "transformer/config.h"
 
 namespace trellis {
@@ -43,10 +44,12 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") {
     return Bad(absl::StrCat("--device=", o.device, " is not cpu or cuda"));
   }
-  if (o.schedule != "gpipe" && o.schedule != "1f1b" &&
-      o.schedule != "interleaved" && o.schedule != "zb-h1") {
-    return Bad(absl::StrCat("--schedule=", o.schedule,
-                            " is not one of gpipe, 1f1b, interleaved, zb-h1"));
+  // The names are the schedule library's, so every name accepted here
+  // builds a schedule.
+  if (!ParseScheduleKind(o.schedule).ok()) {
+    return Bad(absl::StrCat(
+        "--schedule=", o.schedule,
+        " is not one of gpipe, 1f1b, interleaved-1f1b, zb-h1"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
   return absl::OkStatus();
@@ -101,14 +104,16 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
         o.micro_batch_size, " = ", per_step, "; use a multiple of ", per_step));
   }
   const int64_t m = o.global_batch_size / per_step;
-  if (o.schedule == "interleaved" && (o.virtual_stages < 2 || m % o.pp != 0)) {
+  const bool interleaved =
+      ParseScheduleKind(o.schedule).value() == ScheduleKind::kInterleaved1F1B;
+  if (interleaved && (o.virtual_stages < 2 || m % o.pp != 0)) {
     return Bad(absl::StrCat(
-        "--schedule=interleaved needs --virtual_stages ≥ 2 and a number of "
-        "microbatches (",
-        m, ") that is a multiple of --pp=", o.pp));
+        "--schedule=", o.schedule,
+        " needs --virtual_stages ≥ 2 and a number of microbatches (", m,
+        ") that is a multiple of --pp=", o.pp));
   }
-  if (o.schedule != "interleaved" && o.virtual_stages != 1) {
-    return Bad("--virtual_stages > 1 needs --schedule=interleaved");
+  if (!interleaved && o.virtual_stages != 1) {
+    return Bad("--virtual_stages > 1 needs --schedule=interleaved-1f1b");
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,237 @@
+// TrainOptions::Resolve: every invalid combination is refused with a
+// message that names the flags to change.
+#include "tools/trainer/options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace trellis {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TrainOptions Valid() {
+  TrainOptions o;
+  o.model.n_layer = 4;
+  o.model.n_head = 4;
+  o.model.d_model = 32;
+  o.model.seq_len = 16;
+  o.data = "tokens.h5";
+  o.micro_batch_size = 2;
+  o.global_batch_size = 16;
+  return o;
+}
+
+TEST(TrainOptionsTest, ResolvesDataParallelSizeFromWorld) {
+  TrainOptions o = Valid();
+  o.tp = 2;
+  o.pp = 2;
+  ASSERT_TRUE(o.Resolve(8, 257).ok());
+  EXPECT_EQ(o.dp, 2);
+  EXPECT_EQ(o.model.vocab_size, 257);
+  EXPECT_EQ(o.microbatches(), 4);  // 16 / (2 · 2)
+  EXPECT_THAT(o.ToFlagString(), AllOf(HasSubstr("--dp=2"), HasSubstr("--tp=2"),
+                                      HasSubstr("--global_batch_size=16")));
+}
+
+TEST(TrainOptionsTest, AcceptsEveryScheduleByItsDocumentedName) {
+  for (const std::string name : {"gpipe", "1f1b", "zb-h1"}) {
+    TrainOptions o = Valid();
+    o.pp = 2;
+    o.schedule = name;
+    EXPECT_TRUE(o.Resolve(2, 257).ok()) << name;
+  }
+  TrainOptions o = Valid();
+  o.pp = 2;
+  o.schedule = "interleaved-1f1b";
+  o.virtual_stages = 2;
+  const absl::Status status = o.Resolve(2, 257);
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(TrainOptionsTest, StageLayersSplitsEvenlyOrAsGiven) {
+  EXPECT_THAT(StageLayers(7, 3, {}), ElementsAre(3, 2, 2));
+  EXPECT_THAT(StageLayers(7, 2, {2, 5}), ElementsAre(2, 5));
+}
+
+struct BadCase {
+  std::string name;
+  int world;
+  std::function<void(TrainOptions&)> change;
+  std::vector<std::string> message_parts;  // Each must appear.
+};
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
+
+class TrainOptionsBadTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(TrainOptionsBadTest, RefusedWithAMessageNamingTheFlags) {
+  const BadCase& c = GetParam();
+  TrainOptions o = Valid();
+  c.change(o);
+  const absl::Status status = o.Resolve(c.world, 257);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(status.message());
+  for (const std::string& part : c.message_parts) {
+    EXPECT_THAT(message, HasSubstr(part));
+  }
+  // One line, so programs print exactly one line per error.
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+using O = TrainOptions;
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainOptionsBadTest,
+    ::testing::Values(
+        BadCase{"no_data", 1, [](O& o) { o.data = ""; }, {"--data"}},
+        BadCase{
+            "zero_layers", 1, [](O& o) { o.model.n_layer = 0; }, {"--n_layer"}},
+        BadCase{"width_not_divisible_by_heads",
+                1,
+                [](O& o) { o.model.d_model = 30; },
+                {"--d_model=30", "--n_head=4"}},
+        BadCase{"micro_batch_zero",
+                1,
+                [](O& o) { o.micro_batch_size = 0; },
+                {"--micro_batch_size=0"}},
+        BadCase{"global_batch_negative",
+                1,
+                [](O& o) { o.global_batch_size = -4; },
+                {"--global_batch_size=-4"}},
+        BadCase{
+            "steps_negative", 1, [](O& o) { o.steps = -1; }, {"--steps=-1"}},
+        BadCase{"lr_zero", 1, [](O& o) { o.lr = 0; }, {"--lr=0"}},
+        BadCase{"min_lr_above_lr",
+                1,
+                [](O& o) { o.min_lr = 1; },
+                {"--min_lr=1", "--lr"}},
+        BadCase{"warmup_negative",
+                1,
+                [](O& o) { o.warmup_steps = -1; },
+                {"--warmup_steps"}},
+        BadCase{"grad_clip_negative",
+                1,
+                [](O& o) { o.grad_clip = -1; },
+                {"--grad_clip"}},
+        BadCase{"val_fraction_one",
+                1,
+                [](O& o) { o.val_fraction = 1; },
+                {"--val_fraction=1"}},
+        BadCase{"log_every_zero",
+                1,
+                [](O& o) { o.log_every = 0; },
+                {"--log_every"}},
+        BadCase{"save_every_negative",
+                1,
+                [](O& o) { o.save_every = -5; },
+                {"--save_every"}},
+        BadCase{"keep_checkpoints_negative",
+                1,
+                [](O& o) { o.keep_checkpoints = -1; },
+                {"--keep_checkpoints"}},
+        BadCase{"device", 1, [](O& o) { o.device = "tpu"; }, {"--device=tpu"}},
+        BadCase{"schedule",
+                1,
+                [](O& o) { o.schedule = "foo"; },
+                {"--schedule=foo", "interleaved-1f1b"}},
+        BadCase{"bucket_size",
+                1,
+                [](O& o) { o.dp_bucket_mb = 0; },
+                {"--dp_bucket_mb"}},
+        BadCase{"tp_zero", 1, [](O& o) { o.tp = 0; }, {"--tp=0"}},
+        BadCase{"virtual_stages_zero",
+                1,
+                [](O& o) { o.virtual_stages = 0; },
+                {"--virtual_stages=0"}},
+        BadCase{"world_not_divisible",
+                3,
+                [](O& o) { o.tp = 2; },
+                {"world size 3", "tp × pp = 2 × 1"}},
+        BadCase{"layout_not_world",
+                4,
+                [](O& o) {
+                  o.dp = 3;
+                  o.tp = 2;
+                },
+                {"dp=3", "tp=2", "world size 4"}},
+        BadCase{"tp_on_one_rank", 1, [](O& o) { o.tp = 3; }, {"tp × pp = 3"}},
+        BadCase{"heads_not_divisible_by_tp",
+                3,
+                [](O& o) { o.tp = 3; },
+                {"--n_head=4", "--tp=3"}},
+        BadCase{"too_few_layers",
+                8,
+                [](O& o) { o.pp = 8; },
+                {"--n_layer=4", "pp × virtual_stages = 8"}},
+        BadCase{"pp_layers_entry_zero",
+                2,
+                [](O& o) {
+                  o.pp = 2;
+                  o.pp_layers = {0, 4};
+                },
+                {"--pp_layers"}},
+        BadCase{"pp_layers_count",
+                2,
+                [](O& o) {
+                  o.pp = 2;
+                  o.pp_layers = {1, 1, 2};
+                },
+                {"--pp_layers=1,1,2", "2 stages", "--n_layer=4"}},
+        BadCase{"pp_layers_sum",
+                2,
+                [](O& o) {
+                  o.pp = 2;
+                  o.pp_layers = {1, 2};
+                },
+                {"--pp_layers=1,2", "--n_layer=4"}},
+        BadCase{"pp_layers_with_virtual_stages",
+                2,
+                [](O& o) {
+                  o.pp = 2;
+                  o.pp_layers = {2, 2};
+                  o.schedule = "interleaved-1f1b";
+                  o.virtual_stages = 2;
+                },
+                {"--pp_layers", "--virtual_stages"}},
+        BadCase{"global_batch_not_multiple",
+                2,
+                [](O& o) { o.global_batch_size = 10; },
+                {"--global_batch_size=10", "dp × micro_batch_size = 2 × 2 = 4",
+                 "multiple of 4"}},
+        BadCase{"interleaved_needs_virtual_stages",
+                2,
+                [](O& o) {
+                  o.pp = 2;
+                  o.schedule = "interleaved-1f1b";
+                },
+                {"--schedule=interleaved-1f1b", "--virtual_stages"}},
+        BadCase{"interleaved_microbatches_not_multiple_of_pp",
+                2,
+                [](O& o) {
+                  o.pp = 2;
+                  o.model.n_layer = 4;
+                  o.global_batch_size = 6;
+                  o.schedule = "interleaved-1f1b";
+                  o.virtual_stages = 2;
+                },
+                {"microbatches (3)", "--pp=2"}},
+        BadCase{"virtual_stages_without_interleaved",
+                2,
+                [](O& o) {
+                  o.pp = 2;
+                  o.virtual_stages = 2;
+                },
+                {"--virtual_stages", "--schedule=interleaved-1f1b"}}),
+    [](const ::testing::TestParamInfo<BadCase>& info) {
+      return info.param.name;
+    });
+
+}  // namespace
+}  // namespace trellis
