@@ -396,7 +396,10 @@ absl::Status Process(const std::vector<std::string>& inputs, Split split,
   pipeline.Cancel();
   read_thread.join();
   for (std::thread& worker : workers) worker.join();
-  if (status.ok()) progress.Update(done_bytes, /*final=*/true);
+  // Input without a document is an error the caller reports alone.
+  if (status.ok() && writer.num_documents() > 0) {
+    progress.Update(done_bytes, /*final=*/true);
+  }
   return status;
 }
 

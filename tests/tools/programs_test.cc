@@ -1,0 +1,316 @@
+// Bad input through the real programs: each run must end with a nonzero
+// exit status (never a signal) and, for trellis's own errors, exactly one
+// line on stderr, "<program>: error: ...", naming the flag or file at fault.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/tools/tools_test_util.h"
+
+extern char** environ;
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+struct ProgramResult {
+  bool exited = false;  // false: killed by a signal (or never started)
+  int exit_code = -1;
+  int signal = 0;
+  std::string out, err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs build/bin/trellis-<program> with `args` in `dir`, stdout and stderr
+// captured to files there.
+ProgramResult RunProgram(const std::string& program,
+                         const std::vector<std::string>& args,
+                         const std::string& dir) {
+  const std::string binary =
+      absl::StrCat(TRELLIS_BINARY_DIR, "/bin/trellis-", program);
+  const std::string out_path = dir + "/stdout.txt";
+  const std::string err_path = dir + "/stderr.txt";
+  std::vector<std::string> argv_strings = {binary};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings = {"OPENBLAS_NUM_THREADS=1"};
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null",
+                                   O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ProgramResult result;
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr,
+                             argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(rc, 0) << "cannot start " << binary;
+  if (rc != 0) return result;
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, 0), pid);
+  result.exited = WIFEXITED(status);
+  result.exit_code = result.exited ? WEXITSTATUS(status) : -1;
+  result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  result.out = ReadFile(out_path);
+  result.err = ReadFile(err_path);
+  return result;
+}
+
+std::string Describe(const std::string& program,
+                     const std::vector<std::string>& args,
+                     const ProgramResult& r) {
+  return absl::StrCat("trellis-", program, " ", absl::StrJoin(args, " "),
+                      "\nexit ", r.exit_code, " signal ", r.signal,
+                      "\nstderr:\n", r.err, "stdout:\n", r.out);
+}
+
+// The small model every run here trains (a fraction of a second).
+std::vector<std::string> TinyFlags(const std::string& data) {
+  return {"--n_layer=1",   "--n_head=2",           "--d_model=16",
+          "--seq_len=16",  "--micro_batch_size=2", "--global_batch_size=4",
+          "--steps=2",     "--warmup_steps=1",     "--eval_every=0",
+          "--data=" + data};
+}
+
+class ProgramsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::ScratchDir();
+    byte_data_ = dir_ + "/byte.h5";
+    test::WriteTokenFile(byte_data_, test::kByteVocab, 20000);
+  }
+
+  // Expects a clean failure: a nonzero exit and one stderr line that starts
+  // with "trellis-<program>: error: " and contains every one of `names`.
+  void ExpectError(const std::string& program,
+                   const std::vector<std::string>& args,
+                   const std::vector<std::string>& names) {
+    const ProgramResult r = RunProgram(program, args, dir_);
+    const std::string what = Describe(program, args, r);
+    EXPECT_TRUE(r.exited) << what;
+    EXPECT_NE(r.exit_code, 0) << what;
+    EXPECT_THAT(r.err,
+                StartsWith(absl::StrCat("trellis-", program, ": error: ")))
+        << what;
+    ASSERT_FALSE(r.err.empty()) << what;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << what;
+    for (const std::string& name : names) {
+      EXPECT_THAT(r.err, HasSubstr(name)) << what;
+    }
+  }
+
+  // Expects a nonzero exit without a crash (absl's own flag errors).
+  void ExpectRefused(const std::string& program,
+                     const std::vector<std::string>& args,
+                     const std::string& name) {
+    const ProgramResult r = RunProgram(program, args, dir_);
+    const std::string what = Describe(program, args, r);
+    EXPECT_TRUE(r.exited) << what;
+    EXPECT_NE(r.exit_code, 0) << what;
+    EXPECT_THAT(r.err, HasSubstr(name)) << what;
+  }
+
+  void Train(std::vector<std::string> args,
+             const std::vector<std::string>& names) {
+    std::vector<std::string> all = TinyFlags(byte_data_);
+    all.insert(all.end(), args.begin(), args.end());
+    ExpectError("train", all, names);
+  }
+
+  // Trains the tiny model for 2 steps into <dir>/ckpt; returns that dir.
+  std::string MakeCheckpoint() {
+    std::vector<std::string> args = TinyFlags(byte_data_);
+    args.push_back("--save_dir=" + dir_ + "/ckpt");
+    const ProgramResult r = RunProgram("train", args, dir_);
+    EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("train", args, r);
+    EXPECT_TRUE(fs::exists(dir_ + "/ckpt/step_00000002/model.h5"));
+    return dir_ + "/ckpt";
+  }
+
+  // A copy of the byte token file with `damage` applied to its bytes.
+  std::string Damaged(const std::string& name,
+                      void (*damage)(std::string& bytes)) {
+    std::string bytes = ReadFile(byte_data_);
+    damage(bytes);
+    const std::string path = dir_ + "/" + name;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    return path;
+  }
+
+  std::string dir_, byte_data_;
+};
+
+TEST_F(ProgramsTest, TrainSucceedsOnGoodInput) {
+  const std::vector<std::string> args = TinyFlags(byte_data_);
+  const ProgramResult r = RunProgram("train", args, dir_);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("train", args, r);
+  EXPECT_THAT(r.out, HasSubstr("2/2 | loss")) << r.out;
+}
+
+TEST_F(ProgramsTest, TrainMissingDataFile) {
+  Train({"--data=" + dir_ + "/missing.h5"}, {dir_ + "/missing.h5"});
+}
+
+TEST_F(ProgramsTest, TrainTruncatedDataFile) {
+  const std::string path =
+      Damaged("truncated.h5", [](std::string& b) { b.resize(b.size() / 2); });
+  Train({"--data=" + path}, {path});
+}
+
+TEST_F(ProgramsTest, TrainDataFileWithFlippedSignature) {
+  const std::string path = Damaged("flipped_signature.h5", [](std::string& b) {
+    for (int i = 0; i < 8; ++i) b[i] = static_cast<char>(~b[i]);
+  });
+  Train({"--data=" + path}, {path});
+}
+
+TEST_F(ProgramsTest, TrainDataFileWithFlippedSuperblock) {
+  const std::string path = Damaged("flipped_superblock.h5", [](std::string& b) {
+    for (int i = 8; i < 96; ++i) b[i] = static_cast<char>(~b[i]);
+  });
+  Train({"--data=" + path}, {path});
+}
+
+TEST_F(ProgramsTest, TrainNotAnHdf5File) {
+  const std::string path = dir_ + "/text.h5";
+  std::ofstream(path) << "In the beginning was plain text.\n";
+  Train({"--data=" + path}, {path, "not an HDF5 file"});
+}
+
+TEST_F(ProgramsTest, TrainResumeOfAnotherModelSize) {
+  const std::string ckpt = MakeCheckpoint();
+  Train({"--resume=" + ckpt, "--d_model=32"},
+        {ckpt, "d_model=16", "d_model=32"});
+}
+
+TEST_F(ProgramsTest, TrainResumeWithAnotherVocabulary) {
+  const std::string ckpt = MakeCheckpoint();
+  const std::string gpt2 = dir_ + "/gpt2.h5";
+  test::WriteTokenFile(gpt2, test::kGpt2Vocab, 2000);
+  Train({"--resume=" + ckpt, "--data=" + gpt2},
+        {ckpt, "vocab_size=257", "vocab_size=50257"});
+}
+
+TEST_F(ProgramsTest, TrainResumeFromDamagedCheckpoints) {
+  const std::string ckpt = MakeCheckpoint();
+  const std::string step = ckpt + "/step_00000002";
+  Train({"--resume=" + dir_ + "/nothing"}, {"--resume=" + dir_ + "/nothing"});
+  // A stale `latest`: it names a checkpoint that is gone.
+  std::ofstream(ckpt + "/latest", std::ios::trunc) << "step_00000009\n";
+  Train({"--resume=" + ckpt}, {ckpt + "/latest", "step_00000009"});
+  const std::string model = step + "/model.h5";
+  fs::resize_file(model, fs::file_size(model) / 2);
+  Train({"--resume=" + step}, {model});
+  std::ofstream(step + "/state.json", std::ios::trunc) << "{\"step\": 2";
+  Train({"--resume=" + step}, {step + "/state.json"});
+}
+
+TEST_F(ProgramsTest, EvalWithAnotherVocabulary) {
+  const std::string ckpt = MakeCheckpoint();
+  const std::string gpt2 = dir_ + "/gpt2.h5";
+  test::WriteTokenFile(gpt2, test::kGpt2Vocab, 2000);
+  ExpectError("eval", {"--load=" + ckpt, "--data=" + gpt2},
+              {ckpt, "vocab_size=257", "vocab_size=50257"});
+}
+
+TEST_F(ProgramsTest, EvalSucceedsThenRefusesBadFiles) {
+  const std::string ckpt = MakeCheckpoint();
+  const std::vector<std::string> good = {
+      "--load=" + ckpt, "--data=" + byte_data_, "--max_windows=8"};
+  const ProgramResult r = RunProgram("eval", good, dir_);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("eval", good, r);
+  EXPECT_THAT(r.out, HasSubstr("eval_loss "));
+  ExpectError("eval", {"--load=" + ckpt, "--data=" + dir_ + "/missing.h5"},
+              {dir_ + "/missing.h5"});
+  ExpectError("eval", {"--load=" + dir_ + "/nothing", "--data=" + byte_data_},
+              {dir_ + "/nothing"});
+  ExpectError("eval", {"--data=" + byte_data_}, {"--load"});
+  const std::string text = dir_ + "/text.h5";
+  std::ofstream(text) << "plain text\n";
+  ExpectError("eval", {"--load=" + ckpt, "--data=" + text}, {text});
+}
+
+TEST_F(ProgramsTest, TrainNonsenseFlags) {
+  Train({"--steps=-1"}, {"--steps=-1"});
+  Train({"--tp=3"}, {"tp=3"});
+  Train({"--global_batch_size=5"}, {"--global_batch_size=5"});
+  Train({"--schedule=foo"}, {"--schedule=foo"});
+  Train({"--pp_layers=1,x"}, {"--pp_layers", "'x'"});
+  Train({"--stop_signals=FOO"}, {"FOO"});
+}
+
+TEST_F(ProgramsTest, TrainFlagsAbslRefuses) {
+  std::vector<std::string> args = TinyFlags(byte_data_);
+  args.push_back("--lr=abc");
+  ExpectRefused("train", args, "lr");
+  args.back() = "--unknown_flag=1";
+  ExpectRefused("train", args, "unknown_flag");
+  ExpectRefused("eval", {"--max_windows=lots"}, "max_windows");
+  ExpectRefused("preprocess", {"--threads=many"}, "threads");
+}
+
+TEST_F(ProgramsTest, PreprocessBadInput) {
+  const std::string text = dir_ + "/a.txt";
+  std::ofstream(text) << "Some text.\n\nMore text.\n";
+  const std::string out = dir_ + "/out.h5";
+  ExpectError("preprocess", {"--output=" + out}, {"--input"});
+  ExpectError("preprocess", {"--input=" + text}, {"--output"});
+  ExpectError("preprocess",
+              {"--input=" + dir_ + "/missing.txt", "--output=" + out},
+              {dir_ + "/missing.txt"});
+  ExpectError("preprocess",
+              {"--input=" + text, "--output=" + dir_ + "/no/such/out.h5"},
+              {"--output", dir_ + "/no/such"});
+  ExpectError("preprocess",
+              {"--input=" + text, "--output=" + out, "--split=foo"},
+              {"--split=foo"});
+  ExpectError("preprocess",
+              {"--input=" + text, "--output=" + out, "--tokenizer=foo"},
+              {"foo"});
+  ExpectError("preprocess", {"--input=" + text, "--output=" + out, "extra"},
+              {"extra"});
+  const std::string blank = dir_ + "/blank.txt";
+  std::ofstream(blank) << "\n   \n";
+  ExpectError("preprocess",
+              {"--input=" + blank, "--output=" + out, "--split=line"},
+              {"no document"});
+  ExpectError("preprocess",
+              {"--input=" + text, "--output=" + out, "--tokenizer=gpt2",
+               "--tokenizer_dir=" + dir_ + "/no_assets"},
+              {dir_ + "/no_assets"});
+  // None of the failures left an output file behind.
+  EXPECT_FALSE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,90 @@
+// Helpers shared by the trainer tests: a fresh scratch directory per test,
+// small synthetic token files, and the options of a tiny model that trains
+// in milliseconds.
+//
+// Thread safety: none needed; each test calls these from its own thread.
+#ifndef TRELLIS_TESTS_TOOLS_TOOLS_TEST_UTIL_H_
+#define TRELLIS_TESTS_TOOLS_TOOLS_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "data/token_dataset.h"
+#include "tools/trainer/options.h"
+
+namespace trellis::test {
+
+// An empty directory that belongs to the running test alone (ctest runs
+// tests of this binary in parallel, each in its own process).
+inline std::string ScratchDir() {
+  const ::testing::TestInfo* info =
+      ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) /
+      absl::StrCat("trellis_", info->test_suite_name(), ".", info->name(), ".",
+                   ::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+inline const TokenFileMetadata kByteVocab{"byte", 257, 256};
+inline const TokenFileMetadata kGpt2Vocab{"gpt2", 50257, 50256};
+
+// Writes a token file of about `num_tokens` tokens: documents of 40 to 100
+// tokens from a fixed linear congruential sequence, so the text has
+// structure a model can learn a little of and every run sees the same data.
+inline void WriteTokenFile(const std::string& path,
+                           const TokenFileMetadata& metadata,
+                           int64_t num_tokens = 6000) {
+  auto writer = TokenDatasetWriter::Create(path, metadata);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  uint64_t state = 12345;
+  auto next = [&state] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  int64_t written = 0;
+  while (written < num_tokens) {
+    std::vector<uint32_t> doc(40 + next() % 61);
+    for (size_t i = 0; i < doc.size(); ++i) {
+      // Mostly a repeating alphabet, sometimes a random id.
+      doc[i] = next() % 8 == 0
+                   ? next() % static_cast<uint32_t>(metadata.eot_token)
+                   : static_cast<uint32_t>(97 + (i * 7 + doc.size()) % 26);
+    }
+    ASSERT_TRUE((*writer)->AppendDocument(doc).ok());
+    written += static_cast<int64_t>(doc.size()) + 1;
+  }
+  ASSERT_TRUE((*writer)->Finish().ok());
+}
+
+// A 2-layer, 16-wide model on windows of 16 tokens, 16 windows per step in
+// microbatches of 4, no evaluation, no logging noise.
+inline TrainOptions TinyOptions(const std::string& data) {
+  TrainOptions o;
+  o.model.n_layer = 2;
+  o.model.n_head = 2;
+  o.model.d_model = 16;
+  o.model.seq_len = 16;
+  o.data = data;
+  o.val_fraction = 0.05;
+  o.micro_batch_size = 4;
+  o.global_batch_size = 16;
+  o.steps = 10;
+  o.lr = 1e-2;
+  o.min_lr = 1e-3;
+  o.warmup_steps = 2;
+  o.log_every = 1000;
+  return o;
+}
+
+}  // namespace trellis::test
+
+#endif  // TRELLIS_TESTS_TOOLS_TOOLS_TEST_UTIL_H_
