@@ -1,0 +1,220 @@
+// Checkpoints: what --resume resolves to, pruning, crashed saves, and the
+// errors of loading a checkpoint into a model it does not fit.
+#include "tools/trainer/checkpoint.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "tests/tools/tools_test_util.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+void WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A tiny "model" of whole tensors: a (rows, 3) weight and, optionally, a
+// bias; layouts are shard_io_test's business, this file tests the files.
+void AddModel(ParameterSet& params, int64_t rows, bool with_bias = true) {
+  Parameter& w =
+      params.Add("h.0.mlp.c_fc.weight", ShardSpec::Replicated({rows, 3}),
+                 /*decay=*/true, Device::Cpu());
+  for (int64_t i = 0; i < w.numel(); ++i) w.value.data<float>()[i] = i + 1.0f;
+  if (with_bias) {
+    Parameter& b = params.Add("h.0.mlp.c_fc.bias", ShardSpec::Replicated({3}),
+                              /*decay=*/false, Device::Cpu());
+    for (int64_t i = 0; i < 3; ++i) b.value.data<float>()[i] = -1.0f - i;
+  }
+}
+
+void Save(const std::string& save_dir, int64_t step,
+          const ParameterSet& params) {
+  SelfCommunicator world("world");
+  TrainingState state;
+  state.step = step;
+  state.samples_consumed = 16 * step;
+  state.tokenizer = "byte";
+  ASSERT_TRUE(
+      SaveCheckpoint(save_dir, state, params, nullptr, world, true).ok());
+}
+
+std::vector<std::string> Listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(ResolveResumeTest, EmptyMeansFreshStart) {
+  EXPECT_EQ(*ResolveResume("", "/nonexistent"), "");
+}
+
+TEST(ResolveResumeTest, AutoNeedsSaveDir) {
+  const absl::StatusOr<std::string> r = ResolveResume("auto", "");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--save_dir"));
+}
+
+TEST(ResolveResumeTest, AutoWithoutLatestIsFreshStart) {
+  const std::string dir = test::ScratchDir();
+  EXPECT_EQ(*ResolveResume("auto", dir), "");
+  EXPECT_EQ(*ResolveResume("auto", dir + "/not_yet_created"), "");
+}
+
+TEST(ResolveResumeTest, FollowsLatestOrTakesStepDirectory) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet params;
+  AddModel(params, 2);
+  Save(dir, 3, params);
+  Save(dir, 7, params);
+  EXPECT_EQ(ReadText(fs::path(dir) / "latest"), "step_00000007\n");
+  const std::string step7 = (fs::path(dir) / "step_00000007").string();
+  const std::string step3 = (fs::path(dir) / "step_00000003").string();
+  EXPECT_EQ(*ResolveResume("auto", dir), step7);
+  EXPECT_EQ(*ResolveResume(dir, ""), step7);
+  EXPECT_EQ(*ResolveResume(step3, "ignored"), step3);
+  const absl::StatusOr<TrainingState> state = ReadTrainingState(step3);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->step, 3);
+  EXPECT_EQ(state->samples_consumed, 48);
+  EXPECT_EQ(state->tokenizer, "byte");
+}
+
+TEST(ResolveResumeTest, StaleLatestIsAClearError) {
+  const std::string dir = test::ScratchDir();
+  WriteText(fs::path(dir) / "latest", "step_00000042\n");
+  for (const std::string& resume : {std::string("auto"), dir}) {
+    const absl::StatusOr<std::string> r = ResolveResume(resume, dir);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << resume;
+    EXPECT_THAT(std::string(r.status().message()),
+                AllOf(HasSubstr(dir + "/latest"), HasSubstr("step_00000042"),
+                      HasSubstr("--resume")));
+  }
+}
+
+TEST(ResolveResumeTest, NeitherCheckpointNorSaveDirIsAClearError) {
+  const std::string dir = test::ScratchDir();
+  const absl::StatusOr<std::string> r = ResolveResume(dir + "/nothing", "");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(r.status().message()),
+              AllOf(HasSubstr(dir + "/nothing"), HasSubstr("--resume")));
+}
+
+TEST(ReadTrainingStateTest, CorruptStateNamesTheFile) {
+  const std::string dir = test::ScratchDir();
+  WriteText(fs::path(dir) / "state.json", "{\"step\": ");
+  absl::StatusOr<TrainingState> s = ReadTrainingState(dir);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr(dir + "/state.json"));
+  WriteText(fs::path(dir) / "state.json", "{\"step\": 3}");
+  s = ReadTrainingState(dir);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(s.status().message()),
+              AllOf(HasSubstr(dir + "/state.json"), HasSubstr("missing")));
+}
+
+TEST(PruneCheckpointsTest, KeepsTheNewest) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet params;
+  AddModel(params, 2);
+  for (int64_t step : {2, 4, 6, 8, 10}) Save(dir, step, params);
+  fs::create_directory(fs::path(dir) / ".step_00000012.tmp");
+  ASSERT_TRUE(PruneCheckpoints(dir, 2).ok());
+  EXPECT_THAT(Listing(dir), ElementsAre(".step_00000012.tmp", "latest",
+                                        "step_00000008", "step_00000010"));
+  ASSERT_TRUE(PruneCheckpoints(dir, 5).ok());
+  EXPECT_THAT(Listing(dir), ElementsAre(".step_00000012.tmp", "latest",
+                                        "step_00000008", "step_00000010"));
+  EXPECT_EQ(*ResolveResume("auto", dir), dir + "/step_00000010");
+}
+
+TEST(CrashedSaveTest, LeftoverTemporaryDirectoryLeavesLatestIntact) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet saved;
+  AddModel(saved, 2);
+  Save(dir, 3, saved);
+  // A save of step 4 that died midway: a partial directory, no rename.
+  const fs::path tmp = fs::path(dir) / ".step_00000004.tmp";
+  fs::create_directory(tmp);
+  WriteText(tmp / "model.h5", "half a file");
+  EXPECT_EQ(*ResolveResume("auto", dir), dir + "/step_00000003");
+  ParameterSet loaded;
+  AddModel(loaded, 2);
+  for (Parameter* p : loaded.all()) p->value.data<float>()[0] = 99;
+  ASSERT_TRUE(LoadCheckpoint(dir + "/step_00000003", loaded, nullptr).ok());
+  EXPECT_EQ(loaded.Find("h.0.mlp.c_fc.weight")->value.data<float>()[0], 1.0f);
+  EXPECT_EQ(loaded.Find("h.0.mlp.c_fc.bias")->value.data<float>()[2], -3.0f);
+
+  // The next save of that step replaces the leftover and publishes.
+  Save(dir, 4, saved);
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_EQ(*ResolveResume("auto", dir), dir + "/step_00000004");
+  ParameterSet again;
+  AddModel(again, 2);
+  EXPECT_TRUE(LoadCheckpoint(dir + "/step_00000004", again, nullptr).ok());
+}
+
+TEST(LoadCheckpointTest, AnotherModelSizeNamesFileAndTensor) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet saved;
+  AddModel(saved, 2);
+  Save(dir, 1, saved);
+  ParameterSet bigger;
+  AddModel(bigger, 5);
+  const absl::Status status =
+      LoadCheckpoint(dir + "/step_00000001", bigger, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr(dir + "/step_00000001/model.h5"),
+                    HasSubstr("h.0.mlp.c_fc.weight"), HasSubstr("(2, 3)"),
+                    HasSubstr("(5, 3)")));
+}
+
+TEST(LoadCheckpointTest, MissingTensorNamesFileAndTensor) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet saved;
+  AddModel(saved, 2, /*with_bias=*/false);
+  Save(dir, 1, saved);
+  ParameterSet wanted;
+  AddModel(wanted, 2, /*with_bias=*/true);
+  const absl::Status status =
+      LoadCheckpoint(dir + "/step_00000001", wanted, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(status.message()),
+              AllOf(HasSubstr(dir + "/step_00000001/model.h5"),
+                    HasSubstr("h.0.mlp.c_fc.bias")));
+}
+
+TEST(LoadCheckpointTest, MissingModelFileNamesIt) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet params;
+  AddModel(params, 2);
+  const absl::Status status = LoadCheckpoint(dir, params, nullptr);
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr(dir + "/model.h5"));
+}
+
+}  // namespace
+}  // namespace trellis
