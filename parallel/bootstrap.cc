@@ -129,9 +129,24 @@ absl::StatusOr<ParallelContext> ParallelContext::Create(
                      " ranks but MPI started ", runtime.world_size(),
                      "; launch as many ranks as dp × tp × pp"));
   }
-  ParallelContext context(mesh, runtime.world_rank());
+  return Create(runtime, mesh, MPI_COMM_WORLD);
+}
+
+absl::StatusOr<ParallelContext> ParallelContext::Create(
+    const MpiRuntime& runtime, const Mesh& mesh, MPI_Comm base) {
+  (void)runtime;  // Proof that MPI is initialized.
+  int base_rank = 0, base_size = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(base, &base_rank));
+  TRELLIS_MPI_CHECK(MPI_Comm_size(base, &base_size));
+  if (mesh.world() != base_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout ", mesh.DebugString(), " is for ", mesh.world(),
+                     " ranks but its communicator has ", base_size,
+                     "; run it on as many ranks as dp × tp × pp"));
+  }
+  ParallelContext context(mesh, base_rank);
   MPI_Comm world = MPI_COMM_NULL;
-  TRELLIS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &world));
+  TRELLIS_MPI_CHECK(MPI_Comm_dup(base, &world));
   context.groups_.world = context.Own(
       std::make_unique<MpiCommunicator>("world", world, /*owned=*/true));
   const int rank = context.rank_;

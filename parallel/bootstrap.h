@@ -24,6 +24,15 @@
 #ifndef TRELLIS_PARALLEL_BOOTSTRAP_H_
 #define TRELLIS_PARALLEL_BOOTSTRAP_H_
 
+// The C bindings only (Open MPI and MPICH otherwise pull in C++ ones).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -82,6 +91,15 @@ class ParallelContext {
   // Fails (InvalidArgument) when the mesh's world is not MPI's.
   static absl::StatusOr<ParallelContext> Create(const MpiRuntime& runtime,
                                                 const Mesh& mesh);
+  // The same over the ranks of `base` instead of the whole world (e.g. a
+  // test that runs a 2-rank layout on some of its ranks): mesh rank r is
+  // rank r of `base`, and `groups().world` spans `base`. Collective over
+  // `base`; ranks outside it do not call. Fails (InvalidArgument) when the
+  // mesh's world is not `base`'s size. REQUIRES: `base` is a valid
+  // intra-communicator; it is duplicated, so the caller may free it.
+  static absl::StatusOr<ParallelContext> Create(const MpiRuntime& runtime,
+                                                const Mesh& mesh,
+                                                MPI_Comm base);
   // One process, no MPI: every group is a SelfCommunicator.
   static ParallelContext Single();
 
