@@ -1,0 +1,225 @@
+// The master test: the same seed, data and global batch train to the same
+// losses and gradients under every (dp, tp, pp) layout and pipeline
+// schedule as in one process.
+//
+// Every rank first trains the reference itself (ParallelContext::Single(),
+// 20 steps) and keeps its per-step losses and its gradients after step 1 as
+// whole logical tensors. Then each layout runs on a sub-world of ranks
+// [first, first + dp·tp·pp) (layouts smaller than the world run side by
+// side) and must match: each step's loss to 1e-4 relative, and after step 1
+// each rank's gradient shard, element by element through its ShardSpec, to
+// 1e-4 of the tensor's largest reference gradient (padded vocabulary rows
+// exactly zero). The tied `wte` is checked on the first and the last stage.
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "parallel/bootstrap.h"
+#include "parallel/mesh.h"
+#include "tests/tools/mpi/mpi_test_util.h"
+#include "tools/trainer/trainer.h"
+
+namespace trellis {
+namespace {
+
+constexpr double kTolerance = 1e-4;
+
+using mpitest::Layout;
+
+Layout L(int dp, int tp, int pp, const std::string& schedule = "1f1b",
+         int virtual_stages = 1) {
+  return Layout{dp, tp, pp, schedule, virtual_stages};
+}
+
+// A layout with pp > 1 under both GPipe and 1F1B.
+std::vector<Layout> BothSchedules(int dp, int tp, int pp) {
+  return {L(dp, tp, pp, "gpipe"), L(dp, tp, pp, "1f1b")};
+}
+
+// What every layout is held to.
+struct Reference {
+  std::vector<double> losses;                        // per step
+  std::map<std::string, std::vector<double>> grads;  // after step 1, whole
+};
+
+// A parameter's gradient placed into its whole logical tensor.
+std::vector<double> LogicalGrad(const Parameter& p) {
+  std::vector<double> whole(NumElements(p.spec.logical_shape), 0.0);
+  const float* grad = p.grad.data<float>();
+  p.spec.ForEachElement([&](int64_t local, int64_t logical) {
+    if (logical >= 0) whole[logical] = grad[local];
+  });
+  return whole;
+}
+
+class LayoutEquivalenceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    runtime_ = new MpiRuntime(nullptr, nullptr);
+    dir_ = new std::string(mpitest::SharedScratchDir("layouts"));
+    const std::string data = *dir_ + "/tokens.h5";
+    ASSERT_TRUE(mpitest::WriteSharedTokenFile(data, 12000));
+    options_ = new TrainOptions(mpitest::TinyModelOptions(data));
+    reference_ = new Reference(ComputeReference(*options_));
+  }
+
+  static void TearDownTestSuite() {
+    mpitest::RemoveSharedScratchDir(*dir_);
+    delete reference_;
+    delete options_;
+    delete dir_;
+    delete runtime_;
+  }
+
+  static Reference ComputeReference(TrainOptions options) {
+    Reference ref;
+    ParallelContext single = ParallelContext::Single();
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+        Trainer::Create(options, single.groups(), single.coord());
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    if (!trainer.ok()) return ref;
+    for (int64_t step = 0; step < options.steps; ++step) {
+      absl::StatusOr<StepMetrics> m = (*trainer)->Step();
+      EXPECT_TRUE(m.ok()) << m.status();
+      if (!m.ok()) return ref;
+      ref.losses.push_back(m->loss);
+      if (step > 0) continue;
+      for (const Parameter* p : (*trainer)->model().params().all()) {
+        ref.grads[p->name] = LogicalGrad(*p);
+      }
+    }
+    return ref;
+  }
+
+  // Runs every layout, as many side by side as the world holds.
+  static void RunAll(const std::vector<Layout>& layouts) {
+    std::vector<int> sizes;
+    for (const Layout& layout : layouts) sizes.push_back(layout.world());
+    mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
+      CheckLayout(layouts[job], comm);
+    });
+  }
+
+  static void CheckLayout(const Layout& layout, MPI_Comm comm);
+  static void ExpectGradsMatch(const ParameterSet& params);
+  static void ExpectEveryElementHeld(const ParameterSet& params,
+                                     const Layout& layout, Communicator& world);
+
+  static MpiRuntime* runtime_;
+  static std::string* dir_;
+  static TrainOptions* options_;
+  static Reference* reference_;
+};
+
+MpiRuntime* LayoutEquivalenceTest::runtime_ = nullptr;
+std::string* LayoutEquivalenceTest::dir_ = nullptr;
+TrainOptions* LayoutEquivalenceTest::options_ = nullptr;
+Reference* LayoutEquivalenceTest::reference_ = nullptr;
+
+void LayoutEquivalenceTest::CheckLayout(const Layout& layout, MPI_Comm comm) {
+  SCOPED_TRACE(layout.Name());
+  absl::StatusOr<mpitest::LayoutRun> run =
+      mpitest::StartLayout(*runtime_, layout, *options_, comm);
+  ASSERT_TRUE(run.ok()) << run.status();
+  Trainer& trainer = *run->trainer;
+  const TrainOptions& options = trainer.options();
+  ASSERT_EQ(reference_->losses.size(), static_cast<size_t>(options.steps));
+  for (int64_t step = 0; step < options.steps; ++step) {
+    absl::StatusOr<StepMetrics> m = trainer.Step();
+    ASSERT_TRUE(m.ok()) << m.status();
+    if (step == 0) {
+      ExpectGradsMatch(trainer.model().params());
+      ExpectEveryElementHeld(trainer.model().params(), layout,
+                             *run->context->groups().world);
+    }
+    const double want = reference_->losses[step];
+    EXPECT_NEAR(m->loss, want, kTolerance * std::abs(want))
+        << "step " << step + 1;
+  }
+  // Training did something: the loss moved.
+  EXPECT_LT(reference_->losses.back(), reference_->losses.front() - 0.05);
+}
+
+void LayoutEquivalenceTest::ExpectGradsMatch(const ParameterSet& params) {
+  for (const Parameter* p : params.all()) {
+    auto it = reference_->grads.find(p->name);
+    ASSERT_NE(it, reference_->grads.end()) << p->name;
+    const std::vector<double>& want = it->second;
+    double scale = 0;
+    for (double g : want) scale = std::max(scale, std::abs(g));
+    ASSERT_GT(scale, 0) << p->name << " has no gradient in the reference";
+    double worst = 0;
+    int64_t worst_at = -1, padded_nonzero = 0;
+    const float* grad = p->grad.data<float>();
+    p->spec.ForEachElement([&](int64_t local, int64_t logical) {
+      if (logical < 0) {
+        padded_nonzero += grad[local] != 0.0f;
+        return;
+      }
+      const double error = std::abs(grad[local] - want[logical]);
+      if (error > worst) {
+        worst = error;
+        worst_at = logical;
+      }
+    });
+    EXPECT_LE(worst, kTolerance * scale)
+        << p->name << " (" << p->spec.DebugString() << "): element " << worst_at
+        << " is off by " << worst << "; largest gradient " << scale;
+    EXPECT_EQ(padded_nonzero, 0) << p->name << ": padded rows got gradient";
+  }
+}
+
+// Over the layout's ranks, the primary copies (tp-replicated tensors on tp
+// rank 0, the tied embedding where it embeds) hold every logical element of
+// every reference parameter exactly once per data-parallel replica.
+void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
+                                                   const Layout& layout,
+                                                   Communicator& world) {
+  int64_t total = 0;
+  for (const auto& [name, grad] : reference_->grads) {
+    total += static_cast<int64_t>(grad.size());
+  }
+  Tensor held = Tensor::Zeros({1}, DType::kI64);
+  for (const Parameter* p : params.all()) {
+    if (!p->primary) continue;
+    p->spec.ForEachElement([&](int64_t, int64_t logical) {
+      held.data<int64_t>()[0] += logical >= 0;
+    });
+  }
+  world.AllReduce(held, ReduceOp::kSum);
+  EXPECT_EQ(held.data<int64_t>()[0], layout.dp * total);
+}
+
+TEST_F(LayoutEquivalenceTest, OneAndTwoRankLayoutsMatchOneProcess) {
+  std::vector<Layout> layouts = {L(1, 1, 1), L(2, 1, 1), L(1, 2, 1)};
+  for (const Layout& l : BothSchedules(1, 1, 2)) layouts.push_back(l);
+  layouts.push_back(L(1, 1, 2, "interleaved-1f1b", 2));
+  layouts.push_back(L(1, 1, 2, "zb-h1"));
+  RunAll(layouts);
+}
+
+TEST_F(LayoutEquivalenceTest, FourRankLayoutsMatchOneProcess) {
+  std::vector<Layout> layouts = {L(2, 2, 1), L(1, 1, 4, "zb-h1")};
+  for (const auto& [dp, tp, pp] :
+       std::vector<std::array<int, 3>>{{1, 1, 4}, {1, 2, 2}, {2, 1, 2}}) {
+    for (const Layout& l : BothSchedules(dp, tp, pp)) layouts.push_back(l);
+  }
+  RunAll(layouts);
+}
+
+TEST_F(LayoutEquivalenceTest, EightRankLayoutsMatchOneProcess) {
+  std::vector<Layout> layouts;
+  for (const auto& [dp, tp, pp] :
+       std::vector<std::array<int, 3>>{{2, 2, 2}, {1, 4, 2}, {4, 1, 2}}) {
+    for (const Layout& l : BothSchedules(dp, tp, pp)) layouts.push_back(l);
+  }
+  layouts.push_back(L(2, 2, 2, "interleaved-1f1b", 2));
+  layouts.push_back(L(2, 2, 2, "zb-h1"));
+  RunAll(layouts);
+}
+
+}  // namespace
+}  // namespace trellis
