@@ -111,6 +111,9 @@ int Main(int argc, char** argv) {
     return 1;
   }
   const ConvertSummary& s = *summary;
+  for (const std::string& note : s.notes) {
+    std::fprintf(stderr, "trellis-convert: note: %s\n", note.c_str());
+  }
   std::printf(
       "trellis-convert: %s -> %s: %lld tensors, %.1f MB in %.2f s (%.0f "
       "MB/s); wrote %s\n",

@@ -360,6 +360,7 @@ absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
         "--to=", s.to, " is not one of hf, llmc, trellis, shards"));
   }
   TRELLIS_RETURN_IF_ERROR(written);
+  s.notes = in->model.notes;
   s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return s;
 }

@@ -57,6 +57,7 @@ struct ConvertSummary {
   int64_t tensors = 0;
   int64_t bytes = 0;  // Bytes written.
   double seconds = 0;
+  std::vector<std::string> notes;  // What was left out or changed.
 };
 
 // "hf", "llmc" or "trellis", from what `input` holds.

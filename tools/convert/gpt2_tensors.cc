@@ -1,6 +1,8 @@
 #include "tools/convert/gpt2_tensors.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -111,7 +113,11 @@ absl::Status CheckExtraHfTensor(const SafetensorsReader& file,
                                 const std::string& prefix, WholeModel& model) {
   const std::string bare =
       name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
-  if (IsBuffer(bare)) return absl::OkStatus();
+  if (IsBuffer(bare)) {
+    model.source["buffers"] =
+        absl::StrCat(std::atoi(model.source["buffers"].c_str()) + 1);
+    return absl::OkStatus();
+  }
   if (bare == kLmHead) {
     const Tensor& wte = *model.Find("wte");
     TRELLIS_ASSIGN_OR_RETURN(Tensor head,
@@ -299,6 +305,13 @@ absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
       TRELLIS_RETURN_IF_ERROR(CheckExtraHfTensor(file, e.name, prefix, model));
     }
   }
+  if (model.source.count("buffers")) {
+    model.notes.push_back(absl::StrCat(
+        "skipped ", model.source["buffers"],
+        " attention buffers "
+        "(h.*.attn.bias, h.*.attn.masked_bias): they are not weights"));
+    model.source.erase("buffers");
+  }
   model.source["format"] = "hf";
   model.source["prefix"] = prefix;
   model.source["dtype"] = DTypeName(model.source_dtype);
@@ -347,6 +360,15 @@ absl::StatusOr<WholeModel> ReadLlmcModel(const LlmcReader& file,
     const Tensor t = ToF32(stored);
     if (i == 0) {  // wte: drop the padding rows.
       by_name["wte"] = t.Narrow(0, h.vocab_size).Clone();
+      const float* pad = t.data<float>() + h.vocab_size * c;
+      const int64_t n = (h.padded_vocab_size - h.vocab_size) * c;
+      if (std::any_of(pad, pad + n, [](float x) { return x != 0.0f; })) {
+        model.notes.push_back(absl::StrCat(
+            file.path(), ": wte's padding rows [", h.vocab_size, ", ",
+            h.padded_vocab_size,
+            ") are not zero; they are dropped (an llm.c file written back "
+            "pads with zeros)"));
+      }
     } else if (i == 1) {
       by_name["wpe"] = t;
     } else if (i >= 14) {

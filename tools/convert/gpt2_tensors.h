@@ -59,6 +59,8 @@ struct WholeModel {
   // Facts about the input a conversion back may reproduce (prefix,
   // lm_head, padded_vocab, ...).
   std::map<std::string, std::string> source;
+  // What the conversion left out or changed, for the user (one line each).
+  std::vector<std::string> notes;
 
   const Tensor* Find(const std::string& name) const;
   int64_t NumBytes() const;  // As float32.

@@ -1,0 +1,493 @@
+// trellis-convert's conversions on files assembled byte by byte here:
+// Hugging Face → trellis → Hugging Face and llm.c → trellis → llm.c give back
+// the input's tensors bit for bit, the trellis tensors hold the right values
+// (transposes included), trellis → trellis changes dtype and drops or keeps
+// the optimizer, shards match the trainer's cut, and bad inputs name the file
+// and the tensor.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "framework/float16.h"
+#include "framework/hdf5.h"
+#include "framework/safetensors.h"
+#include "tests/tools/convert_test_util.h"
+#include "tools/convert/convert.h"
+#include "tools/convert/gpt2_tensors.h"
+#include "tools/trainer/checkpoint.h"
+#include "tools/trainer/optimizer.h"
+#include "transformer/gpt_parameters.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using test::Scratch;
+using test::WriteBytes;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// n_layer 2, n_head 2, n_embd 8, n_positions 4, vocab 11.
+constexpr int64_t kL = 2, kC = 8, kT = 4, kV = 11;
+
+// The GPT-2 state dict, written out by hand (not from the code under test).
+std::vector<std::pair<std::string, Shape>> HfTensors() {
+  std::vector<std::pair<std::string, Shape>> t = {{"wte.weight", {kV, kC}},
+                                                  {"wpe.weight", {kT, kC}}};
+  for (int64_t l = 0; l < kL; ++l) {
+    const std::string h = absl::StrCat("h.", l, ".");
+    t.push_back({h + "ln_1.weight", {kC}});
+    t.push_back({h + "ln_1.bias", {kC}});
+    t.push_back({h + "attn.c_attn.weight", {kC, 3 * kC}});
+    t.push_back({h + "attn.c_attn.bias", {3 * kC}});
+    t.push_back({h + "attn.c_proj.weight", {kC, kC}});
+    t.push_back({h + "attn.c_proj.bias", {kC}});
+    t.push_back({h + "ln_2.weight", {kC}});
+    t.push_back({h + "ln_2.bias", {kC}});
+    t.push_back({h + "mlp.c_fc.weight", {kC, 4 * kC}});
+    t.push_back({h + "mlp.c_fc.bias", {4 * kC}});
+    t.push_back({h + "mlp.c_proj.weight", {4 * kC, kC}});
+    t.push_back({h + "mlp.c_proj.bias", {kC}});
+  }
+  t.push_back({"ln_f.weight", {kC}});
+  t.push_back({"ln_f.bias", {kC}});
+  return t;
+}
+
+// Element i of tensor k, as a float the stored dtype holds exactly.
+float HfValue(int k, int64_t i, DType dtype) {
+  const float v = static_cast<float>((k * 131 + i * 7) % 1000) / 997.0f - 0.5f;
+  if (dtype == DType::kBF16) return Bf16ToFloat(FloatToBf16(v));
+  if (dtype == DType::kF16) return HalfToFloat(FloatToHalf(v));
+  return v;
+}
+
+void AppendValue(std::string& data, float v, DType dtype) {
+  if (dtype == DType::kBF16) {
+    test::Append(data, FloatToBf16(v));
+  } else if (dtype == DType::kF16) {
+    test::Append(data, FloatToHalf(v));
+  } else {
+    test::Append(data, v);
+  }
+}
+
+struct HfCase {
+  DType dtype;
+  std::string prefix;
+  bool lm_head;
+};
+
+// A tensor beyond HfTensors(), all zero bytes.
+struct Extra {
+  std::string name;
+  std::string dtype;
+  Shape shape;
+  int64_t element_size;
+};
+
+// A model.safetensors of HfTensors() but `drop`, plus `extras`, data in
+// reverse order, and its config.json, in `dir`.
+void WriteHfModel(const std::string& dir, const HfCase& c,
+                  const std::vector<std::string>& drop = {},
+                  const std::vector<Extra>& extras = {}) {
+  const char* dtype = DTypeToSafetensors(c.dtype);
+  std::vector<std::pair<std::string, Shape>> tensors = HfTensors();
+  std::vector<std::string> entries;
+  std::string data;
+  for (int k = static_cast<int>(tensors.size()) - 1; k >= 0; --k) {
+    const auto& [name, shape] = tensors[k];
+    if (std::find(drop.begin(), drop.end(), name) != drop.end()) continue;
+    const size_t begin = data.size();
+    for (int64_t i = 0; i < NumElements(shape); ++i) {
+      AppendValue(data, HfValue(k, i, c.dtype), c.dtype);
+    }
+    entries.push_back(
+        absl::StrCat("\"", c.prefix, name, "\":{\"dtype\":\"", dtype,
+                     "\",\"shape\":[", absl::StrJoin(shape, ","),
+                     "],\"data_offsets\":[", begin, ",", data.size(), "]}"));
+  }
+  if (c.lm_head) {
+    const size_t begin = data.size();
+    for (int64_t i = 0; i < kV * kC; ++i) {
+      AppendValue(data, HfValue(0, i, c.dtype), c.dtype);
+    }
+    entries.push_back(absl::StrCat(
+        "\"lm_head.weight\":{\"dtype\":\"", dtype, "\",\"shape\":[", kV, ",",
+        kC, "],\"data_offsets\":[", begin, ",", data.size(), "]}"));
+  }
+  for (const Extra& e : extras) {
+    const size_t begin = data.size();
+    data.append(NumElements(e.shape) * e.element_size, '\0');
+    entries.push_back(
+        absl::StrCat("\"", e.name, "\":{\"dtype\":\"", e.dtype,
+                     "\",\"shape\":[", absl::StrJoin(e.shape, ","),
+                     "],\"data_offsets\":[", begin, ",", data.size(), "]}"));
+  }
+  const std::string header =
+      absl::StrCat("{\"__metadata__\":{\"format\":\"pt\"},",
+                   absl::StrJoin(entries, ","), "}");
+  WriteBytes(dir + "/model.safetensors", test::Safetensors(header, data));
+  WriteBytes(dir + "/config.json",
+             absl::StrCat(R"({"model_type": "gpt2", "n_layer": )", kL,
+                          R"(, "n_head": 2, "n_embd": )", kC,
+                          R"(, "n_positions": )", kT, R"(, "vocab_size": )", kV,
+                          R"(, "activation_function": "gelu_new", )"
+                          R"("layer_norm_epsilon": 1e-05, "n_inner": null})"));
+}
+
+absl::StatusOr<ConvertSummary> ConvertTo(
+    const std::string& input, const std::string& to, const std::string& output,
+    std::optional<DType> dtype = std::nullopt, bool weights_only = false) {
+  ConvertOptions o;
+  o.input = input;
+  o.to = to;
+  o.output = output;
+  o.dtype = dtype;
+  o.weights_only = weights_only;
+  return Convert(o);
+}
+
+// A stored tensor of a trellis checkpoint, through plain HDF5.
+std::vector<float> TrellisTensor(const std::string& step_dir,
+                                 const std::string& name) {
+  absl::StatusOr<hdf5::File> f = hdf5::File::Open(step_dir + "/model.h5");
+  EXPECT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<hdf5::Dataset> d = f->OpenDataset(name);
+  EXPECT_TRUE(d.ok()) << d.status();
+  absl::StatusOr<Tensor> t = d->ReadAll(DType::kF32);
+  EXPECT_TRUE(t.ok());
+  return std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
+}
+
+class HfRoundTripTest : public ::testing::TestWithParam<HfCase> {};
+
+TEST_P(HfRoundTripTest, ReproducesEveryTensorBitForBit) {
+  const HfCase& c = GetParam();
+  const std::string dir = Scratch();
+  fs::create_directories(dir + "/in");
+  WriteHfModel(dir + "/in", c);
+  absl::StatusOr<ConvertSummary> in =
+      ConvertTo(dir + "/in", "trellis", dir + "/ckpt");
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->from, "hf");
+  absl::StatusOr<ConvertSummary> out =
+      ConvertTo(dir + "/ckpt", "hf", dir + "/out");
+  ASSERT_TRUE(out.ok()) << out.status();
+
+  absl::StatusOr<SafetensorsReader> a =
+      SafetensorsReader::Open(dir + "/in/model.safetensors");
+  absl::StatusOr<SafetensorsReader> b =
+      SafetensorsReader::Open(dir + "/out/model.safetensors");
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::set<std::string> names_a, names_b;
+  for (const SafetensorsEntry& e : a->tensors()) names_a.insert(e.name);
+  for (const SafetensorsEntry& e : b->tensors()) names_b.insert(e.name);
+  EXPECT_EQ(names_a, names_b);
+  for (const SafetensorsEntry& e : a->tensors()) {
+    const SafetensorsEntry* f = b->Find(e.name);
+    ASSERT_NE(f, nullptr) << e.name;
+    EXPECT_EQ(f->dtype, e.dtype) << e.name;
+    EXPECT_EQ(f->shape, e.shape) << e.name;
+    std::string x(e.nbytes(), '\0'), y(f->nbytes(), '\0');
+    ASSERT_TRUE(a->ReadBytes(e, x.data()).ok());
+    ASSERT_TRUE(b->ReadBytes(*f, y.data()).ok());
+    EXPECT_EQ(test::FirstDifference(x, y), -1) << e.name;
+  }
+  // The trellis checkpoint holds the values, float32, under logical names.
+  const std::vector<std::pair<std::string, Shape>> hf = HfTensors();
+  for (int k : {0, 4, 13, 27}) {
+    std::string logical = hf[k].first;
+    if (logical == "wte.weight") logical = "wte";
+    const std::vector<float> got =
+        TrellisTensor(dir + "/ckpt/step_00000000", logical);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), NumElements(hf[k].second));
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], HfValue(k, i, c.dtype)) << logical << "[" << i << "]";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, HfRoundTripTest,
+    ::testing::Values(HfCase{DType::kF32, "", false},
+                      HfCase{DType::kF16, "transformer.", true},
+                      HfCase{DType::kBF16, "transformer.", false},
+                      HfCase{DType::kBF16, "", true}),
+    [](const ::testing::TestParamInfo<HfCase>& info) {
+      return absl::StrCat(DTypeName(info.param.dtype),
+                          info.param.prefix.empty() ? "" : "_prefixed",
+                          info.param.lm_head ? "_lm_head" : "");
+    });
+
+TEST(HfConvertTest, BuffersAreSkipped) {
+  const std::string dir = Scratch();
+  WriteHfModel(dir, {DType::kF32, "", false}, {},
+               {{"h.0.attn.bias", "F32", {1, 1, kT, kT}, 4},
+                {"h.1.attn.masked_bias", "F32", {}, 4}});
+  const absl::StatusOr<ConvertSummary> r =
+      ConvertTo(dir, "trellis", dir + "/ckpt");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->notes.size(), 1u);
+  EXPECT_THAT(r->notes[0], HasSubstr("skipped 2 attention buffers"));
+}
+
+TEST(HfConvertTest, BadInputsNameTheFileAndTensor) {
+  const std::string dir = Scratch();
+  const std::string file = dir + "/model.safetensors";
+  struct Case {
+    std::vector<std::string> drop;
+    std::vector<Extra> extras;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {{"h.1.ln_2.bias"}, {}, "has no tensor h.1.ln_2.bias"},
+      {{"h.0.ln_1.bias"},
+       {{"h.0.ln_1.bias", "F32", {9}, 4}},
+       "tensor h.0.ln_1.bias has shape (9)"},
+      {{"ln_f.bias"},
+       {{"ln_f.bias", "I32", {kC}, 4}},
+       "tensor ln_f.bias is I32"},
+      {{},
+       {{"score.weight", "F32", {1}, 4}},
+       "tensor score.weight is not part of a GPT-2 model"},
+      {{}, {{"lm_head.weight", "F32", {kV, kC}, 4}}, "untied"},
+  };
+  for (const Case& c : cases) {
+    WriteHfModel(dir, {DType::kF32, "", false}, c.drop, c.extras);
+    const absl::StatusOr<ConvertSummary> r =
+        ConvertTo(dir, "trellis", dir + "/x");
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_THAT(std::string(r.status().message()),
+                AllOf(HasSubstr(file), HasSubstr(c.expect)));
+  }
+  // config.json asking for what trellis does not compute.
+  WriteBytes(dir + "/config.json",
+             R"({"n_layer": 2, "n_head": 2, "n_embd": 8, "n_positions": 4,)"
+             R"( "vocab_size": 11, "activation_function": "relu"})");
+  const absl::StatusOr<ConvertSummary> relu =
+      ConvertTo(dir, "trellis", dir + "/y");
+  EXPECT_THAT(
+      std::string(relu.status().message()),
+      AllOf(HasSubstr(dir + "/config.json"), HasSubstr("activation_function")));
+  WriteBytes(dir + "/config.json", R"({"n_layer": 2, "n_head": 2})");
+  const absl::StatusOr<ConvertSummary> missing =
+      ConvertTo(dir, "trellis", dir + "/y");
+  EXPECT_THAT(std::string(missing.status().message()),
+              AllOf(HasSubstr(dir + "/config.json"), HasSubstr("n_embd")));
+}
+
+TEST(LlmcRoundTripTest, ReproducesTheFileBitForBit) {
+  for (int32_t version : {kLlmcVersionF32, kLlmcVersionBf16}) {
+    const std::string dir = Scratch();
+    const LlmcHeader h = test::TinyHeader(version);
+    const std::string bytes = test::LlmcBytes(h);
+    WriteBytes(dir + "/in.bin", bytes);
+    ASSERT_TRUE(ConvertTo(dir + "/in.bin", "trellis", dir + "/ckpt").ok());
+    ASSERT_TRUE(ConvertTo(dir + "/ckpt", "llmc", dir + "/out.bin").ok());
+    EXPECT_EQ(test::FirstDifference(test::ReadBytes(dir + "/out.bin"), bytes),
+              -1)
+        << version;
+    // Through Hugging Face and back as well.
+    ASSERT_TRUE(ConvertTo(dir + "/ckpt", "hf", dir + "/hf").ok());
+    ASSERT_TRUE(ConvertTo(dir + "/hf", "trellis", dir + "/ckpt2").ok());
+    // Hugging Face keeps no padded vocabulary: name it.
+    ConvertOptions back;
+    back.input = dir + "/ckpt2";
+    back.to = "llmc";
+    back.output = dir + "/again.bin";
+    back.dtype = version == kLlmcVersionBf16 ? DType::kBF16 : DType::kF32;
+    back.padded_vocab = h.padded_vocab_size;
+    ASSERT_TRUE(Convert(back).ok());
+    EXPECT_EQ(test::FirstDifference(test::ReadBytes(dir + "/again.bin"), bytes),
+              -1)
+        << version;
+  }
+}
+
+// llm.c element i of tensor k is k + i/1024 (test::LlmcBytes).
+float LlmcValue(int k, int64_t i) {
+  return static_cast<float>(k) + static_cast<float>(i) / 1024.0f;
+}
+
+TEST(LlmcConvertTest, TransposesWeightsAndDropsPadding) {
+  const std::string dir = Scratch();
+  const LlmcHeader h = test::TinyHeader(kLlmcVersionF32);
+  WriteBytes(dir + "/in.bin", test::LlmcBytes(h));
+  ASSERT_TRUE(ConvertTo(dir + "/in.bin", "trellis", dir + "/ckpt").ok());
+  const std::string step = dir + "/ckpt/step_00000000";
+  const int64_t c = h.channels, v = h.vocab_size;
+  const std::vector<float> wte = TrellisTensor(step, "wte");
+  ASSERT_EQ(static_cast<int64_t>(wte.size()), v * c);
+  EXPECT_EQ(wte[v * c - 1], LlmcValue(0, v * c - 1));
+  // c_attn.weight (C, 3C)[r][col] = qkvw[l] (3C, C)[col][r].
+  const std::vector<float> qkv = TrellisTensor(step, "h.1.attn.c_attn.weight");
+  for (int64_t r = 0; r < c; ++r) {
+    for (int64_t col = 0; col < 3 * c; ++col) {
+      ASSERT_EQ(qkv[r * 3 * c + col], LlmcValue(4, 3 * c * c + col * c + r));
+    }
+  }
+  // mlp.c_proj.weight (4C, C)[r][col] = fcprojw[l] (C, 4C)[col][r].
+  const std::vector<float> proj = TrellisTensor(step, "h.0.mlp.c_proj.weight");
+  EXPECT_EQ(proj[5 * c + 3], LlmcValue(12, 3 * 4 * c + 5));
+  EXPECT_EQ(TrellisTensor(step, "h.1.ln_2.bias")[2], LlmcValue(9, c + 2));
+  EXPECT_EQ(TrellisTensor(step, "ln_f.weight")[3], LlmcValue(14, 3));
+  const absl::StatusOr<TrainingState> state = ReadTrainingState(step);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->model.vocab_size, v);
+  EXPECT_EQ(state->source.at("format"), "llmc");
+  EXPECT_EQ(state->source.at("padded_vocab"), "8");
+
+  // Padding rows that are not zero cannot come back: the user is told.
+  std::string odd = test::LlmcBytes(h);
+  odd[kLlmcHeaderBytes + v * c * 4 + 3] = 0x3f;
+  WriteBytes(dir + "/odd.bin", odd);
+  const absl::StatusOr<ConvertSummary> r =
+      ConvertTo(dir + "/odd.bin", "trellis", dir + "/odd");
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->notes.size(), 1u);
+  EXPECT_THAT(r->notes[0], AllOf(HasSubstr(dir + "/odd.bin"),
+                                 HasSubstr("padding rows [5, 8)")));
+}
+
+TEST(ConvertTest, LogicalTensorsAreTheModelsParameters) {
+  GptConfig config;
+  config.n_layer = 3;
+  config.d_model = 16;
+  ParameterSet params;
+  AddGptParameters(config, ChunkPlan{0, 3, true, true}, TpPlace{}, 1,
+                   Device::Cpu(), DType::kF32, params);
+  const std::vector<LogicalTensor> logical = GptLogicalTensors(config);
+  ASSERT_EQ(logical.size(), params.all().size());
+  for (size_t i = 0; i < logical.size(); ++i) {
+    EXPECT_EQ(logical[i].name, params.all()[i]->name);
+    EXPECT_EQ(logical[i].shape, params.all()[i]->spec.logical_shape);
+  }
+}
+
+// A training checkpoint of a tiny model with optimizer state: moments are
+// m = value/2 and v = value², step 7.
+std::string SaveTrained(const std::string& save_dir, const GptConfig& config) {
+  ParameterSet params;
+  AddGptParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
+                   5, Device::Cpu(), DType::kF32, params);
+  Optimizer optimizer(OptimizerConfig{}, params);
+  for (size_t i = 0; i < params.all().size(); ++i) {
+    const float* w = params.all()[i]->value.data<float>();
+    for (int64_t j = 0; j < params.all()[i]->numel(); ++j) {
+      optimizer.exp_avg(i).data<float>()[j] = w[j] / 2;
+      optimizer.exp_avg_sq(i).data<float>()[j] = w[j] * w[j];
+    }
+  }
+  optimizer.set_step(7);
+  TrainingState state;
+  state.step = 7;
+  state.model = config;
+  state.tokenizer = "byte";
+  SelfCommunicator world("world");
+  EXPECT_TRUE(
+      SaveCheckpoint(save_dir, state, params, &optimizer, world, true).ok());
+  return save_dir + "/step_00000007";
+}
+
+GptConfig TinyConfig() {
+  GptConfig config;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.d_model = 8;
+  config.seq_len = 4;
+  config.vocab_size = 11;
+  return config;
+}
+
+TEST(TrellisConvertTest, ChangesDtypeAndKeepsOrDropsTheOptimizer) {
+  const std::string dir = Scratch();
+  const std::string original = SaveTrained(dir + "/a", TinyConfig());
+  ASSERT_TRUE(ConvertTo(dir + "/a", "trellis", dir + "/b", DType::kBF16).ok());
+  const std::string bf16 = dir + "/b/step_00000007";
+  absl::StatusOr<DType> stored = StoredModelDType(bf16);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(*stored, DType::kBF16);
+  const std::vector<float> w = TrellisTensor(original, "h.1.mlp.c_fc.weight");
+  // Load through the checkpoint reader: bf16 widened to float32.
+  CheckpointShards shards;
+  const ShardSpec spec = ShardSpec::Replicated({8, 32});
+  shards.model.push_back(
+      {"h.1.mlp.c_fc.weight", spec, Tensor::Empty({8, 32}, DType::kF32)});
+  shards.exp_avg.push_back(
+      {"h.1.mlp.c_fc.weight", spec, Tensor::Empty({8, 32}, DType::kF32)});
+  shards.exp_avg_sq.push_back(
+      {"h.1.mlp.c_fc.weight", spec, Tensor::Empty({8, 32}, DType::kF32)});
+  ASSERT_TRUE(LoadShards(bf16, shards).ok());
+  EXPECT_EQ(shards.optimizer_step, 7);
+  for (size_t j = 0; j < w.size(); ++j) {
+    ASSERT_EQ(shards.model[0].tensor.data<float>()[j],
+              Bf16ToFloat(FloatToBf16(w[j])));
+    ASSERT_EQ(shards.exp_avg[0].tensor.data<float>()[j], w[j] / 2);
+  }
+  const absl::StatusOr<TrainingState> state = ReadTrainingState(bf16);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->step, 7);
+  EXPECT_EQ(state->tokenizer, "byte");
+
+  ASSERT_TRUE(
+      ConvertTo(original, "trellis", dir + "/c", std::nullopt, true).ok());
+  const std::string weights = dir + "/c/step_00000007";
+  EXPECT_FALSE(HasOptimizerState(weights));
+  EXPECT_EQ(TrellisTensor(weights, "h.1.mlp.c_fc.weight"), w);
+  const absl::Status resume = LoadShards(weights, shards);
+  EXPECT_EQ(resume.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(resume.message()), HasSubstr("weights only"));
+  // The output is never overwritten.
+  EXPECT_EQ(ConvertTo(original, "trellis", dir + "/c").status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+TEST(TrellisConvertTest, ShardsHoldEachRanksTensorsAsTheTrainerCutsThem) {
+  const std::string dir = Scratch();
+  const GptConfig config = TinyConfig();
+  const std::string original = SaveTrained(dir + "/a", config);
+  ConvertOptions o;
+  o.input = original;
+  o.to = "shards";
+  o.output = dir + "/shards";
+  o.tp = 2;
+  o.pp = 2;
+  ASSERT_TRUE(Convert(o).ok());
+  for (int64_t p = 0; p < 2; ++p) {
+    for (int64_t t = 0; t < 2; ++t) {
+      const std::string file =
+          absl::StrCat(o.output, "/shard_tp", t, "_pp", p, ".h5");
+      absl::StatusOr<hdf5::File> f = hdf5::File::Open(file);
+      ASSERT_TRUE(f.ok()) << f.status();
+      EXPECT_EQ(*f->ReadInt64Attribute("tp_rank"), t);
+      ParameterSet params;
+      AddGptParameters(config, ChunkPlan{p, 1, p == 0, p == 1}, TpPlace{2, t},
+                       0, Device::Cpu(), DType::kF32, params);
+      absl::StatusOr<std::vector<std::string>> members = f->ListMembers();
+      ASSERT_TRUE(members.ok());
+      EXPECT_EQ(members->size(), params.all().size()) << file;
+      for (const Parameter* param : params.all()) {
+        absl::StatusOr<hdf5::Dataset> d = f->OpenDataset(param->name);
+        ASSERT_TRUE(d.ok()) << file << " " << param->name;
+        EXPECT_EQ(d->shape(), param->value.shape());
+        EXPECT_EQ(*d->ReadInt64Attribute("split_dim"), param->spec.split_dim);
+        const Tensor local = *d->ReadAll(DType::kF32);
+        const std::vector<float> whole = TrellisTensor(original, param->name);
+        param->spec.ForEachElement([&](int64_t l, int64_t g) {
+          ASSERT_EQ(local.data<float>()[l], g < 0 ? 0.0f : whole[g])
+              << file << " " << param->name << " " << l;
+        });
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace trellis
