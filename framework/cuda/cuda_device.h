@@ -1,0 +1,68 @@
+// CUDA devices: how many there are, which one a rank uses, and a guard that
+// makes a device current for a scope.
+//
+// Streams: every trellis kernel, copy and memset runs on the legacy default
+// stream of its tensor's device (ComputeStream()), so work issued from one
+// thread runs in issue order and host reads through Tensor::CopyFrom see
+// every earlier kernel's result. Communicators that use their own streams
+// order themselves against this one with events.
+//
+// Thread safety: all functions may be called from any thread; a guard
+// changes the calling thread's current device only.
+#ifndef TRELLIS_FRAMEWORK_CUDA_CUDA_DEVICE_H_
+#define TRELLIS_FRAMEWORK_CUDA_CUDA_DEVICE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace trellis {
+
+// The number of CUDA devices this process sees; 0 when there is no driver or
+// no device (never fails, so tests can skip on it).
+int CudaDeviceCount();
+
+// This process's rank among those on its node, from the launcher's
+// environment: OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), else SLURM_LOCALID
+// (srun), else MPI_LOCALRANKID (MPICH/Hydra); -1 when none is set or it is
+// not a non-negative integer.
+int LocalRankFromEnvironment();
+
+// The device a rank with `local_rank` uses when its node has `device_count`
+// devices: local_rank mod device_count, so ranks fill the devices in turn
+// and several ranks share one when there are more ranks than devices.
+// REQUIRES: local_rank >= 0, device_count > 0.
+int CudaDeviceForLocalRank(int local_rank, int device_count);
+
+// Picks the device for `local_rank` (LocalRankFromEnvironment() when -1,
+// which counts as 0 when unset), makes it current for the calling thread and
+// returns its index. FailedPrecondition when there is no CUDA device.
+absl::StatusOr<int> SelectCudaDevice(int local_rank = -1);
+
+// "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)", for logs.
+std::string CudaDeviceDescription(int device);
+
+// The stream trellis kernels of `device` run on (see above).
+inline cudaStream_t ComputeStream() { return nullptr; }
+
+// Waits until all work issued to `device` has finished.
+void CudaSynchronize(int device);
+
+// Makes `device` current for the calling thread until the end of the scope,
+// then restores the previous one.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int device);
+  ~CudaDeviceGuard();
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_CUDA_CUDA_DEVICE_H_

@@ -1,0 +1,32 @@
+// Raw CUDA memory for framework/device_memory.cc: allocate, free, copy and
+// set device bytes. Every call is checked (framework/cuda/cuda_check.h) and
+// aborts naming the call, its file:line and the rank.
+//
+// Ordering: copies and sets run on the legacy default stream of the device
+// that holds the memory, after every kernel issued there before them.
+// CudaCopy returns once the bytes have landed when either side is host
+// memory; device-to-device copies are ordered on that stream.
+//
+// Thread safety: callable from any thread; the current device is restored.
+#ifndef TRELLIS_FRAMEWORK_CUDA_CUDA_MEMORY_H_
+#define TRELLIS_FRAMEWORK_CUDA_CUDA_MEMORY_H_
+
+#include <cstddef>
+
+namespace trellis {
+
+// `bytes` (at least one byte is reserved, so the pointer is never null) on
+// device `device`. Aborts with the size asked for and the free memory when
+// the device is out of memory.
+void* CudaAllocate(size_t bytes, int device);
+// Frees what CudaAllocate returned. Null is ignored.
+void CudaFree(void* data, int device);
+// Copies between any two of host memory and device memory (unified
+// addressing decides the direction).
+void CudaCopy(void* dst, const void* src, size_t bytes);
+// Sets `bytes` bytes of device memory to `value`.
+void CudaMemset(void* data, int value, size_t bytes);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_CUDA_CUDA_MEMORY_H_
