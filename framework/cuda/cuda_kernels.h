@@ -1,0 +1,150 @@
+// The CUDA twins of framework/kernels/*.h, behind the same calls: each public
+// kernel there starts with
+//
+//   TRELLIS_CUDA_DISPATCH(cuda::Kernel(x, out), &x, &out);
+//
+// so that when any of its tensors is on a CUDA device it runs the function
+// declared here, with the same contract (shapes, forward overwrites, backward
+// accumulates) as its CPU twin. In a build without CUDA, kEnabled is false,
+// the branch is discarded and these functions are never referenced (but still
+// type-checked, so CPU-only builds catch a drifting signature).
+//
+// Dtypes (every tensor of a call on one CUDA device, else an invariant
+// failure names the kernel and the tensors' devices):
+//  - activations, weights and gradients: float32 or bfloat16 (DType::kBF16),
+//    arithmetic in float32; tensors of one role share a dtype (see each
+//    group below);
+//  - saved statistics (LayerNorm mean/rstd, attention row log-sum-exps,
+//    cross-entropy row max/sumexp/target logit/losses) and AdamW moments:
+//    always float32;
+//  - ids and targets: int32.
+// float64 tensors have no CUDA kernels (they exist for CPU gradient checks).
+//
+// Ordering: kernels run on ComputeStream() of the tensors' device and return
+// without waiting, except Sum and SumOfSquares, which return host values.
+//
+// Reproducibility: every kernel but EmbeddingBackwardWeight (atomic adds)
+// sums in a fixed order, so repeated calls give bitwise equal results.
+#ifndef TRELLIS_FRAMEWORK_CUDA_CUDA_KERNELS_H_
+#define TRELLIS_FRAMEWORK_CUDA_CUDA_KERNELS_H_
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "framework/kernels/adamw.h"
+#include "framework/kernels/matmul.h"
+#include "framework/tensor.h"
+
+namespace trellis {
+namespace cuda {
+
+#if defined(TRELLIS_WITH_CUDA)
+inline constexpr bool kEnabled = true;
+#else
+inline constexpr bool kEnabled = false;
+#endif
+
+// True when any defined tensor lives on a CUDA device.
+inline bool AnyOnCuda(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors) {
+    if (t->defined() && t->device().is_cuda()) return true;
+  }
+  return false;
+}
+
+// Returns `call` from the enclosing function when any of the tensors (given
+// as pointers) is on a CUDA device; a no-op in a build without CUDA.
+#define TRELLIS_CUDA_DISPATCH(call, ...)                        \
+  if constexpr (::trellis::cuda::kEnabled) {                    \
+    if (::trellis::cuda::AnyOnCuda({__VA_ARGS__})) return call; \
+  }                                                             \
+  static_assert(true, "a semicolon follows TRELLIS_CUDA_DISPATCH")
+
+// ---- Tensor support ----
+
+// Sets every element (any dtype; bfloat16 and float16 round to nearest).
+void Fill(Tensor& t, double value);
+// dst = src converted, float32 <-> bfloat16 (or a copy when they match).
+void Convert(const Tensor& src, Tensor& dst);
+
+// ---- elementwise.h: one dtype (float32 or bfloat16) per call, except that
+// BiasBackward's dbias may be float32 for bfloat16 dout ----
+void Add(const Tensor& a, const Tensor& b, Tensor& out);
+void Axpy(double alpha, const Tensor& x, Tensor& y);
+void Scale(Tensor& x, double s);
+void AddBias(const Tensor& bias, Tensor& out);
+void BiasBackward(const Tensor& dout, Tensor& dbias);
+double SumOfSquares(const Tensor& x);
+double Sum(const Tensor& x);
+
+// ---- gelu.h: x, out, dout, dx share a dtype ----
+void GeluForward(const Tensor& x, Tensor& out);
+void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx);
+
+// ---- adamw.h: param and grad float32 or bfloat16, m and v float32 ----
+void AdamWStep(const AdamWHyper& hyper, const Tensor& grad, Tensor& param,
+               Tensor& m, Tensor& v);
+
+// ---- embedding.h: table/wpe and out/x share a dtype; gradient tables
+// float32 or bfloat16 for dout of either ----
+void EmbeddingForward(const Tensor& ids, const Tensor& table,
+                      int64_t vocab_start, Tensor& out);
+void EmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,
+                             int64_t vocab_start, Tensor& dtable);
+void AddPositionEmbedding(const Tensor& wpe, Tensor& x);
+void PositionEmbeddingBackwardWeight(const Tensor& dout, Tensor& dwpe);
+
+// ---- layernorm.h: x, w, b, out, dout, dx share a dtype; dw, db float32
+// or bfloat16; mean, rstd float32 ----
+void LayerNormForward(const Tensor& x, const Tensor& w, const Tensor& b,
+                      Tensor& out, Tensor& mean, Tensor& rstd);
+void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
+                            const Tensor& w, const Tensor& mean,
+                            const Tensor& rstd, Tensor& dx);
+void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
+                             const Tensor& mean, const Tensor& rstd, Tensor& dw,
+                             Tensor& db);
+
+// ---- matmul.h, through cuBLASLt: x and w (forward), dout and w (backward
+// input), dout and x (backward weight) share a dtype; out, dx, dw float32 or
+// bfloat16; bias of out's dtype, dbias float32 or bfloat16 ----
+void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
+                   Tensor& out, WeightLayout layout);
+void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
+                         WeightLayout layout);
+void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
+                          Tensor& dbias, WeightLayout layout);
+// out (N, M) = gelu(x @ w + bias), fused in the GEMM's epilogue;
+// pre_gelu (N, M), of out's dtype, receives x @ w + bias for the backward.
+// cuBLASLt's GELU is the tanh approximation, as GeluForward's. bias may be
+// undefined.
+void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,
+                       Tensor& pre_gelu, Tensor& out,
+                       WeightLayout layout = WeightLayout::kInOut);
+
+// ---- cross_entropy.h: logits and dlogits share a dtype; row statistics,
+// target logits and losses float32 ----
+void CrossEntropyRowMax(const Tensor& logits, int64_t valid, Tensor& row_max);
+void CrossEntropyRowSumExp(const Tensor& logits, int64_t valid,
+                           const Tensor& row_max, Tensor& sumexp);
+void CrossEntropyTargetLogit(const Tensor& logits, const Tensor& targets,
+                             int64_t vocab_start, int64_t valid,
+                             Tensor& target_logit);
+void CrossEntropyLoss(const Tensor& row_max, const Tensor& sumexp,
+                      const Tensor& target_logit, Tensor& losses);
+void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
+                          int64_t vocab_start, int64_t valid,
+                          const Tensor& row_max, const Tensor& sumexp,
+                          double scale, Tensor& dlogits);
+
+// ---- attention.h: qkv, out, dout, dqkv share a dtype; saved is the row
+// log-sum-exps (B, H, T), float32. Head width at most 128 ----
+void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
+                      Tensor& saved);
+void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                       const Tensor& saved, int64_t n_head, Tensor& dqkv);
+
+}  // namespace cuda
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_CUDA_CUDA_KERNELS_H_

@@ -1,0 +1,124 @@
+// Internal to framework/cuda/: the kernel launchers of the .cu files, on raw
+// device pointers. The Tensor-level functions of cuda_kernels.h check shapes,
+// dtypes and devices, make the tensors' device current and call these.
+//
+// Every launcher runs on ComputeStream() of the current device, returns
+// without waiting (except the reductions to a host value, which wait for
+// their result), and checks its launches. Element types are float32 or
+// bfloat16 (Elem); arithmetic is float32 throughout, with float64 for the
+// whole-tensor sums. Sizes are element counts.
+//
+// This header is light (no Abseil, no CUDA headers) so that .cu files and
+// .cc files share it.
+#ifndef TRELLIS_FRAMEWORK_CUDA_CUDA_LAUNCH_H_
+#define TRELLIS_FRAMEWORK_CUDA_CUDA_LAUNCH_H_
+
+#include <cstdint>
+
+namespace trellis {
+namespace cuda_launch {
+
+enum class Elem : uint8_t { kF32, kBF16 };
+
+// ---- elementwise.cu ----
+
+// n elements of `elem_bytes` (2, 4 or 8) bytes each set to the low bytes of
+// `pattern`.
+void Fill(void* data, int64_t n, int elem_bytes, uint64_t pattern);
+// dst (n) = src (n) converted (bfloat16 rounds to nearest even).
+void Convert(Elem src_type, const void* src, Elem dst_type, void* dst,
+             int64_t n);
+void Add(Elem t, const void* a, const void* b, void* out, int64_t n);
+void Axpy(Elem t, float alpha, const void* x, void* y, int64_t n);
+void Scale(Elem t, float s, void* x, int64_t n);
+// out (rows, cols) += bias (cols).
+void AddBias(Elem t, const void* bias, void* out, int64_t rows, int64_t cols);
+// out (cols) += column sums of in (rows, cols), summed in float32 in a fixed
+// order (deterministic).
+void ColumnSums(Elem in_type, const void* in, int64_t rows, int64_t cols,
+                Elem out_type, void* out);
+// Sum and sum of squares of x (n), accumulated in float64 in a fixed order;
+// waits for the result.
+void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
+                        double* sum_of_squares);
+void GeluForward(Elem t, const void* x, void* out, int64_t n);
+// dx += gelu'(x) · dout.
+void GeluBackward(Elem t, const void* x, const void* dout, void* dx, int64_t n);
+
+// The AdamW step's scalars, folded on the host.
+struct AdamWScalars {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float inv_bias_correction1, inv_bias_correction2;
+  float eps, weight_decay, grad_scale;
+};
+// m, v float32; param and grad float32 or bfloat16.
+void AdamW(const AdamWScalars& s, Elem grad_type, const void* grad,
+           Elem param_type, void* param, float* m, float* v, int64_t n);
+
+// ---- norm_embedding.cu ----
+
+// out (N, C) = table (Vl, C) [ids - vocab_start] or 0 outside [0, Vl).
+void EmbeddingForward(Elem t, const int32_t* ids, int64_t N, const void* table,
+                      int64_t Vl, int64_t C, int64_t vocab_start, void* out);
+// dtable (Vl, C) [ids - vocab_start] += dout (N, C), for ids in the shard.
+// Atomic adds: the order of the sum is not fixed.
+void EmbeddingBackward(Elem dout_type, const int32_t* ids, int64_t N,
+                       const void* dout, int64_t C, int64_t vocab_start,
+                       Elem table_type, void* dtable, int64_t Vl);
+// x (B, T, C) += wpe (T_max, C) rows 0..T-1.
+void AddPositionEmbedding(Elem t, const void* wpe, void* x, int64_t B,
+                          int64_t T, int64_t C);
+// dwpe rows 0..T-1 += sum over b of dout (B, T, C).
+void PositionEmbeddingBackward(Elem dout_type, const void* dout, int64_t B,
+                               int64_t T, int64_t C, Elem dwpe_type,
+                               void* dwpe);
+// x, w, b, out of type t; mean, rstd (N) float32.
+void LayerNormForward(Elem t, const void* x, const void* w, const void* b,
+                      int64_t N, int64_t C, float eps, void* out, float* mean,
+                      float* rstd);
+// dx (N, C) += rstd · (g - mean(g) - xhat · mean(g · xhat)), g = dout · w.
+void LayerNormBackwardInput(Elem t, const void* dout, const void* x,
+                            const void* w, const float* mean, const float* rstd,
+                            int64_t N, int64_t C, void* dx);
+// dw (C) += column sums of dout · xhat, db (C) += column sums of dout.
+void LayerNormBackwardWeight(Elem t, const void* dout, const void* x,
+                             const float* mean, const float* rstd, int64_t N,
+                             int64_t C, Elem w_type, void* dw, void* db);
+
+// ---- cross_entropy.cu ----  logits (N, Vl) of type t, statistics float32.
+
+void CrossEntropyRowMax(Elem t, const void* logits, int64_t N, int64_t Vl,
+                        int64_t valid, float* row_max);
+void CrossEntropyRowSumExp(Elem t, const void* logits, int64_t N, int64_t Vl,
+                           int64_t valid, const float* row_max, float* sumexp);
+void CrossEntropyTargetLogit(Elem t, const void* logits, const int32_t* targets,
+                             int64_t N, int64_t Vl, int64_t vocab_start,
+                             int64_t valid, float* target_logit);
+void CrossEntropyLoss(const float* row_max, const float* sumexp,
+                      const float* target_logit, int64_t N, float* losses);
+// dlogits (N, Vl), of type t, may alias logits.
+void CrossEntropyBackward(Elem t, const void* logits, const int32_t* targets,
+                          int64_t N, int64_t Vl, int64_t vocab_start,
+                          int64_t valid, const float* row_max,
+                          const float* sumexp, float scale, void* dlogits);
+
+// ---- attention.cu ----
+
+struct AttentionDims {
+  int64_t B, T, H, D;
+};
+// The largest head width the attention kernels take.
+inline constexpr int64_t kAttentionMaxHeadDim = 128;
+// qkv (B, T, 3·H·D), out (B, T, H·D) of type t; lse (B, H, T) float32, the
+// log-sum-exp of each row's scaled scores.
+void AttentionForward(Elem t, const AttentionDims& d, const void* qkv,
+                      void* out, float* lse);
+// dqkv (B, T, 3·H·D) += gradients, probabilities recomputed from lse.
+void AttentionBackward(Elem t, const AttentionDims& d, const void* dout,
+                       const void* qkv, const void* out, const float* lse,
+                       void* dqkv);
+
+}  // namespace cuda_launch
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_CUDA_CUDA_LAUNCH_H_

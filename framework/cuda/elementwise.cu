@@ -1,0 +1,276 @@
+// Elementwise kernels: fill, convert, add, axpy, scale, bias, column sums,
+// whole-tensor sums, GELU and the fused AdamW step. Grid-stride loops over
+// float32 or bfloat16 elements, float32 arithmetic.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "framework/cuda/device_common.cuh"
+
+namespace trellis {
+namespace cuda_launch {
+namespace {
+
+constexpr int kThreads = 256;
+
+template <typename U>
+__global__ void FillKernel(U* data, int64_t n, U value) {
+  TRELLIS_GRID_STRIDE(i, n) data[i] = value;
+}
+
+template <typename S, typename D>
+__global__ void ConvertKernel(const S* src, D* dst, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) dst[i] = FromFloat<D>(ToFloat(src[i]));
+}
+
+template <typename T>
+__global__ void AddKernel(const T* a, const T* b, T* out, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n)
+  out[i] = FromFloat<T>(ToFloat(a[i]) + ToFloat(b[i]));
+}
+
+template <typename T>
+__global__ void AxpyKernel(float alpha, const T* x, T* y, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) {
+    y[i] = FromFloat<T>(ToFloat(y[i]) + alpha * ToFloat(x[i]));
+  }
+}
+
+template <typename T>
+__global__ void ScaleKernel(float s, T* x, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) x[i] = FromFloat<T>(ToFloat(x[i]) * s);
+}
+
+template <typename T>
+__global__ void AddBiasKernel(const T* bias, T* out, int64_t rows,
+                              int64_t cols) {
+  TRELLIS_GRID_STRIDE(i, rows * cols) {
+    out[i] = FromFloat<T>(ToFloat(out[i]) + ToFloat(bias[i % cols]));
+  }
+}
+
+// One term per element: in (rows, cols) [r, c].
+template <typename T>
+struct PlainTerms {
+  const T* in;
+  int64_t cols;
+  __device__ void operator()(int64_t r, int64_t c, float* acc) const {
+    acc[0] += ToFloat(in[r * cols + c]);
+  }
+};
+
+constexpr int kSumBlocks = 256;
+
+// Per block: the float64 sum and sum of squares of its grid-stride share.
+template <typename T>
+__global__ void SumPartialKernel(const T* x, int64_t n, double* partial) {
+  double sum = 0, squares = 0;
+  TRELLIS_GRID_STRIDE(i, n) {
+    const double v = ToFloat(x[i]);
+    sum += v;
+    squares += v * v;
+  }
+  sum = BlockReduce<double>(sum);
+  squares = BlockReduce<double>(squares);
+  if (threadIdx.x == 0) {
+    partial[2 * blockIdx.x] = sum;
+    partial[2 * blockIdx.x + 1] = squares;
+  }
+}
+
+// One thread adds the block partials in order.
+__global__ void SumFinishKernel(const double* partial, int blocks,
+                                double* result) {
+  double sum = 0, squares = 0;
+  for (int b = 0; b < blocks; ++b) {
+    sum += partial[2 * b];
+    squares += partial[2 * b + 1];
+  }
+  result[0] = sum;
+  result[1] = squares;
+}
+
+constexpr float kSqrtTwoOverPi = 0.7978845608028654f;
+constexpr float kGeluCube = 0.044715f;
+
+template <typename T>
+__global__ void GeluForwardKernel(const T* x, T* out, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) {
+    const float v = ToFloat(x[i]);
+    const float t = tanhf(kSqrtTwoOverPi * (v + kGeluCube * v * v * v));
+    out[i] = FromFloat<T>(0.5f * v * (1.f + t));
+  }
+}
+
+template <typename T>
+__global__ void GeluBackwardKernel(const T* x, const T* dout, T* dx,
+                                   int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) {
+    const float v = ToFloat(x[i]);
+    const float t = tanhf(kSqrtTwoOverPi * (v + kGeluCube * v * v * v));
+    const float du = kSqrtTwoOverPi * (1.f + 3.f * kGeluCube * v * v);
+    const float local = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du;
+    dx[i] = FromFloat<T>(ToFloat(dx[i]) + local * ToFloat(dout[i]));
+  }
+}
+
+template <typename G, typename P>
+__global__ void AdamWKernel(AdamWScalars s, const G* grad, P* param, float* m,
+                            float* v, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) {
+    const float g = ToFloat(grad[i]) * s.grad_scale;
+    const float mi = s.beta1 * m[i] + s.one_minus_beta1 * g;
+    const float vi = s.beta2 * v[i] + s.one_minus_beta2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float update = (mi * s.inv_bias_correction1) /
+                         (sqrtf(vi * s.inv_bias_correction2) + s.eps);
+    const float p = ToFloat(param[i]);
+    param[i] = FromFloat<P>(p - s.lr * (update + s.weight_decay * p));
+  }
+}
+
+}  // namespace
+
+void Fill(void* data, int64_t n, int elem_bytes, uint64_t pattern) {
+  if (n == 0) return;
+  const unsigned grid = GridFor(n, kThreads);
+  switch (elem_bytes) {
+    case 2:
+      FillKernel<<<grid, kThreads>>>(static_cast<uint16_t*>(data), n,
+                                     static_cast<uint16_t>(pattern));
+      break;
+    case 4:
+      FillKernel<<<grid, kThreads>>>(static_cast<uint32_t*>(data), n,
+                                     static_cast<uint32_t>(pattern));
+      break;
+    default:
+      FillKernel<<<grid, kThreads>>>(static_cast<uint64_t*>(data), n, pattern);
+      break;
+  }
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void Convert(Elem src_type, const void* src, Elem dst_type, void* dst,
+             int64_t n) {
+  if (n == 0) return;
+  DispatchElem(src_type, [&](auto s) {
+    using S = decltype(s);
+    DispatchElem(dst_type, [&](auto d) {
+      using D = decltype(d);
+      ConvertKernel<<<GridFor(n, kThreads), kThreads>>>(
+          static_cast<const S*>(src), static_cast<D*>(dst), n);
+    });
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void Add(Elem t, const void* a, const void* b, void* out, int64_t n) {
+  if (n == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    AddKernel<<<GridFor(n, kThreads), kThreads>>>(static_cast<const T*>(a),
+                                                  static_cast<const T*>(b),
+                                                  static_cast<T*>(out), n);
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void Axpy(Elem t, float alpha, const void* x, void* y, int64_t n) {
+  if (n == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    AxpyKernel<<<GridFor(n, kThreads), kThreads>>>(
+        alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void Scale(Elem t, float s, void* x, int64_t n) {
+  if (n == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    ScaleKernel<<<GridFor(n, kThreads), kThreads>>>(s, static_cast<T*>(x), n);
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void AddBias(Elem t, const void* bias, void* out, int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    AddBiasKernel<<<GridFor(rows * cols, kThreads), kThreads>>>(
+        static_cast<const T*>(bias), static_cast<T*>(out), rows, cols);
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void ColumnSums(Elem in_type, const void* in, int64_t rows, int64_t cols,
+                Elem out_type, void* out) {
+  DispatchElem(in_type, [&](auto i) {
+    using I = decltype(i);
+    DispatchElem(out_type, [&](auto o) {
+      using O = decltype(o);
+      LaunchColumnSums<1>(PlainTerms<I>{static_cast<const I*>(in), cols}, rows,
+                          cols, static_cast<O*>(out), static_cast<O*>(nullptr));
+    });
+  });
+}
+
+void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
+                        double* sum_of_squares) {
+  Scratch<double> partial(2 * kSumBlocks + 2);
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    SumPartialKernel<<<kSumBlocks, kThreads>>>(static_cast<const T*>(x), n,
+                                               partial.get());
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+  double* result = partial.get() + 2 * kSumBlocks;
+  SumFinishKernel<<<1, 1>>>(partial.get(), kSumBlocks, result);
+  TRELLIS_CUDA_CHECK_LAUNCH();
+  double host[2];
+  TRELLIS_CUDA_CHECK(
+      cudaMemcpy(host, result, sizeof(host), cudaMemcpyDeviceToHost));
+  *sum = host[0];
+  *sum_of_squares = host[1];
+}
+
+void GeluForward(Elem t, const void* x, void* out, int64_t n) {
+  if (n == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    GeluForwardKernel<<<GridFor(n, kThreads), kThreads>>>(
+        static_cast<const T*>(x), static_cast<T*>(out), n);
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void GeluBackward(Elem t, const void* x, const void* dout, void* dx,
+                  int64_t n) {
+  if (n == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    GeluBackwardKernel<<<GridFor(n, kThreads), kThreads>>>(
+        static_cast<const T*>(x), static_cast<const T*>(dout),
+        static_cast<T*>(dx), n);
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void AdamW(const AdamWScalars& s, Elem grad_type, const void* grad,
+           Elem param_type, void* param, float* m, float* v, int64_t n) {
+  if (n == 0) return;
+  DispatchElem(grad_type, [&](auto g) {
+    using G = decltype(g);
+    DispatchElem(param_type, [&](auto p) {
+      using P = decltype(p);
+      AdamWKernel<<<GridFor(n, kThreads), kThreads>>>(
+          s, static_cast<const G*>(grad), static_cast<P*>(param), m, v, n);
+    });
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace cuda_launch
+}  // namespace trellis
