@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_join.h"
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/device_memory.h"
 
 namespace trellis {
@@ -168,6 +169,9 @@ void FillTyped(void* data, int64_t n, double value) {
 }  // namespace
 
 void Tensor::Fill(double value) {
+  if constexpr (cuda::kEnabled) {
+    if (device().is_cuda()) return cuda::Fill(*this, value);
+  }
   TRELLIS_CHECK(device().is_cpu()) << "Fill runs on CPU tensors";
   switch (dtype_) {
     case DType::kF32:

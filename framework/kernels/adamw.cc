@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -45,6 +46,8 @@ void AdamWCpu(const AdamWHyper& h, const T* __restrict grad, int64_t n,
 void AdamWStep(const AdamWHyper& hyper, const Tensor& grad, Tensor& param,
                Tensor& m, Tensor& v) {
   const char* kernel = "AdamWStep";
+  TRELLIS_CUDA_DISPATCH(cuda::AdamWStep(hyper, grad, param, m, v), &grad,
+                        &param, &m, &v);
   RequireCpu(kernel, {&grad, &param, &m, &v});
   RequireDType(kernel, param.dtype(), {&grad, &m, &v});
   TRELLIS_CHECK(grad.shape() == param.shape() && m.shape() == param.shape() &&

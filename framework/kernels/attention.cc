@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -187,6 +188,8 @@ Shape AttentionSavedShape(Device device, int64_t B, int64_t T, int64_t n_head) {
 void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
                       Tensor& saved) {
   const char* kernel = "AttentionForward";
+  TRELLIS_CUDA_DISPATCH(cuda::AttentionForward(qkv, n_head, out, saved), &qkv,
+                        &out, &saved);
   RequireCpu(kernel, {&qkv, &out, &saved});
   RequireDType(kernel, qkv.dtype(), {&out, &saved});
   const Dims d = CheckShapes(kernel, qkv, n_head, {&out}, saved);
@@ -199,6 +202,9 @@ void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                        const Tensor& saved, int64_t n_head, Tensor& dqkv) {
   const char* kernel = "AttentionBackward";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::AttentionBackward(dout, qkv, out, saved, n_head, dqkv), &dout, &qkv,
+      &out, &saved, &dqkv);
   RequireCpu(kernel, {&dout, &qkv, &out, &saved, &dqkv});
   RequireDType(kernel, qkv.dtype(), {&dout, &out, &saved, &dqkv});
   const Dims d = CheckShapes(kernel, qkv, n_head, {&dout, &out}, saved);

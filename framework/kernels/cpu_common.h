@@ -22,14 +22,15 @@ namespace trellis {
 namespace kernels_internal {
 
 // Fails unless every defined tensor lives on the CPU. The CUDA twin of each
-// kernel will be dispatched in front of this check.
+// kernel is dispatched in front of this check (TRELLIS_CUDA_DISPATCH), so
+// only a build without CUDA gets here with a CUDA tensor.
 inline void RequireCpu(const char* kernel,
                        std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
     if (t->defined()) {
       TRELLIS_CHECK(t->device().is_cpu())
-          << "no CUDA kernel for " << kernel << " yet (tensor on "
-          << DeviceName(t->device()) << ")";
+          << kernel << ": tensor on " << DeviceName(t->device())
+          << ", but this build has no CUDA backend (-DTRELLIS_CUDA=ON)";
     }
   }
 }

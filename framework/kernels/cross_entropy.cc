@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -88,6 +89,8 @@ void BackwardCpu(const T* logits, const int32_t* targets, int64_t vocab_start,
 
 void CrossEntropyRowMax(const Tensor& logits, int64_t valid, Tensor& row_max) {
   const char* kernel = "CrossEntropyRowMax";
+  TRELLIS_CUDA_DISPATCH(cuda::CrossEntropyRowMax(logits, valid, row_max),
+                        &logits, &row_max);
   RequireCpu(kernel, {&logits, &row_max});
   RequireDType(kernel, logits.dtype(), {&row_max});
   const Dims d = CheckShapes(kernel, logits, valid, {&row_max});
@@ -102,6 +105,9 @@ void CrossEntropyRowMax(const Tensor& logits, int64_t valid, Tensor& row_max) {
 void CrossEntropyRowSumExp(const Tensor& logits, int64_t valid,
                            const Tensor& row_max, Tensor& sumexp) {
   const char* kernel = "CrossEntropyRowSumExp";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::CrossEntropyRowSumExp(logits, valid, row_max, sumexp), &logits,
+      &row_max, &sumexp);
   RequireCpu(kernel, {&logits, &row_max, &sumexp});
   RequireDType(kernel, logits.dtype(), {&row_max, &sumexp});
   const Dims d = CheckShapes(kernel, logits, valid, {&row_max, &sumexp});
@@ -116,6 +122,9 @@ void CrossEntropyTargetLogit(const Tensor& logits, const Tensor& targets,
                              int64_t vocab_start, int64_t valid,
                              Tensor& target_logit) {
   const char* kernel = "CrossEntropyTargetLogit";
+  TRELLIS_CUDA_DISPATCH(cuda::CrossEntropyTargetLogit(
+                            logits, targets, vocab_start, valid, target_logit),
+                        &logits, &targets, &target_logit);
   RequireCpu(kernel, {&logits, &targets, &target_logit});
   RequireDType(kernel, logits.dtype(), {&target_logit});
   CheckTargets(kernel, targets);
@@ -135,6 +144,9 @@ void CrossEntropyTargetLogit(const Tensor& logits, const Tensor& targets,
 void CrossEntropyLoss(const Tensor& row_max, const Tensor& sumexp,
                       const Tensor& target_logit, Tensor& losses) {
   const char* kernel = "CrossEntropyLoss";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::CrossEntropyLoss(row_max, sumexp, target_logit, losses), &row_max,
+      &sumexp, &target_logit, &losses);
   RequireCpu(kernel, {&row_max, &sumexp, &target_logit, &losses});
   RequireDType(kernel, row_max.dtype(), {&sumexp, &target_logit, &losses});
   const int64_t N = row_max.numel();
@@ -158,6 +170,10 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                           const Tensor& row_max, const Tensor& sumexp,
                           double scale, Tensor& dlogits) {
   const char* kernel = "CrossEntropyBackward";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::CrossEntropyBackward(logits, targets, vocab_start, valid, row_max,
+                                 sumexp, scale, dlogits),
+      &logits, &targets, &row_max, &sumexp, &dlogits);
   RequireCpu(kernel, {&logits, &targets, &row_max, &sumexp, &dlogits});
   RequireDType(kernel, logits.dtype(), {&row_max, &sumexp, &dlogits});
   CheckTargets(kernel, targets);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -61,6 +62,7 @@ void CheckBiasShapes(const char* kernel, const Tensor& bias,
 }  // namespace
 
 void Add(const Tensor& a, const Tensor& b, Tensor& out) {
+  TRELLIS_CUDA_DISPATCH(cuda::Add(a, b, out), &a, &b, &out);
   RequireCpu("Add", {&a, &b, &out});
   RequireDType("Add", a.dtype(), {&b, &out});
   TRELLIS_CHECK(a.shape() == b.shape() && a.shape() == out.shape())
@@ -73,6 +75,7 @@ void Add(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 
 void Axpy(double alpha, const Tensor& x, Tensor& y) {
+  TRELLIS_CUDA_DISPATCH(cuda::Axpy(alpha, x, y), &x, &y);
   RequireCpu("Axpy", {&x, &y});
   RequireDType("Axpy", x.dtype(), {&y});
   TRELLIS_CHECK(x.shape() == y.shape())
@@ -84,6 +87,7 @@ void Axpy(double alpha, const Tensor& x, Tensor& y) {
 }
 
 void Scale(Tensor& x, double s) {
+  TRELLIS_CUDA_DISPATCH(cuda::Scale(x, s), &x);
   RequireCpu("Scale", {&x});
   DispatchFloat("Scale", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -92,6 +96,7 @@ void Scale(Tensor& x, double s) {
 }
 
 void AddBias(const Tensor& bias, Tensor& out) {
+  TRELLIS_CUDA_DISPATCH(cuda::AddBias(bias, out), &bias, &out);
   RequireCpu("AddBias", {&bias, &out});
   RequireDType("AddBias", out.dtype(), {&bias});
   CheckBiasShapes("AddBias", bias, out);
@@ -103,6 +108,7 @@ void AddBias(const Tensor& bias, Tensor& out) {
 }
 
 void BiasBackward(const Tensor& dout, Tensor& dbias) {
+  TRELLIS_CUDA_DISPATCH(cuda::BiasBackward(dout, dbias), &dout, &dbias);
   RequireCpu("BiasBackward", {&dout, &dbias});
   RequireDType("BiasBackward", dout.dtype(), {&dbias});
   CheckBiasShapes("BiasBackward", dbias, dout);
@@ -115,6 +121,7 @@ void BiasBackward(const Tensor& dout, Tensor& dbias) {
 }
 
 double SumOfSquares(const Tensor& x) {
+  TRELLIS_CUDA_DISPATCH(cuda::SumOfSquares(x), &x);
   RequireCpu("SumOfSquares", {&x});
   double result = 0;
   DispatchFloat("SumOfSquares", x.dtype(), [&](auto tag) {
@@ -125,6 +132,7 @@ double SumOfSquares(const Tensor& x) {
 }
 
 double Sum(const Tensor& x) {
+  TRELLIS_CUDA_DISPATCH(cuda::Sum(x), &x);
   RequireCpu("Sum", {&x});
   double result = 0;
   DispatchFloat("Sum", x.dtype(), [&](auto tag) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -93,6 +94,8 @@ void CheckPositionShapes(const char* kernel, const Tensor& wpe,
 
 void EmbeddingForward(const Tensor& ids, const Tensor& table,
                       int64_t vocab_start, Tensor& out) {
+  TRELLIS_CUDA_DISPATCH(cuda::EmbeddingForward(ids, table, vocab_start, out),
+                        &ids, &table, &out);
   RequireCpu("EmbeddingForward", {&ids, &table, &out});
   RequireDType("EmbeddingForward", table.dtype(), {&out});
   CheckEmbeddingShapes("EmbeddingForward", ids, table, out);
@@ -105,6 +108,9 @@ void EmbeddingForward(const Tensor& ids, const Tensor& table,
 
 void EmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,
                              int64_t vocab_start, Tensor& dtable) {
+  TRELLIS_CUDA_DISPATCH(
+      cuda::EmbeddingBackwardWeight(ids, dout, vocab_start, dtable), &ids,
+      &dout, &dtable);
   RequireCpu("EmbeddingBackwardWeight", {&ids, &dout, &dtable});
   RequireDType("EmbeddingBackwardWeight", dtable.dtype(), {&dout});
   CheckEmbeddingShapes("EmbeddingBackwardWeight", ids, dtable, dout);
@@ -117,6 +123,7 @@ void EmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,
 }
 
 void AddPositionEmbedding(const Tensor& wpe, Tensor& x) {
+  TRELLIS_CUDA_DISPATCH(cuda::AddPositionEmbedding(wpe, x), &wpe, &x);
   RequireCpu("AddPositionEmbedding", {&wpe, &x});
   RequireDType("AddPositionEmbedding", wpe.dtype(), {&x});
   CheckPositionShapes("AddPositionEmbedding", wpe, x);
@@ -128,6 +135,8 @@ void AddPositionEmbedding(const Tensor& wpe, Tensor& x) {
 }
 
 void PositionEmbeddingBackwardWeight(const Tensor& dout, Tensor& dwpe) {
+  TRELLIS_CUDA_DISPATCH(cuda::PositionEmbeddingBackwardWeight(dout, dwpe),
+                        &dout, &dwpe);
   RequireCpu("PositionEmbeddingBackwardWeight", {&dout, &dwpe});
   RequireDType("PositionEmbeddingBackwardWeight", dwpe.dtype(), {&dout});
   CheckPositionShapes("PositionEmbeddingBackwardWeight", dwpe, dout);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <numbers>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -71,6 +72,7 @@ void GeluBackwardCpu(const T* x, const T* dout, int64_t n, T* dx) {
 }  // namespace
 
 void GeluForward(const Tensor& x, Tensor& out) {
+  TRELLIS_CUDA_DISPATCH(cuda::GeluForward(x, out), &x, &out);
   RequireCpu("GeluForward", {&x, &out});
   RequireDType("GeluForward", x.dtype(), {&out});
   TRELLIS_CHECK(x.shape() == out.shape())
@@ -83,6 +85,7 @@ void GeluForward(const Tensor& x, Tensor& out) {
 }
 
 void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
+  TRELLIS_CUDA_DISPATCH(cuda::GeluBackward(x, dout, dx), &x, &dout, &dx);
   RequireCpu("GeluBackward", {&x, &dout, &dx});
   RequireDType("GeluBackward", x.dtype(), {&dout, &dx});
   TRELLIS_CHECK(x.shape() == dout.shape() && x.shape() == dx.shape())

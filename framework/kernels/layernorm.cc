@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -125,6 +126,8 @@ int64_t Rows(const Tensor& x, int64_t C) { return C == 0 ? 0 : x.numel() / C; }
 void LayerNormForward(const Tensor& x, const Tensor& w, const Tensor& b,
                       Tensor& out, Tensor& mean, Tensor& rstd) {
   const char* kernel = "LayerNormForward";
+  TRELLIS_CUDA_DISPATCH(cuda::LayerNormForward(x, w, b, out, mean, rstd), &x,
+                        &w, &b, &out, &mean, &rstd);
   RequireCpu(kernel, {&x, &w, &b, &out, &mean, &rstd});
   RequireDType(kernel, x.dtype(), {&w, &b, &out, &mean, &rstd});
   const int64_t C = CheckShapes(kernel, x, out, w, mean, rstd);
@@ -141,6 +144,9 @@ void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
                             const Tensor& w, const Tensor& mean,
                             const Tensor& rstd, Tensor& dx) {
   const char* kernel = "LayerNormBackwardInput";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::LayerNormBackwardInput(dout, x, w, mean, rstd, dx), &dout, &x, &w,
+      &mean, &rstd, &dx);
   RequireCpu(kernel, {&dout, &x, &w, &mean, &rstd, &dx});
   RequireDType(kernel, x.dtype(), {&dout, &w, &mean, &rstd, &dx});
   const int64_t C = CheckShapes(kernel, x, dout, w, mean, rstd);
@@ -158,6 +164,9 @@ void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
                              const Tensor& mean, const Tensor& rstd, Tensor& dw,
                              Tensor& db) {
   const char* kernel = "LayerNormBackwardWeight";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::LayerNormBackwardWeight(dout, x, mean, rstd, dw, db), &dout, &x,
+      &mean, &rstd, &dw, &db);
   RequireCpu(kernel, {&dout, &x, &mean, &rstd, &dw, &db});
   RequireDType(kernel, x.dtype(), {&dout, &mean, &rstd, &dw, &db});
   const int64_t C = CheckShapes(kernel, x, dout, dw, mean, rstd);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -76,6 +77,8 @@ void ColumnSums(const T* dout, int64_t N, int64_t M, T* __restrict dbias) {
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout) {
   const char* kernel = "MatmulForward";
+  TRELLIS_CUDA_DISPATCH(cuda::MatmulForward(x, w, bias, out, layout), &x, &w,
+                        &bias, &out);
   RequireCpu(kernel, {&x, &w, &bias, &out});
   RequireDType(kernel, x.dtype(), {&w, &bias, &out});
   const Dims d = CheckWeight(kernel, x, w, layout);
@@ -92,6 +95,8 @@ void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
                          WeightLayout layout) {
   const char* kernel = "MatmulBackwardInput";
+  TRELLIS_CUDA_DISPATCH(cuda::MatmulBackwardInput(dout, w, dx, layout), &dout,
+                        &w, &dx);
   RequireCpu(kernel, {&dout, &w, &dx});
   RequireDType(kernel, dx.dtype(), {&dout, &w});
   const Dims d = CheckWeight(kernel, dx, w, layout);
@@ -108,6 +113,8 @@ void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
 void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
                           Tensor& dbias, WeightLayout layout) {
   const char* kernel = "MatmulBackwardWeight";
+  TRELLIS_CUDA_DISPATCH(cuda::MatmulBackwardWeight(dout, x, dw, dbias, layout),
+                        &dout, &x, &dw, &dbias);
   RequireCpu(kernel, {&dout, &x, &dw, &dbias});
   RequireDType(kernel, x.dtype(), {&dout, &dw, &dbias});
   const Dims d = CheckWeight(kernel, x, dw, layout);
