@@ -1,0 +1,106 @@
+#include "parallel/host_staged_communicator.h"
+
+#include <utility>
+
+#include "framework/status.h"
+
+namespace trellis {
+namespace {
+
+// A host copy of `t` (t itself when it is on the host already).
+Tensor Stage(const Tensor& t) {
+  TRELLIS_CHECK(t.defined()) << "undefined communication buffer";
+  return t.device().is_cpu() ? t : t.To(Device::Cpu());
+}
+
+// Copies the host result back into `t` when it was staged.
+void Unstage(const Tensor& host, Tensor& t) {
+  if (host.raw() != t.raw()) t.CopyFrom(host);
+}
+
+// Waits for an MPI request on a host copy, then copies the result back to
+// the device buffer (for receives and async reductions).
+class StagedRequest : public Request {
+ public:
+  StagedRequest(std::unique_ptr<Request> inner, Tensor host, Tensor target)
+      : inner_(std::move(inner)),
+        host_(std::move(host)),
+        target_(std::move(target)) {}
+  ~StagedRequest() override { Wait(); }
+
+  void Wait() override {
+    if (inner_ == nullptr) return;
+    inner_->Wait();
+    inner_.reset();
+    Unstage(host_, target_);
+  }
+
+ private:
+  std::unique_ptr<Request> inner_;
+  Tensor host_;
+  Tensor target_;
+};
+
+}  // namespace
+
+HostStagedCommunicator::HostStagedCommunicator(std::string name, MPI_Comm comm,
+                                               bool owned)
+    : HostStagedCommunicator(
+          std::make_unique<MpiCommunicator>(std::move(name), comm, owned)) {}
+
+HostStagedCommunicator::HostStagedCommunicator(
+    std::unique_ptr<MpiCommunicator> mpi)
+    : Communicator(mpi->name(), mpi->rank(), mpi->size()),
+      mpi_(std::move(mpi)) {}
+
+std::unique_ptr<Request> HostStagedCommunicator::DoAllReduce(Tensor& buffer,
+                                                             ReduceOp op,
+                                                             bool async) {
+  Tensor host = Stage(buffer);
+  if (!async) {
+    mpi_->AllReduce(host, op);
+    Unstage(host, buffer);
+    return std::make_unique<DoneRequest>();
+  }
+  auto inner = mpi_->AllReduceAsync(host, op);
+  return std::make_unique<StagedRequest>(std::move(inner), host, buffer);
+}
+
+void HostStagedCommunicator::DoReduceScatter(const Tensor& input,
+                                             Tensor& output, ReduceOp op) {
+  const Tensor host_input = Stage(input);
+  Tensor host_output = Stage(output);
+  mpi_->ReduceScatter(host_input, host_output, op);
+  Unstage(host_output, output);
+}
+
+void HostStagedCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+  const Tensor host_input = Stage(input);
+  Tensor host_output = Stage(output);
+  mpi_->AllGather(host_input, host_output);
+  Unstage(host_output, output);
+}
+
+void HostStagedCommunicator::DoBroadcast(Tensor& buffer, int root) {
+  Tensor host = Stage(buffer);
+  mpi_->Broadcast(host, root);
+  Unstage(host, buffer);
+}
+
+std::unique_ptr<Request> HostStagedCommunicator::DoSend(const Tensor& buffer,
+                                                        int peer, int tag) {
+  return mpi_->Send(Stage(buffer), peer, tag);
+}
+
+std::unique_ptr<Request> HostStagedCommunicator::DoRecv(Tensor& buffer,
+                                                        int peer, int tag) {
+  Tensor host = buffer.device().is_cpu()
+                    ? buffer
+                    : Tensor::Empty(buffer.shape(), buffer.dtype());
+  auto inner = mpi_->Recv(host, peer, tag);
+  return std::make_unique<StagedRequest>(std::move(inner), host, buffer);
+}
+
+void HostStagedCommunicator::DoBarrier() { mpi_->Barrier(); }
+
+}  // namespace trellis

@@ -1,0 +1,292 @@
+#include "parallel/nccl_communicator.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "framework/cuda/cuda_check.h"
+#include "framework/cuda/cuda_device.h"
+#include "framework/status.h"
+
+#define TRELLIS_NCCL_CHECK(call)                      \
+  do {                                                \
+    const ncclResult_t _trellis_nccl_result = (call); \
+    if (_trellis_nccl_result != ncclSuccess) {        \
+      ::trellis::internal::DeviceCallFailure(         \
+          "NCCL", #call, __FILE__, __LINE__,          \
+          ncclGetErrorString(_trellis_nccl_result));  \
+    }                                                 \
+  } while (0)
+
+namespace trellis {
+namespace {
+
+int UserRank(ncclComm_t comm) {
+  int rank = 0;
+  TRELLIS_NCCL_CHECK(ncclCommUserRank(comm, &rank));
+  return rank;
+}
+
+int GroupSize(ncclComm_t comm) {
+  int count = 0;
+  TRELLIS_NCCL_CHECK(ncclCommCount(comm, &count));
+  return count;
+}
+
+ncclDataType_t NcclType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU32:
+      return ncclUint32;
+    case DType::kU16:
+      break;
+  }
+  TRELLIS_CHECK(false) << "NCCL cannot reduce " << DTypeName(dtype)
+                       << " values";
+  return ncclFloat32;
+}
+
+ncclRedOp_t NcclOp(ReduceOp op, DType dtype) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      TRELLIS_CHECK(dtype == DType::kF32 || dtype == DType::kF64 ||
+                    dtype == DType::kBF16 || dtype == DType::kF16)
+          << "average of " << DTypeName(dtype) << " values";
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+bool Overlap(const Tensor& a, const Tensor& b) {
+  const char* a0 = static_cast<const char*>(a.raw());
+  const char* b0 = static_cast<const char*>(b.raw());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+cudaEvent_t NewEvent() {
+  cudaEvent_t event = nullptr;
+  TRELLIS_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  return event;
+}
+
+// Work recorded on a communication stream; Wait() orders the compute stream
+// after it. Keeps the buffer's storage alive until then.
+class NcclRequest : public Request {
+ public:
+  NcclRequest(int device, cudaEvent_t done, Tensor keep)
+      : device_(device), done_(done), keep_(std::move(keep)) {}
+  ~NcclRequest() override {
+    Wait();
+    CudaDeviceGuard guard(device_);
+    TRELLIS_CUDA_CHECK(cudaEventDestroy(done_));
+  }
+
+  void Wait() override {
+    if (waited_) return;
+    CudaDeviceGuard guard(device_);
+    TRELLIS_CUDA_CHECK(cudaStreamWaitEvent(ComputeStream(), done_, 0));
+    waited_ = true;
+    keep_ = Tensor();
+  }
+
+ private:
+  int device_;
+  cudaEvent_t done_;
+  Tensor keep_;
+  bool waited_ = false;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(std::string name, ncclComm_t comm,
+                                   int device)
+    : Communicator(std::move(name), UserRank(comm), GroupSize(comm)),
+      comm_(comm),
+      device_(device) {
+  CudaDeviceGuard guard(device_);
+  TRELLIS_CUDA_CHECK(
+      cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TRELLIS_CUDA_CHECK(cudaMalloc(&barrier_word_, sizeof(float)));
+  TRELLIS_CUDA_CHECK(cudaMemset(barrier_word_, 0, sizeof(float)));
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  CudaDeviceGuard guard(device_);
+  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  TRELLIS_NCCL_CHECK(ncclCommDestroy(comm_));
+  TRELLIS_CUDA_CHECK(cudaFree(barrier_word_));
+  TRELLIS_CUDA_CHECK(cudaStreamDestroy(stream_));
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::CreateWorld(
+    std::string name, MPI_Comm comm, int device) {
+  int rank = 0, size = 0;
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &size));
+  ncclUniqueId id;
+  if (rank == 0) TRELLIS_NCCL_CHECK(ncclGetUniqueId(&id));
+  TRELLIS_MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm));
+  CudaDeviceGuard guard(device);
+  ncclComm_t nccl = nullptr;
+  TRELLIS_NCCL_CHECK(ncclCommInitRank(&nccl, size, id, rank));
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(std::move(name), nccl, device));
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::Split(std::string name,
+                                                          int color, int key) {
+  CudaDeviceGuard guard(device_);
+  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  ncclComm_t nccl = nullptr;
+  TRELLIS_NCCL_CHECK(ncclCommSplit(comm_, color, key, &nccl, nullptr));
+  if (color == kNoColor || nccl == nullptr) return nullptr;
+  return std::unique_ptr<NcclCommunicator>(
+      new NcclCommunicator(std::move(name), nccl, device_));
+}
+
+void NcclCommunicator::CheckBuffer(const Tensor& t) const {
+  TRELLIS_CHECK(t.defined() && t.device() == Device::Cuda(device_))
+      << "NCCL communicator \"" << name() << "\" serves cuda:" << device_
+      << " buffers; this one is on " << DeviceName(t.device());
+}
+
+void NcclCommunicator::AfterCompute() {
+  cudaEvent_t ready = NewEvent();
+  TRELLIS_CUDA_CHECK(cudaEventRecord(ready, ComputeStream()));
+  TRELLIS_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
+  TRELLIS_CUDA_CHECK(cudaEventDestroy(ready));  // released once it fires
+}
+
+std::unique_ptr<Request> NcclCommunicator::Finish(Tensor keep, bool async) {
+  cudaEvent_t done = NewEvent();
+  TRELLIS_CUDA_CHECK(cudaEventRecord(done, stream_));
+  auto request = std::make_unique<NcclRequest>(device_, done, std::move(keep));
+  if (!async) {
+    request->Wait();
+    return std::make_unique<DoneRequest>();
+  }
+  return request;
+}
+
+std::unique_ptr<Request> NcclCommunicator::DoAllReduce(Tensor& buffer,
+                                                       ReduceOp op,
+                                                       bool async) {
+  CheckBuffer(buffer);
+  const ncclDataType_t type = NcclType(buffer.dtype());
+  const ncclRedOp_t nccl_op = NcclOp(op, buffer.dtype());
+  CudaDeviceGuard guard(device_);
+  AfterCompute();
+  TRELLIS_NCCL_CHECK(ncclAllReduce(buffer.raw(), buffer.raw(),
+                                   static_cast<size_t>(buffer.numel()), type,
+                                   nccl_op, comm_, stream_));
+  return Finish(buffer, async);
+}
+
+void NcclCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
+                                       ReduceOp op) {
+  CheckBuffer(input);
+  CheckBuffer(output);
+  TRELLIS_CHECK(input.dtype() == output.dtype())
+      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
+  const ncclDataType_t type = NcclType(input.dtype());
+  const ncclRedOp_t nccl_op = NcclOp(op, input.dtype());
+  CudaDeviceGuard guard(device_);
+  AfterCompute();
+  // NCCL's in-place form is output == input's own block; other overlaps
+  // reduce into a fresh block first.
+  const bool in_place =
+      static_cast<const char*>(output.raw()) ==
+      static_cast<const char*>(input.raw()) + output.nbytes() * rank();
+  const Tensor result =
+      !in_place && Overlap(input, output)
+          ? Tensor::Empty(output.shape(), output.dtype(), output.device())
+          : output;
+  TRELLIS_NCCL_CHECK(ncclReduceScatter(input.raw(), result.raw(),
+                                       static_cast<size_t>(output.numel()),
+                                       type, nccl_op, comm_, stream_));
+  if (result.raw() != output.raw()) {
+    TRELLIS_CUDA_CHECK(cudaMemcpyAsync(output.raw(), result.raw(),
+                                       output.nbytes(),
+                                       cudaMemcpyDeviceToDevice, stream_));
+    TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `result` goes
+  }
+  Finish(output, /*async=*/false);
+}
+
+void NcclCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+  CheckBuffer(input);
+  CheckBuffer(output);
+  TRELLIS_CHECK(input.dtype() == output.dtype())
+      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
+  CudaDeviceGuard guard(device_);
+  AfterCompute();
+  const bool in_place =
+      static_cast<const char*>(input.raw()) ==
+      static_cast<const char*>(output.raw()) + input.nbytes() * rank();
+  Tensor source = input;
+  if (!in_place && Overlap(input, output)) {
+    source = Tensor::Empty(input.shape(), input.dtype(), input.device());
+    TRELLIS_CUDA_CHECK(cudaMemcpyAsync(source.raw(), input.raw(),
+                                       input.nbytes(), cudaMemcpyDeviceToDevice,
+                                       stream_));
+  }
+  TRELLIS_NCCL_CHECK(ncclAllGather(source.raw(), output.raw(), input.nbytes(),
+                                   ncclUint8, comm_, stream_));
+  if (source.raw() != input.raw()) {
+    TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `source` goes
+  }
+  Finish(output, /*async=*/false);
+}
+
+void NcclCommunicator::DoBroadcast(Tensor& buffer, int root) {
+  CheckBuffer(buffer);
+  CudaDeviceGuard guard(device_);
+  AfterCompute();
+  TRELLIS_NCCL_CHECK(ncclBroadcast(buffer.raw(), buffer.raw(), buffer.nbytes(),
+                                   ncclUint8, root, comm_, stream_));
+  Finish(buffer, /*async=*/false);
+}
+
+std::unique_ptr<Request> NcclCommunicator::DoSend(const Tensor& buffer,
+                                                  int peer, int tag) {
+  CheckBuffer(buffer);
+  CudaDeviceGuard guard(device_);
+  AfterCompute();
+  TRELLIS_NCCL_CHECK(
+      ncclSend(buffer.raw(), buffer.nbytes(), ncclUint8, peer, comm_, stream_));
+  return Finish(buffer, /*async=*/true);
+}
+
+std::unique_ptr<Request> NcclCommunicator::DoRecv(Tensor& buffer, int peer,
+                                                  int tag) {
+  CheckBuffer(buffer);
+  CudaDeviceGuard guard(device_);
+  AfterCompute();
+  TRELLIS_NCCL_CHECK(
+      ncclRecv(buffer.raw(), buffer.nbytes(), ncclUint8, peer, comm_, stream_));
+  return Finish(buffer, /*async=*/true);
+}
+
+void NcclCommunicator::DoBarrier() {
+  CudaDeviceGuard guard(device_);
+  AfterCompute();
+  TRELLIS_NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32,
+                                   ncclSum, comm_, stream_));
+  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace trellis

@@ -1,0 +1,100 @@
+// NcclCommunicator: the Communicator interface over NCCL, for buffers on one
+// CUDA device per rank.
+//
+//   auto world = NcclCommunicator::CreateWorld("world", MPI_COMM_WORLD,
+//                                              device);     // collective
+//   auto tp = world->Split("tp", /*color=*/d * pp + p, /*key=*/t);
+//
+// One NCCL communicator per group: the world's unique id is made on rank 0
+// and broadcast over MPI, and every group is split from the world
+// (ncclCommSplit), so MPI is needed only at start.
+//
+// Streams: collectives run on the communicator's own stream. Each call first
+// makes that stream wait (an event) for the work already issued to the
+// compute stream (ComputeStream(), where trellis kernels run), so it reads
+// finished data; on completion the compute stream is made to wait for it.
+// "Returns" therefore means "ordered": AllReduce, ReduceScatter, AllGather
+// and Broadcast return at once, and later kernels and copies on the compute
+// stream see their results. Async requests (AllReduceAsync, Send, Recv)
+// order the compute stream on Wait(), so the work between the call and
+// Wait() overlaps the transfer. Barrier() waits on the host.
+//
+// Types: reductions take float32, float64, bfloat16, float16, int32, int64
+// and uint32 (kAvg the floating ones, through ncclAvg); broadcast, gathers
+// and transfers move bytes, so any dtype. NCCL has no tags: messages
+// between two ranks are matched in the order posted, and each rank must post
+// its sends and receives in an order that cannot wait on itself (as with
+// blocking MPI calls), since transfers on one stream run one after another.
+//
+// Errors: every NCCL and CUDA call is checked and aborts with the call, its
+// file:line and the rank (framework/cuda/cuda_check.h).
+//
+// Thread safety: one thread drives a communicator at a time.
+#ifndef TRELLIS_PARALLEL_NCCL_COMMUNICATOR_H_
+#define TRELLIS_PARALLEL_NCCL_COMMUNICATOR_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+
+#include "parallel/communicator.h"
+#include "parallel/mpi_communicator.h"
+
+namespace trellis {
+
+class NcclCommunicator : public Communicator {
+ public:
+  // The color of a rank that joins no group in Split.
+  static constexpr int kNoColor = NCCL_SPLIT_NOCOLOR;
+
+  // Collective over `comm`: every rank of it joins one NCCL communicator on
+  // its CUDA device `device`, ranked as in `comm`.
+  static std::unique_ptr<NcclCommunicator> CreateWorld(std::string name,
+                                                       MPI_Comm comm,
+                                                       int device);
+  // Collective over this communicator: the ranks passing one `color` form a
+  // new communicator, ordered by `key` (ties by rank here). A rank passing
+  // kNoColor joins none and gets null.
+  std::unique_ptr<NcclCommunicator> Split(std::string name, int color, int key);
+
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
+ protected:
+  std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
+                                       bool async) override;
+  void DoReduceScatter(const Tensor& input, Tensor& output,
+                       ReduceOp op) override;
+  void DoAllGather(const Tensor& input, Tensor& output) override;
+  void DoBroadcast(Tensor& buffer, int root) override;
+  std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
+                                  int tag) override;
+  std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  void DoBarrier() override;
+
+ private:
+  NcclCommunicator(std::string name, ncclComm_t comm, int device);
+  // Checks that `t` is a defined tensor on this communicator's device.
+  void CheckBuffer(const Tensor& t) const;
+  // Orders this communicator's stream after the compute stream's work.
+  void AfterCompute();
+  // Records the end of the work just issued; the returned request orders
+  // the compute stream after it (at once unless `async`) and keeps `keep`
+  // alive until then.
+  std::unique_ptr<Request> Finish(Tensor keep, bool async);
+
+  ncclComm_t comm_;
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  float* barrier_word_ = nullptr;  // one device float for Barrier()
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_NCCL_COMMUNICATOR_H_
