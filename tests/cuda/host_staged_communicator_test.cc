@@ -1,0 +1,113 @@
+// HostStagedCommunicator on two ranks: with host buffers (any machine) and
+// with buffers on a GPU that both ranks share (skipped without one).
+// Expected values are formulas in the rank. Run under mpirun -np 2.
+#include "parallel/host_staged_communicator.h"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "framework/cuda/cuda_device.h"
+#include "gtest/gtest.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace trellis {
+namespace {
+
+class HostStagedTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    if (GetParam()) {
+      TRELLIS_REQUIRE_CUDA_DEVICE();
+      const absl::StatusOr<int> index = SelectCudaDevice();
+      ASSERT_TRUE(index.ok()) << index.status();
+      device_ = Device::Cuda(*index);
+    }
+    MPI_Comm comm;
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+    comm_ = std::make_unique<HostStagedCommunicator>("world", comm, true);
+    ASSERT_EQ(comm_->size(), 2);
+    rank_ = comm_->rank();
+  }
+
+  // values[i] on device_, float32.
+  Tensor Make(const std::vector<float>& values) {
+    Tensor host =
+        Tensor::Empty({static_cast<int64_t>(values.size())}, DType::kF32);
+    for (size_t i = 0; i < values.size(); ++i)
+      host.data<float>()[i] = values[i];
+    return host.To(device_);
+  }
+
+  static std::vector<float> Read(const Tensor& t) {
+    const Tensor host = t.To(Device::Cpu());
+    return std::vector<float>(host.data<float>(),
+                              host.data<float>() + host.numel());
+  }
+
+  Device device_ = Device::Cpu();
+  std::unique_ptr<HostStagedCommunicator> comm_;
+  int rank_ = 0;
+};
+
+TEST_P(HostStagedTest, Reductions) {
+  const float r = static_cast<float>(rank_);
+  Tensor sum = Make({r, 10 + r, 100 * r});
+  comm_->AllReduce(sum, ReduceOp::kSum);
+  EXPECT_EQ(Read(sum), (std::vector<float>{1, 21, 100}));
+  EXPECT_EQ(sum.device(), device_);
+
+  Tensor avg = Make({2 * r, 4 + r});
+  comm_->AllReduceAsync(avg, ReduceOp::kAvg)->Wait();
+  EXPECT_EQ(Read(avg), (std::vector<float>{1, 4.5f}));
+
+  Tensor max = Make({r, -r});
+  comm_->AllReduce(max, ReduceOp::kMax);
+  EXPECT_EQ(Read(max), (std::vector<float>{1, 0}));
+
+  // Rank q's block q of the sum over ranks of (k + rank) · (block + 1).
+  const Tensor input = Make({1 + r, 2 + 2 * r, 3 + 3 * r, 4 + 4 * r});
+  Tensor block = Make({0, 0});
+  comm_->ReduceScatter(input, block, ReduceOp::kSum);
+  const float b = static_cast<float>(2 * rank_);
+  EXPECT_EQ(Read(block), (std::vector<float>{3 * (b + 1), 3 * (b + 2)}));
+  EXPECT_EQ(comm_->stats().Calls(CommOp::kAllReduce), 3);
+  EXPECT_EQ(comm_->stats().Bytes(CommOp::kReduceScatter), 16);
+}
+
+TEST_P(HostStagedTest, GatherBroadcastAndTransfers) {
+  const float r = static_cast<float>(rank_);
+  Tensor gathered = Make({-1, -1, -1, -1});
+  comm_->AllGather(Make({r, 10 * r}), gathered);
+  EXPECT_EQ(Read(gathered), (std::vector<float>{0, 0, 1, 10}));
+
+  Tensor value = Make({r + 5});
+  comm_->Broadcast(value, 1);
+  EXPECT_EQ(Read(value), (std::vector<float>{6}));
+
+  // Rank 0 sends, rank 1 receives; then back the other way.
+  const int peer = 1 - rank_;
+  Tensor message = Make({7 + r, 8 + r, 9 + r});
+  Tensor received = Make({0, 0, 0});
+  if (rank_ == 0) {
+    comm_->Send(message, peer, 3)->Wait();
+    comm_->Recv(received, peer, 4)->Wait();
+    EXPECT_EQ(Read(received), (std::vector<float>{8, 9, 10}));
+  } else {
+    comm_->Recv(received, peer, 3)->Wait();
+    comm_->Send(message, peer, 4)->Wait();
+    EXPECT_EQ(Read(received), (std::vector<float>{7, 8, 9}));
+  }
+  comm_->Barrier();
+  EXPECT_EQ(comm_->stats().Calls(CommOp::kSend), 1);
+  EXPECT_EQ(comm_->stats().Bytes(CommOp::kRecv), 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Buffers, HostStagedTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Gpu" : "Cpu";
+                         });
+
+}  // namespace
+}  // namespace trellis
