@@ -56,6 +56,11 @@ ABSL_FLAG(std::vector<std::string>, pp_layers, {},
           "layers per pipeline stage, e.g. 3,5,5,3 (default: even)");
 ABSL_FLAG(double, dp_bucket_mb, 25.0, "data-parallel bucket size in MiB");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, trace_dir, "",
+          "write Chrome traces of --trace_steps here, one file per rank "
+          "(read them with trellis-bubbles)");
+ABSL_FLAG(std::vector<std::string>, trace_steps, {},
+          "steps to trace, e.g. 5,6 (1-based, as logged)");
 ABSL_FLAG(std::string, stop_signals, "USR1,TERM",
           "signals that end the run cleanly after the current step, saving "
           "a checkpoint when --save_dir is set");
@@ -103,6 +108,15 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
           "--pp_layers entry '", s, "' is not a number; e.g. --pp_layers=3,5"));
     }
     o.pp_layers.push_back(n);
+  }
+  o.trace_dir = absl::GetFlag(FLAGS_trace_dir);
+  for (const std::string& s : absl::GetFlag(FLAGS_trace_steps)) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(s, &n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--trace_steps entry '", s, "' is not a step number; e.g. 5,6"));
+    }
+    o.trace_steps.push_back(n);
   }
   return o;
 }

@@ -54,6 +54,9 @@ struct TrainOptions {
   std::vector<int64_t> pp_layers;  // Layers per stage; empty: even split.
   double dp_bucket_mb = 25.0;
   std::string device = "cpu";
+  // Tracing: the (1-based) steps written as Chrome traces into trace_dir.
+  std::string trace_dir;
+  std::vector<int64_t> trace_steps;
 
   // Microbatches per data-parallel rank per step.
   int64_t microbatches() const {

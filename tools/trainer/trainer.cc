@@ -50,6 +50,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
 
 absl::Status Trainer::Build(DType dtype) {
   const TrainOptions& o = options_;
+  if (!o.trace_dir.empty()) {
+    tracer_ = std::make_unique<StepTracer>(o, groups_, coord_);
+    groups_ = tracer_->groups();
+  }
   const Device device = o.device == "cuda" ? Device::Cuda(0) : Device::Cpu();
   model_ = std::make_unique<StageModel>(o, groups_, coord_, device, dtype);
   BatchLoader::Config data;
@@ -69,6 +73,7 @@ absl::Status Trainer::Build(DType dtype) {
                     static_cast<int>(o.microbatches()),
                     static_cast<int>(o.virtual_stages)),
       static_cast<int>(o.virtual_stages));
+  if (tracer_ != nullptr) tracer_->Observe(*executor_);
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
       static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp);
@@ -140,20 +145,42 @@ double Trainer::ReduceLoss(double local) const {
 }
 
 absl::StatusOr<StepMetrics> Trainer::Step() {
+  // A traced step starts on all ranks together; `trace` is null otherwise.
+  TraceRecorder* trace =
+      tracer_ != nullptr ? tracer_->BeginStep(optimizer_->step() + 1) : nullptr;
+  auto phase = [trace](const char* name) {
+    return ScopedTraceSpan(trace, name, kTraceCategoryStep,
+                           StepTracer::kStepLane);
+  };
   const auto start = std::chrono::steady_clock::now();
-  TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
-                           loader_->NextStep());
-  buckets_->StartStep();
-  model_->BeginStep(std::move(microbatches));
-  const PipelineStepStats pipeline = executor_->Run(*model_);
+  {
+    const ScopedTraceSpan span = phase("data");
+    TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
+                             loader_->NextStep());
+    buckets_->StartStep();
+    model_->BeginStep(std::move(microbatches));
+  }
+  PipelineStepStats pipeline;
+  {
+    const ScopedTraceSpan span = phase("pipeline");
+    pipeline = executor_->Run(*model_);
+  }
   StepMetrics m;
-  m.dp_wait_ms = 1e3 * buckets_->Wait();
+  {
+    const ScopedTraceSpan span = phase("grad sync");
+    m.dp_wait_ms = 1e3 * buckets_->Wait();
+  }
   // The tied embedding: the first and last stage sum their gradients.
   if (groups_.embed != nullptr && groups_.embed->size() > 1) {
+    const ScopedTraceSpan span = phase("embed sync");
     groups_.embed->AllReduce(model_->params().Find("wte")->grad,
                              ReduceOp::kSum);
   }
-  const StepReport report = optimizer_->Step(*groups_.tp, *groups_.pp);
+  StepReport report;
+  {
+    const ScopedTraceSpan span = phase("optimizer");
+    report = optimizer_->Step(*groups_.tp, *groups_.pp);
+  }
   m.step = optimizer_->step();
   m.loss = ReduceLoss(model_->StepLoss());
   m.lr = report.lr;
@@ -172,6 +199,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       static_cast<double>(options_.global_batch_size * options_.model.seq_len) /
       (m.ms / 1e3);
   losses_.push_back(m.loss);
+  if (trace != nullptr) TRELLIS_RETURN_IF_ERROR(tracer_->EndStep(start));
   return m;
 }
 

@@ -9,6 +9,7 @@
 //      between the first and last stage;
 //   4. the global gradient norm is taken, gradients clipped, AdamW steps;
 //   5. rank 0 logs loss, tokens/s, grad norm, bubble and dp wait.
+// With --trace_dir, the --trace_steps are traced (see step_tracer.h).
 //
 // All ranks of the world must call Run (and Evaluate) together.
 #ifndef TRELLIS_TOOLS_TRAINER_TRAINER_H_
@@ -29,6 +30,7 @@
 #include "tools/trainer/optimizer.h"
 #include "tools/trainer/options.h"
 #include "tools/trainer/stage_model.h"
+#include "tools/trainer/step_tracer.h"
 
 namespace trellis {
 
@@ -80,6 +82,8 @@ class Trainer {
   TrainOptions options_;
   ProcessGroups groups_;
   MeshCoord coord_;
+  // With --trace_dir: traces --trace_steps; groups_ then are its wrappers.
+  std::unique_ptr<StepTracer> tracer_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<PipelineExecutor> executor_;
