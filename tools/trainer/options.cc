@@ -52,6 +52,18 @@ absl::Status CheckScalars(const TrainOptions& o) {
         " is not one of gpipe, 1f1b, interleaved-1f1b, zb-h1"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
+  if (o.trace_dir.empty() != o.trace_steps.empty()) {
+    return Bad(
+        "--trace_dir and --trace_steps go together, e.g. "
+        "--trace_dir=runs/trace --trace_steps=5,6");
+  }
+  for (int64_t step : o.trace_steps) {
+    if (step < 1 || step > o.steps) {
+      return Bad(absl::StrCat("--trace_steps entry ", step,
+                              " is not a step of this run (1 to --steps=",
+                              o.steps, ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -146,7 +158,11 @@ std::string TrainOptions::ToFlagString() const {
       " --weight_decay=", weight_decay, " --grad_clip=", grad_clip,
       " --seed=", seed, " --dp=", dp, " --tp=", tp, " --pp=", pp,
       " --schedule=", schedule, " --virtual_stages=", virtual_stages,
-      " --device=", device);
+      " --device=", device,
+      trace_dir.empty()
+          ? std::string()
+          : absl::StrCat(" --trace_dir=", trace_dir,
+                         " --trace_steps=", absl::StrJoin(trace_steps, ",")));
 }
 
 std::vector<int64_t> StageLayers(int64_t n_layer, int64_t pp,
