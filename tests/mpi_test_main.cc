@@ -54,7 +54,10 @@ void PrintFailingRanks(int rank, int result) {
   if (rank != 0) return;
   std::string failing;
   for (int r = 0; r < size; ++r) {
-    if (results[r] != 0) failing += " " + std::to_string(r);
+    if (results[r] != 0) {
+      failing += ' ';
+      failing += std::to_string(r);
+    }
   }
   if (!failing.empty()) {
     std::fprintf(stderr, "tests failed on ranks:%s (of %d)\n", failing.c_str(),
