@@ -20,7 +20,11 @@
 namespace trellis {
 namespace {
 
+// The node's name: Slurm's node name where set (several emulated nodes may
+// share one host), else the hostname.
 std::string Hostname() {
+  const char* node = std::getenv("SLURMD_NODENAME");
+  if (node != nullptr && *node != '\0') return node;
   char host[256] = {0};
   if (gethostname(host, sizeof(host) - 1) != 0) return "unknown-host";
   return host;
