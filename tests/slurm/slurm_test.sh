@@ -23,7 +23,7 @@ work="${TRELLIS_SLURM_TEST_DIR:?}"
 cluster="$root/slurm/local-cluster.sh"
 data="$work/tokens.h5"
 reference="$work/reference/metrics.jsonl"
-steps=8
+steps=10
 # The tiny model on 64-token windows, 16 per step, as dp2 · tp2 · pp2.
 train_flags=(--flagfile="$root/configs/tiny.flags" --data="$data"
   --seq_len=64 --global_batch_size=16 --eval_every=0 --dp=2 --tp=2 --pp=2)
@@ -111,7 +111,7 @@ wait_for_steps() {
   local deadline=$((SECONDS + $2))
   until [ -f "$1" ] && [ "$(grep -c . "$1")" -ge "$3" ]; do
     [ $SECONDS -lt $deadline ] || fail "fewer than $3 steps in $1 after $2 s"
-    sleep 0.2
+    sleep 0.05
   done
 }
 
@@ -222,7 +222,9 @@ run_preempt() {
   local dir="$work/preempt"
   submit "$dir" --nodes=2 --ntasks-per-node=4 -- "${train_flags[@]}" \
     --steps="$steps"
-  wait_for_steps "$dir/metrics.jsonl" 60 2
+  # Signal as soon as the first step is logged: the remaining steps leave
+  # time for the signal to arrive mid-run even on a fast machine.
+  wait_for_steps "$dir/metrics.jsonl" 60 1
   timeout 10 scancel --signal=USR1 --batch "$job" ||
     fail "scancel --signal=USR1 --batch $job failed"
   note "sent SIGUSR1 to job $job after step $(grep -c . "$dir/metrics.jsonl")"
