@@ -1,5 +1,7 @@
 #include "framework/trace.h"
 
+#include <time.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +31,13 @@ nlohmann::json SpanEvent(const TraceSpan& span, int pid) {
 }
 
 }  // namespace
+
+double ThreadCpuMicros() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e6 * static_cast<double>(t.tv_sec) +
+         1e-3 * static_cast<double>(t.tv_nsec);
+}
 
 int64_t HostTraceClock::Mark() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -148,11 +157,14 @@ ScopedTraceSpan::ScopedTraceSpan(TraceRecorder* recorder, std::string name,
   if (recorder_ == nullptr) return;
   name_ = std::move(name);
   args_ = std::move(args);
+  start_cpu_us_ = ThreadCpuMicros();
   start_ = TraceRecorder::Clock::now();
 }
 
 ScopedTraceSpan::~ScopedTraceSpan() {
   if (recorder_ == nullptr) return;
+  args_.emplace_back("cpu_us",
+                     static_cast<int64_t>(ThreadCpuMicros() - start_cpu_us_));
   recorder_->AddSpan(std::move(name_), category_, lane_, start_,
                      TraceRecorder::Clock::now(), std::move(args_));
 }

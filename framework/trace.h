@@ -150,8 +150,13 @@ class TraceRecorder {
   std::vector<Pending> pending_;
 };
 
+// Microseconds of CPU time the calling thread has used.
+double ThreadCpuMicros();
+
 // Records a host span from construction to destruction when `recorder` is
-// non-null and active at construction.
+// non-null and active at construction. The span's argument "cpu_us" is the
+// CPU time the thread used meanwhile: well below the duration, the thread
+// waited for a core.
 class ScopedTraceSpan {
  public:
   ScopedTraceSpan(TraceRecorder* recorder, std::string name,
@@ -167,6 +172,7 @@ class ScopedTraceSpan {
   int lane_;
   TraceArgs args_;
   TraceRecorder::Clock::time_point start_;
+  double start_cpu_us_ = 0.0;
 };
 
 }  // namespace trellis

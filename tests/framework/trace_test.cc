@@ -64,6 +64,19 @@ TEST(TraceTest, ScopedSpanCoversItsScope) {
   EXPECT_GE(s.start_us, before);
   EXPECT_LE(s.start_us + s.duration_us, after);
   EXPECT_GE(s.duration_us, 2000.0);
+  // Sleeping uses no CPU: the span's CPU time is well below its duration.
+  ASSERT_EQ(s.args.size(), 2u);
+  EXPECT_EQ(s.args[0], (std::pair<std::string, int64_t>("step", 7)));
+  EXPECT_EQ(s.args[1].first, "cpu_us");
+  EXPECT_GE(s.args[1].second, 0);
+  EXPECT_LT(s.args[1].second, s.duration_us / 2);
+}
+
+TEST(TraceTest, ThreadCpuTimeCountsWork) {
+  const double start = ThreadCpuMicros();
+  volatile double x = 0;
+  for (int i = 0; i < 20000000; ++i) x = x + 1e-9 * i;
+  EXPECT_GT(ThreadCpuMicros() - start, 1000.0);
 }
 
 // A device-like clock whose marks resolve only later, to a time it decides.

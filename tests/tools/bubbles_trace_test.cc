@@ -64,7 +64,8 @@ void AddStep(TraceRecorder& r0, TraceRecorder& r1, int64_t step, double offset,
                 std::move(args)});
   };
   add(r0, "step", "step", 0, 100, {{"step", step}});
-  add(r0, "pipeline", "step", 10, 90);
+  add(r0, "pipeline", "step", 10, 90,
+      {{"cpu_us", static_cast<int64_t>(60000 * stretch)}});
   add(r0, "F", "compute", 10, 20, {{"mb", 0}, {"vstage", 0}});
   add(r0, "SendAct", "pp", 20, 20);
   add(r0, "wait RecvGrad0", "pp", 20, 60, {{"mb", 0}});
@@ -72,7 +73,8 @@ void AddStep(TraceRecorder& r0, TraceRecorder& r1, int64_t step, double offset,
   add(r0, "W", "compute", 70, 80, {{"mb", 0}, {"vstage", 0}});
   add(r0, "wait all_reduce", "dp", 90, 95);
   add(r1, "step", "step", 0, 100, {{"step", step}});
-  add(r1, "pipeline", "step", 10, 85);
+  add(r1, "pipeline", "step", 10, 85,
+      {{"cpu_us", static_cast<int64_t>(75000 * stretch)}});
   add(r1, "wait RecvAct0", "pp", 10, 20, {{"mb", 0}});
   add(r1, "F", "compute", 20, 30, {{"mb", 0}, {"vstage", 0}});
   add(r1, "B", "compute", 30, 40, {{"mb", 0}, {"vstage", 0}});
@@ -138,6 +140,10 @@ TEST_F(BubblesTraceTest, MeasuresHandMadeStep) {
   EXPECT_NEAR(f.stages[0].dp, 5.0, 1e-6);
   EXPECT_NEAR(f.stages[1].dp, 0.0, 1e-6);
   EXPECT_NEAR(f.whole.recv_wait, 25.0, 1e-6);
+  // Rank 0 ran 60 of its 80 pipeline ms, rank 1 all its 75.
+  EXPECT_NEAR(f.stages[0].cpu_share, 0.75, 1e-9);
+  EXPECT_NEAR(f.stages[1].cpu_share, 1.0, 1e-9);
+  EXPECT_NEAR(f.min_cpu_share, 0.75, 1e-9);
   EXPECT_EQ(f.whole.ranks, 2);
   EXPECT_NEAR(f.cost_forward, 10.0, 1e-6);
   EXPECT_NEAR(f.cost_backward_weight, 10.0, 1e-6);

@@ -35,6 +35,7 @@ StageFigures Mean(const std::vector<StageFigures>& parts, int stage) {
     mean.bubble += p.bubble;
     mean.recv_wait += p.recv_wait;
     mean.dp += p.dp;
+    mean.cpu_share += p.cpu_share;
   }
   const double n = static_cast<double>(parts.size());
   mean.busy /= n;
@@ -43,6 +44,7 @@ StageFigures Mean(const std::vector<StageFigures>& parts, int stage) {
   mean.bubble /= n;
   mean.recv_wait /= n;
   mean.dp /= n;
+  mean.cpu_share /= n;
   return mean;
 }
 
@@ -129,6 +131,10 @@ StageFigures RankFigures(const RankStep& rs, double begin, double end,
   }
   f.idle = f.window - f.busy;
   f.bubble = f.window > 0 ? f.idle / f.window : 0.0;
+  const int64_t cpu_us = rs.pipeline->Arg("cpu_us", 0);
+  if (rs.pipeline->duration_us > 0) {
+    f.cpu_share = static_cast<double>(cpu_us) / rs.pipeline->duration_us;
+  }
   return f;
 }
 
@@ -200,8 +206,11 @@ absl::StatusOr<StepFigures> AnalyzeStep(const std::vector<RankTrace>& traces,
   }
   std::map<ActionType, std::vector<double>> costs;
   std::vector<std::vector<StageFigures>> by_stage(report.pp);
+  f.min_cpu_share = 1.0;
   for (const RankStep& rs : ranks) {
     by_stage[rs.trace->stage].push_back(RankFigures(rs, begin, end, costs));
+    f.min_cpu_share =
+        std::min(f.min_cpu_share, by_stage[rs.trace->stage].back().cpu_share);
   }
   for (int s = 0; s < report.pp; ++s) {
     f.stages.push_back(Mean(by_stage[s], s));
@@ -328,8 +337,9 @@ StepFigures MedianFigures(const std::vector<StepFigures>& steps) {
   TRELLIS_CHECK(!steps.empty());
   using Field = double StageFigures::*;
   static constexpr Field kStageFields[] = {
-      &StageFigures::busy,   &StageFigures::idle,      &StageFigures::window,
-      &StageFigures::bubble, &StageFigures::recv_wait, &StageFigures::dp};
+      &StageFigures::busy,     &StageFigures::idle,      &StageFigures::window,
+      &StageFigures::bubble,   &StageFigures::recv_wait, &StageFigures::dp,
+      &StageFigures::cpu_share};
   using StepField = double StepFigures::*;
   static constexpr StepField kStepFields[] = {
       &StepFigures::step_time,
@@ -337,7 +347,8 @@ StepFigures MedianFigures(const std::vector<StepFigures>& steps) {
       &StepFigures::planned,
       &StepFigures::cost_forward,
       &StepFigures::cost_backward_input,
-      &StepFigures::cost_backward_weight};
+      &StepFigures::cost_backward_weight,
+      &StepFigures::min_cpu_share};
   auto median_of = [&](auto get) {
     std::vector<double> values;
     for (const StepFigures& s : steps) values.push_back(get(s));

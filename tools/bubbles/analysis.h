@@ -11,6 +11,10 @@
 //   recv_wait  time blocked on pipeline receives;
 //   dp         time in data-parallel collectives and their waits (the whole
 //              step);
+//   cpu_share  the CPU time of the rank's thread over the wall time of its
+//              pipeline run: near 1 when it always had a core (waiting
+//              spins); well below 1, other processes took its core and the
+//              bubble is inflated by that;
 // and the whole step: the mean over stages of each (a stage's figures are
 // the mean over its dp × tp ranks). Next to the measured bubble stand the
 // textbook formula (TheoreticalBubble) and the bubble SimulateSchedules
@@ -64,6 +68,7 @@ struct StageFigures {
   double bubble = 0.0;
   double recv_wait = 0.0;
   double dp = 0.0;
+  double cpu_share = 0.0;  // 0 when the trace does not say
 };
 
 struct StepFigures {
@@ -76,6 +81,7 @@ struct StepFigures {
   double cost_forward = 0.0;  // mean F, B, W of one chunk
   double cost_backward_input = 0.0;
   double cost_backward_weight = 0.0;
+  double min_cpu_share = 0.0;  // the least cpu_share of any rank
   Timeline timeline;
 };
 

@@ -15,9 +15,9 @@ using nlohmann::json;
 std::string FormatStage(const StageFigures& s) {
   const std::string name =
       s.stage < 0 ? std::string("all") : absl::StrCat(s.stage);
-  return absl::StrFormat("%6s %6d %10.2f %10.2f %7.1f%% %10.2f %10.2f\n", name,
-                         s.ranks, s.busy, s.idle, 100 * s.bubble, s.recv_wait,
-                         s.dp);
+  return absl::StrFormat(
+      "%6s %6d %10.2f %10.2f %7.1f%% %10.2f %10.2f %6.0f%%\n", name, s.ranks,
+      s.busy, s.idle, 100 * s.bubble, s.recv_wait, s.dp, 100 * s.cpu_share);
 }
 
 std::string FormatStep(const BubbleReport& r, const StepFigures& f,
@@ -31,9 +31,9 @@ std::string FormatStep(const BubbleReport& r, const StepFigures& f,
           "B %.3g, W %.3g %s per chunk)\n",
           100 * f.whole.bubble, 100 * f.theory, 100 * f.planned, f.cost_forward,
           f.cost_backward_input, f.cost_backward_weight, r.unit));
-  absl::StrAppend(&out, absl::StrFormat("%6s %6s %10s %10s %8s %10s %10s\n",
+  absl::StrAppend(&out, absl::StrFormat("%6s %6s %10s %10s %8s %10s %10s %7s\n",
                                         "stage", "ranks", "busy", "idle",
-                                        "bubble", "recv wait", "dp"));
+                                        "bubble", "recv wait", "dp", "cpu"));
   for (const StageFigures& s : f.stages) absl::StrAppend(&out, FormatStage(s));
   absl::StrAppend(&out, FormatStage(f.whole));
   return out;
@@ -43,7 +43,7 @@ json StageJson(const StageFigures& s) {
   json j = {{"ranks", s.ranks},   {"busy", s.busy},
             {"idle", s.idle},     {"window", s.window},
             {"bubble", s.bubble}, {"recv_wait", s.recv_wait},
-            {"dp", s.dp}};
+            {"dp", s.dp},         {"cpu_share", s.cpu_share}};
   if (s.stage >= 0) j["stage"] = s.stage;
   return j;
 }
@@ -58,6 +58,7 @@ json StepJson(const StepFigures& f) {
              {{"F", f.cost_forward},
               {"B", f.cost_backward_input},
               {"W", f.cost_backward_weight}}},
+            {"min_cpu_share", f.min_cpu_share},
             {"stages", std::move(stages)},
             {"whole", StageJson(f.whole)}};
   if (f.step > 0) j["step"] = f.step;

@@ -5,8 +5,11 @@
 // Robust on a busy two-core machine: activations stay small (eager MPI
 // messages, so no send waits for the receiver's next MPI call) while compute
 // dominates; the three schedules train side by side, one step each in
-// turn, so a burst of load hits all of them; and the figures are medians
-// over 12 traced steps; ctest runs it alone (RUN_SERIAL).
+// turn, so a burst of load hits all of them; the figures are medians over
+// the traced steps on which every rank had a core (CPU time of its thread
+// near the wall time); ctest runs it alone (RUN_SERIAL). When other
+// processes keep taking the cores, the timing checks are skipped, saying
+// so; the trace checks always run.
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
 #endif
@@ -34,6 +37,9 @@ namespace fs = std::filesystem;
 
 constexpr int kMicrobatches = 8;
 constexpr int kSteps = 13;  // step 1 warms up; 2..13 are traced
+// A step counts when every rank's thread ran at least this share of it.
+constexpr double kMinCpuShare = 0.8;
+constexpr int kMinQuietSteps = 5;
 
 int WorldRank() {
   int rank = 0;
@@ -90,11 +96,14 @@ TrainOptions Options(const std::string& dir, const std::string& schedule,
   return o;
 }
 
-// Checks what every rank wrote, and returns the median whole-step bubble.
-double MedianBubble(const std::string& trace_dir, int virtual_stages) {
+// Checks what every rank wrote; returns the whole-step bubbles of the steps
+// on which every rank had a core (its thread's CPU time at least
+// kMinCpuShare of the wall time), and prints every step's.
+std::vector<double> QuietBubbles(const std::string& trace_dir,
+                                 int virtual_stages) {
   absl::StatusOr<std::vector<RankTrace>> traces = ReadTraceDir(trace_dir);
   EXPECT_TRUE(traces.ok()) << traces.status();
-  if (!traces.ok()) return -1;
+  if (!traces.ok()) return {};
   for (const RankTrace& t : *traces) {
     int compute = 0, named_waits = 0;
     for (const TracedSpan& s : t.spans) {
@@ -110,14 +119,23 @@ double MedianBubble(const std::string& trace_dir, int virtual_stages) {
   }
   absl::StatusOr<BubbleReport> report = AnalyzeTraces(*traces);
   EXPECT_TRUE(report.ok()) << report.status();
-  if (!report.ok() || !report->median) return -1;
+  if (!report.ok()) return {};
   EXPECT_EQ(report->steps.size(), static_cast<size_t>(kSteps - 1));
-  std::printf("%s:", trace_dir.c_str());
+  std::vector<double> quiet;
+  std::printf("%s: bubble %% (cpu share %%):", trace_dir.c_str());
   for (const StepFigures& f : report->steps) {
-    std::printf(" %.1f", 100 * f.whole.bubble);
+    std::printf(" %.1f (%.0f)", 100 * f.whole.bubble, 100 * f.min_cpu_share);
+    EXPECT_GT(f.min_cpu_share, 0.0);  // the pipeline span carries cpu_us
+    if (f.min_cpu_share >= kMinCpuShare) quiet.push_back(f.whole.bubble);
   }
   std::printf("\n");
-  return report->median->whole.bubble;
+  return quiet;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2]
+                           : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 TEST(BubblesTracedRunTest, InterleavedAndZeroBubbleShrinkThe1F1BBubble) {
@@ -147,20 +165,29 @@ TEST(BubblesTracedRunTest, InterleavedAndZeroBubbleShrinkThe1F1BBubble) {
     for (auto& trainer : trainers) ASSERT_TRUE(trainer->Step().ok());
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  if (WorldRank() == 0) {
-    const double one_f_one_b = MedianBubble(dir + "/1f1b", 1);
-    const double interleaved = MedianBubble(dir + "/interleaved-1f1b", 2);
-    const double zero_bubble = MedianBubble(dir + "/zb-h1", 1);
-    const double theory = 1.0 / (kMicrobatches + 1);  // (pp−1)/(m+pp−1)
-    std::printf(
-        "median bubble: 1f1b %.1f%% (theory %.1f%%), interleaved "
-        "%.1f%%, zb-h1 %.1f%%\n",
-        100 * one_f_one_b, 100 * theory, 100 * interleaved, 100 * zero_bubble);
-    EXPECT_NEAR(one_f_one_b, theory, 0.05);
-    EXPECT_LT(interleaved, one_f_one_b);
-    EXPECT_LT(zero_bubble, one_f_one_b);
-    fs::remove_all(dir);
+  if (WorldRank() != 0) return;
+  const std::vector<double> one_f_one_b = QuietBubbles(dir + "/1f1b", 1);
+  const std::vector<double> interleaved =
+      QuietBubbles(dir + "/interleaved-1f1b", 2);
+  const std::vector<double> zero_bubble = QuietBubbles(dir + "/zb-h1", 1);
+  fs::remove_all(dir);
+  for (const auto* quiet : {&one_f_one_b, &interleaved, &zero_bubble}) {
+    if (static_cast<int>(quiet->size()) < kMinQuietSteps) {
+      GTEST_SKIP() << "other processes took the ranks' cores: fewer than "
+                   << kMinQuietSteps << " of " << kSteps - 1
+                   << " steps ran with every rank on a core, so their "
+                      "bubbles measure the machine, not the schedule";
+    }
   }
+  const double theory = 1.0 / (kMicrobatches + 1);  // (pp−1)/(m+pp−1)
+  std::printf(
+      "median bubble: 1f1b %.1f%% (theory %.1f%%), interleaved %.1f%%, "
+      "zb-h1 %.1f%%\n",
+      100 * Median(one_f_one_b), 100 * theory, 100 * Median(interleaved),
+      100 * Median(zero_bubble));
+  EXPECT_NEAR(Median(one_f_one_b), theory, 0.05);
+  EXPECT_LT(Median(interleaved), Median(one_f_one_b));
+  EXPECT_LT(Median(zero_bubble), Median(one_f_one_b));
 }
 
 }  // namespace
