@@ -286,7 +286,7 @@ TEST(LlmcReaderTest, TruncationNamesTheTensorItEndsIn) {
   const std::string path = Scratch() + "/cut.bin";
   const LlmcHeader h = TinyHeader(kLlmcVersionF32);
   const std::string good = LlmcBytes(h);
-  const LlmcTensor& fcw = LlmcTensors(h)[10];
+  const LlmcTensor fcw = LlmcTensors(h)[10];
   absl::Status status =
       OpenLlmc(path, good.substr(0, fcw.offset + fcw.nbytes / 2));
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
