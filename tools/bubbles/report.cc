@@ -212,8 +212,16 @@ std::string FormatReport(const BubbleReport& r) {
   }
   if (r.median) {
     absl::StrAppend(
-        &out, FormatStep(r, *r.median,
-                         absl::StrCat("median of ", r.steps.size(), " steps")));
+        &out,
+        FormatStep(r, *r.median,
+                   absl::StrCat("median of ", r.steps.size(), " steps")),
+        "\n");
+  }
+  if (r.mode == "trace") {
+    absl::StrAppend(&out,
+                    "cpu: the ranks' CPU time over the wall time of their "
+                    "pipeline run; well below 100%, other processes took "
+                    "their cores and the bubble counts that too\n");
   }
   return out;
 }

@@ -14,15 +14,17 @@
 namespace trellis {
 
 // Per step (and the median, when there are several): a row per stage and one
-// for the whole step with busy, idle, bubble, receive wait and dp time, then
-// the theoretical and planned bubble.
+// for the whole step with busy, idle, bubble, receive wait, dp time and CPU
+// share, under a line with the step time and the theoretical and planned
+// bubble.
 std::string FormatReport(const BubbleReport& report);
 
 // {"mode", "unit", "schedule", "pp", "microbatches", "virtual_stages", "dp",
 //  "tp", "steps": [{"step", "step_time", "theory", "planned", "costs": {"F",
-//  "B", "W"}, "stages": [{"stage", "ranks", "busy", "idle", "window",
-//  "bubble", "recv_wait", "dp"}], "whole": {...}}], "median": {...}}.
-// Times are in "unit"; bubbles are fractions.
+//  "B", "W"}, "min_cpu_share", "stages": [{"stage", "ranks", "busy", "idle",
+//  "window", "bubble", "recv_wait", "dp", "cpu_share"}], "whole": {...}}],
+//  "median": {...}, "svg": [paths written]} ("svg" added by the program).
+// Times are in "unit"; bubbles and CPU shares are fractions.
 nlohmann::json ReportToJson(const BubbleReport& report);
 
 // A standalone SVG document drawing `timeline`.
