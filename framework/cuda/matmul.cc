@@ -335,7 +335,7 @@ void CheckGemmTypes(const char* kernel, const Tensor& a, const Tensor& b,
       << DTypeName(a.dtype()) << " operands";
 }
 
-// Forward GEMM of out = x @ w (+ bias), with `epilogue` and `aux`.
+// The GEMM of out = x @ w, with the bias (when defined) in its epilogue.
 Gemm ForwardGemm(const char* kernel, const Tensor& x, const Tensor& w,
                  const Tensor& bias, Tensor& out, const Dims& d,
                  WeightLayout layout) {
