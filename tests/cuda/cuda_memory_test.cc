@@ -185,6 +185,8 @@ TEST(CudaMemoryTest, ConvertRoundsToNearestEvenBfloat16) {
 
 TEST(CudaMemoryDeathTest, MixedDevicesNameTheProblem) {
   TRELLIS_REQUIRE_CUDA_DEVICE();
+  // The CUDA runtime does not survive fork(); run the death in a new process.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   const Tensor bias = Tensor::Zeros({4}, DType::kF32);
   Tensor out = Tensor::Zeros({2, 4}, DType::kF32, Gpu());
   EXPECT_DEATH(AddBias(bias, out), "AddBias: a tensor on cpu among CUDA");
