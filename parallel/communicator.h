@@ -30,12 +30,17 @@ class Request {
  public:
   virtual ~Request() = default;
   virtual void Wait() = 0;
+  // Lets the transfer make progress without blocking (MPI moves large
+  // messages only inside MPI calls); returns whether it has completed, after
+  // which Wait() returns at once. The default makes no progress.
+  virtual bool Poll() { return false; }
 };
 
 // One already-finished request (what a group of one returns).
 class DoneRequest : public Request {
  public:
   void Wait() override {}
+  bool Poll() override { return true; }
 };
 
 enum class CommOp {

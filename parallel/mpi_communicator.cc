@@ -100,6 +100,20 @@ class MpiRequest : public Request {
     if (done_) return;
     MPI_Status status;
     TRELLIS_MPI_CHECK(MPI_Wait(&request_, &status));
+    Finish(status);
+  }
+
+  bool Poll() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    TRELLIS_MPI_CHECK(MPI_Test(&request_, &flag, &status));
+    if (flag) Finish(status);
+    return done_;
+  }
+
+ private:
+  void Finish(const MPI_Status& status) {
     done_ = true;
     if (is_recv_) {
       int count = 0;
@@ -112,7 +126,6 @@ class MpiRequest : public Request {
     }
   }
 
- private:
   MPI_Request request_;
   Tensor buffer_;  // keeps the storage alive while MPI uses it
   ReduceOp op_;

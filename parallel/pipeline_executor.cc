@@ -50,6 +50,14 @@ class Transfers {
     recvs_.erase(it);
   }
 
+  // Gives every transfer in flight a chance to move; drops finished sends.
+  void Progress() {
+    for (auto& [key, request] : recvs_) request->Poll();
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      it = it->request->Poll() ? sends_.erase(it) : std::next(it);
+    }
+  }
+
   void Finish() {
     TRELLIS_CHECK(recvs_.empty())
         << recvs_.size() << " receives were never used";
@@ -157,6 +165,9 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
         break;
     }
     if (!IsCompute(a.type) && observer_) observer_(a, start, Clock::now());
+    // Large messages move only inside MPI calls: poke them between actions
+    // so a neighbour is not kept waiting until this stage's next wait.
+    transfers.Progress();
     ++stats.actions;
   }
   transfers.Finish();
