@@ -50,8 +50,8 @@ TEST(CheckpointCrashTest, KilledRankMidSaveLeavesLatestWholeAndLoadable) {
   std::vector<std::string> argv = test::Mpirun(
       2, {"TRELLIS_CHECKPOINT_WRITE_DELAY_MS", "OPENBLAS_NUM_THREADS"});
   argv.push_back(test::Program("train"));
-  for (const std::string& flag :
-       std::vector<std::string>(absl::StrSplit(o.ToFlagString(), ' '))) {
+  for (const std::string& flag : std::vector<std::string>(
+           absl::StrSplit(o.ToFlagString(), '\n', absl::SkipEmpty()))) {
     argv.push_back(flag);
   }
   for (const char* flag : {"--tp=2", "--eval_every=0", "--save_every=2"}) {

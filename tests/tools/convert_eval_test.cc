@@ -37,8 +37,8 @@ class ConvertEvalTest : public ::testing::Test {
     TrainOptions o = test::TinyOptions(data_);
     o.steps = 3;
     std::vector<std::string> train = {test::Program("train")};
-    for (const std::string& flag :
-         std::vector<std::string>(absl::StrSplit(o.ToFlagString(), ' '))) {
+    for (const std::string& flag : std::vector<std::string>(
+             absl::StrSplit(o.ToFlagString(), '\n', absl::SkipEmpty()))) {
       train.push_back(flag);
     }
     train.push_back("--eval_every=0");

@@ -17,7 +17,7 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
     absl::StrAppend(&line, absl::StrFormat(" | mfu %.1f%%", 100 * m.mfu));
   if (m.bubble_theory > 0 || m.bubble > 0) {
     absl::StrAppend(&line,
-                    absl::StrFormat(" | bubble %.1f%% (1f1b theory %.1f%%)",
+                    absl::StrFormat(" | bubble %.1f%% (theory %.1f%%)",
                                     100 * m.bubble, 100 * m.bubble_theory));
   }
   if (m.dp_wait_ms > 0) {

@@ -44,12 +44,17 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") {
     return Bad(absl::StrCat("--device=", o.device, " is not cpu or cuda"));
   }
+  if (o.device == "cuda") {
+    return Bad(
+        "--device=cuda: the CUDA kernels exist but the trainer does not run "
+        "on GPUs yet (see docs/gpu.md); use --device=cpu");
+  }
   // The names are the schedule library's, so every name accepted here
   // builds a schedule.
   if (!ParseScheduleKind(o.schedule).ok()) {
-    return Bad(absl::StrCat(
-        "--schedule=", o.schedule,
-        " is not one of gpipe, 1f1b, interleaved-1f1b, zb-h1"));
+    return Bad(
+        absl::StrCat("--schedule=", o.schedule,
+                     " is not one of gpipe, 1f1b, interleaved-1f1b, zb-h1"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
@@ -59,9 +64,9 @@ absl::Status CheckScalars(const TrainOptions& o) {
   }
   for (int64_t step : o.trace_steps) {
     if (step < 1 || step > o.steps) {
-      return Bad(absl::StrCat("--trace_steps entry ", step,
-                              " is not a step of this run (1 to --steps=",
-                              o.steps, ")"));
+      return Bad(absl::StrCat(
+          "--trace_steps entry ", step,
+          " is not a step of this run (1 to --steps=", o.steps, ")"));
     }
   }
   return absl::OkStatus();
@@ -148,21 +153,29 @@ absl::Status TrainOptions::Resolve(int world, int64_t vocab_size) {
 }
 
 std::string TrainOptions::ToFlagString() const {
-  return absl::StrCat(
-      "--n_layer=", model.n_layer, " --n_head=", model.n_head,
-      " --d_model=", model.d_model, " --seq_len=", model.seq_len,
-      " --data=", data, " --val_fraction=", val_fraction,
-      " --micro_batch_size=", micro_batch_size,
-      " --global_batch_size=", global_batch_size, " --steps=", steps,
-      " --lr=", lr, " --min_lr=", min_lr, " --warmup_steps=", warmup_steps,
-      " --weight_decay=", weight_decay, " --grad_clip=", grad_clip,
-      " --seed=", seed, " --dp=", dp, " --tp=", tp, " --pp=", pp,
-      " --schedule=", schedule, " --virtual_stages=", virtual_stages,
-      " --device=", device,
-      trace_dir.empty()
-          ? std::string()
-          : absl::StrCat(" --trace_dir=", trace_dir,
-                         " --trace_steps=", absl::StrJoin(trace_steps, ",")));
+  std::string out = absl::StrCat(
+      "--n_layer=", model.n_layer, "\n--n_head=", model.n_head,
+      "\n--d_model=", model.d_model, "\n--seq_len=", model.seq_len,
+      "\n--data=", data, "\n--val_fraction=", val_fraction,
+      "\n--micro_batch_size=", micro_batch_size,
+      "\n--global_batch_size=", global_batch_size, "\n--steps=", steps,
+      "\n--lr=", lr, "\n--min_lr=", min_lr, "\n--warmup_steps=", warmup_steps,
+      "\n--weight_decay=", weight_decay, "\n--grad_clip=", grad_clip,
+      "\n--seed=", seed);
+  absl::StrAppend(
+      &out, "\n--save_dir=", save_dir, "\n--save_every=", save_every,
+      "\n--resume=", resume, "\n--keep_checkpoints=", keep_checkpoints,
+      "\n--eval_every=", eval_every, "\n--eval_windows=", eval_windows);
+  absl::StrAppend(&out, "\n--dp=", dp, "\n--tp=", tp, "\n--pp=", pp,
+                  "\n--mesh_order=", mesh_order, "\n--schedule=", schedule,
+                  "\n--virtual_stages=", virtual_stages,
+                  "\n--pp_layers=", absl::StrJoin(pp_layers, ","),
+                  "\n--dp_bucket_mb=", dp_bucket_mb, "\n--device=", device);
+  if (!trace_dir.empty()) {
+    absl::StrAppend(&out, "\n--trace_dir=", trace_dir,
+                    "\n--trace_steps=", absl::StrJoin(trace_steps, ","));
+  }
+  return out + "\n";
 }
 
 std::vector<int64_t> StageLayers(int64_t n_layer, int64_t pp,

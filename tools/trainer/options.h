@@ -67,7 +67,8 @@ struct TrainOptions {
   // against stages, batch sizes against dp × micro batch. Messages name the
   // flags to change.
   absl::Status Resolve(int world, int64_t vocab_size);
-  // The flags that reproduce this run (for logs and checkpoints).
+  // The flags that reproduce this run, one per line (a flagfile): ranks
+  // compare them at start, checkpoints record them.
   std::string ToFlagString() const;
 };
 

@@ -1,7 +1,10 @@
 #include "tools/trainer/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/schedule.h"
@@ -23,6 +26,32 @@ double AllReduceScalar(Communicator& group, double value, ReduceOp op) {
   return t.data<double>()[0];
 }
 
+// The communicators handed in must form the layout the options describe.
+absl::Status CheckGroups(const TrainOptions& o, const ProcessGroups& g) {
+  if (g.tp->size() != o.tp || g.dp->size() != o.dp || g.pp->size() != o.pp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the process groups (tp ", g.tp->size(), ", dp ", g.dp->size(), ", pp ",
+        g.pp->size(), ") do not match the layout --tp=", o.tp, " --dp=", o.dp,
+        " --pp=", o.pp, "; build the ParallelContext from the same sizes"));
+  }
+  return absl::OkStatus();
+}
+
+// A checkpoint directory that cannot be written fails now, not after the
+// first save_every steps of work.
+absl::Status CheckSaveDir(const std::string& save_dir) {
+  if (save_dir.empty()) return absl::OkStatus();
+  std::error_code ec;
+  std::filesystem::create_directories(save_dir, ec);
+  if (ec || ::access(save_dir.c_str(), W_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--save_dir=", save_dir, " cannot be created or written",
+                     ec ? absl::StrCat(" (", ec.message(), ")") : std::string(),
+                     "; choose a writable directory"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
@@ -40,6 +69,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
       CheckScheduleShape(kind, static_cast<int>(options.pp),
                          static_cast<int>(options.microbatches()),
                          static_cast<int>(options.virtual_stages)));
+  TRELLIS_RETURN_IF_ERROR(CheckGroups(options, groups));
+  TRELLIS_RETURN_IF_ERROR(CheckSaveDir(options.save_dir));
   std::unique_ptr<Trainer> trainer(new Trainer(options, groups, coord));
   TRELLIS_RETURN_IF_ERROR(trainer->Build(dtype));
   TRELLIS_ASSIGN_OR_RETURN(std::string resume,
@@ -168,7 +199,9 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   StepMetrics m;
   {
     const ScopedTraceSpan span = phase("grad sync");
-    m.dp_wait_ms = 1e3 * buckets_->Wait();
+    const double dp_wait_s = buckets_->Wait();
+    // Reported only when there is data parallelism to wait on.
+    m.dp_wait_ms = options_.dp > 1 ? 1e3 * dp_wait_s : 0.0;
   }
   // The tied embedding: the first and last stage sum their gradients.
   if (groups_.embed != nullptr && groups_.embed->size() > 1) {
