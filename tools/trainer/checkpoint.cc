@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -77,18 +78,17 @@ absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
     TRELLIS_RETURN_IF_ERROR(
         opt.WriteInt64Attribute("step", mine.optimizer_step));
   }
-  for (size_t i = 0; i < mine.exp_avg.size(); ++i) {
-    const ShardSpec& spec = mine.exp_avg[i].spec;
-    TRELLIS_ASSIGN_OR_RETURN(
-        TensorLocation m,
-        DefineTensor(opt, MomentPath("exp_avg", mine.exp_avg[i].name),
-                     spec.logical_shape, DType::kF32));
-    TRELLIS_ASSIGN_OR_RETURN(
-        TensorLocation v,
-        DefineTensor(opt, MomentPath("exp_avg_sq", mine.exp_avg_sq[i].name),
-                     spec.logical_shape, DType::kF32));
-    out->exp_avg.push_back(std::move(m));
-    out->exp_avg_sq.push_back(std::move(v));
+  // All first moments, then all second moments: the order they are written
+  // and read in, so the file is walked sequentially.
+  for (const auto& [kind, shards, locations] :
+       {std::tuple("exp_avg", &mine.exp_avg, &out->exp_avg),
+        std::tuple("exp_avg_sq", &mine.exp_avg_sq, &out->exp_avg_sq)}) {
+    for (const TensorShard& s : *shards) {
+      TRELLIS_ASSIGN_OR_RETURN(TensorLocation where,
+                               DefineTensor(opt, MomentPath(kind, s.name),
+                                            s.spec.logical_shape, DType::kF32));
+      locations->push_back(std::move(where));
+    }
   }
   return opt.Close();
 }

@@ -18,6 +18,9 @@ namespace {
 
 constexpr char kDTypeAttribute[] = "dtype";
 constexpr int64_t kStagingElements = int64_t{1} << 20;
+// Each pread/pwrite moves at most this much: the kernel's readahead then
+// overlaps the disk with the copies (one huge read waits for each batch).
+constexpr int64_t kMaxTransfer = int64_t{8} << 20;
 
 // Geometry of a tensor seen as [outer][split][inner] around split_dim.
 struct Blocks {
@@ -50,8 +53,9 @@ std::vector<Piece> PiecesOf(const ShardSpec& spec) {
   }
   const Blocks local = BlocksOf(spec.LocalShape(), spec.split_dim);
   const int64_t logical_split = spec.logical_shape[spec.split_dim];
+  const std::vector<ShardSpec::Run> runs = spec.Runs();
   for (int64_t o = 0; o < local.outer; ++o) {
-    for (const ShardSpec::Run& run : spec.Runs()) {
+    for (const ShardSpec::Run& run : runs) {
       const Piece p{(o * local.split + run.local_start) * local.inner,
                     (o * logical_split + run.logical_start) * local.inner,
                     run.length * local.inner};
@@ -151,28 +155,11 @@ hid_t FileTypeOf(DType stored) {
 
 std::string ErrnoText() { return std::strerror(errno); }
 
-// pwrite/pread of exactly `bytes`, retried over short transfers.
-absl::Status WriteAt(int fd, const std::string& name, const char* data,
-                     int64_t bytes, int64_t offset) {
-  while (bytes > 0) {
-    const ssize_t n = ::pwrite(fd, data, bytes, offset);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::InternalError(absl::StrCat(
-          name, ": write at byte ", offset, " failed: ", ErrnoText(),
-          "; check the disk has room and the directory is writable"));
-    }
-    data += n;
-    bytes -= n;
-    offset += n;
-  }
-  return absl::OkStatus();
-}
-
+// pread of exactly `bytes`, retried over short transfers.
 absl::Status ReadAt(int fd, const TensorLocation& where, char* data,
                     int64_t bytes, int64_t offset) {
   while (bytes > 0) {
-    const ssize_t n = ::pread(fd, data, bytes, offset);
+    const ssize_t n = ::pread(fd, data, std::min(bytes, kMaxTransfer), offset);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       return absl::DataLossError(absl::StrCat(
@@ -369,79 +356,47 @@ absl::StatusOr<TensorLocation> DefineTensor(hdf5::File& file,
 
 absl::StatusOr<TensorFileWriter> TensorFileWriter::Open(
     const std::string& file_name) {
-  const int fd = ::open(file_name.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(
-        absl::StrCat(file_name, ": cannot open for writing: ", ErrnoText()));
-  }
-  return TensorFileWriter(fd, file_name);
-}
-
-TensorFileWriter::TensorFileWriter(TensorFileWriter&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
-      name_(std::move(other.name_)),
-      bytes_(other.bytes_) {}
-
-TensorFileWriter& TensorFileWriter::operator=(
-    TensorFileWriter&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    name_ = std::move(other.name_);
-    bytes_ = other.bytes_;
-  }
-  return *this;
-}
-
-TensorFileWriter::~TensorFileWriter() {
-  if (fd_ >= 0) ::close(fd_);
+  TRELLIS_ASSIGN_OR_RETURN(DirectWriter file, DirectWriter::Open(file_name));
+  return TensorFileWriter(std::move(file), file_name);
 }
 
 absl::Status TensorFileWriter::WriteShard(const TensorLocation& where,
                                           const ShardSpec& spec,
                                           const Tensor& local) {
-  TRELLIS_CHECK(fd_ >= 0) << "write after Close";
   TRELLIS_CHECK(where.shape == spec.logical_shape && where.offset >= 0)
       << where.path;
   TRELLIS_RETURN_IF_ERROR(CheckShardDType(name_, where.path, local));
   const Tensor host = local.device().is_cpu() ? local : local.To(Device::Cpu());
   const char* data = static_cast<const char*>(host.raw());
-  const size_t local_elem = DTypeSize(host.dtype());
-  const size_t stored_elem = DTypeSize(where.dtype);
-  std::vector<char> staging;
+  const DType from = host.dtype(), to = where.dtype;
+  const int64_t local_elem = DTypeSize(from);
+  const int64_t stored_elem = DTypeSize(to);
+  std::vector<char> converted;
   for (const Piece& p : PiecesOf(spec)) {
-    const int64_t file_offset = where.offset + p.logical * stored_elem;
-    if (host.dtype() == where.dtype) {
-      TRELLIS_RETURN_IF_ERROR(WriteAt(fd_, name_, data + p.local * local_elem,
-                                      p.count * stored_elem, file_offset));
-    } else {
-      for (int64_t done = 0; done < p.count; done += kStagingElements) {
-        const int64_t n = std::min(kStagingElements, p.count - done);
-        staging.resize(n * stored_elem);
-        ConvertElements(data + (p.local + done) * local_elem, host.dtype(),
-                        staging.data(), where.dtype, n);
-        TRELLIS_RETURN_IF_ERROR(WriteAt(fd_, name_, staging.data(),
-                                        n * stored_elem,
-                                        file_offset + done * stored_elem));
+    const char* source = data + p.local * local_elem;
+    // Bytes [begin, end) of the piece as stored.
+    DirectWriter::Fill fill = [&](char* dst, int64_t begin, int64_t end) {
+      if (from == to) {
+        std::memcpy(dst, source + begin, end - begin);
+        return;
       }
-    }
-    bytes_ += p.count * stored_elem;
+      const int64_t first = begin / stored_elem;
+      const int64_t last = (end + stored_elem - 1) / stored_elem;
+      converted.resize((last - first) * stored_elem);
+      ConvertElements(source + first * local_elem, from, converted.data(), to,
+                      last - first);
+      std::memcpy(dst, converted.data() + (begin - first * stored_elem),
+                  end - begin);
+    };
+    const int64_t bytes = p.count * stored_elem;
+    TRELLIS_RETURN_IF_ERROR(
+        file_.Write(where.offset + p.logical * stored_elem, bytes, fill));
+    bytes_ += bytes;
   }
   return absl::OkStatus();
 }
 
-absl::Status TensorFileWriter::Close() {
-  if (fd_ < 0) return absl::OkStatus();
-  const int synced = ::fdatasync(fd_);
-  const std::string why = synced != 0 ? ErrnoText() : "";
-  const int closed = ::close(fd_);
-  fd_ = -1;
-  if (synced != 0 || closed != 0) {
-    return absl::InternalError(absl::StrCat(
-        name_, ": flushing to disk failed: ", why.empty() ? ErrnoText() : why));
-  }
-  return absl::OkStatus();
-}
+absl::Status TensorFileWriter::Close() { return file_.Close(); }
 
 absl::StatusOr<TensorFileReader> TensorFileReader::Open(
     const std::string& file_name) {
@@ -454,6 +409,7 @@ absl::StatusOr<TensorFileReader> TensorFileReader::Open(
     return absl::NotFoundError(
         absl::StrCat(file_name, ": cannot open for reading: ", why));
   }
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   return TensorFileReader(std::move(file), fd, info.st_size);
 }
 

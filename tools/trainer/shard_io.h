@@ -11,7 +11,8 @@
 //    offset. The datasets are defined through HDF5 (one process at a time,
 //    serial HDF5 allows no more), then any number of processes write and
 //    read their slices of the raw bytes at once with pwrite/pread, with no
-//    HDF5 call and no gather. The files stay ordinary HDF5 that h5py reads.
+//    HDF5 call and no gather (large writes bypass the page cache:
+//    direct_writer.h). The files stay ordinary HDF5 that h5py reads.
 //
 // Stored element types: float32; float16 (IEEE half, what h5py calls
 // float16); bfloat16 as uint16 bits in a dataset with the attribute
@@ -34,6 +35,7 @@
 #include "framework/hdf5.h"
 #include "framework/tensor.h"
 #include "parallel/shard.h"
+#include "tools/trainer/direct_writer.h"
 
 namespace trellis {
 
@@ -74,9 +76,8 @@ absl::StatusOr<TensorLocation> DefineTensor(hdf5::File& file,
 class TensorFileWriter {
  public:
   static absl::StatusOr<TensorFileWriter> Open(const std::string& file_name);
-  TensorFileWriter(TensorFileWriter&& other) noexcept;
-  TensorFileWriter& operator=(TensorFileWriter&& other) noexcept;
-  ~TensorFileWriter();
+  TensorFileWriter(TensorFileWriter&& other) noexcept = default;
+  TensorFileWriter& operator=(TensorFileWriter&& other) noexcept = default;
 
   // REQUIRES: `where` came from DefineTensor on this file and has the
   // shard's logical shape; `local` is float32 or float64.
@@ -87,8 +88,9 @@ class TensorFileWriter {
   int64_t bytes_written() const { return bytes_; }
 
  private:
-  TensorFileWriter(int fd, std::string name) : fd_(fd), name_(name) {}
-  int fd_ = -1;
+  TensorFileWriter(DirectWriter file, std::string name)
+      : file_(std::move(file)), name_(std::move(name)) {}
+  DirectWriter file_;
   std::string name_;
   int64_t bytes_ = 0;
 };
