@@ -416,8 +416,7 @@ absl::StatusOr<TensorFileReader> TensorFileReader::Open(
 TensorFileReader::TensorFileReader(TensorFileReader&& other) noexcept
     : file_(std::move(other.file_)),
       fd_(std::exchange(other.fd_, -1)),
-      size_(other.size_),
-      bytes_(other.bytes_) {}
+      size_(other.size_) {}
 
 TensorFileReader& TensorFileReader::operator=(
     TensorFileReader&& other) noexcept {
@@ -426,7 +425,6 @@ TensorFileReader& TensorFileReader::operator=(
     file_ = std::move(other.file_);
     fd_ = std::exchange(other.fd_, -1);
     size_ = other.size_;
-    bytes_ = other.bytes_;
   }
   return *this;
 }
@@ -485,7 +483,6 @@ absl::Status TensorFileReader::ReadShard(const TensorLocation& where,
                         data + (p.local + done) * local_elem, host.dtype(), n);
       }
     }
-    bytes_ += p.count * stored_elem;
   }
   if (!local.device().is_cpu()) local.CopyFrom(host);
   return absl::OkStatus();

@@ -111,12 +111,12 @@ class TensorFileReader {
   // for an element type a checkpoint cannot hold.
   absl::StatusOr<TensorLocation> Locate(const std::string& path) const;
   // Reads this shard of the tensor into `local` (float32 or float64, any
-  // device). The tensor must have the logical shape (InvalidArgument naming
-  // both shapes otherwise); data cut short is DataLoss. Padding elements of
-  // `local` are left untouched.
+  // device). Safe to call from several threads at once for raw tensors
+  // (offset ≥ 0) into different `local`s. The tensor must have the logical
+  // shape (InvalidArgument naming both shapes otherwise); data cut short is
+  // DataLoss. Padding elements of `local` are left untouched.
   absl::Status ReadShard(const TensorLocation& where, const ShardSpec& spec,
                          Tensor& local) const;
-  int64_t bytes_read() const { return bytes_; }
 
  private:
   TensorFileReader(hdf5::File file, int fd, int64_t size)
@@ -124,7 +124,6 @@ class TensorFileReader {
   hdf5::File file_;
   int fd_ = -1;
   int64_t size_ = 0;
-  mutable int64_t bytes_ = 0;
 };
 
 }  // namespace trellis
