@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,8 @@ struct BadHeader {
   std::string data;
   const char* expect;  // A piece of the message.
 };
+
+void PrintTo(const BadHeader& bad, std::ostream* os) { *os << bad.name; }
 
 class SafetensorsBadHeaderTest : public ::testing::TestWithParam<BadHeader> {};
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -164,6 +165,11 @@ std::vector<float> TrellisTensor(const std::string& step_dir,
   absl::StatusOr<Tensor> t = d->ReadAll(DType::kF32);
   EXPECT_TRUE(t.ok());
   return std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
+}
+
+void PrintTo(const HfCase& c, std::ostream* os) {
+  *os << DTypeName(c.dtype) << " prefix '" << c.prefix << "'"
+      << (c.lm_head ? " lm_head" : "");
 }
 
 class HfRoundTripTest : public ::testing::TestWithParam<HfCase> {};
