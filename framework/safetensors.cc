@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "framework/atomic_file.h"
 
 namespace trellis {
 namespace {
@@ -338,28 +339,14 @@ absl::Status SafetensorsWriter::Write(const std::string& path) const {
   text.append((8 - text.size() % 8) % 8, ' ');
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = (text.size() >> (8 * i)) & 0xff;
-  const std::string tmp = path + ".tmp";
-  std::FILE* out = std::fopen(tmp.c_str(), "wb");
-  if (out == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(tmp, ": cannot create: ", ErrnoText()));
-  }
-  bool ok = std::fwrite(length, 1, 8, out) == 8 &&
-            std::fwrite(text.data(), 1, text.size(), out) == text.size();
-  for (const auto& [name, t] : tensors_) {
-    ok = ok && std::fwrite(t.raw(), 1, t.nbytes(), out) == t.nbytes();
-  }
-  ok = std::fflush(out) == 0 && ok;
-  ok = ::fsync(::fileno(out)) == 0 && ok;
-  ok = std::fclose(out) == 0 && ok;
-  std::error_code ec;
-  if (ok) std::filesystem::rename(tmp, path, ec);
-  if (!ok || ec) {
-    std::filesystem::remove(tmp, ec);
-    return absl::InternalError(absl::StrCat(
-        path, ": writing failed; check the disk has room and is writable"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, [&](std::FILE* out) {
+    bool ok = std::fwrite(length, 1, 8, out) == 8 &&
+              std::fwrite(text.data(), 1, text.size(), out) == text.size();
+    for (const auto& [name, t] : tensors_) {
+      ok = ok && std::fwrite(t.raw(), 1, t.nbytes(), out) == t.nbytes();
+    }
+    return ok;
+  });
 }
 
 }  // namespace trellis

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "framework/atomic_file.h"
 
 namespace trellis {
 namespace {
@@ -218,27 +219,13 @@ absl::Status WriteLlmc(const std::string& path, const LlmcHeader& header,
   words[5] = static_cast<int32_t>(header.n_head);
   words[6] = static_cast<int32_t>(header.channels);
   words[7] = static_cast<int32_t>(header.padded_vocab_size);
-  const std::string tmp = path + ".tmp";
-  std::FILE* out = std::fopen(tmp.c_str(), "wb");
-  if (out == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(tmp, ": cannot create: ", ErrnoText()));
-  }
-  bool ok = std::fwrite(words, 4, 256, out) == 256;
-  for (const Tensor& t : tensors) {
-    ok = ok && std::fwrite(t.raw(), 1, t.nbytes(), out) == t.nbytes();
-  }
-  ok = std::fflush(out) == 0 && ok;
-  ok = ::fsync(::fileno(out)) == 0 && ok;
-  ok = std::fclose(out) == 0 && ok;
-  std::error_code ec;
-  if (ok) std::filesystem::rename(tmp, path, ec);
-  if (!ok || ec) {
-    std::filesystem::remove(tmp, ec);
-    return absl::InternalError(absl::StrCat(
-        path, ": writing failed; check the disk has room and is writable"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, [&](std::FILE* out) {
+    bool ok = std::fwrite(words, 4, 256, out) == 256;
+    for (const Tensor& t : tensors) {
+      ok = ok && std::fwrite(t.raw(), 1, t.nbytes(), out) == t.nbytes();
+    }
+    return ok;
+  });
 }
 
 }  // namespace trellis
