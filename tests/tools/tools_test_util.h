@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
 #include "tools/trainer/options.h"
@@ -34,24 +35,25 @@ inline std::string ScratchDir() {
   return dir.string();
 }
 
+// The byte tokenizer's vocabulary: 257 ids, which no tp > 1 divides, so
+// the embedding is padded in memory.
 inline const TokenFileMetadata kByteVocab{"byte", 257, 256};
 inline const TokenFileMetadata kGpt2Vocab{"gpt2", 50257, 50256};
 
 // Writes a token file of about `num_tokens` tokens: documents of 40 to 100
 // tokens from a fixed linear congruential sequence, so the text has
 // structure a model can learn a little of and every run sees the same data.
-inline void WriteTokenFile(const std::string& path,
-                           const TokenFileMetadata& metadata,
-                           int64_t num_tokens = 6000) {
+inline absl::Status WriteSyntheticTokens(const std::string& path,
+                                         const TokenFileMetadata& metadata,
+                                         int64_t num_tokens) {
   auto writer = TokenDatasetWriter::Create(path, metadata);
-  ASSERT_TRUE(writer.ok()) << writer.status();
+  if (!writer.ok()) return writer.status();
   uint64_t state = 12345;
   auto next = [&state] {
     state = state * 6364136223846793005ULL + 1442695040888963407ULL;
     return static_cast<uint32_t>(state >> 33);
   };
-  int64_t written = 0;
-  while (written < num_tokens) {
+  for (int64_t written = 0; written < num_tokens;) {
     std::vector<uint32_t> doc(40 + next() % 61);
     for (size_t i = 0; i < doc.size(); ++i) {
       // Mostly a repeating alphabet, sometimes a random id.
@@ -59,10 +61,18 @@ inline void WriteTokenFile(const std::string& path,
                    ? next() % static_cast<uint32_t>(metadata.eot_token)
                    : static_cast<uint32_t>(97 + (i * 7 + doc.size()) % 26);
     }
-    ASSERT_TRUE((*writer)->AppendDocument(doc).ok());
+    absl::Status appended = (*writer)->AppendDocument(doc);
+    if (!appended.ok()) return appended;
     written += static_cast<int64_t>(doc.size()) + 1;
   }
-  ASSERT_TRUE((*writer)->Finish().ok());
+  return (*writer)->Finish();
+}
+
+inline void WriteTokenFile(const std::string& path,
+                           const TokenFileMetadata& metadata,
+                           int64_t num_tokens = 6000) {
+  const absl::Status written = WriteSyntheticTokens(path, metadata, num_tokens);
+  ASSERT_TRUE(written.ok()) << written;
 }
 
 // A 2-layer, 16-wide model on windows of 16 tokens, 16 windows per step in

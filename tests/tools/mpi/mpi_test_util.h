@@ -30,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/mesh.h"
+#include "tests/tools/tools_test_util.h"
 #include "tools/trainer/options.h"
 #include "tools/trainer/trainer.h"
 
@@ -67,35 +68,14 @@ inline void RemoveSharedScratchDir(const std::string& dir) {
   if (WorldRank() == 0 && !dir.empty()) std::filesystem::remove_all(dir);
 }
 
-// The byte tokenizer's vocabulary: 257 ids, which no tp > 1 divides, so
-// the embedding is padded in memory.
-inline const TokenFileMetadata kByteVocab{"byte", 257, 256};
+using test::kByteVocab;
 
-// Collective: rank 0 writes `path`, about `num_tokens` byte tokens in
-// documents of 30 to 90 tokens from a fixed generator (mostly a repeating
-// alphabet a model can learn, sometimes any id); then every rank may read
-// it. Returns false on every rank when the write failed.
+// Rank 0 writes a byte-vocabulary synthetic token file of about `num_tokens`
+// tokens (test::WriteSyntheticTokens); every rank learns whether it worked.
 inline bool WriteSharedTokenFile(const std::string& path, int64_t num_tokens) {
   int ok = 1;
   if (WorldRank() == 0) {
-    auto writer = TokenDatasetWriter::Create(path, kByteVocab);
-    ok = writer.ok();
-    uint64_t state = 2024;
-    auto next = [&state] {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      return static_cast<uint32_t>(state >> 33);
-    };
-    for (int64_t written = 0; ok && written < num_tokens;) {
-      std::vector<uint32_t> doc(30 + next() % 61);
-      for (size_t i = 0; i < doc.size(); ++i) {
-        doc[i] = next() % 6 == 0
-                     ? next() % 256
-                     : static_cast<uint32_t>(97 + (i * 5 + doc.size()) % 26);
-      }
-      ok = (*writer)->AppendDocument(doc).ok();
-      written += static_cast<int64_t>(doc.size()) + 1;
-    }
-    if (ok) ok = (*writer)->Finish().ok();
+    ok = test::WriteSyntheticTokens(path, kByteVocab, num_tokens).ok();
   }
   MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return ok != 0;
