@@ -95,9 +95,14 @@ void AddPositionEmbedding(const Tensor& wpe, Tensor& x);
 void PositionEmbeddingBackwardWeight(const Tensor& dout, Tensor& dwpe);
 
 // ---- layernorm.h: x, w, b, out, dout, dx share a dtype; dw, db float32
-// or bfloat16; mean, rstd float32 ----
+// or bfloat16; mean, rstd float32. AddLayerNormForward: a, b, w, bias, sum,
+// out share a dtype (bfloat16 sums are rounded before they are normalized),
+// mean, rstd float32 ----
 void LayerNormForward(const Tensor& x, const Tensor& w, const Tensor& b,
                       Tensor& out, Tensor& mean, Tensor& rstd);
+void AddLayerNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
+                         const Tensor& bias, Tensor& sum, Tensor& out,
+                         Tensor& mean, Tensor& rstd);
 void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
                             const Tensor& w, const Tensor& mean,
                             const Tensor& rstd, Tensor& dx);
@@ -107,7 +112,8 @@ void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
 
 // ---- matmul.h, through cuBLASLt: x and w (forward), dout and w (backward
 // input), dout and x (backward weight) share a dtype; out, dx, dw float32 or
-// bfloat16; bias of out's dtype, dbias float32 or bfloat16 ----
+// bfloat16; bias of out's dtype, dbias float32 or bfloat16.
+// MatmulForwardGelu: as MatmulForward, pre_gelu of out's dtype ----
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout);
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,

@@ -76,6 +76,11 @@ void PositionEmbeddingBackward(Elem dout_type, const void* dout, int64_t B,
 void LayerNormForward(Elem t, const void* x, const void* w, const void* b,
                       int64_t N, int64_t C, float eps, void* out, float* mean,
                       float* rstd);
+// sum (N, C) = a + b rounded to t (sum may alias a or b), then
+// LayerNormForward of the stored sum with w and bias into out, mean, rstd.
+void AddLayerNormForward(Elem t, const void* a, const void* b, const void* w,
+                         const void* bias, int64_t N, int64_t C, float eps,
+                         void* sum, void* out, float* mean, float* rstd);
 // dx (N, C) += rstd · (g - mean(g) - xhat · mean(g · xhat)), g = dout · w.
 void LayerNormBackwardInput(Elem t, const void* dout, const void* x,
                             const void* w, const float* mean, const float* rstd,

@@ -1,6 +1,7 @@
-// Tensor-level CUDA kernels (cuda_kernels.h): LayerNorm, the cross-entropy
-// pieces and attention. Each checks devices, dtypes and shapes, makes the
-// tensors' device current and calls its launcher (cuda_launch.h).
+// Tensor-level CUDA kernels (cuda_kernels.h): LayerNorm (alone and after a
+// residual add), the cross-entropy pieces and attention. Each checks devices,
+// dtypes and shapes, makes the tensors' device current and calls its
+// launcher (cuda_launch.h).
 #include <cstdint>
 #include <initializer_list>
 
@@ -107,6 +108,27 @@ void LayerNormForward(const Tensor& x, const Tensor& w, const Tensor& b,
                                 Rows(x), x.dim(-1),
                                 static_cast<float>(kLayerNormEps), out.raw(),
                                 mean.data<float>(), rstd.data<float>());
+}
+
+void AddLayerNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
+                         const Tensor& bias, Tensor& sum, Tensor& out,
+                         Tensor& mean, Tensor& rstd) {
+  const char* kernel = "AddLayerNormForward";
+  CudaDeviceGuard guard(
+      CommonDevice(kernel, {&a, &b, &w, &bias, &sum, &out, &mean, &rstd}));
+  RequireDType(kernel, a.dtype(), {&b, &w, &bias, &sum, &out});
+  CheckLayerNorm(kernel, a, out, w, mean, rstd);
+  TRELLIS_CHECK(b.shape() == a.shape() && sum.shape() == a.shape())
+      << kernel << ": a " << ShapeString(a.shape()) << ", b "
+      << ShapeString(b.shape()) << ", sum " << ShapeString(sum.shape());
+  TRELLIS_CHECK(bias.shape() == w.shape())
+      << kernel << " bias " << ShapeString(bias.shape());
+  TRELLIS_CHECK(sum.numel() == 0 || sum.raw() != out.raw())
+      << kernel << ": out would overwrite sum";
+  cuda_launch::AddLayerNormForward(
+      ElemOf(kernel, a), a.raw(), b.raw(), w.raw(), bias.raw(), Rows(a),
+      a.dim(-1), static_cast<float>(kLayerNormEps), sum.raw(), out.raw(),
+      mean.data<float>(), rstd.data<float>());
 }
 
 void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,

@@ -1,5 +1,6 @@
-// Token and position embeddings, and LayerNorm (one warp per row; the
-// weight gradients through the deterministic column sums).
+// Token and position embeddings, and LayerNorm (one warp per row, also
+// fused with the residual add before it; the weight gradients through the
+// deterministic column sums).
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -63,18 +64,16 @@ __global__ void PositionBackwardKernel(const D* dout, int64_t B, int64_t Tn,
   }
 }
 
-// One warp per row: mean, then the variance from squared deviations.
+// The LayerNorm of row `row` of x (N, C) after its mean m, by one warp whose
+// lane reads columns lane, lane + 32, ...: the variance from squared
+// deviations, then out; lane 0 stores mean and rstd. LayerNormForwardKernel
+// and AddLayerNormForwardKernel share it (and the lanes' column order), so
+// they give bitwise equal results for the same row.
 template <typename T>
-__global__ void LayerNormForwardKernel(const T* x, const T* w, const T* b,
-                                       int64_t N, int64_t C, float eps, T* out,
-                                       float* mean, float* rstd) {
-  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= N) return;
-  const T* xr = x + row * C;
-  float sum = 0.f;
-  for (int64_t c = lane; c < C; c += 32) sum += ToFloat(xr[c]);
-  const float m = WarpSum(sum) / static_cast<float>(C);
+__device__ __forceinline__ void NormalizeRow(const T* xr, float m, const T* w,
+                                             const T* b, int64_t row, int64_t C,
+                                             float eps, int lane, T* out,
+                                             float* mean, float* rstd) {
   float squares = 0.f;
   for (int64_t c = lane; c < C; c += 32) {
     const float d = ToFloat(xr[c]) - m;
@@ -90,6 +89,46 @@ __global__ void LayerNormForwardKernel(const T* x, const T* w, const T* b,
     mean[row] = m;
     rstd[row] = s;
   }
+}
+
+// One warp per row: mean, then the variance from squared deviations.
+template <typename T>
+__global__ void LayerNormForwardKernel(const T* x, const T* w, const T* b,
+                                       int64_t N, int64_t C, float eps, T* out,
+                                       float* mean, float* rstd) {
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const T* xr = x + row * C;
+  float sum = 0.f;
+  for (int64_t c = lane; c < C; c += 32) sum += ToFloat(xr[c]);
+  const float m = WarpSum(sum) / static_cast<float>(C);
+  NormalizeRow(xr, m, w, b, row, C, eps, lane, out, mean, rstd);
+}
+
+// One warp per row: the residual sum, rounded to T and stored, summed for
+// the mean as stored; then NormalizeRow re-reads the stored sum. Each lane
+// reads back only the columns it wrote itself, so no synchronization is
+// needed, and sum may alias a or b (each element is read before written).
+template <typename T>
+__global__ void AddLayerNormForwardKernel(const T* a, const T* b, const T* w,
+                                          const T* bias, int64_t N, int64_t C,
+                                          float eps, T* sum, T* out,
+                                          float* mean, float* rstd) {
+  const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const T* ar = a + row * C;
+  const T* br = b + row * C;
+  T* sr = sum + row * C;
+  float total = 0.f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const T s = FromFloat<T>(ToFloat(ar[c]) + ToFloat(br[c]));
+    sr[c] = s;
+    total += ToFloat(s);
+  }
+  const float m = WarpSum(total) / static_cast<float>(C);
+  NormalizeRow(sr, m, w, bias, row, C, eps, lane, out, mean, rstd);
 }
 
 template <typename T>
@@ -203,6 +242,20 @@ void LayerNormForward(Elem t, const void* x, const void* w, const void* b,
     LayerNormForwardKernel<<<RowBlocks(N), kThreads>>>(
         static_cast<const T*>(x), static_cast<const T*>(w),
         static_cast<const T*>(b), N, C, eps, static_cast<T*>(out), mean, rstd);
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void AddLayerNormForward(Elem t, const void* a, const void* b, const void* w,
+                         const void* bias, int64_t N, int64_t C, float eps,
+                         void* sum, void* out, float* mean, float* rstd) {
+  if (N == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    AddLayerNormForwardKernel<<<RowBlocks(N), kThreads>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b),
+        static_cast<const T*>(w), static_cast<const T*>(bias), N, C, eps,
+        static_cast<T*>(sum), static_cast<T*>(out), mean, rstd);
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }

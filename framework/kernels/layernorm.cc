@@ -32,19 +32,42 @@ T SumSquaredDeviation(const T* x, T mean, int64_t n) {
   return total;
 }
 
+// One row: x (C), w (C), b (C) -> out (C), *mean, *rstd. The plain and the
+// fused (residual add first) forward both call it, so they agree bit for bit.
+template <typename T>
+void LayerNormRow(const T* x, const T* w, const T* b, int64_t C, T* out,
+                  T* mean, T* rstd) {
+  const T m = SumLanes<T>(x, C) / static_cast<T>(C);
+  const T var = SumSquaredDeviation(x, m, C) / static_cast<T>(C);
+  const T s = T{1} / std::sqrt(var + static_cast<T>(kLayerNormEps));
+  for (int64_t c = 0; c < C; ++c) out[c] = (x[c] - m) * s * w[c] + b[c];
+  *mean = m;
+  *rstd = s;
+}
+
 // x (N, C), w (C), b (C) -> out (N, C), mean (N), rstd (N).
 template <typename T>
 void LayerNormForwardCpu(const T* x, const T* w, const T* b, int64_t N,
                          int64_t C, T* out, T* mean, T* rstd) {
   for (int64_t i = 0; i < N; ++i) {
-    const T* xi = x + i * C;
-    T* oi = out + i * C;
-    const T m = SumLanes<T>(xi, C) / static_cast<T>(C);
-    const T var = SumSquaredDeviation(xi, m, C) / static_cast<T>(C);
-    const T s = T{1} / std::sqrt(var + static_cast<T>(kLayerNormEps));
-    for (int64_t c = 0; c < C; ++c) oi[c] = (xi[c] - m) * s * w[c] + b[c];
-    mean[i] = m;
-    rstd[i] = s;
+    LayerNormRow(x + i * C, w, b, C, out + i * C, mean + i, rstd + i);
+  }
+}
+
+// sum (N, C) = a + b, then out (N, C), mean (N), rstd (N) = LayerNorm(sum)
+// with weight w and bias `bias`, row by row so that each sum row is still in
+// cache when it is normalized. sum may alias a or b: each element is read
+// before it is written.
+template <typename T>
+void AddLayerNormForwardCpu(const T* a, const T* b, const T* w, const T* bias,
+                            int64_t N, int64_t C, T* sum, T* out, T* mean,
+                            T* rstd) {
+  for (int64_t i = 0; i < N; ++i) {
+    const T* ai = a + i * C;
+    const T* bi = b + i * C;
+    T* si = sum + i * C;
+    for (int64_t c = 0; c < C; ++c) si[c] = ai[c] + bi[c];
+    LayerNormRow(si, w, bias, C, out + i * C, mean + i, rstd + i);
   }
 }
 
@@ -137,6 +160,31 @@ void LayerNormForward(const Tensor& x, const Tensor& w, const Tensor& b,
     using T = decltype(tag);
     LayerNormForwardCpu(x.data<T>(), w.data<T>(), b.data<T>(), Rows(x, C), C,
                         out.data<T>(), mean.data<T>(), rstd.data<T>());
+  });
+}
+
+void AddLayerNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
+                         const Tensor& bias, Tensor& sum, Tensor& out,
+                         Tensor& mean, Tensor& rstd) {
+  const char* kernel = "AddLayerNormForward";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::AddLayerNormForward(a, b, w, bias, sum, out, mean, rstd), &a, &b,
+      &w, &bias, &sum, &out, &mean, &rstd);
+  RequireCpu(kernel, {&a, &b, &w, &bias, &sum, &out, &mean, &rstd});
+  RequireDType(kernel, a.dtype(), {&b, &w, &bias, &sum, &out, &mean, &rstd});
+  const int64_t C = CheckShapes(kernel, a, out, w, mean, rstd);
+  TRELLIS_CHECK(b.shape() == a.shape() && sum.shape() == a.shape())
+      << kernel << ": a " << ShapeString(a.shape()) << ", b "
+      << ShapeString(b.shape()) << ", sum " << ShapeString(sum.shape());
+  TRELLIS_CHECK(bias.shape() == w.shape())
+      << kernel << " bias " << ShapeString(bias.shape());
+  TRELLIS_CHECK(sum.numel() == 0 || sum.raw() != out.raw())
+      << kernel << ": out would overwrite sum";
+  DispatchFloat(kernel, a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    AddLayerNormForwardCpu(a.data<T>(), b.data<T>(), w.data<T>(),
+                           bias.data<T>(), Rows(a, C), C, sum.data<T>(),
+                           out.data<T>(), mean.data<T>(), rstd.data<T>());
   });
 }
 

@@ -12,6 +12,14 @@ inline constexpr double kLayerNormEps = 1e-5;
 // are always float32 for float32 inputs and float64 for float64 inputs.
 void LayerNormForward(const Tensor& x, const Tensor& w, const Tensor& b,
                       Tensor& out, Tensor& mean, Tensor& rstd);
+// The residual add and the LayerNorm after it, row by row: sum = a + b, then
+// LayerNormForward(sum, w, bias, out, mean, rstd) on the sum as stored (on
+// CUDA in bfloat16, the rounded sum), so that the results equal Add then
+// LayerNormForward bit for bit. a, b, sum, out (N, C); sum may alias a or b,
+// out must not alias sum.
+void AddLayerNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
+                         const Tensor& bias, Tensor& sum, Tensor& out,
+                         Tensor& mean, Tensor& rstd);
 // dx += dL/dx.
 void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
                             const Tensor& w, const Tensor& mean,

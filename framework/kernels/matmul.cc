@@ -5,6 +5,7 @@
 
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
+#include "framework/kernels/gelu.h"
 
 namespace trellis {
 namespace {
@@ -90,6 +91,25 @@ void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                      bias.defined() ? bias.data<T>() : nullptr, d,
                      layout == WeightLayout::kInOut, out.data<T>());
   });
+}
+
+void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,
+                       Tensor& pre_gelu, Tensor& out, WeightLayout layout) {
+  const char* kernel = "MatmulForwardGelu";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::MatmulForwardGelu(x, w, bias, pre_gelu, out, layout), &x, &w, &bias,
+      &pre_gelu, &out);
+  RequireCpu(kernel, {&x, &w, &bias, &pre_gelu, &out});
+  RequireDType(kernel, x.dtype(), {&w, &bias, &pre_gelu, &out});
+  const Dims d = CheckWeight(kernel, x, w, layout);
+  CheckRows(kernel, x, pre_gelu, d);
+  CheckRows(kernel, x, out, d);
+  CheckBias(kernel, bias, d);
+  TRELLIS_CHECK(out.numel() == 0 || out.raw() != pre_gelu.raw())
+      << kernel << ": out would overwrite pre_gelu";
+  // Two passes on the CPU: OpenBLAS's gemm has no epilogue to run GELU in.
+  MatmulForward(x, w, bias, pre_gelu, layout);
+  GeluForward(pre_gelu, out);
 }
 
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,

@@ -13,6 +13,13 @@ enum class WeightLayout { kInOut, kOutIn };
 // x (N, K), w (K, M) or (M, K), bias (M) or undefined -> out (N, M).
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout = WeightLayout::kInOut);
+// pre_gelu (N, M) = x @ w + bias (kept for GeluBackward), out (N, M) =
+// GeluForward(pre_gelu); pre_gelu and out are distinct. CPU: MatmulForward
+// then GeluForward. CUDA: GELU in the GEMM's epilogue (cuBLASLt's tanh
+// approximation; the unfused pair where the epilogue does not apply).
+void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,
+                       Tensor& pre_gelu, Tensor& out,
+                       WeightLayout layout = WeightLayout::kInOut);
 // dx (N, K) += dout (N, M) @ w^T.
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
                          WeightLayout layout = WeightLayout::kInOut);

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 
+#include "framework/kernels/elementwise.h"
 #include "tests/framework/kernel_test_util.h"
 
 namespace trellis {
@@ -118,6 +121,101 @@ TEST(LayerNormTest, Accepts3DRows) {
   Tensor rstd2 = Tensor::Empty({6}, DType::kF64);
   LayerNormForward(x.View({6, C}), w, b, out2, mean2, rstd2);
   EXPECT_EQ(RelError(out, out2), 0);
+}
+
+// Expects a and b to hold the same bytes.
+void ExpectBitwiseEqual(const Tensor& a, const Tensor& b, const char* what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
+}
+
+// The fused residual add + LayerNorm against Add then LayerNormForward (the
+// same arithmetic, so the same bits), in float32 and float64, with sum in
+// its own buffer, aliasing a (as the block does x2 += x) and aliasing b.
+class AddLayerNormTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(AddLayerNormTest, EqualsAddThenLayerNorm) {
+  const DType dtype = GetParam();
+  for (const int64_t cols : {C, int64_t{64}, int64_t{1}}) {
+    SCOPED_TRACE(cols);
+    const Shape shape{2, 3, cols};
+    // An offset mean, so that the two-pass variance matters.
+    const Tensor a = Random(shape, 11, dtype, 2, 5);
+    const Tensor b = Random(shape, 12, dtype);
+    const Tensor w = Random({cols}, 13, dtype, 0.5, 1.5);
+    const Tensor bias = Random({cols}, 14, dtype);
+
+    Tensor ref_sum = Tensor::Empty(shape, dtype);
+    Tensor ref_out = Tensor::Empty(shape, dtype);
+    Tensor ref_mean = Tensor::Empty({2, 3}, dtype);
+    Tensor ref_rstd = Tensor::Empty({2, 3}, dtype);
+    Add(a, b, ref_sum);
+    LayerNormForward(ref_sum, w, bias, ref_out, ref_mean, ref_rstd);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double exact = Get(a, i) + Get(b, i);  // then rounded to dtype
+      ASSERT_EQ(Get(ref_sum, i),
+                dtype == DType::kF32 ? static_cast<float>(exact) : exact)
+          << i;
+    }
+
+    enum class Sum { kOwn, kAliasA, kAliasB };
+    for (const Sum where : {Sum::kOwn, Sum::kAliasA, Sum::kAliasB}) {
+      SCOPED_TRACE(static_cast<int>(where));
+      Tensor a1 = a.Clone(), b1 = b.Clone();
+      Tensor sum = where == Sum::kOwn      ? Random(shape, 15, dtype)
+                   : where == Sum::kAliasA ? a1
+                                           : b1;
+      // Forward overwrites: outputs start as garbage.
+      Tensor out = Random(shape, 16, dtype);
+      Tensor mean = Random({2, 3}, 17, dtype);
+      Tensor rstd = Random({2, 3}, 18, dtype);
+      AddLayerNormForward(a1, b1, w, bias, sum, out, mean, rstd);
+      ExpectBitwiseEqual(sum, ref_sum, "sum");
+      ExpectBitwiseEqual(out, ref_out, "out");
+      ExpectBitwiseEqual(mean, ref_mean, "mean");
+      ExpectBitwiseEqual(rstd, ref_rstd, "rstd");
+      if (where != Sum::kAliasA) ExpectBitwiseEqual(a1, a, "a unchanged");
+      if (where != Sum::kAliasB) ExpectBitwiseEqual(b1, b, "b unchanged");
+    }
+  }
+}
+
+TEST_P(AddLayerNormTest, EmptyRowsDoNothing) {
+  const DType dtype = GetParam();
+  Tensor a = Tensor::Empty({0, C}, dtype), b = Tensor::Empty({0, C}, dtype);
+  Tensor w = Random({C}, 1, dtype), bias = Random({C}, 2, dtype);
+  Tensor out = Tensor::Empty({0, C}, dtype);
+  Tensor mean = Tensor::Empty({0}, dtype), rstd = Tensor::Empty({0}, dtype);
+  AddLayerNormForward(a, b, w, bias, a, out, mean, rstd);
+}
+
+INSTANTIATE_TEST_SUITE_P(DTypes, AddLayerNormTest,
+                         ::testing::Values(DType::kF32, DType::kF64),
+                         [](const auto& info) {
+                           return info.param == DType::kF32
+                                      ? std::string("F32")
+                                      : std::string("F64");
+                         });
+
+TEST(AddLayerNormDeathTest, ChecksShapesDTypesAndAliasing) {
+  const Tensor a = Random({N, C}, 1), b = Random({N, C}, 2);
+  const Tensor w = Random({C}, 3), bias = Random({C}, 4);
+  Tensor sum = Tensor::Empty({N, C}, DType::kF64);
+  Tensor out = Tensor::Empty({N, C}, DType::kF64);
+  Tensor mean = Tensor::Empty({N}, DType::kF64);
+  Tensor rstd = Tensor::Empty({N}, DType::kF64);
+  const Tensor b_short = Random({N - 1, C}, 5);
+  EXPECT_DEATH(AddLayerNormForward(a, b_short, w, bias, sum, out, mean, rstd),
+               "AddLayerNormForward: a");
+  const Tensor bias_long = Random({C + 1}, 6);
+  EXPECT_DEATH(AddLayerNormForward(a, b, w, bias_long, sum, out, mean, rstd),
+               "AddLayerNormForward bias");
+  const Tensor b32 = Random({N, C}, 2, DType::kF32);
+  EXPECT_DEATH(AddLayerNormForward(a, b32, w, bias, sum, out, mean, rstd),
+               "float32");
+  EXPECT_DEATH(AddLayerNormForward(a, b, w, bias, out, out, mean, rstd),
+               "out would overwrite sum");
 }
 
 TEST(LayerNormDeathTest, ChecksShapes) {

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "framework/kernels/gelu.h"
 #include "tests/framework/kernel_test_util.h"
 
 namespace trellis {
@@ -102,6 +107,42 @@ TEST_P(MatmulTest, Float32MatchesFloat64) {
   EXPECT_LT(RelError(dbias, dbias64), 1e-6);
 }
 
+// The fused dense + GELU against MatmulForward then GeluForward: the same
+// calls on the CPU, so the same bits, in float32 and float64, with and
+// without bias. The outputs start as garbage (forward overwrites).
+TEST_P(MatmulTest, ForwardGeluEqualsMatmulThenGelu) {
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    for (const bool with_bias : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << DTypeName(dtype) << (with_bias ? " bias" : " no bias"));
+      const Tensor x = Cast(x_, dtype), w = Cast(w_, dtype);
+      const Tensor bias = with_bias ? Cast(bias_, dtype) : Tensor();
+      Tensor ref_pre = Tensor::Empty({B, T, M}, dtype);
+      Tensor ref_out = Tensor::Empty({B, T, M}, dtype);
+      MatmulForward(x, w, bias, ref_pre, layout());
+      GeluForward(ref_pre, ref_out);
+
+      Tensor pre = Random({B, T, M}, 5, dtype);
+      Tensor out = Random({B, T, M}, 6, dtype);
+      MatmulForwardGelu(x, w, bias, pre, out, layout());
+      EXPECT_EQ(std::memcmp(pre.raw(), ref_pre.raw(), pre.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(out.raw(), ref_out.raw(), out.nbytes()), 0);
+      // And against the formula, so that a wrong pair cannot agree with
+      // itself.
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        const double v = Get(pre, i);
+        const double gelu =
+            0.5 * v *
+            (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+        EXPECT_NEAR(Get(out, i), gelu, dtype == DType::kF32 ? 1e-6 : 1e-14)
+            << i;
+      }
+      EXPECT_LT(RelError(pre, Forward(with_bias)),
+                dtype == DType::kF32 ? 1e-6 : 1e-15);
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, MatmulTest,
                          ::testing::Values(WeightLayout::kInOut,
                                            WeightLayout::kOutIn),
@@ -129,6 +170,21 @@ TEST(MatmulDeathTest, ChecksShapes) {
   Tensor out_ok = Tensor::Empty({4, M}, DType::kF64);
   EXPECT_DEATH(MatmulForward(x, w, Tensor(), out_ok, WeightLayout::kOutIn),
                "out, in");
+}
+
+TEST(MatmulDeathTest, ForwardGeluChecksShapesAndAliasing) {
+  const Tensor x = Random({4, K}, 1), w = Random({K, M}, 2);
+  Tensor pre = Tensor::Empty({4, M}, DType::kF64);
+  Tensor out = Tensor::Empty({4, M}, DType::kF64);
+  Tensor wide = Tensor::Empty({4, M + 1}, DType::kF64);
+  EXPECT_DEATH(MatmulForwardGelu(x, w, Tensor(), wide, out),
+               "MatmulForwardGelu");
+  EXPECT_DEATH(MatmulForwardGelu(x, w, Tensor(), pre, wide),
+               "MatmulForwardGelu");
+  Tensor out32 = Tensor::Empty({4, M}, DType::kF32);
+  EXPECT_DEATH(MatmulForwardGelu(x, w, Tensor(), pre, out32), "float32");
+  EXPECT_DEATH(MatmulForwardGelu(x, w, Tensor(), pre, pre),
+               "out would overwrite pre_gelu");
 }
 
 }  // namespace
