@@ -1,5 +1,6 @@
 #include "transformer/block.h"
 
+#include "absl/strings/str_cat.h"
 #include "framework/kernels/attention.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/gelu.h"
@@ -14,11 +15,33 @@ Parameter& Find(const ParameterSet& params, int64_t layer, const char* suffix) {
   return *p;
 }
 
+enum class Place { kState, kWorkspace, kUnused };
+
 }  // namespace
 
+absl::StatusOr<Recompute> ParseRecompute(const std::string& name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--recompute=", name, " is not none, selective or full"));
+}
+
+DType StatsDType(DType dtype) {
+  return dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+}
+
+struct Block::Slot {
+  Tensor Tensors::*member;
+  Shape shape;
+  DType dtype;
+  Place place;
+};
+
 Block::Block(const GptConfig& config, int64_t layer, TpPlace tp,
-             const ParameterSet& params)
-    : layer_(layer),
+             const ParameterSet& params, BlockOptions options)
+    : options_(options),
+      layer_(layer),
       seq_len_(config.seq_len),
       d_model_(config.d_model),
       local_heads_(config.n_head / tp.size),
@@ -48,93 +71,198 @@ Block::Block(const GptConfig& config, int64_t layer, TpPlace tp,
 
 std::vector<Parameter*> Block::parameters() const { return params_; }
 
-Block::State Block::NewState(int64_t batch, DType dtype, Device device) const {
+std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
+                                      Device device) const {
   const int64_t n = batch * seq_len_, c = d_model_, cl = local_width_;
-  auto make = [&](Shape shape) { return Tensor::Empty(shape, dtype, device); };
+  const DType stats = StatsDType(dtype);
+  const bool full = options_.recompute == Recompute::kFull;
+  const bool keep_all = options_.recompute == Recompute::kNone;
+  // Inputs of the recomputation stay unless the whole block is redone.
+  const Place input = full ? Place::kWorkspace : Place::kState;
+  // The attention output and the GELU output are redone by both modes.
+  const Place cheap = keep_all ? Place::kState : Place::kWorkspace;
+  const Place grad =
+      options_.defer_weight_grads ? Place::kState : Place::kWorkspace;
+  return {
+      {&Tensors::ln1, {n, c}, dtype, input},
+      {&Tensors::mean1, {n}, stats, input},
+      {&Tensors::rstd1, {n}, stats, input},
+      {&Tensors::qkv, {n, 3 * cl}, dtype, input},
+      {&Tensors::att, {n, cl}, dtype, cheap},
+      {&Tensors::saved,
+       AttentionSavedShape(device, batch, seq_len_, local_heads_),
+       // The CPU keeps probabilities (activations), CUDA row statistics.
+       device.is_cpu() ? dtype : stats, cheap},
+      {&Tensors::x2, {n, c}, dtype, input},
+      {&Tensors::ln2, {n, c}, dtype, input},
+      {&Tensors::mean2, {n}, stats, input},
+      {&Tensors::rstd2, {n}, stats, input},
+      {&Tensors::fc, {n, 4 * cl}, dtype, input},
+      {&Tensors::gelu, {n, 4 * cl}, dtype, cheap},
+      // Without deferral the incoming gradient is read in place.
+      {&Tensors::dy,
+       {n, c},
+       dtype,
+       options_.defer_weight_grads ? Place::kState : Place::kUnused},
+      {&Tensors::dfc, {n, 4 * cl}, dtype, grad},
+      {&Tensors::dln2, {n, c}, dtype, grad},
+      {&Tensors::dx2, {n, c}, dtype, grad},
+      {&Tensors::dqkv, {n, 3 * cl}, dtype, grad},
+      {&Tensors::dln1, {n, c}, dtype, grad},
+  };
+}
+
+Block::State Block::NewState(int64_t batch, DType dtype, Device device) const {
   State s;
-  s.ln1 = make({n, c});
-  s.mean1 = make({n});
-  s.rstd1 = make({n});
-  s.qkv = make({n, 3 * cl});
-  s.att = make({n, cl});
-  s.saved = make(AttentionSavedShape(device, batch, seq_len_, local_heads_));
-  s.x2 = make({n, c});
-  s.ln2 = make({n, c});
-  s.mean2 = make({n});
-  s.rstd2 = make({n});
-  s.fc = make({n, 4 * cl});
-  s.gelu = make({n, 4 * cl});
-  s.y = make({n, c});
-  s.dy = make({n, c});
-  s.dfc = make({n, 4 * cl});
-  s.dln2 = make({n, c});
-  s.dx2 = make({n, c});
-  s.dqkv = make({n, 3 * cl});
-  s.dln1 = make({n, c});
+  for (const Slot& slot : Slots(batch, dtype, device)) {
+    if (slot.place == Place::kState) {
+      s.kept.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
+    }
+  }
+  s.y = Tensor::Empty({batch * seq_len_, d_model_}, dtype, device);
   return s;
 }
 
 Block::Workspace Block::NewWorkspace(int64_t batch, DType dtype,
                                      Device device) const {
+  Workspace w;
+  for (const Slot& slot : Slots(batch, dtype, device)) {
+    if (slot.place == Place::kWorkspace) {
+      w.shared.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
+    }
+  }
   const int64_t n = batch * seq_len_;
-  return Workspace{Tensor::Empty({n, 4 * local_width_}, dtype, device),
-                   Tensor::Empty({n, local_width_}, dtype, device)};
+  w.dgelu = Tensor::Empty({n, 4 * local_width_}, dtype, device);
+  w.datt = Tensor::Empty({n, local_width_}, dtype, device);
+  return w;
 }
 
-void Block::Forward(Communicator& tp, const Tensor& x, State& s) const {
-  const int64_t n = x.dim(0);
-  LayerNormForward(x, ln1_w_->value, ln1_b_->value, s.ln1, s.mean1, s.rstd1);
-  c_attn_.Forward(s.ln1, s.qkv);
-  const int64_t b = n / seq_len_;
-  Tensor att = s.att.View({b, seq_len_, local_width_});
-  AttentionForward(s.qkv.View({b, seq_len_, 3 * local_width_}), local_heads_,
-                   att, s.saved);
-  attn_proj_.Forward(tp, s.att, s.x2);
-  Add(s.x2, x, s.x2);
-  LayerNormForward(s.x2, ln2_w_->value, ln2_b_->value, s.ln2, s.mean2, s.rstd2);
-  c_fc_.Forward(s.ln2, s.fc);
-  GeluForward(s.fc, s.gelu);
-  mlp_proj_.Forward(tp, s.gelu, s.y);
-  Add(s.y, s.x2, s.y);
+size_t Block::StateBytes(int64_t batch, DType dtype, Device device) const {
+  size_t bytes = batch * seq_len_ * d_model_ * DTypeSize(dtype);  // y
+  for (const Slot& slot : Slots(batch, dtype, device)) {
+    if (slot.place == Place::kState) {
+      bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
+    }
+  }
+  return bytes;
+}
+
+size_t Block::WorkspaceBytes(int64_t batch, DType dtype, Device device) const {
+  size_t bytes = 5 * batch * seq_len_ * local_width_ * DTypeSize(dtype);
+  for (const Slot& slot : Slots(batch, dtype, device)) {
+    if (slot.place == Place::kWorkspace) {
+      bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
+    }
+  }
+  return bytes;
+}
+
+Block::Tensors Block::Use(const State& s, const Workspace& w) const {
+  // Slot shapes do not matter here: only where each tensor lives.
+  Tensors t;
+  for (const Slot& slot : Slots(0, DType::kF32, Device::Cpu())) {
+    t.*slot.member = slot.place == Place::kState ? s.kept.*slot.member
+                                                 : w.shared.*slot.member;
+  }
+  return t;
+}
+
+void Block::ForwardActivations(Communicator& tp, const Tensor& x,
+                               Tensors& a) const {
+  const int64_t b = x.dim(0) / seq_len_;
+  LayerNormForward(x, ln1_w_->value, ln1_b_->value, a.ln1, a.mean1, a.rstd1);
+  c_attn_.Forward(a.ln1, a.qkv);
+  Tensor att = a.att.View({b, seq_len_, local_width_});
+  AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), local_heads_,
+                   att, a.saved);
+  attn_proj_.Forward(tp, a.att, a.x2);
+  Add(a.x2, x, a.x2);
+  LayerNormForward(a.x2, ln2_w_->value, ln2_b_->value, a.ln2, a.mean2, a.rstd2);
+  c_fc_.Forward(a.ln2, a.fc);
+  GeluForward(a.fc, a.gelu);
+}
+
+void Block::Forward(Communicator& tp, const Tensor& x, State& s,
+                    Workspace& work) const {
+  Tensors a = Use(s, work);
+  ForwardActivations(tp, x, a);
+  mlp_proj_.Forward(tp, a.gelu, s.y);
+  Add(s.y, a.x2, s.y);
+}
+
+void Block::Recompute(Communicator& tp, const Tensor& x, Tensors& a,
+                      bool need_gelu) const {
+  switch (options_.recompute) {
+    case Recompute::kNone:
+      return;
+    case Recompute::kFull:
+      ForwardActivations(tp, x, a);
+      return;
+    case Recompute::kSelective: {
+      const int64_t b = x.dim(0) / seq_len_;
+      Tensor att = a.att.View({b, seq_len_, local_width_});
+      AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}),
+                       local_heads_, att, a.saved);
+      if (need_gelu) GeluForward(a.fc, a.gelu);
+      return;
+    }
+  }
 }
 
 void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                           State& s, Workspace& work, Tensor& dx) const {
   const int64_t n = x.dim(0);
-  s.dy.CopyFrom(dy);
+  Tensors a = Use(s, work);
+  const bool defer = options_.defer_weight_grads;
+  Recompute(tp, x, a, /*need_gelu=*/!defer);
+  if (defer) {
+    a.dy.CopyFrom(dy);
+  } else {
+    a.dy = dy;
+  }
   // MLP: dy -> dgelu -> dfc -> dln2 (all-reduced) -> dx2.
   work.dgelu.Zero();
-  mlp_proj_.BackwardInput(s.dy, work.dgelu);
-  s.dfc.Zero();
-  GeluBackward(s.fc, work.dgelu, s.dfc);
-  s.dln2.Zero();
-  c_fc_.BackwardInput(tp, s.dfc, s.dln2);
-  s.dx2.CopyFrom(s.dy);
-  LayerNormBackwardInput(s.dln2, s.x2, ln2_w_->value, s.mean2, s.rstd2, s.dx2);
+  mlp_proj_.BackwardInput(a.dy, work.dgelu);
+  a.dfc.Zero();
+  GeluBackward(a.fc, work.dgelu, a.dfc);
+  a.dln2.Zero();
+  c_fc_.BackwardInput(tp, a.dfc, a.dln2);
+  a.dx2.CopyFrom(a.dy);
+  LayerNormBackwardInput(a.dln2, a.x2, ln2_w_->value, a.mean2, a.rstd2, a.dx2);
   // Attention: dx2 -> datt -> dqkv -> dln1 (all-reduced) -> dx.
   work.datt.Zero();
-  attn_proj_.BackwardInput(s.dx2, work.datt);
-  s.dqkv.Zero();
+  attn_proj_.BackwardInput(a.dx2, work.datt);
+  a.dqkv.Zero();
   const int64_t b = n / seq_len_;
   const Shape qkv_shape = {b, seq_len_, 3 * local_width_};
   const Shape att_shape = {b, seq_len_, local_width_};
-  Tensor dqkv = s.dqkv.View(qkv_shape);
-  AttentionBackward(work.datt.View(att_shape), s.qkv.View(qkv_shape),
-                    s.att.View(att_shape), s.saved, local_heads_, dqkv);
-  s.dln1.Zero();
-  c_attn_.BackwardInput(tp, s.dqkv, s.dln1);
-  dx.CopyFrom(s.dx2);
-  LayerNormBackwardInput(s.dln1, x, ln1_w_->value, s.mean1, s.rstd1, dx);
+  Tensor dqkv = a.dqkv.View(qkv_shape);
+  AttentionBackward(work.datt.View(att_shape), a.qkv.View(qkv_shape),
+                    a.att.View(att_shape), a.saved, local_heads_, dqkv);
+  a.dln1.Zero();
+  c_attn_.BackwardInput(tp, a.dqkv, a.dln1);
+  if (!defer) WeightGradients(x, a);
+  // Last: dx may be the buffer dy came in (the caller's ping-pong).
+  dx.CopyFrom(a.dx2);
+  LayerNormBackwardInput(a.dln1, x, ln1_w_->value, a.mean1, a.rstd1, dx);
 }
 
-void Block::BackwardWeight(const Tensor& x, const State& s) const {
-  mlp_proj_.BackwardWeight(s.dy, s.gelu);
-  c_fc_.BackwardWeight(s.dfc, s.ln2);
-  LayerNormBackwardWeight(s.dln2, s.x2, s.mean2, s.rstd2, ln2_w_->grad,
+void Block::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
+                           Workspace& work) const {
+  if (!options_.defer_weight_grads) return;  // Done in BackwardInput.
+  Tensors a = Use(s, work);
+  Recompute(tp, x, a, /*need_gelu=*/true);
+  WeightGradients(x, a);
+}
+
+void Block::WeightGradients(const Tensor& x, const Tensors& a) const {
+  mlp_proj_.BackwardWeight(a.dy, a.gelu);
+  c_fc_.BackwardWeight(a.dfc, a.ln2);
+  LayerNormBackwardWeight(a.dln2, a.x2, a.mean2, a.rstd2, ln2_w_->grad,
                           ln2_b_->grad);
-  attn_proj_.BackwardWeight(s.dx2, s.att);
-  c_attn_.BackwardWeight(s.dqkv, s.ln1);
-  LayerNormBackwardWeight(s.dln1, x, s.mean1, s.rstd1, ln1_w_->grad,
+  attn_proj_.BackwardWeight(a.dx2, a.att);
+  c_attn_.BackwardWeight(a.dqkv, a.ln1);
+  LayerNormBackwardWeight(a.dln1, x, a.mean1, a.rstd1, ln1_w_->grad,
                           ln1_b_->grad);
 }
 

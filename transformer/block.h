@@ -7,17 +7,34 @@
 // block issues two tp all-reduces forward and two backward.
 //
 // The block holds no activations: each microbatch's live in a State the
-// caller owns, so several microbatches can be in flight at once. Backward is
-// split: BackwardInput produces dx and keeps in State the gradients that
-// BackwardWeight later turns into parameter gradients.
+// caller owns, so several microbatches can be in flight at once; what one
+// call needs only while it runs lives in a Workspace shared by all of them.
+// Which tensors are kept per microbatch depends on BlockOptions:
+//  - recompute kNone keeps every forward activation; kSelective drops the
+//    attention output and its saved state and the GELU output (recomputed
+//    from qkv and fc in backward: cheap to redo, large to keep); kFull keeps
+//    only the block output y and recomputes the whole forward from the
+//    block's input (including its tp all-reduce).
+//  - defer_weight_grads (zero-bubble schedules): BackwardInput keeps the
+//    gradients BackwardWeight later turns into parameter gradients, and
+//    BackwardWeight recomputes what recompute dropped. Without it,
+//    BackwardInput also accumulates the parameter gradients, its gradient
+//    temporaries live in the Workspace, and BackwardWeight does nothing.
+// Every mode computes the same numbers in the same order (when
+// BackwardWeight follows BackwardInput's microbatch order, as in every
+// schedule): gradients match to the bit.
 //
 // Shapes: N = B·T rows, C = d_model, H = heads on this rank, Cl = C/tp.
+// Statistics (LayerNorm mean and rstd, attention's saved state) are float32
+// for float32 and bfloat16 activations, float64 for float64.
 #ifndef TRELLIS_TRANSFORMER_BLOCK_H_
 #define TRELLIS_TRANSFORMER_BLOCK_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
@@ -27,9 +44,23 @@
 
 namespace trellis {
 
+enum class Recompute { kNone, kSelective, kFull };
+// "none", "selective" or "full".
+absl::StatusOr<Recompute> ParseRecompute(const std::string& name);
+
+struct BlockOptions {
+  Recompute recompute = Recompute::kNone;
+  bool defer_weight_grads = true;
+};
+
+// The dtype of saved statistics for activations of `dtype`.
+DType StatsDType(DType dtype);
+
 class Block {
  public:
-  struct State {
+  // Every tensor a block's forward and backward touch besides its input and
+  // output. A State or Workspace defines the ones it holds.
+  struct Tensors {
     Tensor ln1, mean1, rstd1;  // (N, C), (N), (N)
     Tensor qkv;                // (N, 3·Cl)
     Tensor att;                // (N, Cl)
@@ -37,37 +68,60 @@ class Block {
     Tensor x2;                 // (N, C)
     Tensor ln2, mean2, rstd2;  // (N, C), (N), (N)
     Tensor fc, gelu;           // (N, 4·Cl)
-    Tensor y;                  // (N, C) block output
-    // Kept from BackwardInput for BackwardWeight.
+    // Gradients BackwardInput makes and the weight gradients read.
     Tensor dy;         // (N, C)
     Tensor dfc;        // (N, 4·Cl)
     Tensor dln2, dx2;  // (N, C)
     Tensor dqkv;       // (N, 3·Cl)
     Tensor dln1;       // (N, C)
   };
-  // Scratch shared by all microbatches (used inside one call only).
+  struct State {
+    Tensors kept;  // The per-microbatch subset.
+    Tensor y;      // (N, C) block output
+  };
   struct Workspace {
-    Tensor dgelu;  // (N, 4·Cl)
-    Tensor datt;   // (N, Cl)
+    Tensors shared;  // The rest, reused by every microbatch.
+    Tensor dgelu;    // (N, 4·Cl)
+    Tensor datt;     // (N, Cl)
   };
 
   Block(const GptConfig& config, int64_t layer, TpPlace tp,
-        const ParameterSet& params);
+        const ParameterSet& params, BlockOptions options = {});
 
   State NewState(int64_t batch, DType dtype, Device device) const;
   Workspace NewWorkspace(int64_t batch, DType dtype, Device device) const;
+  // Bytes of one State / one Workspace (what New* allocate).
+  size_t StateBytes(int64_t batch, DType dtype, Device device) const;
+  size_t WorkspaceBytes(int64_t batch, DType dtype, Device device) const;
 
   // x (N, C) must stay alive until BackwardWeight. Writes state.y.
-  void Forward(Communicator& tp, const Tensor& x, State& state) const;
-  // Overwrites dx (N, C) with dL/dx given dy = dL/dy.
+  void Forward(Communicator& tp, const Tensor& x, State& state,
+               Workspace& work) const;
+  // Overwrites dx (N, C) with dL/dx given dy = dL/dy (dy is not kept).
   void BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                      State& state, Workspace& work, Tensor& dx) const;
-  void BackwardWeight(const Tensor& x, const State& state) const;
+  void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
+                      Workspace& work) const;
 
   // The block's parameters, in registration order.
   std::vector<Parameter*> parameters() const;
+  const BlockOptions& options() const { return options_; }
 
  private:
+  struct Slot;
+  std::vector<Slot> Slots(int64_t batch, DType dtype, Device device) const;
+  // The tensors of one call: the state's where it keeps them, else the
+  // workspace's.
+  Tensors Use(const State& state, const Workspace& work) const;
+  // ln_1 through the GELU: everything but the MLP's projection and y.
+  void ForwardActivations(Communicator& tp, const Tensor& x, Tensors& a) const;
+  // Refills what the recompute mode dropped; the GELU output only when
+  // `need_gelu` (weight gradients read it, input gradients do not).
+  void Recompute(Communicator& tp, const Tensor& x, Tensors& a,
+                 bool need_gelu) const;
+  void WeightGradients(const Tensor& x, const Tensors& a) const;
+
+  BlockOptions options_;
   int64_t layer_;
   int64_t seq_len_;
   int64_t d_model_;

@@ -20,14 +20,16 @@ struct GptChunk::State {
 
 GptChunk::GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
                    Communicator& tp_comm, const ParameterSet& params,
-                   int64_t micro_batch, Device device, DType dtype)
+                   int64_t micro_batch, Device device, DType dtype,
+                   BlockOptions options)
     : config_(config),
       plan_(plan),
       tp_(tp),
       tp_comm_(tp_comm),
       micro_batch_(micro_batch),
       device_(device),
-      dtype_(dtype) {
+      dtype_(dtype),
+      options_(options) {
   TRELLIS_CHECK_EQ(tp_comm.size(), tp.size);
   if (plan.has_embedding || plan.has_head) {
     wte_ = params.Find("wte");
@@ -40,7 +42,7 @@ GptChunk::GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
     lnf_b_ = params.Find("ln_f.bias");
   }
   for (int64_t l = 0; l < plan.num_layers; ++l) {
-    blocks_.emplace_back(config, plan.first_layer + l, tp, params);
+    blocks_.emplace_back(config, plan.first_layer + l, tp, params, options);
   }
   if (!blocks_.empty()) {
     work_ = blocks_.front().NewWorkspace(micro_batch, dtype, device);
@@ -61,26 +63,66 @@ GptChunk::State& GptChunk::Acquire(int mb) {
   } else {
     s = std::make_unique<State>();
     ++states_allocated_;
-    const int64_t n = rows(), c = config_.d_model;
-    auto make = [&](Shape shape) {
-      return Tensor::Empty(shape, dtype_, device_);
+    const std::vector<std::pair<Shape, DType>> shapes = OwnStateShapes();
+    size_t i = 0;
+    auto next = [&]() {
+      const auto& [shape, dtype] = shapes[i++];
+      return Tensor::Empty(shape, dtype, device_);
     };
-    s->ids = Tensor::Empty({n}, DType::kI32, device_);
-    s->targets = Tensor::Empty({n}, DType::kI32, device_);
-    s->x0 = make({n, c});
-    if (plan_.has_embedding) s->dx0 = make({n, c});
+    s->ids = next();
+    s->targets = next();
+    s->x0 = next();
+    if (plan_.has_embedding) s->dx0 = next();
+    if (plan_.has_head) {
+      s->lnf = next();
+      s->meanf = next();
+      s->rstdf = next();
+      s->logits = next();
+      s->dlnf = next();
+    }
+    TRELLIS_CHECK_EQ(i, shapes.size());
     for (const Block& block : blocks_) {
       s->blocks.push_back(block.NewState(micro_batch_, dtype_, device_));
     }
-    if (plan_.has_head) {
-      s->lnf = make({n, c});
-      s->meanf = make({n});
-      s->rstdf = make({n});
-      s->logits = make({n, vocab_.rows});
-      s->dlnf = make({n, c});
-    }
   }
   return *(live_[mb] = std::move(s));
+}
+
+std::vector<std::pair<Shape, DType>> GptChunk::OwnStateShapes() const {
+  const int64_t n = rows(), c = config_.d_model;
+  const DType stats = StatsDType(dtype_);
+  std::vector<std::pair<Shape, DType>> shapes = {
+      {{n}, DType::kI32}, {{n}, DType::kI32}, {{n, c}, dtype_}};
+  if (plan_.has_embedding) shapes.push_back({{n, c}, dtype_});
+  if (plan_.has_head) {
+    shapes.push_back({{n, c}, dtype_});
+    shapes.push_back({{n}, stats});
+    shapes.push_back({{n}, stats});
+    shapes.push_back({{n, vocab_.rows}, dtype_});
+    shapes.push_back({{n, c}, dtype_});
+  }
+  return shapes;
+}
+
+size_t GptChunk::StateBytes() const {
+  size_t bytes = 0;
+  for (const auto& [shape, dtype] : OwnStateShapes()) {
+    bytes += NumElements(shape) * DTypeSize(dtype);
+  }
+  // The loss's row statistics and per-token losses (tensor_parallel.h).
+  if (plan_.has_head) bytes += 3 * rows() * DTypeSize(StatsDType(dtype_));
+  for (const Block& block : blocks_) {
+    bytes += block.StateBytes(micro_batch_, dtype_, device_);
+  }
+  return bytes;
+}
+
+size_t GptChunk::WorkspaceBytes() const {
+  size_t bytes = 2 * rows() * config_.d_model * DTypeSize(dtype_);  // ping-pong
+  if (!blocks_.empty()) {
+    bytes += blocks_.front().WorkspaceBytes(micro_batch_, dtype_, device_);
+  }
+  return bytes;
 }
 
 GptChunk::State& GptChunk::Live(int mb) {
@@ -103,7 +145,7 @@ double GptChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
   }
   const Tensor* x = &s.x0;
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    blocks_[l].Forward(tp_comm_, *x, s.blocks[l]);
+    blocks_[l].Forward(tp_comm_, *x, s.blocks[l], work_);
     x = &s.blocks[l].y;
   }
   if (!plan_.has_head) {
@@ -142,6 +184,12 @@ void GptChunk::HeadBackwardWeight(const State& s, const Tensor& x) {
                           lnf_b_->grad);
 }
 
+void GptChunk::EmbeddingBackwardWeight(const State& s) {
+  VocabParallelEmbeddingBackwardWeight(s.ids, s.dx0, *wte_);
+  PositionEmbeddingBackwardWeight(
+      s.dx0.View({micro_batch_, config_.seq_len, config_.d_model}), wpe_->grad);
+}
+
 void GptChunk::BackwardInput(int mb, const Tensor& doutput, double loss_scale,
                              Tensor* dinput) {
   State& s = Live(mb);
@@ -153,6 +201,9 @@ void GptChunk::BackwardInput(int mb, const Tensor& doutput, double loss_scale,
   Tensor dy;
   if (plan_.has_head) {
     HeadBackwardInput(s, block_input(num_blocks), loss_scale, ping_);
+    if (!options_.defer_weight_grads) {
+      HeadBackwardWeight(s, block_input(num_blocks));
+    }
     dy = ping_;
   } else {
     dy = doutput;
@@ -165,6 +216,7 @@ void GptChunk::BackwardInput(int mb, const Tensor& doutput, double loss_scale,
   }
   if (plan_.has_embedding) {
     s.dx0.CopyFrom(dy);
+    if (!options_.defer_weight_grads) EmbeddingBackwardWeight(s);
   } else {
     dinput->CopyFrom(dy);
   }
@@ -193,20 +245,22 @@ void GptChunk::BackwardWeight(int mb, const WeightsDone& done) {
   auto report = [&]() {
     if (done) done(groups[group++]);
   };
+  // Without deferral BackwardInput already did the work: only report.
+  const bool defer = options_.defer_weight_grads;
   const int64_t num_blocks = static_cast<int64_t>(blocks_.size());
+  auto block_input = [&](int64_t l) -> const Tensor& {
+    return l == 0 ? s.x0 : s.blocks[l - 1].y;
+  };
   if (plan_.has_head) {
-    HeadBackwardWeight(s, num_blocks == 0 ? s.x0 : s.blocks[num_blocks - 1].y);
+    if (defer) HeadBackwardWeight(s, block_input(num_blocks));
     report();
   }
   for (int64_t l = num_blocks - 1; l >= 0; --l) {
-    blocks_[l].BackwardWeight(l == 0 ? s.x0 : s.blocks[l - 1].y, s.blocks[l]);
+    blocks_[l].BackwardWeight(tp_comm_, block_input(l), s.blocks[l], work_);
     report();
   }
   if (plan_.has_embedding) {
-    VocabParallelEmbeddingBackwardWeight(s.ids, s.dx0, *wte_);
-    PositionEmbeddingBackwardWeight(
-        s.dx0.View({micro_batch_, config_.seq_len, config_.d_model}),
-        wpe_->grad);
+    if (defer) EmbeddingBackwardWeight(s);
     report();
   }
   free_.push_back(std::move(it->second));

@@ -8,6 +8,9 @@
 //                       chunk ends in the mean next-token loss instead.
 //   BackwardInput(mb)   d(output hidden) -> d(input hidden): the B action.
 //   BackwardWeight(mb)  parameter gradients (+=), then frees mb's state: W.
+// Unless BlockOptions::defer_weight_grads, BackwardInput already accumulates
+// the parameter gradients and BackwardWeight only reports and frees (see
+// block.h, which also describes activation recomputation).
 // Several microbatches may be in flight; their state comes from a pool that
 // is reused across steps, so steady-state training allocates nothing.
 //
@@ -39,7 +42,8 @@ class GptChunk {
   // `params` must already hold the chunk's parameters (AddGptParameters).
   GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
            Communicator& tp_comm, const ParameterSet& params,
-           int64_t micro_batch, Device device, DType dtype);
+           int64_t micro_batch, Device device, DType dtype,
+           BlockOptions options = {});
   ~GptChunk();
 
   const ChunkPlan& plan() const { return plan_; }
@@ -69,6 +73,10 @@ class GptChunk {
   // embedding (wte, wpe). A parameter may appear in several chunks' groups.
   std::vector<std::vector<Parameter*>> WeightGroups() const;
 
+  // Bytes of one microbatch's state and of the chunk's shared buffers.
+  size_t StateBytes() const;
+  size_t WorkspaceBytes() const;
+
   int InFlight() const { return static_cast<int>(live_.size()); }
   // Microbatch states allocated so far (the pool's high-water mark).
   int StatesAllocated() const { return states_allocated_; }
@@ -81,6 +89,10 @@ class GptChunk {
   void HeadBackwardInput(State& s, const Tensor& x, double loss_scale,
                          Tensor& dx);
   void HeadBackwardWeight(const State& s, const Tensor& x);
+  void EmbeddingBackwardWeight(const State& s);
+  // Tensors of one microbatch's state besides the blocks', as (shape,
+  // dtype); NewState allocates exactly these.
+  std::vector<std::pair<Shape, DType>> OwnStateShapes() const;
 
   GptConfig config_;
   ChunkPlan plan_;
@@ -89,6 +101,7 @@ class GptChunk {
   int64_t micro_batch_;
   Device device_;
   DType dtype_;
+  BlockOptions options_;
   Parameter* wte_ = nullptr;
   Parameter* wpe_ = nullptr;
   Parameter* lnf_w_ = nullptr;

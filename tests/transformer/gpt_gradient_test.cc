@@ -31,13 +31,31 @@ Tensor RandomTokens(int64_t b, int64_t t, int64_t vocab, uint64_t stream) {
   return x;
 }
 
-class GptGradientTest : public ::testing::Test {
+// Every recompute mode, with weight gradients deferred to BackwardWeight
+// (zero-bubble schedules) or computed in BackwardInput.
+struct Mode {
+  Recompute recompute;
+  bool defer;
+};
+std::string ModeName(const ::testing::TestParamInfo<Mode>& info) {
+  const char* names[] = {"None", "Selective", "Full"};
+  return std::string(names[static_cast<int>(info.param.recompute)]) +
+         (info.param.defer ? "Deferred" : "Immediate");
+}
+const Mode kModes[] = {
+    {Recompute::kNone, true},      {Recompute::kNone, false},
+    {Recompute::kSelective, true}, {Recompute::kSelective, false},
+    {Recompute::kFull, true},      {Recompute::kFull, false},
+};
+
+class GptGradientTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
     AddGptParameters(config_, plan_, TpPlace{}, /*seed=*/1234, Device::Cpu(),
                      DType::kF64, params_);
-    chunk_ = std::make_unique<GptChunk>(config_, plan_, TpPlace{}, tp_, params_,
-                                        kBatch, Device::Cpu(), DType::kF64);
+    chunk_ = std::make_unique<GptChunk>(
+        config_, plan_, TpPlace{}, tp_, params_, kBatch, Device::Cpu(),
+        DType::kF64, BlockOptions{GetParam().recompute, GetParam().defer});
     tokens_ = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 1);
     targets_ = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 2);
   }
@@ -59,7 +77,7 @@ class GptGradientTest : public ::testing::Test {
   Tensor tokens_, targets_;
 };
 
-TEST_F(GptGradientTest, EveryParameterMatchesFiniteDifferences) {
+TEST_P(GptGradientTest, EveryParameterMatchesFiniteDifferences) {
   params_.ZeroGrads();
   Loss();
   std::map<std::string, Tensor> analytic;
@@ -86,12 +104,12 @@ TEST_F(GptGradientTest, EveryParameterMatchesFiniteDifferences) {
   }
 }
 
-TEST_F(GptGradientTest, LossStartsNearLogVocab) {
+TEST_P(GptGradientTest, LossStartsNearLogVocab) {
   const double loss = Loss();
   EXPECT_NEAR(loss, std::log(static_cast<double>(config_.vocab_size)), 0.3);
 }
 
-TEST_F(GptGradientTest, InitializationIsAFunctionOfNameAndIndexOnly) {
+TEST_P(GptGradientTest, InitializationIsAFunctionOfNameAndIndexOnly) {
   // Rebuilding the parameters gives bit-identical values, and a different
   // seed gives different ones.
   ParameterSet again, other;
@@ -108,7 +126,7 @@ TEST_F(GptGradientTest, InitializationIsAFunctionOfNameAndIndexOnly) {
             0.1);
 }
 
-TEST_F(GptGradientTest, SeveralMicrobatchesInFlightMatchOneAtATime) {
+TEST_P(GptGradientTest, SeveralMicrobatchesInFlightMatchOneAtATime) {
   // Forward 0, forward 1, backward 1, backward 0 accumulates the same
   // gradient as running them one after the other.
   Tensor tokens1 = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
@@ -136,6 +154,79 @@ TEST_F(GptGradientTest, SeveralMicrobatchesInFlightMatchOneAtATime) {
   }
   EXPECT_EQ(chunk_->StatesAllocated(), 2);
 }
+
+TEST_P(GptGradientTest, GradientsEqualTheKeepEverythingModeBitForBit) {
+  // Two microbatches in flight, as a pipeline runs them.
+  auto run = [&](GptChunk& chunk) {
+    Tensor tokens1 =
+        RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
+    params_.ZeroGrads();
+    const double loss = chunk.Forward(0, tokens_, Tensor(), targets_, nullptr) +
+                        chunk.Forward(1, tokens1, Tensor(), targets_, nullptr);
+    chunk.BackwardInput(0, Tensor(), 0.5, nullptr);
+    chunk.BackwardInput(1, Tensor(), 0.5, nullptr);
+    // Weight gradients in the input gradients' microbatch order, so that
+    // every mode sums microbatches in the same order.
+    chunk.BackwardWeight(0);
+    chunk.BackwardWeight(1);
+    std::map<std::string, Tensor> grads;
+    for (Parameter* p : params_.all()) grads[p->name] = p->grad.Clone();
+    return std::make_pair(loss, grads);
+  };
+  GptChunk reference(config_, plan_, TpPlace{}, tp_, params_, kBatch,
+                     Device::Cpu(), DType::kF64,
+                     BlockOptions{Recompute::kNone, true});
+  const auto [want_loss, want] = run(reference);
+  const auto [loss, got] = run(*chunk_);
+  EXPECT_EQ(loss, want_loss);
+  for (Parameter* p : params_.all()) {
+    EXPECT_EQ(MaxRelativeDifference(got.at(p->name), want.at(p->name)), 0.0)
+        << p->name;
+  }
+}
+
+TEST_P(GptGradientTest, StateBytesCountWhatTheModeKeeps) {
+  // Per microbatch, selective recompute keeps less than none and full less
+  // than selective; deferring weight gradients keeps more.
+  auto bytes = [&](Recompute r, bool defer) {
+    return GptChunk(config_, plan_, TpPlace{}, tp_, params_, kBatch,
+                    Device::Cpu(), DType::kF64, BlockOptions{r, defer})
+        .StateBytes();
+  };
+  const bool defer = GetParam().defer;
+  EXPECT_GT(bytes(Recompute::kNone, defer),
+            bytes(Recompute::kSelective, defer));
+  EXPECT_GT(bytes(Recompute::kSelective, defer),
+            bytes(Recompute::kFull, defer));
+  EXPECT_GT(bytes(GetParam().recompute, true),
+            bytes(GetParam().recompute, false));
+  // A block's state is exactly what NewState allocates.
+  const Block block(config_, 0, TpPlace{}, params_,
+                    BlockOptions{GetParam().recompute, defer});
+  const Block::State state = block.NewState(kBatch, DType::kF64, Device::Cpu());
+  const Block::Workspace work =
+      block.NewWorkspace(kBatch, DType::kF64, Device::Cpu());
+  const Block::Tensors& k = state.kept;
+  const Block::Tensors& w = work.shared;
+  size_t state_bytes = state.y.nbytes(),
+         work_bytes = work.dgelu.nbytes() + work.datt.nbytes();
+  for (const Tensor* t : {&k.ln1, &k.mean1, &k.rstd1, &k.qkv, &k.att, &k.saved,
+                          &k.x2, &k.ln2, &k.mean2, &k.rstd2, &k.fc, &k.gelu,
+                          &k.dy, &k.dfc, &k.dln2, &k.dx2, &k.dqkv, &k.dln1}) {
+    if (t->defined()) state_bytes += t->nbytes();
+  }
+  for (const Tensor* t : {&w.ln1, &w.mean1, &w.rstd1, &w.qkv, &w.att, &w.saved,
+                          &w.x2, &w.ln2, &w.mean2, &w.rstd2, &w.fc, &w.gelu,
+                          &w.dy, &w.dfc, &w.dln2, &w.dx2, &w.dqkv, &w.dln1}) {
+    if (t->defined()) work_bytes += t->nbytes();
+  }
+  EXPECT_EQ(block.StateBytes(kBatch, DType::kF64, Device::Cpu()), state_bytes);
+  EXPECT_EQ(block.WorkspaceBytes(kBatch, DType::kF64, Device::Cpu()),
+            work_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, GptGradientTest, ::testing::ValuesIn(kModes),
+                         ModeName);
 
 }  // namespace
 }  // namespace trellis

@@ -239,13 +239,13 @@ TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
     CommStats want;
     Add(want, CommOp::kAllReduce, calls, calls * n * c * kFloat);
     CommStats before = group.stats();
-    block.Forward(group, x, state);
+    block.Forward(group, x, state, work);
     ExpectStats("tp forward", Difference(group.stats(), before), want);
     before = group.stats();
     block.BackwardInput(group, x, dy, state, work, dx);
     ExpectStats("tp backward", Difference(group.stats(), before), want);
     before = group.stats();
-    block.BackwardWeight(x, state);
+    block.BackwardWeight(group, x, state, work);
     ExpectStats("tp weight gradients", Difference(group.stats(), before),
                 CommStats{});
   }
