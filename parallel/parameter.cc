@@ -1,5 +1,7 @@
 #include "parallel/parameter.h"
 
+#include "framework/kernels/elementwise.h"
+
 namespace trellis {
 
 Parameter& ParameterSet::Add(std::string name, ShardSpec spec, bool decay,
@@ -9,7 +11,10 @@ Parameter& ParameterSet::Add(std::string name, ShardSpec spec, bool decay,
   p->name = std::move(name);
   p->spec = std::move(spec);
   p->value = Tensor::Zeros(p->spec.LocalShape(), dtype, device);
-  p->grad = Tensor::Zeros(p->spec.LocalShape(), dtype, device);
+  p->grad = Tensor::Zeros(p->spec.LocalShape(), GradDType(dtype), device);
+  if (dtype == DType::kBF16) {
+    p->master = Tensor::Zeros(p->spec.LocalShape(), DType::kF32, device);
+  }
   p->decay = decay;
   order_.push_back(p.get());
   owned_.push_back(std::move(p));
@@ -39,11 +44,20 @@ void ParameterSet::ZeroGrads() {
   for (Parameter* p : order_) p->grad.Zero();
 }
 
+DType GradDType(DType value_dtype) {
+  return value_dtype == DType::kBF16 ? DType::kF32 : value_dtype;
+}
+
+void RefreshFromMaster(Parameter& p) {
+  if (p.master.defined()) Convert(p.master, p.value);
+}
+
 void InitializeParameter(Parameter& p,
                          const std::function<double(int64_t)>& value_at) {
-  Tensor host = p.value.device().is_cpu()
-                    ? p.value
-                    : Tensor::Empty(p.value.shape(), p.value.dtype());
+  Tensor& weights = p.weights();
+  Tensor host = weights.device().is_cpu()
+                    ? weights
+                    : Tensor::Empty(weights.shape(), weights.dtype());
   TRELLIS_CHECK(host.dtype() == DType::kF32 || host.dtype() == DType::kF64);
   p.spec.ForEachElement([&](int64_t local, int64_t logical) {
     const double v = logical < 0 ? 0.0 : value_at(logical);
@@ -53,7 +67,8 @@ void InitializeParameter(Parameter& p,
       host.data<double>()[local] = v;
     }
   });
-  if (!p.value.device().is_cpu()) p.value.CopyFrom(host);
+  if (!weights.device().is_cpu()) weights.CopyFrom(host);
+  RefreshFromMaster(p);
 }
 
 }  // namespace trellis

@@ -4,6 +4,13 @@
 // "h.3.attn.c_attn.weight"), `spec` how this rank's `value` is cut from the
 // logical tensor. `grad` has value's shape and accumulates over microbatches.
 //
+// Mixed precision: a bfloat16 `value` (what the kernels read) comes with a
+// float32 `master` copy (what the optimizer steps and checkpoints store) and
+// a float32 `grad` (accumulated and all-reduced in float32, as Megatron's
+// main_grad); after changing `master`, RefreshFromMaster rounds it into
+// `value`. For float32 and float64 values `master` is undefined and `grad`
+// has value's dtype.
+//
 // Thread safety: none; a Parameter belongs to one rank's model.
 #ifndef TRELLIS_PARALLEL_PARAMETER_H_
 #define TRELLIS_PARALLEL_PARAMETER_H_
@@ -24,6 +31,7 @@ struct Parameter {
   ShardSpec spec;
   Tensor value;
   Tensor grad;
+  Tensor master;  // float32, only for a bfloat16 value
   // AdamW decays 2-D weights only (not biases, LayerNorm or nothing else).
   bool decay = false;
   // True on the one copy of each logical element that the global gradient
@@ -32,12 +40,22 @@ struct Parameter {
   bool primary = true;
 
   int64_t numel() const { return value.numel(); }
+  // The full-precision weights: master when defined, else value.
+  const Tensor& weights() const { return master.defined() ? master : value; }
+  Tensor& weights() { return master.defined() ? master : value; }
 };
+
+// The dtype of the gradient (and master weights, if any) of a `value`
+// dtype: float32 for bfloat16, else the value's.
+DType GradDType(DType value_dtype);
+// value = master rounded (a no-op without master).
+void RefreshFromMaster(Parameter& p);
 
 // Owns parameters in registration order; lookup by name.
 class ParameterSet {
  public:
-  // Creates value and grad (zeroed) on `device` with spec's local shape.
+  // Creates value, grad and, for bfloat16, master (zeroed) on `device` with
+  // spec's local shape.
   Parameter& Add(std::string name, ShardSpec spec, bool decay, Device device,
                  DType dtype = DType::kF32);
   // Registers a parameter owned by another set (the tied embedding, shared
@@ -53,8 +71,8 @@ class ParameterSet {
   std::vector<Parameter*> order_;
 };
 
-// Fills `p.value` from its logical initializer: `value_at(logical_index)`
-// for real elements, 0 for padding.
+// Fills `p.weights()` from its logical initializer: `value_at(logical_index)`
+// for real elements, 0 for padding; then refreshes value from master.
 void InitializeParameter(Parameter& p,
                          const std::function<double(int64_t)>& value_at);
 

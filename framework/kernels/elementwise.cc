@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "framework/cuda/cuda_kernels.h"
+#include "framework/float16.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -140,6 +141,16 @@ double Sum(const Tensor& x) {
     result = SumLanes<double>(x.data<T>(), x.numel());
   });
   return result;
+}
+
+void Convert(const Tensor& src, Tensor& dst) {
+  TRELLIS_CUDA_DISPATCH(cuda::Convert(src, dst), &src, &dst);
+  RequireCpu("Convert", {&src, &dst});
+  TRELLIS_CHECK_EQ(src.numel(), dst.numel()) << "Convert";
+  TRELLIS_CHECK(IsFloatingDType(src.dtype()) && IsFloatingDType(dst.dtype()))
+      << "Convert: " << DTypeName(src.dtype()) << " to "
+      << DTypeName(dst.dtype());
+  ConvertElements(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel());
 }
 
 }  // namespace trellis

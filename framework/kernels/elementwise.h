@@ -20,6 +20,10 @@ void BiasBackward(const Tensor& dout, Tensor& dbias);
 double SumOfSquares(const Tensor& x);
 // Sum of all elements, accumulated in double.
 double Sum(const Tensor& x);
+// dst = src converted between floating dtypes (float32, float64, bfloat16,
+// float16 on CPU; float32 and bfloat16 on CUDA), rounding to nearest even;
+// the same element count, one device.
+void Convert(const Tensor& src, Tensor& dst);
 
 }  // namespace trellis
 

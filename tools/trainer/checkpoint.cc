@@ -243,7 +243,8 @@ CheckpointShards ShardsOf(const ParameterSet& params, Optimizer* optimizer,
   for (size_t i = 0; i < all.size(); ++i) {
     const Parameter& p = *all[i];
     if (primary_only && !p.primary) continue;
-    shards.model.push_back({p.name, p.spec, p.value});
+    // bfloat16 runs store their float32 master weights.
+    shards.model.push_back({p.name, p.spec, p.weights()});
     if (optimizer != nullptr) {
       shards.exp_avg.push_back({p.name, p.spec, optimizer->exp_avg(i)});
       shards.exp_avg_sq.push_back({p.name, p.spec, optimizer->exp_avg_sq(i)});
@@ -455,6 +456,7 @@ absl::Status LoadCheckpoint(const std::string& dir, ParameterSet& params,
                             Optimizer* optimizer) {
   CheckpointShards shards = ShardsOf(params, optimizer, /*primary_only=*/false);
   TRELLIS_RETURN_IF_ERROR(LoadShards(dir, shards));
+  for (Parameter* p : params.all()) RefreshFromMaster(*p);
   if (optimizer != nullptr) optimizer->set_step(shards.optimizer_step);
   return absl::OkStatus();
 }

@@ -10,7 +10,7 @@ namespace {
 
 // float32 moments, or float64 for float64 parameters (tests).
 DType MomentType(const Parameter& p) {
-  return p.value.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
+  return p.weights().dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
 }
 
 }  // namespace
@@ -56,7 +56,8 @@ StepReport Optimizer::Step(Communicator& tp, Communicator& pp) {
     hyper.weight_decay = all[i]->decay ? config_.weight_decay : 0.0;
     hyper.step = step_;
     hyper.grad_scale = scale;
-    AdamWStep(hyper, all[i]->grad, all[i]->value, m_[i], v_[i]);
+    AdamWStep(hyper, all[i]->grad, all[i]->weights(), m_[i], v_[i]);
+    RefreshFromMaster(*all[i]);
   }
   return report;
 }
