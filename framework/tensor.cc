@@ -1,6 +1,7 @@
 #include "framework/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -72,12 +73,37 @@ Storage::Storage(void* data, size_t bytes, Device device, bool owned,
       owned_(owned),
       owner_(std::move(owner)) {}
 
+namespace {
+
+struct StorageCounters {
+  std::atomic<size_t> live{0};
+  std::atomic<size_t> peak{0};
+};
+
+StorageCounters& CountersFor(DeviceType type) {
+  static StorageCounters counters[2];
+  return counters[type == DeviceType::kCPU ? 0 : 1];
+}
+
+}  // namespace
+
+size_t StorageBytesLive(DeviceType type) { return CountersFor(type).live; }
+size_t StorageBytesPeak(DeviceType type) { return CountersFor(type).peak; }
+
 Storage::~Storage() {
-  if (owned_) DeviceFree(data_, device_);
+  if (owned_) {
+    DeviceFree(data_, device_);
+    CountersFor(device_.type).live -= bytes_;
+  }
 }
 
 std::shared_ptr<Storage> Storage::Allocate(size_t bytes, Device device) {
   void* data = DeviceAllocate(bytes, device);
+  StorageCounters& counters = CountersFor(device.type);
+  const size_t live = counters.live += bytes;
+  size_t peak = counters.peak;
+  while (live > peak && !counters.peak.compare_exchange_weak(peak, live)) {
+  }
   return std::shared_ptr<Storage>(
       new Storage(data, bytes, device, /*owned=*/true, nullptr));
 }

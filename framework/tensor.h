@@ -70,6 +70,12 @@ class Storage {
   std::shared_ptr<void> owner_;
 };
 
+// Bytes of tensor storage this process holds on devices of `type` now, and
+// the most it has held at once (allocations through Storage::Allocate, e.g.
+// Tensor::Empty; borrowed memory is not counted).
+size_t StorageBytesLive(DeviceType type);
+size_t StorageBytesPeak(DeviceType type);
+
 template <typename T>
 constexpr DType DTypeOf();
 template <>

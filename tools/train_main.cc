@@ -56,6 +56,18 @@ ABSL_FLAG(std::vector<std::string>, pp_layers, {},
           "layers per pipeline stage, e.g. 3,5,5,3 (default: even)");
 ABSL_FLAG(double, dp_bucket_mb, 25.0, "data-parallel bucket size in MiB");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, precision, "fp32",
+          "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "
+          "master weights, gradients and moments)");
+ABSL_FLAG(std::string, recompute, "none",
+          "activation recomputation in backward: none, selective (attention "
+          "and GELU inputs) or full (each block from its input)");
+ABSL_FLAG(std::string, gpu_comm, "nccl",
+          "GPU collectives: nccl (one GPU per rank) or host (staged through "
+          "host memory over MPI; ranks may share a GPU)");
+ABSL_FLAG(double, memory_budget_gb, 0,
+          "GiB the run may allocate on its device (0: the device's free "
+          "memory, or physical memory on CPU)");
 ABSL_FLAG(std::string, trace_dir, "",
           "write Chrome traces of --trace_steps here, one file per rank "
           "(read them with trellis-bubbles)");
@@ -101,6 +113,10 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.virtual_stages = absl::GetFlag(FLAGS_virtual_stages);
   o.dp_bucket_mb = absl::GetFlag(FLAGS_dp_bucket_mb);
   o.device = absl::GetFlag(FLAGS_device);
+  o.precision = absl::GetFlag(FLAGS_precision);
+  o.recompute = absl::GetFlag(FLAGS_recompute);
+  o.gpu_comm = absl::GetFlag(FLAGS_gpu_comm);
+  o.memory_budget_gb = absl::GetFlag(FLAGS_memory_budget_gb);
   for (const std::string& s : absl::GetFlag(FLAGS_pp_layers)) {
     int64_t n = 0;
     if (!absl::SimpleAtoi(s, &n)) {

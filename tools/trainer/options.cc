@@ -9,6 +9,12 @@
 namespace trellis {
 namespace {
 
+#ifdef TRELLIS_WITH_CUDA
+constexpr bool kBuiltWithCuda = true;
+#else
+constexpr bool kBuiltWithCuda = false;
+#endif
+
 absl::Status Bad(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
@@ -44,10 +50,32 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") {
     return Bad(absl::StrCat("--device=", o.device, " is not cpu or cuda"));
   }
-  if (o.device == "cuda") {
+  if (o.device == "cuda" && !kBuiltWithCuda) {
     return Bad(
-        "--device=cuda: the CUDA kernels exist but the trainer does not run "
-        "on GPUs yet (see docs/gpu.md); use --device=cpu");
+        "--device=cuda: this build has no CUDA backend; rebuild on a machine "
+        "with nvcc (scripts/build.sh, see docs/gpu.md) or use --device=cpu");
+  }
+  if (o.precision != "fp32" && o.precision != "bf16") {
+    return Bad(
+        absl::StrCat("--precision=", o.precision, " is not fp32 or bf16"));
+  }
+  if (o.precision == "bf16" && o.device != "cuda") {
+    return Bad(
+        "--precision=bf16 needs --device=cuda (the CPU kernels compute in "
+        "float32); use --precision=fp32 on CPU");
+  }
+  if (o.recompute != "none" && o.recompute != "selective" &&
+      o.recompute != "full") {
+    return Bad(absl::StrCat("--recompute=", o.recompute,
+                            " is not none, selective or full"));
+  }
+  if (o.gpu_comm != "nccl" && o.gpu_comm != "host") {
+    return Bad(absl::StrCat("--gpu_comm=", o.gpu_comm,
+                            " is not nccl or host (host-staged MPI)"));
+  }
+  if (!(o.memory_budget_gb >= 0)) {
+    return Bad(absl::StrCat("--memory_budget_gb=", o.memory_budget_gb,
+                            " must be ≥ 0 (0: the device's memory)"));
   }
   // The names are the schedule library's, so every name accepted here
   // builds a schedule.
@@ -171,6 +199,9 @@ std::string TrainOptions::ToFlagString() const {
                   "\n--virtual_stages=", virtual_stages,
                   "\n--pp_layers=", absl::StrJoin(pp_layers, ","),
                   "\n--dp_bucket_mb=", dp_bucket_mb, "\n--device=", device);
+  absl::StrAppend(&out, "\n--precision=", precision,
+                  "\n--recompute=", recompute, "\n--gpu_comm=", gpu_comm,
+                  "\n--memory_budget_gb=", memory_budget_gb);
   if (!trace_dir.empty()) {
     absl::StrAppend(&out, "\n--trace_dir=", trace_dir,
                     "\n--trace_steps=", absl::StrJoin(trace_steps, ","));

@@ -53,7 +53,22 @@ struct TrainOptions {
   int64_t virtual_stages = 1;
   std::vector<int64_t> pp_layers;  // Layers per stage; empty: even split.
   double dp_bucket_mb = 25.0;
+  // Backend: "cpu" or "cuda". On CUDA, "bf16" precision keeps bfloat16
+  // weights, activations and GEMM inputs with float32 master weights,
+  // gradients, optimizer moments and statistics; "fp32" computes in float32
+  // throughout (the only CPU precision).
   std::string device = "cpu";
+  std::string precision = "fp32";
+  // Activation recomputation in backward: "none", "selective" (attention
+  // and GELU inputs are recomputed, Megatron's selective recompute) or
+  // "full" (each block is recomputed from its input).
+  std::string recompute = "none";
+  // GPU collectives: "nccl" (one GPU per rank) or "host" (staged through
+  // host memory over MPI, so several ranks may share one GPU).
+  std::string gpu_comm = "nccl";
+  // Bytes the run may plan to allocate on its device, in GiB; 0: the
+  // device's free memory (CUDA) or the machine's physical memory (CPU).
+  double memory_budget_gb = 0;
   // Tracing: the (1-based) steps written as Chrome traces into trace_dir.
   std::string trace_dir;
   std::vector<int64_t> trace_steps;

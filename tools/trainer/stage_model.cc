@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "parallel/schedule.h"
+
 namespace trellis {
 namespace {
 
@@ -34,10 +36,16 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
                      params_);
     plans.push_back(plan);
   }
+  // Zero-bubble schedules run W apart from B: only they need the weight
+  // gradients' inputs kept per microbatch.
+  BlockOptions block;
+  block.recompute = ParseRecompute(options.recompute).value();
+  block.defer_weight_grads = ParseScheduleKind(options.schedule).value() ==
+                             ScheduleKind::kZeroBubbleH1;
   for (const ChunkPlan& plan : plans) {
-    chunks_.push_back(
-        std::make_unique<GptChunk>(options.model, plan, tp, *groups.tp, params_,
-                                   options.micro_batch_size, device, dtype));
+    chunks_.push_back(std::make_unique<GptChunk>(
+        options.model, plan, tp, *groups.tp, params_, options.micro_batch_size,
+        device, dtype, block));
   }
   // Each W call reports each group once: a parameter is final after m
   // reports per group it appears in.
@@ -80,6 +88,34 @@ double StageModel::StepLoss() const {
   double sum = 0;
   for (double l : losses_) sum += l;
   return losses_.empty() ? 0.0 : sum / static_cast<double>(losses_.size());
+}
+
+MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
+  MemoryPlan plan;
+  for (const Parameter* p : params_.all()) {
+    plan.weights += p->value.nbytes();
+    if (p->master.defined()) plan.weights += p->master.nbytes();
+    plan.gradients += p->grad.nbytes();
+    // AdamW's two moments: float32 (float64 for float64 weights).
+    plan.optimizer += 2 * p->weights().nbytes();
+  }
+  const int64_t m = options_.microbatches();
+  const size_t hidden =
+      chunks_.front()->rows() * options_.model.d_model * DTypeSize(dtype_);
+  for (size_t v = 0; v < chunks_.size(); ++v) {
+    const GptChunk& c = *chunks_[v];
+    std::vector<Action> mine;
+    for (const Action& a : schedule) {
+      if (a.virtual_stage == static_cast<int>(v)) mine.push_back(a);
+    }
+    plan.activations += PeakInFlight(mine) * c.StateBytes();
+    plan.workspace += c.WorkspaceBytes();
+    // Received activations and sent gradients, and the reverse, for every
+    // microbatch of the step.
+    if (!c.plan().has_embedding) plan.pipeline += 2 * m * hidden;
+    if (!c.plan().has_head) plan.pipeline += 2 * m * hidden;
+  }
+  return plan;
 }
 
 Tensor& StageModel::BufferFor(Buffer kind, int vstage, int mb) {
@@ -138,27 +174,30 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
   int64_t tokens = 0;
   std::vector<MicroBatch> saved = std::move(microbatches_);
   std::vector<double> saved_losses = std::move(losses_);
-  microbatches_ = microbatches;
-  losses_.assign(microbatches.size(), 0.0);
   // Chunks run in model order, one microbatch at a time: simple and
-  // deadlock-free (each rank only waits on its predecessor chunk).
-  for (int mb = 0; mb < static_cast<int>(microbatches.size()); ++mb) {
+  // deadlock-free (each rank only waits on its predecessor chunk). Every
+  // microbatch uses slot 0's buffers and state, so evaluation allocates
+  // nothing beyond what training planned.
+  constexpr int kSlot = 0;
+  for (size_t mb = 0; mb < microbatches.size(); ++mb) {
+    microbatches_ = {microbatches[mb]};
+    losses_.assign(1, 0.0);
     for (int64_t k = 0; k < num_chunks(); ++k) {
       if (k % options_.pp != coord_.p) continue;
       const int v = static_cast<int>(k / options_.pp);
       GptChunk& c = chunk(v);
       if (k > 0) {
         const int prev = static_cast<int>((k - 1) % options_.pp);
-        Tensor in = BufferFor(kInAct, v, mb);
+        Tensor in = BufferFor(kInAct, v, kSlot);
         if (prev == coord_.p) {
-          in.CopyFrom(BufferFor(kOutAct, v - 1, mb));
+          in.CopyFrom(BufferFor(kOutAct, v - 1, kSlot));
         } else {
           pp.Recv(in, prev, kEvalActivationTag)->Wait();
         }
       }
-      Forward(v, mb);
+      Forward(v, kSlot);
       if (c.plan().has_head) {
-        const Tensor& losses = c.TokenLosses(mb);
+        const Tensor& losses = c.TokenLosses(kSlot);
         Tensor host =
             losses.device().is_cpu() ? losses : losses.To(Device::Cpu());
         for (int64_t i = 0; i < rows[mb] * t; ++i) {
@@ -169,10 +208,11 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
       } else {
         const int next = static_cast<int>((k + 1) % options_.pp);
         if (next != coord_.p) {
-          pp.Send(BufferFor(kOutAct, v, mb), next, kEvalActivationTag)->Wait();
+          pp.Send(BufferFor(kOutAct, v, kSlot), next, kEvalActivationTag)
+              ->Wait();
         }
       }
-      c.Release(mb);
+      c.Release(kSlot);
     }
   }
   microbatches_ = std::move(saved);

@@ -23,6 +23,7 @@
 #include "parallel/bootstrap.h"
 #include "parallel/pipeline_executor.h"
 #include "tools/trainer/batch_loader.h"
+#include "tools/trainer/memory_plan.h"
 #include "tools/trainer/options.h"
 #include "transformer/gpt_chunk.h"
 
@@ -50,6 +51,12 @@ class StageModel : public PipelineStageCallbacks {
   void set_on_gradient_final(std::function<void(const Parameter*)> fn) {
     on_final_ = std::move(fn);
   }
+
+  // The bytes this rank's training steps hold on its device when running
+  // `schedule` (this stage's actions): parameters and gradients (allocated
+  // already), the optimizer's moments, and the microbatch states, shared
+  // buffers and pipeline buffers the steps allocate.
+  MemoryPlan PlanMemory(const std::vector<Action>& schedule) const;
 
   // Sets the step's microbatches; loss gradients are scaled by 1/m.
   void BeginStep(std::vector<MicroBatch> microbatches);

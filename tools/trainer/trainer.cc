@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "framework/device_info.h"
 #include "parallel/schedule.h"
 
 namespace trellis {
@@ -81,12 +82,33 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
 
 absl::Status Trainer::Build(DType dtype) {
   const TrainOptions& o = options_;
+  // A rank without a usable device fails on every rank, before any
+  // collective setup.
+  absl::StatusOr<Device> device = SelectDevice(o.device);
+  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*groups_.world, device.status()));
+  device_ = *device;
+  const size_t available =
+      o.memory_budget_gb > 0
+          ? static_cast<size_t>(o.memory_budget_gb * (1ull << 30))
+          : DeviceMemoryAvailable(device_);
+  if (device_.is_cuda()) {
+    TRELLIS_ASSIGN_OR_RETURN(DeviceTransport transport,
+                             ParseDeviceTransport(o.gpu_comm));
+    TRELLIS_ASSIGN_OR_RETURN(device_groups_,
+                             DeviceGroups::Create(groups_, device_, transport));
+    groups_ = device_groups_->groups();
+    if (o.precision == "bf16" && dtype == DType::kF32) dtype = DType::kBF16;
+  }
   if (!o.trace_dir.empty()) {
     tracer_ = std::make_unique<StepTracer>(o, groups_, coord_);
     groups_ = tracer_->groups();
   }
-  const Device device = o.device == "cuda" ? Device::Cuda(0) : Device::Cpu();
-  model_ = std::make_unique<StageModel>(o, groups_, coord_, device, dtype);
+  model_ = std::make_unique<StageModel>(o, groups_, coord_, device_, dtype);
+  const ScheduleKind kind = ParseScheduleKind(o.schedule).value();
+  std::vector<Action> schedule = BuildSchedule(
+      kind, coord_.p, static_cast<int>(o.pp),
+      static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
+  TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));
   BatchLoader::Config data;
   data.seq_len = o.model.seq_len;
   data.val_fraction = o.val_fraction;
@@ -97,13 +119,8 @@ absl::Status Trainer::Build(DType dtype) {
   data.dp_rank = coord_.d;
   data.reads_tokens = model_->reads_tokens();
   TRELLIS_ASSIGN_OR_RETURN(loader_, BatchLoader::Open(o.data, data));
-  const ScheduleKind kind = ParseScheduleKind(o.schedule).value();
   executor_ = std::make_unique<PipelineExecutor>(
-      *groups_.pp,
-      BuildSchedule(kind, coord_.p, static_cast<int>(o.pp),
-                    static_cast<int>(o.microbatches()),
-                    static_cast<int>(o.virtual_stages)),
-      static_cast<int>(o.virtual_stages));
+      *groups_.pp, std::move(schedule), static_cast<int>(o.virtual_stages));
   if (tracer_ != nullptr) tracer_->Observe(*executor_);
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
@@ -119,6 +136,28 @@ absl::Status Trainer::Build(DType dtype) {
   optimizer_ = std::make_unique<Optimizer>(opt, model_->params());
   if (groups_.world->rank() == 0) {
     TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::PlanMemory(size_t available,
+                                 const std::vector<Action>& schedule) {
+  memory_plan_ = model_->PlanMemory(schedule);
+  const absl::Status fits =
+      CheckMemoryPlan(memory_plan_, available,
+                      absl::StrCat("rank ", groups_.world->rank(), " (",
+                                   DeviceDescription(device_), ")"),
+                      options_.micro_batch_size, options_.recompute);
+  // Every rank learns that one does not fit: they fail together.
+  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*groups_.world, fits));
+  const double largest =
+      AllReduceScalar(*groups_.world, static_cast<double>(memory_plan_.total()),
+                      ReduceOp::kMax);
+  if (groups_.world->rank() == 0) {
+    std::printf("memory plan (rank 0, %s): %s; largest rank %s\n",
+                DeviceName(device_).c_str(), memory_plan_.Format().c_str(),
+                Readable(static_cast<size_t>(largest)).c_str());
+    std::fflush(stdout);
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "parallel/bootstrap.h"
 #include "parallel/data_parallel.h"
+#include "parallel/device_groups.h"
 #include "parallel/pipeline_executor.h"
 #include "tools/trainer/batch_loader.h"
 #include "tools/trainer/checkpoint.h"
@@ -38,7 +39,11 @@ class Trainer {
  public:
   // Validates the options against the data and the world, then builds
   // everything (resuming when options.resume says so). `dtype` float32 for
-  // training; float64 serves tests.
+  // training (bfloat16 with --precision=bf16); float64 serves tests. With
+  // --device=cuda each rank takes the GPU of its local rank and `groups`
+  // (MPI groups from ParallelContext::Create) gain device transports
+  // (--gpu_comm). Prints the memory plan on rank 0 and fails on every rank
+  // when it exceeds the device's free memory (or --memory_budget_gb).
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
       DType dtype = DType::kF32);
@@ -67,6 +72,8 @@ class Trainer {
   StageModel& model() { return *model_; }
   int64_t step() const { return optimizer_->step(); }
   const std::vector<double>& losses() const { return losses_; }
+  Device device() const { return device_; }
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
   // Loads the weights (not the optimizer) of checkpoint `dir`, checking
   // that it holds this model.
   absl::Status LoadWeights(const std::string& dir);
@@ -75,6 +82,8 @@ class Trainer {
   Trainer(TrainOptions options, const ProcessGroups& groups, MeshCoord coord)
       : options_(std::move(options)), groups_(groups), coord_(coord) {}
   absl::Status Build(DType dtype);
+  absl::Status PlanMemory(size_t available,
+                          const std::vector<Action>& schedule);
   absl::Status Resume(const std::string& dir);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
@@ -82,6 +91,10 @@ class Trainer {
   TrainOptions options_;
   ProcessGroups groups_;
   MeshCoord coord_;
+  Device device_;
+  // With --device=cuda: groups_ route device buffers through these.
+  std::unique_ptr<DeviceGroups> device_groups_;
+  MemoryPlan memory_plan_;
   // With --trace_dir: traces --trace_steps; groups_ then are its wrappers.
   std::unique_ptr<StepTracer> tracer_;
   std::unique_ptr<BatchLoader> loader_;

@@ -1,0 +1,33 @@
+// The device a run computes on, chosen by name, and how much memory it has:
+// the backend-neutral face of framework/cuda/cuda_device.h, usable in builds
+// without CUDA.
+#ifndef TRELLIS_FRAMEWORK_DEVICE_INFO_H_
+#define TRELLIS_FRAMEWORK_DEVICE_INFO_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "framework/tensor.h"
+
+namespace trellis {
+
+// "cpu": the host. "cuda": the GPU of this rank's local rank (see
+// SelectCudaDevice), made current for the calling thread. FailedPrecondition
+// when the build has no CUDA backend or no GPU is visible; InvalidArgument
+// for another name.
+absl::StatusOr<Device> SelectDevice(const std::string& kind);
+
+// CUDA devices visible to this process (0 in a build without CUDA).
+int VisibleCudaDevices();
+
+// Bytes a run may still allocate on `device`: the free memory of a GPU, the
+// physical memory of the host.
+size_t DeviceMemoryAvailable(Device device);
+
+// "cpu" or the GPU's name, compute capability and memory, for logs.
+std::string DeviceDescription(Device device);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_DEVICE_INFO_H_

@@ -1,0 +1,48 @@
+// DeviceGroups: the process groups of a run whose tensors live on a GPU.
+//
+// Each model-parallel group (tp, dp, pp, embed) becomes a
+// RoutingCommunicator: host buffers still go through the run's MPI group,
+// device buffers through a communicator for device memory, either NCCL (one
+// communicator per group, its unique id broadcast over the group's MPI
+// communicator; one GPU per rank) or host staging over MPI (several ranks
+// may share one GPU). Groups of one rank need no transport. The world stays
+// the MPI one: it carries only host buffers.
+//
+// Thread safety: none; built and used by the training thread.
+#ifndef TRELLIS_PARALLEL_DEVICE_GROUPS_H_
+#define TRELLIS_PARALLEL_DEVICE_GROUPS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "framework/tensor.h"
+#include "parallel/bootstrap.h"
+
+namespace trellis {
+
+enum class DeviceTransport { kNccl, kHostStaged };
+// "nccl" or "host".
+absl::StatusOr<DeviceTransport> ParseDeviceTransport(const std::string& name);
+
+class DeviceGroups {
+ public:
+  // Collective over `host.world`. `host` must be MPI groups (from
+  // ParallelContext::Create) and outlive the result. Fails on every rank
+  // alike (FailedPrecondition) when NCCL is asked for but ranks of a node
+  // outnumber its GPUs, or the build has no NCCL.
+  static absl::StatusOr<std::unique_ptr<DeviceGroups>> Create(
+      const ProcessGroups& host, Device device, DeviceTransport transport);
+
+  const ProcessGroups& groups() const { return groups_; }
+
+ private:
+  DeviceGroups() = default;
+  std::vector<std::unique_ptr<Communicator>> owned_;
+  ProcessGroups groups_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_PARALLEL_DEVICE_GROUPS_H_

@@ -1,0 +1,57 @@
+#include "parallel/routing_communicator.h"
+
+#include "framework/status.h"
+
+namespace trellis {
+
+RoutingCommunicator::RoutingCommunicator(Communicator& host,
+                                         std::unique_ptr<Communicator> device)
+    : Communicator(host.name(), host.rank(), host.size()),
+      host_(host),
+      device_(std::move(device)) {
+  TRELLIS_CHECK(device_->rank() == host.rank() &&
+                device_->size() == host.size())
+      << name() << ": the device communicator (rank " << device_->rank()
+      << " of " << device_->size() << ") is not the host one's (rank "
+      << host.rank() << " of " << host.size() << ")";
+}
+
+Communicator& RoutingCommunicator::For(const Tensor& buffer) {
+  return buffer.device().is_cpu() ? host_ : *device_;
+}
+
+std::unique_ptr<Request> RoutingCommunicator::DoAllReduce(Tensor& buffer,
+                                                          ReduceOp op,
+                                                          bool async) {
+  Communicator& c = For(buffer);
+  if (async) return c.AllReduceAsync(buffer, op);
+  c.AllReduce(buffer, op);
+  return std::make_unique<DoneRequest>();
+}
+
+void RoutingCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
+                                          ReduceOp op) {
+  For(input).ReduceScatter(input, output, op);
+}
+
+void RoutingCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+  For(input).AllGather(input, output);
+}
+
+void RoutingCommunicator::DoBroadcast(Tensor& buffer, int root) {
+  For(buffer).Broadcast(buffer, root);
+}
+
+std::unique_ptr<Request> RoutingCommunicator::DoSend(const Tensor& buffer,
+                                                     int peer, int tag) {
+  return For(buffer).Send(buffer, peer, tag);
+}
+
+std::unique_ptr<Request> RoutingCommunicator::DoRecv(Tensor& buffer, int peer,
+                                                     int tag) {
+  return For(buffer).Recv(buffer, peer, tag);
+}
+
+void RoutingCommunicator::DoBarrier() { host_.Barrier(); }
+
+}  // namespace trellis

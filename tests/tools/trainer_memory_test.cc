@@ -1,0 +1,143 @@
+// Activation recompute and the memory plan, through whole training runs:
+// every recompute mode trains to the same bits under every schedule kind,
+// the plan printed at start accounts for what the run allocates, and a run
+// that cannot fit fails at start with the size it would need.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "framework/tensor.h"
+#include "parallel/bootstrap.h"
+#include "tests/tools/tools_test_util.h"
+#include "tools/trainer/trainer.h"
+
+namespace trellis {
+namespace {
+
+class TrainerMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::ScratchDir();
+    data_ = dir_ + "/tokens.h5";
+    test::WriteTokenFile(data_, test::kByteVocab, 20000);
+  }
+
+  // A model big enough that the plan's categories are far above the
+  // per-step bookkeeping (loss scalars, token batches).
+  TrainOptions Options() const {
+    TrainOptions o = test::TinyOptions(data_);
+    o.model.d_model = 64;
+    o.model.n_head = 4;
+    o.model.seq_len = 64;
+    o.steps = 3;
+    return o;
+  }
+
+  std::unique_ptr<Trainer> Make(const TrainOptions& o) {
+    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+        Trainer::Create(o, context_.groups(), context_.coord());
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    return trainer.ok() ? std::move(*trainer) : nullptr;
+  }
+
+  ParallelContext context_ = ParallelContext::Single();
+  std::string dir_, data_;
+};
+
+TEST_F(TrainerMemoryTest, RecomputeModesTrainToTheSameBits) {
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    TrainOptions o = Options();
+    o.schedule = schedule;
+    std::unique_ptr<Trainer> reference = Make(o);
+    ASSERT_NE(reference, nullptr);
+    ASSERT_TRUE(reference->Run().ok());
+    for (const char* recompute : {"selective", "full"}) {
+      o.recompute = recompute;
+      std::unique_ptr<Trainer> trainer = Make(o);
+      ASSERT_NE(trainer, nullptr);
+      ASSERT_TRUE(trainer->Run().ok());
+      EXPECT_EQ(trainer->losses(), reference->losses())
+          << schedule << ", --recompute=" << recompute;
+      const auto& a = trainer->model().params().all();
+      const auto& b = reference->model().params().all();
+      ASSERT_EQ(a.size(), b.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        EXPECT_EQ(std::memcmp(a[i]->value.raw(), b[i]->value.raw(),
+                              a[i]->value.nbytes()),
+                  0)
+            << a[i]->name << " (" << schedule << ", " << recompute << ")";
+      }
+    }
+  }
+}
+
+TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
+  for (const char* recompute : {"none", "selective", "full"}) {
+    for (const char* schedule : {"gpipe", "zb-h1"}) {
+      TrainOptions o = Options();
+      o.recompute = recompute;
+      o.schedule = schedule;
+      const size_t before = StorageBytesLive(DeviceType::kCPU);
+      std::unique_ptr<Trainer> trainer = Make(o);
+      ASSERT_NE(trainer, nullptr);
+      ASSERT_TRUE(trainer->Step().ok());
+      const size_t used = StorageBytesLive(DeviceType::kCPU) - before;
+      const size_t planned = trainer->memory_plan().total();
+      // What the plan leaves out: the token file and the step's token
+      // batches, a few KiB here.
+      const size_t unplanned = 256 << 10;
+      EXPECT_LE(planned, used) << recompute << ", " << schedule;
+      EXPECT_LE(used, planned + unplanned)
+          << recompute << ", " << schedule << ": "
+          << trainer->memory_plan().Format();
+    }
+  }
+}
+
+TEST_F(TrainerMemoryTest, RecomputeShrinksThePlannedActivations) {
+  size_t activations[3];
+  const char* modes[3] = {"none", "selective", "full"};
+  for (int i = 0; i < 3; ++i) {
+    TrainOptions o = Options();
+    o.recompute = modes[i];
+    std::unique_ptr<Trainer> trainer = Make(o);
+    ASSERT_NE(trainer, nullptr);
+    activations[i] = trainer->memory_plan().activations;
+  }
+  EXPECT_GT(activations[0], activations[1]);
+  EXPECT_GT(activations[1], activations[2]);
+}
+
+TEST_F(TrainerMemoryTest, TooLargeARunFailsAtStartWithTheSizeItNeeds) {
+  TrainOptions o = Options();
+  o.memory_budget_gb = 1e-4;  // About 100 KiB.
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(o, context_.groups(), context_.coord());
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(trainer.status())) << trainer.status();
+  const std::string message(trainer.status().message());
+  EXPECT_NE(message.find("the run needs"), std::string::npos) << message;
+  EXPECT_NE(message.find("activations"), std::string::npos) << message;
+  EXPECT_NE(message.find("--micro_batch_size=4"), std::string::npos) << message;
+  EXPECT_NE(message.find("--recompute=selective or full"), std::string::npos)
+      << message;
+}
+
+TEST_F(TrainerMemoryTest, BadPrecisionAndRecomputeFlagsAreRefused) {
+  TrainOptions o = Options();
+  o.precision = "bf16";  // Needs --device=cuda.
+  EXPECT_FALSE(
+      Trainer::Create(o, context_.groups(), context_.coord()).status().ok());
+  o = Options();
+  o.recompute = "some";
+  absl::Status status =
+      Trainer::Create(o, context_.groups(), context_.coord()).status();
+  EXPECT_NE(std::string(status.message()).find("--recompute=some"),
+            std::string::npos)
+      << status;
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,47 @@
+#include "tools/trainer/memory_plan.h"
+
+#include "absl/strings/str_format.h"
+
+namespace trellis {
+
+// "1.25 GiB", "37.5 MiB", "12.0 KiB".
+std::string Readable(size_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= (1 << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  return absl::StrFormat("%.1f KiB", b / (1 << 10));
+}
+
+std::string MemoryPlan::Format() const {
+  return absl::StrFormat(
+      "weights %s, gradients %s, optimizer %s, activations %s, workspace %s, "
+      "pipeline buffers %s; total %s",
+      Readable(weights), Readable(gradients), Readable(optimizer),
+      Readable(activations), Readable(workspace), Readable(pipeline),
+      Readable(total()));
+}
+
+absl::Status CheckMemoryPlan(const MemoryPlan& plan, size_t available,
+                             const std::string& where, int64_t micro_batch_size,
+                             const std::string& recompute) {
+  if (plan.total() <= available) return absl::OkStatus();
+  const std::string remedy =
+      recompute == "full"
+          ? absl::StrFormat(
+                "lower --micro_batch_size=%d (activations grow "
+                "with it) or split the model over more ranks "
+                "with --tp/--pp",
+                micro_batch_size)
+          : absl::StrFormat(
+                "lower --micro_batch_size=%d (activations grow with it), use "
+                "--recompute=%s, or split the model over more ranks with "
+                "--tp/--pp",
+                micro_batch_size,
+                recompute == "none" ? "selective or full" : "full");
+  return absl::ResourceExhaustedError(
+      absl::StrFormat("the run needs %s on %s (%s) but %s is available; %s",
+                      Readable(plan.total()), where, plan.Format(),
+                      Readable(available), remedy));
+}
+
+}  // namespace trellis

@@ -1,0 +1,40 @@
+// MemoryPlan: what a rank's training run holds on its device, by category,
+// known before the first step so that a run that cannot fit fails at start
+// with the size it would need (see StageModel::PlanMemory).
+#ifndef TRELLIS_TOOLS_TRAINER_MEMORY_PLAN_H_
+#define TRELLIS_TOOLS_TRAINER_MEMORY_PLAN_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace trellis {
+
+struct MemoryPlan {
+  size_t weights = 0;      // parameter values and their float32 masters
+  size_t gradients = 0;    // parameter gradients (the dp buckets)
+  size_t optimizer = 0;    // AdamW moments
+  size_t activations = 0;  // microbatch states × the schedule's peak
+  size_t workspace = 0;    // buffers shared by a chunk's microbatches
+  size_t pipeline = 0;     // activations and gradients between stages
+
+  size_t total() const {
+    return weights + gradients + optimizer + activations + workspace + pipeline;
+  }
+  // "weights 474.2 MiB, gradients ...; total 9.31 GiB".
+  std::string Format() const;
+};
+
+// `bytes` in KiB, MiB or GiB, whichever reads best.
+std::string Readable(size_t bytes);
+
+// OK when `plan` fits in `available` bytes; else ResourceExhausted naming
+// the sizes, the device (`where`) and the flags that shrink the plan.
+absl::Status CheckMemoryPlan(const MemoryPlan& plan, size_t available,
+                             const std::string& where, int64_t micro_batch_size,
+                             const std::string& recompute);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_MEMORY_PLAN_H_
