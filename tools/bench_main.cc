@@ -1,160 +1,228 @@
-// trellis-bench: the speed of a training step against the machine's GEMM
-// rate, measured in one run.
+// trellis-bench: the speed of a training step against the device's GEMM
+// rate and peak, measured in one run, on the CPU or a CUDA GPU.
 //
-// It first times a large single-precision GEMM (the peak a step's matrix
-// products could reach), then trains the given model on synthetic tokens on
-// one rank and reports tokens/s, the model FLOP rate, and their ratio.
-// Model FLOPs per token are 6·N + 6·L·C·T (GptConfig::TrainingFlopsPerToken).
-// Use OPENBLAS_NUM_THREADS=1 for single-thread figures.
-#include <cblas.h>
-#include <sys/resource.h>
+// It first times a large reference GEMM (CPU: sgemm; CUDA: the public
+// MatmulForward on device tensors of the run's precision, timed with CUDA
+// events), then trains the model on synthetic tokens on one rank through
+// the Trainer and reports, per timed step and for the median step: tokens/s,
+// the model FLOP rate (FLOPs per token 6·N + 6·L·C·T, see
+// tools/bench/bench_report.h), MFU against the device's dense bf16 peak,
+// the ratio to the GEMM rate, and peak memory. --profile adds the per-kernel
+// time table of the last timed step; --json writes the summary.
+// Use OPENBLAS_NUM_THREADS=1 for single-thread CPU figures.
 #include <time.h>
+#include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
+#include "framework/kernel_profile.h"
 #include "framework/rng.h"
 #include "parallel/bootstrap.h"
+#include "tools/bench/bench_config.h"
+#include "tools/bench/bench_device.h"
+#include "tools/bench/bench_report.h"
 #include "tools/trainer/trainer.h"
 
-ABSL_FLAG(int64_t, n_layer, 6, "transformer blocks");
-ABSL_FLAG(int64_t, n_head, 6, "attention heads");
-ABSL_FLAG(int64_t, d_model, 384, "model width");
-ABSL_FLAG(int64_t, seq_len, 256, "context length");
-ABSL_FLAG(int64_t, vocab_size, 257, "synthetic vocabulary size");
-ABSL_FLAG(int64_t, micro_batch_size, 4, "windows per microbatch");
-ABSL_FLAG(int64_t, global_batch_size, 8, "windows per step");
+ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, precision, "",
+          "fp32 or bf16 (default: fp32 on cpu, bf16 on cuda)");
+ABSL_FLAG(std::string, recompute, "none",
+          "activation recomputation: none, selective or full");
+ABSL_FLAG(std::string, preset, "",
+          "model shape: gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1558m "
+          "(default: a 6-layer, 384-wide model on cpu, gpt2-124m on cuda)");
+ABSL_FLAG(std::optional<int64_t>, n_layer, std::nullopt,
+          "transformer blocks (default: the preset's, else 6)");
+ABSL_FLAG(std::optional<int64_t>, n_head, std::nullopt,
+          "attention heads (default: the preset's, else 6)");
+ABSL_FLAG(std::optional<int64_t>, d_model, std::nullopt,
+          "model width (default: the preset's, else 384)");
+ABSL_FLAG(std::optional<int64_t>, seq_len, std::nullopt,
+          "context length (default: 256 on cpu, 1024 on cuda)");
+ABSL_FLAG(std::optional<int64_t>, vocab_size, std::nullopt,
+          "synthetic vocabulary size (default: 50257 with a preset, else 257)");
+ABSL_FLAG(std::optional<int64_t>, micro_batch_size, std::nullopt,
+          "windows per microbatch (default: the preset's, else 4)");
+ABSL_FLAG(std::optional<int64_t>, global_batch_size, std::nullopt,
+          "windows per step (default: 2 microbatches on cpu, 4 on cuda)");
 ABSL_FLAG(int64_t, steps, 5, "timed steps");
 ABSL_FLAG(int64_t, warmup, 2, "untimed steps first");
-ABSL_FLAG(int64_t, gemm_size, 2048, "M = N = K of the reference GEMM");
+ABSL_FLAG(std::optional<int64_t>, gemm_size, std::nullopt,
+          "M = N = K of the reference GEMM (default: 2048 on cpu, 8192 on "
+          "cuda)");
+ABSL_FLAG(double, peak_tflops, 0,
+          "device peak in TFLOP/s for MFU (0: the known dense bf16 peak of "
+          "H100 and H200 GPUs; none on cpu)");
+ABSL_FLAG(bool, profile, false,
+          "print the per-kernel time table of the last timed step");
+ABSL_FLAG(std::string, json, "", "write the summary as JSON to this file");
 
 namespace trellis {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// CPU seconds used by this process: on a shared machine this counts the
-// work done, not the time spent waiting for a core.
 double CpuSeconds() {
   timespec t = {};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-struct Rate {
-  double wall = 0;  // GFLOP/s over wall time
-  double cpu = 0;   // GFLOP/s over process CPU time
+// A token file of uniform random tokens in the temporary directory,
+// removed when this goes out of scope.
+class SyntheticData {
+ public:
+  static absl::StatusOr<std::unique_ptr<SyntheticData>> Create(int64_t vocab,
+                                                               int64_t tokens) {
+    auto data = std::unique_ptr<SyntheticData>(new SyntheticData(
+        (std::filesystem::temp_directory_path() /
+         absl::StrCat("trellis-bench-tokens-", getpid(), ".h5"))
+            .string()));
+    TRELLIS_ASSIGN_OR_RETURN(
+        auto writer,
+        TokenDatasetWriter::Create(
+            data->path_, TokenFileMetadata{"synthetic", vocab, vocab - 1}));
+    std::vector<uint32_t> doc(tokens);
+    for (int64_t i = 0; i < tokens; ++i) {
+      doc[i] = static_cast<uint32_t>(RandomBits(7, 7, i) % (vocab - 1));
+    }
+    TRELLIS_RETURN_IF_ERROR(writer->AppendDocument(doc));
+    TRELLIS_RETURN_IF_ERROR(writer->Finish());
+    return data;
+  }
+  ~SyntheticData() {
+    std::error_code ignored;
+    std::filesystem::remove(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  explicit SyntheticData(std::string path) : path_(std::move(path)) {}
+  std::string path_;
 };
 
-// Best of several runs of an n×n×n sgemm.
-Rate SgemmGflops(int n) {
-  std::vector<float> a(n * n), b(n * n), c(n * n);
-  for (int i = 0; i < n * n; ++i) {
-    a[i] = static_cast<float>(UniformAt(1, 1, i) - 0.5);
-    b[i] = static_cast<float>(UniformAt(1, 2, i) - 0.5);
+BenchFlags FlagsFromCommandLine(const std::vector<char*>& positional) {
+  BenchFlags f;
+  f.device = absl::GetFlag(FLAGS_device);
+  f.precision = absl::GetFlag(FLAGS_precision);
+  f.recompute = absl::GetFlag(FLAGS_recompute);
+  f.preset = absl::GetFlag(FLAGS_preset);
+  f.n_layer = absl::GetFlag(FLAGS_n_layer);
+  f.n_head = absl::GetFlag(FLAGS_n_head);
+  f.d_model = absl::GetFlag(FLAGS_d_model);
+  f.seq_len = absl::GetFlag(FLAGS_seq_len);
+  f.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  f.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
+  f.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
+  f.steps = absl::GetFlag(FLAGS_steps);
+  f.warmup = absl::GetFlag(FLAGS_warmup);
+  f.gemm_size = absl::GetFlag(FLAGS_gemm_size);
+  f.peak_tflops = absl::GetFlag(FLAGS_peak_tflops);
+  f.profile = absl::GetFlag(FLAGS_profile);
+  f.json = absl::GetFlag(FLAGS_json);
+  for (size_t i = 1; i < positional.size(); ++i) {
+    f.positional.push_back(positional[i]);
   }
-  double wall = 1e30, cpu = 1e30;
-  for (int run = 0; run < 5; ++run) {
+  return f;
+}
+
+// The peak MFU is taken against: the flag, else the device's known one.
+absl::StatusOr<double> PeakTflops(const BenchConfig& c,
+                                  const BenchDevice& device) {
+  if (c.peak_tflops > 0 || !c.cuda()) return c.peak_tflops;
+  const std::optional<double> known = KnownPeakTflops(device.name());
+  if (!known) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no known dense bf16 peak for \"", device.name(),
+                     "\"; pass its peak as --peak_tflops=<TFLOP/s>"));
+  }
+  return *known;
+}
+
+absl::Status Bench(const BenchFlags& flags) {
+  TRELLIS_ASSIGN_OR_RETURN(BenchConfig c, ResolveBenchConfig(flags));
+  TRELLIS_ASSIGN_OR_RETURN(BenchDevice device,
+                           BenchDevice::Open(c.train.device));
+  BenchRun run;
+  TRELLIS_ASSIGN_OR_RETURN(run.peak_tflops, PeakTflops(c, device));
+  TrainOptions& o = c.train;
+  const int64_t windows = o.global_batch_size * (o.steps + 1);
+  TRELLIS_ASSIGN_OR_RETURN(
+      auto data,
+      SyntheticData::Create(o.model.vocab_size, windows * o.model.seq_len + 1));
+  o.data = data->path();
+
+  run.gemm = device.MeasureGemm(
+      c.gemm_size, o.precision == "bf16" ? DType::kBF16 : DType::kF32);
+  // The trainer builds its GPU transports (DeviceGroups) from MPI
+  // communicators, so on CUDA the one rank is an MPI world of one, as under
+  // trellis-train; the CPU run needs no MPI.
+  std::optional<MpiRuntime> mpi;
+  std::optional<ParallelContext> context;
+  if (c.cuda()) {
+    mpi.emplace(nullptr, nullptr);
+    TRELLIS_ASSIGN_OR_RETURN(ParallelContext created,
+                             ParallelContext::Create(*mpi, Mesh::Single()));
+    context.emplace(std::move(created));
+  } else {
+    context.emplace(ParallelContext::Single());
+  }
+  device.ResetPeakMemory();
+  TRELLIS_ASSIGN_OR_RETURN(
+      auto trainer, Trainer::Create(o, context->groups(), context->coord()));
+  run.device = o.device;
+  run.device_name = device.name();
+  run.precision = o.precision;
+  run.recompute = o.recompute;
+  run.preset = c.preset;
+  run.model = trainer->options().model;
+  run.micro_batch_size = o.micro_batch_size;
+  run.global_batch_size = o.global_batch_size;
+  run.warmup = c.warmup;
+  run.memory_what = device.PeakMemoryWhat();
+  std::printf("%s", FormatHeader(run).c_str());
+  std::fflush(stdout);
+
+  for (int64_t s = 0; s < o.steps; ++s) {
+    const bool timed = s >= c.warmup;
+    const bool profiled = c.profile && s + 1 == o.steps;
+    std::optional<KernelProfiler> profiler;
+    if (profiled) profiler.emplace();
+    device.ResetPeakMemory();
     const auto start = Clock::now();
     const double cpu_start = CpuSeconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f,
-                a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    cpu = std::min(cpu, CpuSeconds() - cpu_start);
-    wall = std::min(wall, Seconds(start));
+    TRELLIS_RETURN_IF_ERROR(trainer->Step().status());
+    device.Synchronize();
+    const double ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    const double cpu_ms = 1e3 * (CpuSeconds() - cpu_start);
+    if (profiled) run.kernels = profiler->Report();
+    if (!timed) continue;
+    run.steps.push_back(StepSample{s - c.warmup + 1, ms, cpu_ms,
+                                   device.PeakMemoryBytes(), profiled});
+    std::printf("%s\n", FormatStep(run, run.steps.back()).c_str());
+    std::fflush(stdout);
   }
-  const double flops = 2.0 * n * n * n / 1e9;
-  return Rate{flops / wall, flops / cpu};
-}
-
-absl::StatusOr<std::string> SyntheticData(int64_t vocab, int64_t tokens) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "trellis-bench-tokens.h5")
-          .string();
-  TRELLIS_ASSIGN_OR_RETURN(
-      auto writer, TokenDatasetWriter::Create(
-                       path, TokenFileMetadata{"synthetic", vocab, vocab - 1}));
-  std::vector<uint32_t> doc(tokens);
-  for (int64_t i = 0; i < tokens; ++i) {
-    doc[i] = static_cast<uint32_t>(RandomBits(7, 7, i) % (vocab - 1));
-  }
-  TRELLIS_RETURN_IF_ERROR(writer->AppendDocument(doc));
-  TRELLIS_RETURN_IF_ERROR(writer->Finish());
-  return path;
-}
-
-absl::Status Bench() {
-  TrainOptions o;
-  o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
-  o.model.n_head = absl::GetFlag(FLAGS_n_head);
-  o.model.d_model = absl::GetFlag(FLAGS_d_model);
-  o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
-  o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
-  o.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
-  const int64_t timed = absl::GetFlag(FLAGS_steps);
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup);
-  o.steps = timed + warmup;
-  o.warmup_steps = 1;
-  o.eval_every = 0;
-  o.val_fraction = 0;
-  const int64_t windows = o.global_batch_size * (o.steps + 1);
-  TRELLIS_ASSIGN_OR_RETURN(o.data,
-                           SyntheticData(absl::GetFlag(FLAGS_vocab_size),
-                                         windows * o.model.seq_len + 1));
-  const Rate gemm =
-      SgemmGflops(static_cast<int>(absl::GetFlag(FLAGS_gemm_size)));
-  ParallelContext single = ParallelContext::Single();
-  TRELLIS_ASSIGN_OR_RETURN(auto trainer,
-                           Trainer::Create(o, single.groups(), single.coord()));
-  std::vector<double> ms, cpu_ms;
-  for (int64_t s = 0; s < o.steps; ++s) {
-    const double cpu_start = CpuSeconds();
-    TRELLIS_ASSIGN_OR_RETURN(StepMetrics m, trainer->Step());
-    if (s >= warmup) {
-      ms.push_back(m.ms);
-      cpu_ms.push_back(1e3 * (CpuSeconds() - cpu_start));
+  std::printf("%s", FormatSummary(run).c_str());
+  if (!c.json.empty()) {
+    std::ofstream out(c.json, std::ios::trunc);
+    out << SummaryJson(run).dump(2) << "\n";
+    out.close();
+    if (!out) {
+      return absl::InternalError(
+          absl::StrCat("--json=", c.json, ": cannot write the summary"));
     }
   }
-  std::sort(ms.begin(), ms.end());
-  std::sort(cpu_ms.begin(), cpu_ms.end());
-  const double median_s = ms[ms.size() / 2] / 1e3;
-  const double median_cpu_s = cpu_ms[cpu_ms.size() / 2] / 1e3;
-  const double tokens =
-      static_cast<double>(o.global_batch_size * o.model.seq_len);
-  const double flops =
-      trainer->options().model.TrainingFlopsPerToken() * tokens;
-  struct rusage usage = {};
-  getrusage(RUSAGE_SELF, &usage);
-  const double model_wall = flops / median_s / 1e9;
-  const double model_cpu = flops / median_cpu_s / 1e9;
-  std::printf(
-      "model %s (%lld parameters), batch %lld x %lld tokens, "
-      "%.3g FLOPs/token (6N + 6LCT)\n"
-      "sgemm %lld^3: %.1f GFLOP/s wall, %.1f GFLOP/s cpu-time\n"
-      "step: %.1f ms wall (%.1f ms cpu) median of %lld, %.0f tokens/s, "
-      "%.1f GFLOP/s wall, %.1f GFLOP/s cpu-time\n"
-      "ratio to sgemm: %.1f%% wall, %.1f%% cpu-time; peak RSS %.0f MB\n",
-      trainer->options().model.DebugString().c_str(),
-      static_cast<long long>(trainer->options().model.NumParameters()),
-      static_cast<long long>(o.global_batch_size),
-      static_cast<long long>(o.model.seq_len),
-      trainer->options().model.TrainingFlopsPerToken(),
-      static_cast<long long>(absl::GetFlag(FLAGS_gemm_size)), gemm.wall,
-      gemm.cpu, 1e3 * median_s, 1e3 * median_cpu_s,
-      static_cast<long long>(ms.size()), tokens / median_s, model_wall,
-      model_cpu, 100.0 * model_wall / gemm.wall, 100.0 * model_cpu / gemm.cpu,
-      usage.ru_maxrss / 1024.0);
-  std::filesystem::remove(o.data);
   return absl::OkStatus();
 }
 
@@ -163,10 +231,11 @@ absl::Status Bench() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "trellis-bench [--n_layer --n_head --d_model --seq_len ...]: times a "
-      "training step against the GEMM rate");
-  absl::ParseCommandLine(argc, argv);
-  const absl::Status status = trellis::Bench();
+      "trellis-bench [--device=cpu|cuda --preset=gpt2-124m ...]: times a "
+      "training step against the device's GEMM rate and peak");
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const absl::Status status =
+      trellis::Bench(trellis::FlagsFromCommandLine(positional));
   if (!status.ok()) {
     std::fprintf(stderr, "trellis-bench: error: %s\n",
                  std::string(status.message()).c_str());

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "framework/kernel_profile.h"
 #include "framework/kernels/adamw.h"
 #include "framework/kernels/matmul.h"
 #include "framework/tensor.h"
@@ -54,10 +55,14 @@ inline bool AnyOnCuda(std::initializer_list<const Tensor*> tensors) {
 
 // Returns `call` from the enclosing function when any of the tensors (given
 // as pointers) is on a CUDA device; a no-op in a build without CUDA.
-#define TRELLIS_CUDA_DISPATCH(call, ...)                        \
-  if constexpr (::trellis::cuda::kEnabled) {                    \
-    if (::trellis::cuda::AnyOnCuda({__VA_ARGS__})) return call; \
-  }                                                             \
+// It first opens a KernelScope named after the enclosing function, so that
+// an active KernelProfiler (framework/kernel_profile.h) times the whole call
+// on either backend; it therefore belongs at the top of the function's body.
+#define TRELLIS_CUDA_DISPATCH(call, ...)                                \
+  ::trellis::KernelScope trellis_kernel_scope(__func__, {__VA_ARGS__}); \
+  if constexpr (::trellis::cuda::kEnabled) {                            \
+    if (::trellis::cuda::AnyOnCuda({__VA_ARGS__})) return call;         \
+  }                                                                     \
   static_assert(true, "a semicolon follows TRELLIS_CUDA_DISPATCH")
 
 // ---- Tensor support ----

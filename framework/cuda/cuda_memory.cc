@@ -1,6 +1,9 @@
 #include "framework/cuda/cuda_memory.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
@@ -20,7 +23,51 @@ int DeviceOf(const void* pointer) {
   return -1;
 }
 
+// The live and peak bytes of each device, and the size of every live
+// allocation (CudaFree is not told the size).
+class MemoryCounter {
+ public:
+  void Allocated(void* data, size_t bytes, int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    sizes_[data] = bytes;
+    CudaMemoryStats& s = stats_[device];
+    s.live_bytes += bytes;
+    s.peak_bytes = std::max(s.peak_bytes, s.live_bytes);
+  }
+  void Freed(void* data, int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = sizes_.find(data);
+    if (it == sizes_.end()) return;
+    stats_[device].live_bytes -= it->second;
+    sizes_.erase(it);
+  }
+  CudaMemoryStats Get(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_[device];
+  }
+  void ResetPeak(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    CudaMemoryStats& s = stats_[device];
+    s.peak_bytes = s.live_bytes;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<void*, size_t> sizes_;
+  std::map<int, CudaMemoryStats> stats_;
+};
+
+// Never destroyed: tensors may be freed during static destruction.
+MemoryCounter& Counter() {
+  static MemoryCounter* counter = new MemoryCounter;
+  return *counter;
+}
+
 }  // namespace
+
+CudaMemoryStats GetCudaMemoryStats(int device) { return Counter().Get(device); }
+
+void ResetCudaPeakMemory(int device) { Counter().ResetPeak(device); }
 
 void* CudaAllocate(size_t bytes, int device) {
   CudaDeviceGuard guard(device);
@@ -38,11 +85,13 @@ void* CudaAllocate(size_t bytes, int device) {
     internal::DeviceCallFailure("CUDA", "cudaMalloc", __FILE__, __LINE__,
                                 cudaGetErrorString(error));
   }
+  Counter().Allocated(data, std::max<size_t>(bytes, 1), device);
   return data;
 }
 
 void CudaFree(void* data, int device) {
   if (data == nullptr) return;
+  Counter().Freed(data, device);
   CudaDeviceGuard guard(device);
   TRELLIS_CUDA_CHECK(cudaFree(data));
 }

@@ -8,6 +8,7 @@
 // memory; device-to-device copies are ordered on that stream.
 //
 // Thread safety: callable from any thread; the current device is restored.
+// The byte counts are updated under a lock.
 #ifndef TRELLIS_FRAMEWORK_CUDA_CUDA_MEMORY_H_
 #define TRELLIS_FRAMEWORK_CUDA_CUDA_MEMORY_H_
 
@@ -26,6 +27,19 @@ void CudaFree(void* data, int device);
 void CudaCopy(void* dst, const void* src, size_t bytes);
 // Sets `bytes` bytes of device memory to `value`.
 void CudaMemset(void* data, int value, size_t bytes);
+
+// Bytes of one device held through CudaAllocate: what is live now, and the
+// most that was live at once since the process started or the last
+// ResetCudaPeakMemory. They count the bytes asked for, not the driver's
+// rounding, nor memory taken around CudaAllocate (cuBLAS workspaces,
+// stream-ordered scratch, NCCL buffers, the CUDA context).
+struct CudaMemoryStats {
+  size_t live_bytes = 0;
+  size_t peak_bytes = 0;
+};
+CudaMemoryStats GetCudaMemoryStats(int device);
+// Sets the peak of `device` to its live bytes.
+void ResetCudaPeakMemory(int device);
 
 }  // namespace trellis
 

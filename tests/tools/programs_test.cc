@@ -278,6 +278,32 @@ TEST_F(ProgramsTest, TrainFlagsAbslRefuses) {
   ExpectRefused("preprocess", {"--threads=many"}, "threads");
 }
 
+// trellis-bench checks every flag before it measures anything, so each of
+// these fails at once.
+TEST_F(ProgramsTest, BenchBadFlags) {
+  ExpectError("bench", {"--device=tpu"}, {"--device=tpu", "cpu, cuda"});
+  ExpectError("bench", {"--preset=gpt2-9000m"},
+              {"--preset=gpt2-9000m", "gpt2-124m", "gpt2-1558m"});
+  ExpectError("bench", {"--precision=fp8"}, {"--precision=fp8"});
+  ExpectError("bench", {"--precision=bf16"},
+              {"--precision=bf16", "--device=cuda"});
+  ExpectError("bench", {"--recompute=some"}, {"--recompute=some"});
+  ExpectError("bench", {"--steps=0"}, {"--steps=0"});
+  ExpectError("bench", {"--warmup=-1"}, {"--warmup=-1"});
+  ExpectError("bench", {"--gemm_size=0"}, {"--gemm_size=0"});
+  ExpectError("bench", {"--peak_tflops=-5"}, {"--peak_tflops=-5"});
+  ExpectError("bench", {"--n_layer=0"}, {"n_layer=0"});
+  ExpectError("bench", {"--n_head=5"}, {"--d_model=384", "--n_head=5"});
+  ExpectError("bench", {"--preset=gpt2-124m", "--n_head=5"},
+              {"--d_model=768", "--n_head=5"});
+  ExpectError("bench", {"--global_batch_size=6"}, {"--global_batch_size=6"});
+  ExpectError("bench", {"--json=" + dir_ + "/no/such/bench.json"},
+              {"--json", dir_ + "/no/such"});
+  ExpectError("bench", {"extra"}, {"'extra'"});
+  ExpectRefused("bench", {"--steps=many"}, "steps");
+  ExpectRefused("bench", {"--n_layer=some"}, "n_layer");
+}
+
 TEST_F(ProgramsTest, PreprocessBadInput) {
   const std::string text = dir_ + "/a.txt";
   std::ofstream(text) << "Some text.\n\nMore text.\n";

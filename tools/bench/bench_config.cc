@@ -1,0 +1,143 @@
+#include "tools/bench/bench_config.h"
+
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "framework/status.h"
+
+namespace trellis {
+namespace {
+
+absl::Status Bad(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// The shapes of configs/gpt2-*.flags.
+struct Preset {
+  const char* name;
+  int64_t n_layer, n_head, d_model, micro_batch_size;
+};
+constexpr Preset kPresets[] = {
+    {"gpt2-124m", 12, 12, 768, 8},
+    {"gpt2-350m", 24, 16, 1024, 8},
+    {"gpt2-774m", 36, 20, 1280, 4},
+    {"gpt2-1558m", 48, 25, 1600, 2},
+};
+constexpr int64_t kGpt2Vocab = 50257;
+
+// --name=value is at least `min`.
+absl::Status AtLeast(const char* name, int64_t value, int64_t min) {
+  if (value >= min) return absl::OkStatus();
+  return Bad(absl::StrCat("--", name, "=", value, " must be at least ", min));
+}
+
+absl::Status CheckChoice(const char* name, const std::string& value,
+                         const std::vector<std::string>& choices) {
+  for (const std::string& c : choices) {
+    if (value == c) return absl::OkStatus();
+  }
+  return Bad(absl::StrCat("--", name, "=", value, " is not one of ",
+                          absl::StrJoin(choices, ", ")));
+}
+
+}  // namespace
+
+absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
+  if (!f.positional.empty()) {
+    return Bad(absl::StrCat("unexpected argument '", f.positional.front(),
+                            "'; trellis-bench takes only flags"));
+  }
+  TRELLIS_RETURN_IF_ERROR(CheckChoice("device", f.device, {"cpu", "cuda"}));
+  const bool cuda = f.device == "cuda";
+  const std::string precision =
+      f.precision.empty() ? (cuda ? "bf16" : "fp32") : f.precision;
+  TRELLIS_RETURN_IF_ERROR(
+      CheckChoice("precision", precision, {"fp32", "bf16"}));
+  if (precision == "bf16" && !cuda) {
+    return Bad(
+        "--precision=bf16 needs --device=cuda (the CPU kernels compute in "
+        "float32)");
+  }
+  TRELLIS_RETURN_IF_ERROR(
+      CheckChoice("recompute", f.recompute, {"none", "selective", "full"}));
+  const std::string preset_name =
+      f.preset.empty() && cuda ? "gpt2-124m" : f.preset;
+  const Preset* preset = nullptr;
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) {
+    names.push_back(p.name);
+    if (preset_name == p.name) preset = &p;
+  }
+  if (!preset_name.empty() && preset == nullptr) {
+    return Bad(absl::StrCat("--preset=", preset_name, " is not one of ",
+                            absl::StrJoin(names, ", ")));
+  }
+  TRELLIS_RETURN_IF_ERROR(AtLeast("steps", f.steps, 1));
+  TRELLIS_RETURN_IF_ERROR(AtLeast("warmup", f.warmup, 0));
+  if (!(f.peak_tflops >= 0)) {
+    return Bad(absl::StrCat("--peak_tflops=", f.peak_tflops,
+                            " must be positive (0: the device's known peak)"));
+  }
+  if (!f.json.empty()) {
+    const std::filesystem::path parent =
+        std::filesystem::absolute(f.json).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(parent, ec)) {
+      return Bad(absl::StrCat("--json=", f.json, ": the directory ",
+                              parent.string(), " does not exist"));
+    }
+  }
+
+  BenchConfig c;
+  c.preset = preset_name;
+  c.timed_steps = f.steps;
+  c.warmup = f.warmup;
+  c.peak_tflops = f.peak_tflops;
+  c.profile = f.profile;
+  c.json = f.json;
+  c.gemm_size = f.gemm_size.value_or(cuda ? 8192 : 2048);
+  TRELLIS_RETURN_IF_ERROR(AtLeast("gemm_size", c.gemm_size, 1));
+
+  TrainOptions& o = c.train;
+  o.device = f.device;
+  o.precision = precision;
+  o.recompute = f.recompute;
+  o.model.n_layer = f.n_layer.value_or(preset ? preset->n_layer : 6);
+  o.model.n_head = f.n_head.value_or(preset ? preset->n_head : 6);
+  o.model.d_model = f.d_model.value_or(preset ? preset->d_model : 384);
+  o.model.seq_len = f.seq_len.value_or(cuda ? 1024 : 256);
+  const int64_t vocab = f.vocab_size.value_or(preset ? kGpt2Vocab : 257);
+  o.micro_batch_size =
+      f.micro_batch_size.value_or(preset ? preset->micro_batch_size : 4);
+  o.global_batch_size =
+      f.global_batch_size.value_or(o.micro_batch_size * (cuda ? 4 : 2));
+  o.steps = c.timed_steps + c.warmup;
+  o.warmup_steps = 1;
+  o.eval_every = 0;
+  o.val_fraction = 0;
+  // The trainer's own checks, on a copy: Resolve fills in derived fields
+  // that Trainer::Create resolves again from the data file.
+  TrainOptions check = o;
+  check.data = "synthetic";  // written later, once the flags are good
+  TRELLIS_RETURN_IF_ERROR(check.Resolve(/*world=*/1, vocab));
+  o.model.vocab_size = vocab;
+  return c;
+}
+
+std::optional<double> KnownPeakTflops(const std::string& device_name) {
+  const auto has = [&](const char* part) {
+    return absl::StrContains(device_name, part);
+  };
+  // NVL boards and the Grace Hopper superchip run at other clocks and
+  // power limits; their peaks are not in this table.
+  if (has("NVL") || has("GH200")) return std::nullopt;
+  if (has("H100") && has("PCIe")) return 756;
+  // "NVIDIA H100 80GB HBM3" is the SXM5 board.
+  if (has("H100") && (has("SXM") || has("HBM3"))) return 989;
+  if (has("H200")) return 989;
+  return std::nullopt;
+}
+
+}  // namespace trellis
