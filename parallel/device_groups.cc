@@ -68,17 +68,20 @@ absl::StatusOr<DeviceTransport> ParseDeviceTransport(const std::string& name) {
 absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
     const ProcessGroups& host, Device device, DeviceTransport transport) {
   absl::Status usable = absl::OkStatus();
-  absl::StatusOr<MPI_Comm> world = MpiOf(*host.world);
-  if (!world.ok()) {
-    usable = world.status();
-  } else if (transport == DeviceTransport::kNccl && device.is_cuda()) {
-    const int ranks = RanksOnThisNode(*world);
-    const int gpus = VisibleCudaDevices();
-    if (ranks > gpus) {
-      usable = absl::FailedPreconditionError(absl::StrCat(
-          ranks, " ranks on this node share ", gpus,
-          " GPU(s) and NCCL needs one GPU per rank; launch at most ", gpus,
-          " ranks per node or use --gpu_comm=host"));
+  if (transport == DeviceTransport::kNccl && device.is_cuda() &&
+      host.world->size() > 1) {
+    absl::StatusOr<MPI_Comm> world = MpiOf(*host.world);
+    if (!world.ok()) {
+      usable = world.status();
+    } else {
+      const int ranks = RanksOnThisNode(*world);
+      const int gpus = VisibleCudaDevices();
+      if (ranks > gpus) {
+        usable = absl::FailedPreconditionError(absl::StrCat(
+            ranks, " ranks on this node share ", gpus,
+            " GPU(s) and NCCL needs one GPU per rank; launch at most ", gpus,
+            " ranks per node or use --gpu_comm=host"));
+      }
     }
   }
   // Every rank must know before any enters a collective setup.

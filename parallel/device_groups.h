@@ -28,8 +28,9 @@ absl::StatusOr<DeviceTransport> ParseDeviceTransport(const std::string& name);
 
 class DeviceGroups {
  public:
-  // Collective over `host.world`. `host` must be MPI groups (from
-  // ParallelContext::Create) and outlive the result. Fails on every rank
+  // Collective over `host.world`. Groups of more than one rank must be MPI
+  // groups (from ParallelContext::Create; ParallelContext::Single serves a
+  // lone process); `host` must outlive the result. Fails on every rank
   // alike (FailedPrecondition) when NCCL is asked for but ranks of a node
   // outnumber its GPUs, or the build has no NCCL.
   static absl::StatusOr<std::unique_ptr<DeviceGroups>> Create(

@@ -20,6 +20,11 @@ void ColumnParallelLinear::Forward(const Tensor& x, Tensor& y) const {
   MatmulForward(x, weight_.value, bias_.value, y);
 }
 
+void ColumnParallelLinear::ForwardGelu(const Tensor& x, Tensor& pre,
+                                       Tensor& out) const {
+  MatmulForwardGelu(x, weight_.value, bias_.value, pre, out);
+}
+
 void ColumnParallelLinear::BackwardInput(Communicator& tp, const Tensor& dy,
                                          Tensor& dx) const {
   MatmulBackwardInput(dy, weight_.value, dx);

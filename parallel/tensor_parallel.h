@@ -43,6 +43,9 @@ class ColumnParallelLinear {
   ColumnParallelLinear(Parameter& weight, Parameter& bias)
       : weight_(weight), bias_(bias) {}
   void Forward(const Tensor& x, Tensor& y) const;
+  // pre (N, M) = x @ W + b and out = gelu(pre), fused where the backend can
+  // (cuBLASLt's GELU epilogue).
+  void ForwardGelu(const Tensor& x, Tensor& pre, Tensor& out) const;
   // dx (N, K) = sum over tp of dy @ W^T. REQUIRES: dx is zero on entry
   // (the all-reduce sums its whole content).
   void BackwardInput(Communicator& tp, const Tensor& dy, Tensor& dx) const;

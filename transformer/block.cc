@@ -176,10 +176,10 @@ void Block::ForwardActivations(Communicator& tp, const Tensor& x,
   AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), local_heads_,
                    att, a.saved);
   attn_proj_.Forward(tp, a.att, a.x2);
-  Add(a.x2, x, a.x2);
-  LayerNormForward(a.x2, ln2_w_->value, ln2_b_->value, a.ln2, a.mean2, a.rstd2);
-  c_fc_.Forward(a.ln2, a.fc);
-  GeluForward(a.fc, a.gelu);
+  // The residual add and ln_2 in one pass; c_fc with GELU in its epilogue.
+  AddLayerNormForward(a.x2, x, ln2_w_->value, ln2_b_->value, a.x2, a.ln2,
+                      a.mean2, a.rstd2);
+  c_fc_.ForwardGelu(a.ln2, a.fc, a.gelu);
 }
 
 void Block::Forward(Communicator& tp, const Tensor& x, State& s,

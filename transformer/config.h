@@ -19,8 +19,9 @@ struct GptConfig {
   int64_t head_dim() const { return d_model / n_head; }
   // Logical parameter count (the tied embedding counted once).
   int64_t NumParameters() const;
-  // Training FLOPs per token: 6·N + 6·L·C·T (N parameters, the attention
-  // score and value products counted at full T×T).
+  // Training FLOPs per token: 6·N + 6·L·C·T (N parameters; the attention
+  // score and value products, 12·L·C·T at full T×T, counted for the causal
+  // half that a causal kernel computes).
   double TrainingFlopsPerToken() const;
   // Checks positivity and divisibility (d_model by n_head).
   absl::Status Validate() const;
