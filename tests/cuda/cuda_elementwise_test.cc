@@ -31,16 +31,7 @@ using cuda_test::Tolerance;
 
 constexpr double kBf16Out = 8e-3;
 
-class CudaElementwiseTest : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override { TRELLIS_REQUIRE_CUDA_DEVICE(); }
-  DType dtype() const { return GetParam(); }
-  // A random CPU tensor already rounded to the dtype under test.
-  Tensor Input(Shape shape, uint64_t seed, double lo = -1, double hi = 1) {
-    return Rounded(Random(std::move(shape), seed, lo, hi), dtype());
-  }
-  Tensor Dev(const Tensor& cpu) { return ToDevice(cpu, dtype()); }
-};
+using CudaElementwiseTest = cuda_test::DTypeTest;
 
 TEST_P(CudaElementwiseTest, AddAxpyScale) {
   const Tensor a = Input({7, 333}, 1), b = Input({7, 333}, 2);

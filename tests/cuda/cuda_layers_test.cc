@@ -31,17 +31,7 @@ using cuda_test::Tolerance;
 
 constexpr double kBf16Out = 8e-3;
 
-class CudaLayersTest : public ::testing::TestWithParam<DType> {
- protected:
-  void SetUp() override { TRELLIS_REQUIRE_CUDA_DEVICE(); }
-  DType dtype() const { return GetParam(); }
-  Tensor Input(Shape shape, uint64_t seed, double lo = -1, double hi = 1) {
-    return Rounded(Random(std::move(shape), seed, lo, hi), dtype());
-  }
-  Tensor Dev(const Tensor& cpu) { return ToDevice(cpu, dtype()); }
-  Tensor DevEmpty(Shape shape) { return Tensor::Empty(shape, dtype(), Gpu()); }
-  Tensor F32(Shape shape) { return Tensor::Empty(shape, DType::kF32, Gpu()); }
-};
+using CudaLayersTest = cuda_test::DTypeTest;
 
 TEST_P(CudaLayersTest, LayerNorm) {
   for (const int64_t C : {768, 100}) {

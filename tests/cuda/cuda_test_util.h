@@ -78,6 +78,20 @@ inline void ExpectClose(const Tensor& device, const Tensor& reference,
   EXPECT_LE(kernel_test::RelError(host, reference), tolerance) << what;
 }
 
+// A test run once per dtype (float32, bfloat16): inputs drawn on the CPU
+// already rounded to the dtype, and device tensors of it.
+class DTypeTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override { TRELLIS_REQUIRE_CUDA_DEVICE(); }
+  DType dtype() const { return GetParam(); }
+  Tensor Input(Shape shape, uint64_t seed, double lo = -1, double hi = 1) {
+    return Rounded(Random(std::move(shape), seed, lo, hi), dtype());
+  }
+  Tensor Dev(const Tensor& cpu) { return ToDevice(cpu, dtype()); }
+  Tensor DevEmpty(Shape shape) { return Tensor::Empty(shape, dtype(), Gpu()); }
+  Tensor F32(Shape shape) { return Tensor::Empty(shape, DType::kF32, Gpu()); }
+};
+
 }  // namespace cuda_test
 }  // namespace trellis
 
