@@ -67,6 +67,9 @@ Block::Block(const GptConfig& config, int64_t layer, TpPlace tp,
         "mlp.c_proj.bias"}) {
     params_.push_back(&Find(params, layer, suffix));
   }
+  for (const Slot& slot : Slots(0, DType::kF32, Device::Cpu())) {
+    kept_.emplace_back(slot.member, slot.place == Place::kState);
+  }
 }
 
 std::vector<Parameter*> Block::parameters() const { return params_; }

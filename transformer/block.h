@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -122,6 +123,9 @@ class Block {
   void WeightGradients(const Tensor& x, const Tensors& a) const;
 
   BlockOptions options_;
+  // For each Tensors member, whether a State keeps it (else the Workspace
+  // holds it or it is unused): fixed by the options, read by Use().
+  std::vector<std::pair<Tensor Tensors::*, bool>> kept_;
   int64_t layer_;
   int64_t seq_len_;
   int64_t d_model_;

@@ -29,10 +29,6 @@ namespace trellis {
 namespace {
 
 using cuda_test::ExpectClose;
-using cuda_test::Gpu;
-using cuda_test::Random;
-using cuda_test::Rounded;
-using cuda_test::ToDevice;
 using cuda_test::ToHost;
 using cuda_test::Tolerance;
 

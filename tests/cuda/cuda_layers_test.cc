@@ -25,8 +25,6 @@ namespace {
 using cuda_test::ExpectClose;
 using cuda_test::Gpu;
 using cuda_test::Random;
-using cuda_test::Rounded;
-using cuda_test::ToDevice;
 using cuda_test::Tolerance;
 
 constexpr double kBf16Out = 8e-3;
