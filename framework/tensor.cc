@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/device_memory.h"
+#include "framework/memory_arena.h"
 
 namespace trellis {
 
@@ -66,11 +67,12 @@ std::string ShapeString(const Shape& shape) {
 }
 
 Storage::Storage(void* data, size_t bytes, Device device, bool owned,
-                 std::shared_ptr<void> owner)
+                 bool counted, std::shared_ptr<void> owner)
     : data_(data),
       bytes_(bytes),
       device_(device),
       owned_(owned),
+      counted_(counted),
       owner_(std::move(owner)) {}
 
 namespace {
@@ -89,30 +91,37 @@ StorageCounters& CountersFor(DeviceType type) {
 
 size_t StorageBytesLive(DeviceType type) { return CountersFor(type).live; }
 size_t StorageBytesPeak(DeviceType type) { return CountersFor(type).peak; }
+void ResetStorageBytesPeak(DeviceType type) {
+  StorageCounters& counters = CountersFor(type);
+  counters.peak = counters.live.load();
+}
 
 Storage::~Storage() {
-  if (owned_) {
-    DeviceFree(data_, device_);
-    CountersFor(device_.type).live -= bytes_;
-  }
+  if (owned_) DeviceFree(data_, device_);
+  if (counted_) CountersFor(device_.type).live -= bytes_;
+  // An arena block in owner_ returns to its arena after this.
 }
 
 std::shared_ptr<Storage> Storage::Allocate(size_t bytes, Device device) {
-  void* data = DeviceAllocate(bytes, device);
+  std::shared_ptr<void> block;
+  void* data = AllocateFromScopedArena(bytes, device, &block);
+  const bool owned = data == nullptr;
+  if (owned) data = DeviceAllocate(bytes, device);
   StorageCounters& counters = CountersFor(device.type);
   const size_t live = counters.live += bytes;
   size_t peak = counters.peak;
   while (live > peak && !counters.peak.compare_exchange_weak(peak, live)) {
   }
-  return std::shared_ptr<Storage>(
-      new Storage(data, bytes, device, /*owned=*/true, nullptr));
+  return std::shared_ptr<Storage>(new Storage(
+      data, bytes, device, owned, /*counted=*/true, std::move(block)));
 }
 
 std::shared_ptr<Storage> Storage::Borrow(void* data, size_t bytes,
                                          Device device,
                                          std::shared_ptr<void> owner) {
   return std::shared_ptr<Storage>(
-      new Storage(data, bytes, device, /*owned=*/false, std::move(owner)));
+      new Storage(data, bytes, device, /*owned=*/false, /*counted=*/false,
+                  std::move(owner)));
 }
 
 Tensor Tensor::Empty(Shape shape, DType dtype, Device device) {

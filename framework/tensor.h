@@ -47,6 +47,8 @@ std::string ShapeString(const Shape& shape);
 // from an arena that outlives it.
 class Storage {
  public:
+  // From the arena in scope for `device` (framework/memory_arena.h) when
+  // there is one with room, else from the device allocator.
   static std::shared_ptr<Storage> Allocate(size_t bytes, Device device);
   // Wraps memory owned elsewhere; `owner` (may be null) is kept alive.
   static std::shared_ptr<Storage> Borrow(void* data, size_t bytes,
@@ -61,20 +63,25 @@ class Storage {
   Device device() const { return device_; }
 
  private:
-  Storage(void* data, size_t bytes, Device device, bool owned,
+  Storage(void* data, size_t bytes, Device device, bool owned, bool counted,
           std::shared_ptr<void> owner);
   void* data_;
   size_t bytes_;
   Device device_;
-  bool owned_;
+  bool owned_;    // freed through the device allocator
+  bool counted_;  // in StorageBytesLive
+
   std::shared_ptr<void> owner_;
 };
 
 // Bytes of tensor storage this process holds on devices of `type` now, and
 // the most it has held at once (allocations through Storage::Allocate, e.g.
-// Tensor::Empty; borrowed memory is not counted).
+// Tensor::Empty, whether an arena served them or not; borrowed memory is not
+// counted).
 size_t StorageBytesLive(DeviceType type);
 size_t StorageBytesPeak(DeviceType type);
+// Sets the peak of `type` to its live bytes.
+void ResetStorageBytesPeak(DeviceType type);
 
 template <typename T>
 constexpr DType DTypeOf();
