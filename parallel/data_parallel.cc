@@ -7,38 +7,42 @@ namespace trellis {
 GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
                                  int64_t bucket_bytes, Communicator& dp)
     : dp_(dp) {
-  // Group consecutive parameters of one dtype and device into buckets.
+  // Group consecutive parameters of one gradient dtype and device into
+  // buckets. Gradients may not exist yet (ParameterSet::Materialize without
+  // grads): their dtype follows the value's.
+  auto grad_dtype = [](const Parameter* p) {
+    return GradDType(p->value.dtype());
+  };
   std::vector<std::vector<Parameter*>> groups;
   int64_t bytes = 0;
   for (Parameter* p : ready_order) {
     TRELLIS_CHECK(bucket_of_.count(p) == 0) << "parameter listed twice";
-    const bool fits =
-        !groups.empty() &&
-        bytes + static_cast<int64_t>(p->grad.nbytes()) <= bucket_bytes;
-    const bool same = !groups.empty() &&
-                      groups.back().front()->grad.dtype() == p->grad.dtype() &&
-                      groups.back().front()->grad.device() == p->grad.device();
+    const int64_t grad_bytes = p->numel() * DTypeSize(grad_dtype(p));
+    const bool fits = !groups.empty() && bytes + grad_bytes <= bucket_bytes;
+    const bool same =
+        !groups.empty() && grad_dtype(groups.back().front()) == grad_dtype(p) &&
+        groups.back().front()->value.device() == p->value.device();
     if (!(fits && same)) {
       groups.emplace_back();
       bytes = 0;
     }
     groups.back().push_back(p);
-    bytes += p->grad.nbytes();
+    bytes += grad_bytes;
     bucket_of_[p] = static_cast<int>(groups.size()) - 1;
   }
   for (const auto& group : groups) {
     int64_t elements = 0;
     for (const Parameter* p : group) elements += p->numel();
     Bucket bucket;
-    bucket.flat = Tensor::Zeros({elements}, group.front()->grad.dtype(),
-                                group.front()->grad.device());
+    bucket.flat = Tensor::Zeros({elements}, grad_dtype(group.front()),
+                                group.front()->value.device());
     bucket.params = static_cast<int>(group.size());
     const size_t elem = DTypeSize(bucket.flat.dtype());
     int64_t offset = 0;
     for (Parameter* p : group) {
       Tensor view = Tensor::FromStorage(bucket.flat.storage(), offset * elem,
-                                        p->grad.shape(), p->grad.dtype());
-      view.CopyFrom(p->grad);
+                                        p->value.shape(), bucket.flat.dtype());
+      if (p->grad.defined()) view.CopyFrom(p->grad);
       p->grad = view;
       offset += p->numel();
     }

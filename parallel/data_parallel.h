@@ -28,7 +28,8 @@ namespace trellis {
 class GradientBuckets {
  public:
   // `ready_order`: each parameter once, first-final first. Rebinds their
-  // grads to bucket views (zeroed).
+  // grads to bucket views, keeping their content; makes the grads of
+  // parameters that have none (zeroed).
   GradientBuckets(const std::vector<Parameter*>& ready_order,
                   int64_t bucket_bytes, Communicator& dp);
 

@@ -4,21 +4,52 @@
 
 namespace trellis {
 
-Parameter& ParameterSet::Add(std::string name, ShardSpec spec, bool decay,
-                             Device device, DType dtype) {
+namespace {
+
+void MakeTensors(Parameter& p, Device device, DType dtype, bool grad) {
+  p.value = Tensor::Zeros(p.spec.LocalShape(), dtype, device);
+  if (grad)
+    p.grad = Tensor::Zeros(p.spec.LocalShape(), GradDType(dtype), device);
+  if (dtype == DType::kBF16) {
+    p.master = Tensor::Zeros(p.spec.LocalShape(), DType::kF32, device);
+  }
+}
+
+}  // namespace
+
+Parameter& ParameterSet::Register(std::string name, ShardSpec spec,
+                                  bool decay) {
   TRELLIS_CHECK(Find(name) == nullptr) << "duplicate parameter " << name;
   auto p = std::make_unique<Parameter>();
   p->name = std::move(name);
   p->spec = std::move(spec);
-  p->value = Tensor::Zeros(p->spec.LocalShape(), dtype, device);
-  p->grad = Tensor::Zeros(p->spec.LocalShape(), GradDType(dtype), device);
-  if (dtype == DType::kBF16) {
-    p->master = Tensor::Zeros(p->spec.LocalShape(), DType::kF32, device);
-  }
   p->decay = decay;
   order_.push_back(p.get());
   owned_.push_back(std::move(p));
   return *order_.back();
+}
+
+Parameter& ParameterSet::Add(std::string name, ShardSpec spec, bool decay,
+                             Device device, DType dtype) {
+  Parameter& p = Register(std::move(name), std::move(spec), decay);
+  MakeTensors(p, device, dtype, /*grad=*/true);
+  return p;
+}
+
+Parameter& ParameterSet::Declare(std::string name, ShardSpec spec, bool decay,
+                                 Device device, DType dtype, Initializer init) {
+  Parameter& p = Register(std::move(name), std::move(spec), decay);
+  pending_.push_back({&p, device, dtype, std::move(init)});
+  return p;
+}
+
+void ParameterSet::Materialize(bool grads) {
+  for (Pending& pending : pending_) {
+    Parameter& p = *pending.parameter;
+    MakeTensors(p, pending.device, pending.dtype, grads);
+    InitializeParameter(p, pending.init);
+  }
+  pending_.clear();
 }
 
 void ParameterSet::AddShared(Parameter* parameter) {
@@ -52,8 +83,7 @@ void RefreshFromMaster(Parameter& p) {
   if (p.master.defined()) Convert(p.master, p.value);
 }
 
-void InitializeParameter(Parameter& p,
-                         const std::function<double(int64_t)>& value_at) {
+void InitializeParameter(Parameter& p, const Initializer& value_at) {
   Tensor& weights = p.weights();
   Tensor host = weights.device().is_cpu()
                     ? weights

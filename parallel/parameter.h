@@ -51,13 +51,28 @@ DType GradDType(DType value_dtype);
 // value = master rounded (a no-op without master).
 void RefreshFromMaster(Parameter& p);
 
+// A parameter's logical initializer: the value of logical element i.
+using Initializer = std::function<double(int64_t)>;
+
 // Owns parameters in registration order; lookup by name.
+//
+// Parameters are either added (their tensors made at once) or declared and
+// materialized later, so that a run can size its memory from the declared
+// shapes before allocating anything (tools/trainer/trainer.h).
 class ParameterSet {
  public:
   // Creates value, grad and, for bfloat16, master (zeroed) on `device` with
   // spec's local shape.
   Parameter& Add(std::string name, ShardSpec spec, bool decay, Device device,
                  DType dtype = DType::kF32);
+  // Registers a parameter without tensors; Materialize makes them on
+  // `device` and fills them with `init`.
+  Parameter& Declare(std::string name, ShardSpec spec, bool decay,
+                     Device device, DType dtype, Initializer init);
+  // Makes the value (and master) of every declared parameter and fills it;
+  // also its zeroed grad when `grads`, else whoever owns the gradients
+  // (GradientBuckets) makes them.
+  void Materialize(bool grads);
   // Registers a parameter owned by another set (the tied embedding, shared
   // by the embedding and the LM head on a single stage).
   void AddShared(Parameter* parameter);
@@ -67,14 +82,22 @@ class ParameterSet {
   void ZeroGrads();
 
  private:
+  struct Pending {
+    Parameter* parameter;
+    Device device;
+    DType dtype;
+    Initializer init;
+  };
+  Parameter& Register(std::string name, ShardSpec spec, bool decay);
+
   std::vector<std::unique_ptr<Parameter>> owned_;
   std::vector<Parameter*> order_;
+  std::vector<Pending> pending_;
 };
 
 // Fills `p.weights()` from its logical initializer: `value_at(logical_index)`
 // for real elements, 0 for padding; then refreshes value from master.
-void InitializeParameter(Parameter& p,
-                         const std::function<double(int64_t)>& value_at);
+void InitializeParameter(Parameter& p, const Initializer& value_at);
 
 }  // namespace trellis
 

@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
 #include "framework/kernel_profile.h"
+#include "framework/memory_arena.h"
 #include "framework/rng.h"
 #include "parallel/bootstrap.h"
 #include "tools/bench/bench_config.h"
@@ -214,6 +215,15 @@ absl::Status Bench(const BenchFlags& flags) {
     std::fflush(stdout);
   }
   std::printf("%s", FormatSummary(run).c_str());
+  // On the GPU the device peak is mostly the arena (the memory plan plus
+  // headroom); this is how much of it the steps used.
+  const MemoryArena::Stats arena = trainer->arena().stats();
+  std::printf(
+      "memory arena: %s reserved, peak %s used; %zu allocations (%s) outside "
+      "it\n",
+      Readable(trainer->arena().capacity()).c_str(),
+      Readable(arena.peak_in_use).c_str(), arena.fallbacks,
+      Readable(arena.fallback_bytes).c_str());
   if (!c.json.empty()) {
     std::ofstream out(c.json, std::ios::trunc);
     out << SummaryJson(run).dump(2) << "\n";

@@ -217,6 +217,15 @@ int Main(int argc, char** argv) {
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
+  if (root) {
+    const MemoryArena::Stats arena = (*trainer)->arena().stats();
+    std::printf(
+        "memory arena (rank 0): %s reserved, peak %s used; %zu allocations "
+        "(%s) did not fit and went to the device allocator\n",
+        Readable((*trainer)->arena().capacity()).c_str(),
+        Readable(arena.peak_in_use).c_str(), arena.fallbacks,
+        Readable(arena.fallback_bytes).c_str());
+  }
   if (*run == Trainer::Outcome::kStopped && root) {
     std::printf("trellis-train: stopped by signal %d after step %lld\n",
                 StopSignalReceived(),

@@ -44,11 +44,15 @@ GptChunk::GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
   for (int64_t l = 0; l < plan.num_layers; ++l) {
     blocks_.emplace_back(config, plan.first_layer + l, tp, params, options);
   }
+}
+
+void GptChunk::AllocateWorkspace() {
+  if (ping_.defined()) return;
   if (!blocks_.empty()) {
-    work_ = blocks_.front().NewWorkspace(micro_batch, dtype, device);
+    work_ = blocks_.front().NewWorkspace(micro_batch_, dtype_, device_);
   }
-  ping_ = Tensor::Empty({rows(), config.d_model}, dtype, device);
-  pong_ = Tensor::Empty({rows(), config.d_model}, dtype, device);
+  ping_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
+  pong_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
 }
 
 GptChunk::~GptChunk() = default;
@@ -56,6 +60,7 @@ GptChunk::~GptChunk() = default;
 GptChunk::State& GptChunk::Acquire(int mb) {
   TRELLIS_CHECK(live_.find(mb) == live_.end())
       << "microbatch " << mb << " is already in flight";
+  AllocateWorkspace();
   std::unique_ptr<State> s;
   if (!free_.empty()) {
     s = std::move(free_.back());

@@ -46,6 +46,10 @@ class GptChunk {
            BlockOptions options = {});
   ~GptChunk();
 
+  // Allocates the buffers every microbatch shares (WorkspaceBytes); the
+  // first Forward does it otherwise. The constructor allocates nothing.
+  void AllocateWorkspace();
+
   const ChunkPlan& plan() const { return plan_; }
   // Rows of the hidden tensors this chunk sends and receives: B·T.
   int64_t rows() const { return micro_batch_ * config_.seq_len; }

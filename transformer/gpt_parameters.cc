@@ -17,14 +17,14 @@ struct Adder {
 
   Parameter& Add(const std::string& name, ShardSpec spec, bool decay,
                  double init_std, double init_const) {
-    Parameter& p = params.Add(name, std::move(spec), decay, device, dtype);
-    // Replicated tensors count once in the gradient norm: on tp rank 0.
-    p.primary = !p.spec.replicated() || tp.rank == 0;
     const uint64_t stream = HashName(name);
     const uint64_t s = seed;
-    InitializeParameter(p, [=](int64_t i) {
-      return init_std > 0 ? init_std * NormalAt(s, stream, i) : init_const;
-    });
+    Parameter& p = params.Declare(
+        name, std::move(spec), decay, device, dtype, [=](int64_t i) {
+          return init_std > 0 ? init_std * NormalAt(s, stream, i) : init_const;
+        });
+    // Replicated tensors count once in the gradient norm: on tp rank 0.
+    p.primary = !p.spec.replicated() || tp.rank == 0;
     return p;
   }
   Parameter& Replicated(const std::string& name, Shape shape, bool decay,
@@ -68,9 +68,9 @@ std::string LayerParameterName(int64_t layer, const char* suffix) {
   return absl::StrCat("h.", layer, ".", suffix);
 }
 
-void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
-                      TpPlace tp, uint64_t seed, Device device, DType dtype,
-                      ParameterSet& params) {
+void DeclareGptParameters(const GptConfig& config, const ChunkPlan& plan,
+                          TpPlace tp, uint64_t seed, Device device, DType dtype,
+                          ParameterSet& params) {
   Adder add{params, tp, seed, device, dtype};
   const int64_t c = config.d_model;
   if ((plan.has_embedding || plan.has_head) && !params.Find("wte")) {
@@ -95,6 +95,13 @@ void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
     add.Replicated("ln_f.weight", {c}, false, 0, 1.0);
     add.Replicated("ln_f.bias", {c}, false, 0);
   }
+}
+
+void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
+                      TpPlace tp, uint64_t seed, Device device, DType dtype,
+                      ParameterSet& params) {
+  DeclareGptParameters(config, plan, tp, seed, device, dtype, params);
+  params.Materialize(/*grads=*/true);
 }
 
 }  // namespace trellis

@@ -33,9 +33,13 @@ struct TpPlace {
   int64_t rank = 0;
 };
 
-// Adds the chunk's parameters to `params` (reusing "wte" when this rank
-// already holds it, so a rank with both ends of the model ties one tensor)
-// and initializes the new ones.
+// Declares the chunk's parameters in `params` (reusing "wte" when this rank
+// already holds it, so a rank with both ends of the model ties one tensor);
+// ParameterSet::Materialize allocates and initializes them.
+void DeclareGptParameters(const GptConfig& config, const ChunkPlan& plan,
+                          TpPlace tp, uint64_t seed, Device device, DType dtype,
+                          ParameterSet& params);
+// Declares and materializes them, gradients included.
 void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
                       TpPlace tp, uint64_t seed, Device device, DType dtype,
                       ParameterSet& params);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "framework/cuda/cuda_device.h"
+#include "framework/memory_arena.h"
 #include "framework/tensor.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/tools_test_util.h"
@@ -108,6 +109,14 @@ TEST_F(CudaTrainerTest, PlanAccountsForWhatTheGpuRunAllocates) {
   const size_t planned = (*trainer)->memory_plan().total();
   EXPECT_LE(planned, used);
   EXPECT_LE(used, planned + (256 << 10)) << (*trainer)->memory_plan().Format();
+  // One arena holds it all: no step asked the device allocator.
+  const MemoryArena& arena = (*trainer)->arena();
+  EXPECT_EQ(arena.stats().fallbacks, 0u);
+  EXPECT_GE(arena.stats().peak_in_use, planned);
+  for (const Parameter* p : (*trainer)->model().params().all()) {
+    EXPECT_TRUE(arena.Contains(p->value.raw())) << p->name;
+    EXPECT_TRUE(arena.Contains(p->grad.raw())) << p->name;
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "framework/memory_arena.h"
 #include "framework/tensor.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/tools_test_util.h"
@@ -92,8 +93,41 @@ TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
       EXPECT_LE(used, planned + unplanned)
           << recompute << ", " << schedule << ": "
           << trainer->memory_plan().Format();
+      // All of it came from the arena, which the plan sized.
+      const MemoryArena::Stats arena = trainer->arena().stats();
+      EXPECT_EQ(arena.fallbacks, 0u) << recompute << ", " << schedule;
+      EXPECT_GE(arena.peak_in_use, planned);
+      EXPECT_EQ(trainer->arena().capacity(),
+                ArenaCapacity(trainer->memory_plan(), SIZE_MAX));
     }
   }
+}
+
+TEST_F(TrainerMemoryTest, ParametersGradientsAndStatesLiveInOneArena) {
+  TrainOptions o = Options();
+  o.global_batch_size = 8;
+  o.micro_batch_size = 2;
+  std::unique_ptr<Trainer> trainer = Make(o);
+  ASSERT_NE(trainer, nullptr);
+  // Before the first step: parameters, gradient buckets and moments.
+  const MemoryPlan& plan = trainer->memory_plan();
+  const size_t before_step = trainer->arena().stats().in_use;
+  EXPECT_GE(before_step, plan.weights + plan.gradients + plan.optimizer);
+  EXPECT_LE(before_step, plan.weights + plan.gradients + plan.optimizer +
+                             plan.workspace + (64 << 10));
+  ASSERT_TRUE(trainer->Step().ok());
+  ASSERT_TRUE(trainer->Step().ok());
+  const size_t after_steps = trainer->arena().stats().in_use;
+  // The microbatch states and pipeline buffers joined them, and stay pooled
+  // for the next step.
+  EXPECT_GE(after_steps, plan.total());
+  for (const Parameter* p : trainer->model().params().all()) {
+    for (const Tensor* t : {&p->value, &p->grad}) {
+      ASSERT_TRUE(t->defined()) << p->name;
+      EXPECT_TRUE(trainer->arena().Contains(t->raw())) << p->name;
+    }
+  }
+  EXPECT_EQ(trainer->arena().stats().fallbacks, 0u);
 }
 
 TEST_F(TrainerMemoryTest, RecomputeShrinksThePlannedActivations) {
@@ -113,9 +147,14 @@ TEST_F(TrainerMemoryTest, RecomputeShrinksThePlannedActivations) {
 TEST_F(TrainerMemoryTest, TooLargeARunFailsAtStartWithTheSizeItNeeds) {
   TrainOptions o = Options();
   o.memory_budget_gb = 1e-4;  // About 100 KiB.
+  ResetStorageBytesPeak(DeviceType::kCPU);
+  const size_t live = StorageBytesLive(DeviceType::kCPU);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(o, context_.groups(), context_.coord());
   ASSERT_FALSE(trainer.ok());
+  // It failed before allocating the model (megabytes here): only the
+  // token file's header and a few scalars were ever live.
+  EXPECT_LE(StorageBytesPeak(DeviceType::kCPU), live + (64 << 10));
   EXPECT_TRUE(absl::IsResourceExhausted(trainer.status())) << trainer.status();
   const std::string message(trainer.status().message());
   EXPECT_NE(message.find("the run needs"), std::string::npos) << message;

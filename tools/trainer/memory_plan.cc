@@ -1,5 +1,7 @@
 #include "tools/trainer/memory_plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 
 namespace trellis {
@@ -10,6 +12,11 @@ std::string Readable(size_t bytes) {
   if (b >= (1 << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
   if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
   return absl::StrFormat("%.1f KiB", b / (1 << 10));
+}
+
+size_t ArenaCapacity(const MemoryPlan& plan, size_t available) {
+  const size_t headroom = std::max<size_t>(plan.total() / 32, 8u << 20);
+  return std::min(plan.total() + headroom, std::max(available, plan.total()));
 }
 
 std::string MemoryPlan::Format() const {

@@ -26,6 +26,12 @@ struct MemoryPlan {
   std::string Format() const;
 };
 
+// The bytes of the arena a run reserves for `plan` when `available` bytes
+// are free: the plan plus headroom (1/32 of it, at least 8 MiB) for block
+// alignment and short-lived buffers (communication staging, batches),
+// never more than `available`.
+size_t ArenaCapacity(const MemoryPlan& plan, size_t available);
+
 // `bytes` in KiB, MiB or GiB, whichever reads best.
 std::string Readable(size_t bytes);
 

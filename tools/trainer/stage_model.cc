@@ -32,8 +32,8 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
     plan.num_layers = layers[k];
     plan.has_embedding = k == 0;
     plan.has_head = k == num_chunks() - 1;
-    AddGptParameters(options.model, plan, tp, options.seed, device, dtype,
-                     params_);
+    DeclareGptParameters(options.model, plan, tp, options.seed, device, dtype,
+                         params_);
     plans.push_back(plan);
   }
   // Zero-bubble schedules run W apart from B: only they need the weight
@@ -54,6 +54,11 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
       for (Parameter* p : group) expected_[p] += options.microbatches();
     }
   }
+}
+
+void StageModel::Allocate() {
+  params_.Materialize(/*grads=*/false);
+  for (const auto& c : chunks_) c->AllocateWorkspace();
 }
 
 std::vector<ChunkPlan> StageModel::chunk_plans() const {
@@ -92,12 +97,15 @@ double StageModel::StepLoss() const {
 
 MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
   MemoryPlan plan;
+  // From the declared shapes: the parameters need not exist yet.
+  const DType master = dtype_ == DType::kBF16 ? DType::kF32 : dtype_;
   for (const Parameter* p : params_.all()) {
-    plan.weights += p->value.nbytes();
-    if (p->master.defined()) plan.weights += p->master.nbytes();
-    plan.gradients += p->grad.nbytes();
-    // AdamW's two moments: float32 (float64 for float64 weights).
-    plan.optimizer += 2 * p->weights().nbytes();
+    const size_t n = NumElements(p->spec.LocalShape());
+    plan.weights += n * DTypeSize(dtype_);
+    if (master != dtype_) plan.weights += n * DTypeSize(master);
+    plan.gradients += n * DTypeSize(GradDType(dtype_));
+    // AdamW's two moments, in the master weights' dtype.
+    plan.optimizer += 2 * n * DTypeSize(master);
   }
   const int64_t m = options_.microbatches();
   const size_t hidden =

@@ -31,9 +31,14 @@ namespace trellis {
 
 class StageModel : public PipelineStageCallbacks {
  public:
-  // `options` must be resolved (TrainOptions::Resolve).
+  // `options` must be resolved (TrainOptions::Resolve). Declares the
+  // parameters and builds the chunks without allocating any tensor, so
+  // that PlanMemory can size the run first.
   StageModel(const TrainOptions& options, const ProcessGroups& groups,
              MeshCoord coord, Device device, DType dtype);
+  // Allocates and initializes the parameters (not their gradients: the
+  // data-parallel buckets own those) and the chunks' shared buffers.
+  void Allocate();
 
   ParameterSet& params() { return params_; }
   const ParameterSet& params() const { return params_; }
@@ -53,9 +58,9 @@ class StageModel : public PipelineStageCallbacks {
   }
 
   // The bytes this rank's training steps hold on its device when running
-  // `schedule` (this stage's actions): parameters and gradients (allocated
-  // already), the optimizer's moments, and the microbatch states, shared
-  // buffers and pipeline buffers the steps allocate.
+  // `schedule` (this stage's actions): parameters, gradients, the
+  // optimizer's moments, and the microbatch states, shared buffers and
+  // pipeline buffers the steps allocate. Needs no tensor to exist.
   MemoryPlan PlanMemory(const std::vector<Action>& schedule) const;
 
   // Sets the step's microbatches; loss gradients are scaled by 1/m.

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "framework/device_info.h"
+#include "framework/memory_arena.h"
 #include "parallel/schedule.h"
 
 namespace trellis {
@@ -109,6 +110,12 @@ absl::Status Trainer::Build(DType dtype) {
       kind, coord_.p, static_cast<int>(o.pp),
       static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
   TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));
+  // Everything the plan counts comes from one arena, allocated now: the
+  // parameters, then the gradient buckets and the optimizer's moments, and
+  // during the first step the activations and pipeline buffers.
+  arena_scope_ = std::make_unique<ArenaScope>(
+      MemoryArena::Create(ArenaCapacity(memory_plan_, available), device_));
+  model_->Allocate();
   BatchLoader::Config data;
   data.seq_len = o.model.seq_len;
   data.val_fraction = o.val_fraction;
@@ -154,9 +161,10 @@ absl::Status Trainer::PlanMemory(size_t available,
       AllReduceScalar(*groups_.world, static_cast<double>(memory_plan_.total()),
                       ReduceOp::kMax);
   if (groups_.world->rank() == 0) {
-    std::printf("memory plan (rank 0, %s): %s; largest rank %s\n",
+    std::printf("memory plan (rank 0, %s): %s; largest rank %s; arena %s\n",
                 DeviceName(device_).c_str(), memory_plan_.Format().c_str(),
-                Readable(static_cast<size_t>(largest)).c_str());
+                Readable(static_cast<size_t>(largest)).c_str(),
+                Readable(ArenaCapacity(memory_plan_, available)).c_str());
     std::fflush(stdout);
   }
   return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "framework/memory_arena.h"
 #include "parallel/bootstrap.h"
 #include "parallel/data_parallel.h"
 #include "parallel/device_groups.h"
@@ -43,7 +44,8 @@ class Trainer {
   // --device=cuda each rank takes the GPU of its local rank and `groups`
   // (MPI groups from ParallelContext::Create) gain device transports
   // (--gpu_comm). Prints the memory plan on rank 0 and fails on every rank
-  // when it exceeds the device's free memory (or --memory_budget_gb).
+  // when it exceeds the device's free memory (or --memory_budget_gb);
+  // allocates nothing before that check, then one arena for the plan.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
       DType dtype = DType::kF32);
@@ -74,6 +76,8 @@ class Trainer {
   const std::vector<double>& losses() const { return losses_; }
   Device device() const { return device_; }
   const MemoryPlan& memory_plan() const { return memory_plan_; }
+  // The arena that holds the plan's tensors.
+  const MemoryArena& arena() const { return *arena_scope_->arena(); }
   // Loads the weights (not the optimizer) of checkpoint `dir`, checking
   // that it holds this model.
   absl::Status LoadWeights(const std::string& dir);
@@ -95,6 +99,9 @@ class Trainer {
   // With --device=cuda: groups_ route device buffers through these.
   std::unique_ptr<DeviceGroups> device_groups_;
   MemoryPlan memory_plan_;
+  // Routes this rank's tensor allocations on device_ to one arena of
+  // ArenaCapacity(memory_plan_) bytes while the trainer lives.
+  std::unique_ptr<ArenaScope> arena_scope_;
   // With --trace_dir: traces --trace_steps; groups_ then are its wrappers.
   std::unique_ptr<StepTracer> tracer_;
   std::unique_ptr<BatchLoader> loader_;
