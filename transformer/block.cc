@@ -115,6 +115,14 @@ std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
   };
 }
 
+Shape Block::DgeluShape(int64_t batch) const {
+  return {batch * seq_len_, 4 * local_width_};
+}
+
+Shape Block::DattShape(int64_t batch) const {
+  return {batch * seq_len_, local_width_};
+}
+
 Block::State Block::NewState(int64_t batch, DType dtype, Device device) const {
   State s;
   for (const Slot& slot : Slots(batch, dtype, device)) {
@@ -134,9 +142,8 @@ Block::Workspace Block::NewWorkspace(int64_t batch, DType dtype,
       w.shared.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
     }
   }
-  const int64_t n = batch * seq_len_;
-  w.dgelu = Tensor::Empty({n, 4 * local_width_}, dtype, device);
-  w.datt = Tensor::Empty({n, local_width_}, dtype, device);
+  w.dgelu = Tensor::Empty(DgeluShape(batch), dtype, device);
+  w.datt = Tensor::Empty(DattShape(batch), dtype, device);
   return w;
 }
 
@@ -151,7 +158,9 @@ size_t Block::StateBytes(int64_t batch, DType dtype, Device device) const {
 }
 
 size_t Block::WorkspaceBytes(int64_t batch, DType dtype, Device device) const {
-  size_t bytes = 5 * batch * seq_len_ * local_width_ * DTypeSize(dtype);
+  size_t bytes =
+      (NumElements(DgeluShape(batch)) + NumElements(DattShape(batch))) *
+      DTypeSize(dtype);
   for (const Slot& slot : Slots(batch, dtype, device)) {
     if (slot.place == Place::kWorkspace) {
       bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);

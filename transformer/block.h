@@ -111,6 +111,9 @@ class Block {
  private:
   struct Slot;
   std::vector<Slot> Slots(int64_t batch, DType dtype, Device device) const;
+  // The workspace's two scratch gradients, beside the slots.
+  Shape DgeluShape(int64_t batch) const;
+  Shape DattShape(int64_t batch) const;
   // The tensors of one call: the state's where it keeps them, else the
   // workspace's.
   Tensors Use(const State& state, const Workspace& work) const;
