@@ -8,6 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 
+#if defined(TRELLIS_WITH_CUDA)
+#include "framework/cuda/cuda_trace_clock.h"
+#endif
+
 namespace trellis {
 namespace {
 
@@ -50,9 +54,23 @@ double HostTraceClock::Resolve(int64_t mark, Clock::time_point origin) {
   return std::chrono::duration<double, std::micro>(t - origin).count();
 }
 
-TraceRecorder::TraceRecorder(int pid, std::unique_ptr<TraceClock> clock)
+double HostTraceClock::Seconds(int64_t begin, int64_t end) {
+  return 1e-9 * static_cast<double>(end - begin);
+}
+
+std::shared_ptr<TraceClock> NewDeviceTraceClock(Device device) {
+  if (device.is_cpu()) return nullptr;
+#if defined(TRELLIS_WITH_CUDA)
+  return std::make_shared<CudaTraceClock>(device.index);
+#else
+  TRELLIS_CHECK(false) << "this build of trellis has no CUDA backend";
+  return nullptr;
+#endif
+}
+
+TraceRecorder::TraceRecorder(int pid, std::shared_ptr<TraceClock> clock)
     : pid_(pid), clock_(std::move(clock)) {
-  if (clock_ == nullptr) clock_ = std::make_unique<HostTraceClock>();
+  if (clock_ == nullptr) clock_ = std::make_shared<HostTraceClock>();
 }
 
 double TraceRecorder::MicrosSinceOrigin(Clock::time_point t) const {

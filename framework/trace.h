@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "framework/tensor.h"
 
 namespace trellis {
 
@@ -76,6 +77,12 @@ class TraceClock {
   // recorded. May block until that moment has happened.
   virtual double Resolve(int64_t mark,
                          std::chrono::steady_clock::time_point origin) = 0;
+  // Seconds from mark `begin` to mark `end`. May block likewise.
+  virtual double Seconds(int64_t begin, int64_t end) = 0;
+  // Starts a step: marks made before are invalid from here on (a device
+  // clock reuses their events), and a device clock waits for its device and
+  // aligns its time with the host's again.
+  virtual void BeginStep() {}
 };
 
 // The host's steady clock: a mark is the time in nanoseconds.
@@ -84,7 +91,13 @@ class HostTraceClock : public TraceClock {
   int64_t Mark() override;
   double Resolve(int64_t mark,
                  std::chrono::steady_clock::time_point origin) override;
+  double Seconds(int64_t begin, int64_t end) override;
 };
+
+// The clock of work queued on `device`'s compute stream (CUDA events), whose
+// kernels run after the host has moved on; null for the CPU, whose work the
+// host clock times as it happens.
+std::shared_ptr<TraceClock> NewDeviceTraceClock(Device device);
 
 class TraceRecorder {
  public:
@@ -92,7 +105,7 @@ class TraceRecorder {
 
   // `pid` labels every event (the rank). `clock` times marked spans; null
   // means the host clock.
-  explicit TraceRecorder(int pid, std::unique_ptr<TraceClock> clock = nullptr);
+  explicit TraceRecorder(int pid, std::shared_ptr<TraceClock> clock = nullptr);
 
   bool active() const { return active_; }
   void set_active(bool active) { active_ = active; }
@@ -140,7 +153,7 @@ class TraceRecorder {
   };
 
   int pid_;
-  std::unique_ptr<TraceClock> clock_;
+  std::shared_ptr<TraceClock> clock_;
   bool active_ = false;
   Clock::time_point origin_ = Clock::now();
   std::string process_name_;

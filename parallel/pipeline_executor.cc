@@ -1,5 +1,6 @@
 #include "parallel/pipeline_executor.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -105,6 +106,18 @@ double PipelineStepStats::BubbleFraction() const {
   return total > 0.0 ? idle_seconds / total : 0.0;
 }
 
+void PipelineStepStats::ResolveDeviceTime(TraceClock& clock) {
+  if (device_start < 0) return;
+  busy_seconds = 0.0;
+  for (const auto& [begin, end] : device_computes) {
+    busy_seconds += clock.Seconds(begin, end);
+  }
+  total_seconds = clock.Seconds(device_start, device_end);
+  idle_seconds = std::max(0.0, total_seconds - busy_seconds);
+  device_start = device_end = -1;
+  device_computes.clear();
+}
+
 PipelineExecutor::PipelineExecutor(Communicator& pipeline,
                                    std::vector<Action> actions,
                                    int virtual_stages)
@@ -127,18 +140,30 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
   const int s = pipeline_.rank(), num_stages = pipeline_.size();
   const int next = NextStage(s, num_stages), prev = PrevStage(s, num_stages);
   const Clock::time_point step_start = Clock::now();
+  TraceClock* device = device_clock_.get();
+  if (device != nullptr) stats.device_start = device->Mark();
   // Runs one compute after waiting for the receive it needs.
   auto compute = [&](const Action& a, const Transfers::Key& needs, auto&& fn) {
     transfers.WaitRecv(needs);
-    const Clock::time_point start = Clock::now();
+    ActionTiming t;
+    t.start = Clock::now();
+    if (device != nullptr) t.begin_mark = device->Mark();
     fn();
-    const Clock::time_point end = Clock::now();
-    stats.busy_seconds += Seconds(start, end);
-    if (observer_) observer_(a, start, end);
+    if (device != nullptr) {
+      t.end_mark = device->Mark();
+      stats.device_computes.emplace_back(t.begin_mark, t.end_mark);
+    }
+    t.end = Clock::now();
+    stats.busy_seconds += Seconds(t.start, t.end);
+    if (observer_) observer_(a, t);
   };
   for (const Action& a : actions_) {
     const int u = a.virtual_stage, mb = a.microbatch;
-    const Clock::time_point start = Clock::now();
+    ActionTiming posted;
+    posted.start = Clock::now();
+    if (device != nullptr && !IsCompute(a.type)) {
+      posted.begin_mark = device->Mark();
+    }
     switch (a.type) {
       case ActionType::kForward:
         compute(a, {true, u, mb}, [&] { stage.Forward(u, mb); });
@@ -164,13 +189,18 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
         transfers.PostSend(stage.InputGradient(u, mb), prev, kGradientTag);
         break;
     }
-    if (!IsCompute(a.type) && observer_) observer_(a, start, Clock::now());
+    if (!IsCompute(a.type)) {
+      if (device != nullptr) posted.end_mark = device->Mark();
+      posted.end = Clock::now();
+      if (observer_) observer_(a, posted);
+    }
     // Large messages move only inside MPI calls: poke them between actions
     // so a neighbour is not kept waiting until this stage's next wait.
     transfers.Progress();
     ++stats.actions;
   }
   transfers.Finish();
+  if (device != nullptr) stats.device_end = device->Mark();
   stats.total_seconds = Seconds(step_start, Clock::now());
   return stats;
 }

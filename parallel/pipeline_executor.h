@@ -14,7 +14,10 @@
 //
 // It measures, per step, compute time (busy) and time blocked on transfers
 // (idle), and can report each action's start and end to an observer (for
-// traces).
+// traces). On a GPU the host only queues the work, so host times say little:
+// with a device clock (set_device_clock) each action is also marked on the
+// device's stream, and PipelineStepStats::ResolveDeviceTime turns the marks
+// into the time the device computed (busy) and sat between computes (idle).
 //
 // Buffer contract: a buffer handed out for a send must not be written again
 // until Run returns; buffers of distinct (virtual stage, microbatch) pairs
@@ -27,9 +30,12 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "framework/tensor.h"
+#include "framework/trace.h"
 #include "parallel/communicator.h"
 #include "parallel/schedule.h"
 
@@ -65,8 +71,24 @@ struct PipelineStepStats {
   double idle_seconds = 0.0;   // waiting for receives and, at the end, sends
   double total_seconds = 0.0;  // the whole Run
   int64_t actions = 0;
+  // With a device clock: the marks of the step's start and end and of each
+  // compute's begin and end, not yet read.
+  int64_t device_start = -1, device_end = -1;
+  std::vector<std::pair<int64_t, int64_t>> device_computes;
   // idle / (busy + idle); 0 when nothing ran.
   double BubbleFraction() const;
+  // Replaces the host times by the device's: busy is the device time of the
+  // computes, total the device time from the step's first action to its
+  // last, idle the rest. Waits until the device has run the step. No-op
+  // without device marks.
+  void ResolveDeviceTime(TraceClock& clock);
+};
+
+// When an action ran: host time points, and with a device clock the marks
+// around the device's part of it (-1 without).
+struct ActionTiming {
+  std::chrono::steady_clock::time_point start, end;
+  int64_t begin_mark = -1, end_mark = -1;
 };
 
 class PipelineExecutor {
@@ -78,8 +100,7 @@ class PipelineExecutor {
   // Called after each action with its start and end. A compute's span
   // excludes the wait for its input (a trace shows that as a gap); a
   // transfer's span is its posting.
-  using Observer =
-      std::function<void(const Action&, Clock::time_point, Clock::time_point)>;
+  using Observer = std::function<void(const Action&, const ActionTiming&)>;
 
   // `pipeline` is the pp group (its rank is this stage, its size the number
   // of stages); it may be a group of one, whose schedule has no transfers.
@@ -89,6 +110,11 @@ class PipelineExecutor {
                    int virtual_stages = 1);
 
   void set_observer(Observer observer) { observer_ = std::move(observer); }
+  // Marks every action on `clock` too (NewDeviceTraceClock); null: host
+  // times only.
+  void set_device_clock(std::shared_ptr<TraceClock> clock) {
+    device_clock_ = std::move(clock);
+  }
   const std::vector<Action>& actions() const { return actions_; }
 
   // Runs the whole list once, then waits for every send. REQUIRES: the
@@ -100,6 +126,7 @@ class PipelineExecutor {
   std::vector<Action> actions_;
   int virtual_stages_;
   Observer observer_;
+  std::shared_ptr<TraceClock> device_clock_;
 };
 
 }  // namespace trellis

@@ -87,6 +87,9 @@ class FakeDeviceClock : public TraceClock {
     ++resolved_;
     return 100.0 * static_cast<double>(mark);
   }
+  double Seconds(int64_t begin, int64_t end) override {
+    return 1e-4 * static_cast<double>(end - begin);
+  }
   int resolved() const { return resolved_; }
 
  private:
@@ -119,6 +122,14 @@ TEST(TraceTest, HostClockMarksResolveToTheirMoment) {
   const double us = clock.Resolve(mark, origin);
   EXPECT_GE(us, 0.0);
   EXPECT_LT(us, 1e6);
+  const int64_t later = clock.Mark();
+  EXPECT_NEAR(clock.Seconds(mark, later),
+              1e-6 * (clock.Resolve(later, origin) - us), 1e-12);
+  EXPECT_GE(clock.Seconds(mark, later), 0.0);
+}
+
+TEST(TraceTest, TheCpuNeedsNoDeviceClock) {
+  EXPECT_EQ(NewDeviceTraceClock(Device::Cpu()), nullptr);
 }
 
 TEST(TraceTest, ChromeJsonHasEventsLanesAndMetadata) {

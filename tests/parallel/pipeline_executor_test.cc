@@ -1,6 +1,8 @@
 #include "parallel/pipeline_executor.h"
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -39,10 +41,9 @@ TEST(PipelineExecutorTest, SingleStageRunsTheComputesInOrder) {
   PipelineExecutor executor(*context.groups().pp,
                             BuildSchedule(ScheduleKind::k1F1B, 0, 1, 3));
   std::vector<std::string> observed;
-  executor.set_observer([&](const Action& a,
-                            PipelineExecutor::Clock::time_point start,
-                            PipelineExecutor::Clock::time_point end) {
-    EXPECT_LE(start, end);
+  executor.set_observer([&](const Action& a, const ActionTiming& t) {
+    EXPECT_LE(t.start, t.end);
+    EXPECT_EQ(t.begin_mark, -1);  // no device clock
     observed.push_back(a.ToString());
   });
   RecordingStage stage;
@@ -54,6 +55,51 @@ TEST(PipelineExecutorTest, SingleStageRunsTheComputesInOrder) {
   EXPECT_EQ(stats.idle_seconds, 0.0);
   EXPECT_EQ(stats.BubbleFraction(), 0.0);
   EXPECT_GE(stats.total_seconds, stats.busy_seconds);
+}
+
+// Marks are numbered in order; mark k happens at k milliseconds.
+class CountingClock : public TraceClock {
+ public:
+  int64_t Mark() override { return next_++; }
+  double Resolve(int64_t mark, std::chrono::steady_clock::time_point) override {
+    return 1e3 * static_cast<double>(mark);
+  }
+  double Seconds(int64_t begin, int64_t end) override {
+    return 1e-3 * static_cast<double>(end - begin);
+  }
+
+ private:
+  int64_t next_ = 0;
+};
+
+TEST(PipelineExecutorTest, DeviceClockTimesTheComputesOnTheDevice) {
+  ParallelContext context = ParallelContext::Single();
+  PipelineExecutor executor(*context.groups().pp,
+                            BuildSchedule(ScheduleKind::k1F1B, 0, 1, 3));
+  auto clock = std::make_shared<CountingClock>();
+  executor.set_device_clock(clock);
+  std::vector<std::pair<int64_t, int64_t>> marks;
+  executor.set_observer([&](const Action&, const ActionTiming& t) {
+    marks.emplace_back(t.begin_mark, t.end_mark);
+  });
+  RecordingStage stage;
+  PipelineStepStats stats = executor.Run(stage);
+  // Mark 0 starts the step, each compute k takes marks 2k+1 and 2k+2, and
+  // mark 19 ends it.
+  ASSERT_EQ(marks.size(), 9u);
+  for (int64_t k = 0; k < 9; ++k) {
+    EXPECT_EQ(marks[k], std::make_pair(2 * k + 1, 2 * k + 2));
+  }
+  EXPECT_EQ(stats.device_start, 0);
+  EXPECT_EQ(stats.device_end, 19);
+  stats.ResolveDeviceTime(*clock);
+  EXPECT_NEAR(stats.busy_seconds, 9e-3, 1e-12);
+  EXPECT_NEAR(stats.total_seconds, 19e-3, 1e-12);
+  EXPECT_NEAR(stats.idle_seconds, 10e-3, 1e-12);
+  EXPECT_NEAR(stats.BubbleFraction(), 10.0 / 19.0, 1e-12);
+  // Resolved once: a second call changes nothing.
+  stats.ResolveDeviceTime(*clock);
+  EXPECT_NEAR(stats.busy_seconds, 9e-3, 1e-12);
 }
 
 TEST(PipelineExecutorDeathTest, TransfersNeedAPipeline) {

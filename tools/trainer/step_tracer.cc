@@ -6,13 +6,15 @@
 namespace trellis {
 
 StepTracer::StepTracer(const TrainOptions& options, const ProcessGroups& groups,
-                       MeshCoord coord)
+                       MeshCoord coord,
+                       std::shared_ptr<TraceClock> device_clock)
     : raw_(groups),
       traced_(groups),
       coord_(coord),
       num_stages_(static_cast<int>(options.pp)),
       steps_(options.trace_steps.begin(), options.trace_steps.end()),
-      recorder_(groups.world->rank()) {
+      device_timed_(device_clock != nullptr),
+      recorder_(groups.world->rank(), std::move(device_clock)) {
   const int rank = groups.world->rank();
   path_ = absl::StrCat(options.trace_dir, "/", TraceFileName(rank));
   recorder_.SetProcessName(absl::StrCat("rank ", rank, " (d", coord.d, " t",
@@ -47,8 +49,13 @@ StepTracer::StepTracer(const TrainOptions& options, const ProcessGroups& groups,
       {"seq_len", options.model.seq_len},
       {"trace_steps", options.trace_steps},
       {"clock",
-       "host steady clock in microseconds from a world barrier before the "
-       "first traced step"}};
+       device_timed_
+           ? "host steady clock in microseconds from a world barrier before "
+             "the first traced step; F, B, W and transfer posts timed by CUDA "
+             "events on the compute stream, aligned to the host clock at the "
+             "start of each traced step"
+           : "host steady clock in microseconds from a world barrier before "
+             "the first traced step"}};
   for (const auto& [key, value] : metadata) recorder_.SetMetadata(key, value);
 }
 
@@ -57,10 +64,8 @@ void StepTracer::Observe(PipelineExecutor& executor) {
     if (a.type == ActionType::kRecvActivation) recv_activation_.push_back(a);
     if (a.type == ActionType::kRecvGrad) recv_grad_.push_back(a);
   }
-  executor.set_observer([this](const Action& a,
-                               PipelineExecutor::Clock::time_point start,
-                               PipelineExecutor::Clock::time_point end) {
-    if (recorder_.active()) OnAction(a, start, end);
+  executor.set_observer([this](const Action& a, const ActionTiming& t) {
+    if (recorder_.active()) OnAction(a, t);
   });
   if (pp_ == nullptr) return;
   pp_->set_recv_namer([this](int tag, int64_t number, TraceSpan& span) {
@@ -78,19 +83,21 @@ void StepTracer::Observe(PipelineExecutor& executor) {
   });
 }
 
-void StepTracer::OnAction(const Action& a,
-                          PipelineExecutor::Clock::time_point start,
-                          PipelineExecutor::Clock::time_point end) {
+void StepTracer::OnAction(const Action& a, const ActionTiming& t) {
   TraceArgs args = {{"stage", coord_.p},
                     {"vstage", a.virtual_stage},
                     {"mb", a.microbatch},
                     {"chunk", a.virtual_stage * num_stages_ + coord_.p}};
-  if (IsCompute(a.type)) {
-    recorder_.AddSpan(ActionTypeName(a.type), kTraceCategoryCompute,
-                      kComputeLane, start, end, std::move(args));
+  const bool compute = IsCompute(a.type);
+  const char* category =
+      compute ? kTraceCategoryCompute : kTraceCategoryPipeline;
+  const int lane = compute ? kComputeLane : kPipelineLane;
+  if (t.begin_mark >= 0) {
+    recorder_.AddMarkedSpan(ActionTypeName(a.type), category, lane,
+                            t.begin_mark, t.end_mark, std::move(args));
   } else {
-    recorder_.AddSpan(ActionTypeName(a.type), kTraceCategoryPipeline,
-                      kPipelineLane, start, end, std::move(args));
+    recorder_.AddSpan(ActionTypeName(a.type), category, lane, t.start, t.end,
+                      std::move(args));
   }
 }
 

@@ -48,8 +48,10 @@ class StepTracer {
   };
 
   // REQUIRES: options resolved, with a trace_dir; `groups` outlive this.
+  // `device_clock` (NewDeviceTraceClock; null on CPU) times F, B, W and the
+  // transfer posts on the device; it must be the executor's.
   StepTracer(const TrainOptions& options, const ProcessGroups& groups,
-             MeshCoord coord);
+             MeshCoord coord, std::shared_ptr<TraceClock> device_clock);
 
   // The run's groups with tp, dp, pp and embed traced: hand these to the
   // model, executor, buckets and optimizer.
@@ -69,8 +71,7 @@ class StepTracer {
   const TraceRecorder& recorder() const { return recorder_; }
 
  private:
-  void OnAction(const Action& a, PipelineExecutor::Clock::time_point start,
-                PipelineExecutor::Clock::time_point end);
+  void OnAction(const Action& a, const ActionTiming& t);
 
   ProcessGroups raw_;
   ProcessGroups traced_;
@@ -78,6 +79,7 @@ class StepTracer {
   int num_stages_;
   std::string path_;
   std::set<int64_t> steps_;
+  bool device_timed_;  // before recorder_, which takes the clock
   bool origin_set_ = false;
   int64_t step_ = 0;
   TraceRecorder recorder_;

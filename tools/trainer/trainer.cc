@@ -100,8 +100,10 @@ absl::Status Trainer::Build(DType dtype) {
     groups_ = device_groups_->groups();
     if (o.precision == "bf16" && dtype == DType::kF32) dtype = DType::kBF16;
   }
+  // Kernels run after the host queued them: time the pipeline on the device.
+  device_clock_ = NewDeviceTraceClock(device_);
   if (!o.trace_dir.empty()) {
-    tracer_ = std::make_unique<StepTracer>(o, groups_, coord_);
+    tracer_ = std::make_unique<StepTracer>(o, groups_, coord_, device_clock_);
     groups_ = tracer_->groups();
   }
   model_ = std::make_unique<StageModel>(o, groups_, coord_, device_, dtype);
@@ -128,6 +130,7 @@ absl::Status Trainer::Build(DType dtype) {
   TRELLIS_ASSIGN_OR_RETURN(loader_, BatchLoader::Open(o.data, data));
   executor_ = std::make_unique<PipelineExecutor>(
       *groups_.pp, std::move(schedule), static_cast<int>(o.virtual_stages));
+  executor_->set_device_clock(device_clock_);
   if (tracer_ != nullptr) tracer_->Observe(*executor_);
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
@@ -231,6 +234,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
                            StepTracer::kStepLane);
   };
   const auto start = std::chrono::steady_clock::now();
+  if (device_clock_ != nullptr) device_clock_->BeginStep();
   {
     const ScopedTraceSpan span = phase("data");
     TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
@@ -265,6 +269,9 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   m.loss = ReduceLoss(model_->StepLoss());
   m.lr = report.lr;
   m.grad_norm = report.grad_norm;
+  // Waits for the device to finish the pipeline (the optimizer's kernels
+  // may still be running).
+  if (device_clock_ != nullptr) pipeline.ResolveDeviceTime(*device_clock_);
   m.bubble =
       AllReduceScalar(*groups_.pp, pipeline.BubbleFraction(), ReduceOp::kMax);
   m.bubble_theory =

@@ -102,6 +102,9 @@ class Trainer {
   // Routes this rank's tensor allocations on device_ to one arena of
   // ArenaCapacity(memory_plan_) bytes while the trainer lives.
   std::unique_ptr<ArenaScope> arena_scope_;
+  // On a GPU: marks the pipeline's actions on the compute stream, so the
+  // step's bubble (and traced spans) is the device's, not the host's.
+  std::shared_ptr<TraceClock> device_clock_;
   // With --trace_dir: traces --trace_steps; groups_ then are its wrappers.
   std::unique_ptr<StepTracer> tracer_;
   std::unique_ptr<BatchLoader> loader_;

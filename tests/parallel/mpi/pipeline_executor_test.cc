@@ -138,11 +138,11 @@ class PipelineExecutorTest : public ::testing::Test {
     PipelineExecutor executor(pipe, actions, v);
     int observed = 0;
     PipelineExecutor::Clock::time_point last{};
-    executor.set_observer([&](const Action& a, auto start, auto end) {
+    executor.set_observer([&](const Action& a, const ActionTiming& t) {
       EXPECT_EQ(a, actions[observed]);
-      EXPECT_LE(last, start);
-      EXPECT_LE(start, end);
-      last = end;
+      EXPECT_LE(last, t.start);
+      EXPECT_LE(t.start, t.end);
+      last = t.end;
       ++observed;
     });
     const Reference ref = ComputeReference(pp * v, m, pipeline);
