@@ -87,19 +87,23 @@ void VocabParallelCrossEntropyForward(Communicator& tp, const Tensor& logits,
   const int64_t n = logits.dim(0);
   const DType stat = logits.dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
   const Device device = logits.device();
-  state.row_max = Tensor::Empty({n}, stat, device);
+  auto use = [&](Tensor& t, const Shape& shape) {
+    if (!t.defined()) t = Tensor::Empty(shape, stat, device);
+    TRELLIS_CHECK(t.shape() == shape && t.dtype() == stat)
+        << "loss statistics buffer " << t.DebugString();
+  };
+  use(state.row_max, {n});
+  use(state.sums, {2, n});
+  use(state.losses, {n});
   CrossEntropyRowMax(logits, shard.valid, state.row_max);
   if (tp.size() > 1) tp.AllReduce(state.row_max, ReduceOp::kMax);
-  // Sum of exponentials and the target's logit travel in one all-reduce.
-  Tensor sums = Tensor::Empty({2, n}, stat, device);
-  state.sumexp = sums.Narrow(0, 1).View({n});
-  Tensor target_logit = sums.Narrow(1, 1).View({n});
-  CrossEntropyRowSumExp(logits, shard.valid, state.row_max, state.sumexp);
+  Tensor sumexp = state.sums.Narrow(0, 1).View({n});
+  Tensor target_logit = state.sums.Narrow(1, 1).View({n});
+  CrossEntropyRowSumExp(logits, shard.valid, state.row_max, sumexp);
   CrossEntropyTargetLogit(logits, targets, shard.start, shard.valid,
                           target_logit);
-  if (tp.size() > 1) tp.AllReduce(sums, ReduceOp::kSum);
-  state.losses = Tensor::Empty({n}, stat, device);
-  CrossEntropyLoss(state.row_max, state.sumexp, target_logit, state.losses);
+  if (tp.size() > 1) tp.AllReduce(state.sums, ReduceOp::kSum);
+  CrossEntropyLoss(state.row_max, sumexp, target_logit, state.losses);
 }
 
 void VocabParallelCrossEntropyBackward(const Tensor& logits,
@@ -107,8 +111,9 @@ void VocabParallelCrossEntropyBackward(const Tensor& logits,
                                        const VocabShard& shard,
                                        const VocabParallelLossState& state,
                                        double scale, Tensor& dlogits) {
+  const Tensor sumexp = state.sums.Narrow(0, 1).View({logits.dim(0)});
   CrossEntropyBackward(logits, targets, shard.start, shard.valid, state.row_max,
-                       state.sumexp, scale, dlogits);
+                       sumexp, scale, dlogits);
 }
 
 }  // namespace trellis

@@ -93,9 +93,15 @@ void VocabParallelEmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,
 // vocabulary's logits are never gathered. Keeps what backward needs.
 struct VocabParallelLossState {
   Tensor row_max;  // (N)
-  Tensor sumexp;   // (N)
-  Tensor losses;   // (N) per-token loss, identical on every tp rank
+  // (2, N): each row's sum of exponentials, then its target logit, so that
+  // one all-reduce carries both.
+  Tensor sums;
+  Tensor losses;  // (N) per-token loss, identical on every tp rank
 };
+// Fills `state`. Undefined members are allocated; defined ones (views of
+// buffers the caller reuses, as the LM head does for each chunk of rows)
+// must have the shapes above and the statistics dtype (float32, float64 for
+// float64 logits), and are overwritten.
 void VocabParallelCrossEntropyForward(Communicator& tp, const Tensor& logits,
                                       const Tensor& targets,
                                       const VocabShard& shard,

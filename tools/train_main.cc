@@ -62,6 +62,9 @@ ABSL_FLAG(std::string, precision, "fp32",
 ABSL_FLAG(std::string, recompute, "none",
           "activation recomputation in backward: none, selective (attention "
           "and GELU inputs) or full (each block from its input)");
+ABSL_FLAG(int64_t, loss_chunk_rows, 1024,
+          "rows of the LM head's logits formed at once (0: a whole "
+          "microbatch); bounds the head's memory, not its result");
 ABSL_FLAG(std::string, gpu_comm, "nccl",
           "GPU collectives: nccl (one GPU per rank) or host (staged through "
           "host memory over MPI; ranks may share a GPU)");
@@ -115,6 +118,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.device = absl::GetFlag(FLAGS_device);
   o.precision = absl::GetFlag(FLAGS_precision);
   o.recompute = absl::GetFlag(FLAGS_recompute);
+  o.loss_chunk_rows = absl::GetFlag(FLAGS_loss_chunk_rows);
   o.gpu_comm = absl::GetFlag(FLAGS_gpu_comm);
   o.memory_budget_gb = absl::GetFlag(FLAGS_memory_budget_gb);
   for (const std::string& s : absl::GetFlag(FLAGS_pp_layers)) {

@@ -52,6 +52,10 @@ absl::StatusOr<Recompute> ParseRecompute(const std::string& name);
 struct BlockOptions {
   Recompute recompute = Recompute::kNone;
   bool defer_weight_grads = true;
+  // Not read by Block: rows per chunk of the LM head (GptChunk), which
+  // forms the (rows, Vl) logits of one chunk at a time; 0: all N rows at
+  // once.
+  int64_t loss_chunk_rows = 1024;
 };
 
 // The dtype of saved statistics for activations of `dtype`.

@@ -1,5 +1,8 @@
 #include "transformer/gpt_chunk.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/embedding.h"
 #include "framework/kernels/layernorm.h"
@@ -12,10 +15,12 @@ struct GptChunk::State {
   Tensor x0;            // (N, C) chunk input
   Tensor dx0;           // (N, C) gradient of the input (first chunk: for W)
   std::vector<Block::State> blocks;
-  Tensor lnf, meanf, rstdf;  // (N, C), (N), (N)
-  Tensor logits;             // (N, Vl); holds dlogits after BackwardInput
-  Tensor dlnf;               // (N, C)
-  VocabParallelLossState loss;
+  Tensor meanf, rstdf;  // (N): ln_f's statistics
+  // (N, C): d(loss)/d(ln_f output), summed over tp; Forward fills it when
+  // given a loss scale (then `has_dlnf`).
+  Tensor dlnf;
+  Tensor losses;  // (N) per-token losses
+  bool has_dlnf = false;
 };
 
 GptChunk::GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
@@ -44,6 +49,7 @@ GptChunk::GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
   for (int64_t l = 0; l < plan.num_layers; ++l) {
     blocks_.emplace_back(config, plan.first_layer + l, tp, params, options);
   }
+  if (plan.has_head) TRELLIS_CHECK_GE(options.loss_chunk_rows, 0);
 }
 
 void GptChunk::AllocateWorkspace() {
@@ -53,6 +59,15 @@ void GptChunk::AllocateWorkspace() {
   }
   ping_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
   pong_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
+  if (plan_.has_head) {
+    const std::vector<std::pair<Shape, DType>> shapes = HeadWorkspaceShapes();
+    Tensor* buffers[] = {&head_lnf_, &head_logits_, &head_row_max_,
+                         &head_sums_};
+    TRELLIS_CHECK_EQ(shapes.size(), std::size(buffers));
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      *buffers[i] = Tensor::Empty(shapes[i].first, shapes[i].second, device_);
+    }
+  }
 }
 
 GptChunk::~GptChunk() = default;
@@ -79,11 +94,10 @@ GptChunk::State& GptChunk::Acquire(int mb) {
     s->x0 = next();
     if (plan_.has_embedding) s->dx0 = next();
     if (plan_.has_head) {
-      s->lnf = next();
       s->meanf = next();
       s->rstdf = next();
-      s->logits = next();
       s->dlnf = next();
+      s->losses = next();
     }
     TRELLIS_CHECK_EQ(i, shapes.size());
     for (const Block& block : blocks_) {
@@ -100,22 +114,43 @@ std::vector<std::pair<Shape, DType>> GptChunk::OwnStateShapes() const {
       {{n}, DType::kI32}, {{n}, DType::kI32}, {{n, c}, dtype_}};
   if (plan_.has_embedding) shapes.push_back({{n, c}, dtype_});
   if (plan_.has_head) {
-    shapes.push_back({{n, c}, dtype_});
-    shapes.push_back({{n}, stats});
-    shapes.push_back({{n}, stats});
-    shapes.push_back({{n, vocab_.rows}, dtype_});
-    shapes.push_back({{n, c}, dtype_});
+    shapes.push_back({{n}, stats});      // meanf
+    shapes.push_back({{n}, stats});      // rstdf
+    shapes.push_back({{n, c}, dtype_});  // dlnf
+    shapes.push_back({{n}, stats});      // losses
   }
   return shapes;
 }
 
-size_t GptChunk::StateBytes() const {
+int64_t GptChunk::HeadChunkRows() const {
+  const int64_t r = options_.loss_chunk_rows;
+  return r == 0 ? rows() : std::min(r, rows());
+}
+
+std::vector<std::pair<Shape, DType>> GptChunk::HeadWorkspaceShapes() const {
+  if (!plan_.has_head) return {};
+  const int64_t r = HeadChunkRows();
+  const DType stats = StatsDType(dtype_);
+  return {{{rows(), config_.d_model}, dtype_},  // ln_f output
+          {{r, vocab_.rows}, dtype_},           // logits, then dlogits
+          {{r}, stats},                         // row max
+          {{2 * r}, stats}};                    // sum of exps, target logit
+}
+
+namespace {
+
+size_t Bytes(const std::vector<std::pair<Shape, DType>>& shapes) {
   size_t bytes = 0;
-  for (const auto& [shape, dtype] : OwnStateShapes()) {
+  for (const auto& [shape, dtype] : shapes) {
     bytes += NumElements(shape) * DTypeSize(dtype);
   }
-  // The loss's row statistics and per-token losses (tensor_parallel.h).
-  if (plan_.has_head) bytes += 3 * rows() * DTypeSize(StatsDType(dtype_));
+  return bytes;
+}
+
+}  // namespace
+
+size_t GptChunk::StateBytes() const {
+  size_t bytes = Bytes(OwnStateShapes());
   for (const Block& block : blocks_) {
     bytes += block.StateBytes(micro_batch_, dtype_, device_);
   }
@@ -127,7 +162,7 @@ size_t GptChunk::WorkspaceBytes() const {
   if (!blocks_.empty()) {
     bytes += blocks_.front().WorkspaceBytes(micro_batch_, dtype_, device_);
   }
-  return bytes;
+  return bytes + Bytes(HeadWorkspaceShapes());
 }
 
 GptChunk::State& GptChunk::Live(int mb) {
@@ -137,7 +172,8 @@ GptChunk::State& GptChunk::Live(int mb) {
 }
 
 double GptChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
-                         const Tensor& targets, Tensor* output) {
+                         const Tensor& targets, double loss_scale,
+                         Tensor* output) {
   State& s = Acquire(mb);
   const int64_t n = rows();
   if (plan_.has_embedding) {
@@ -158,33 +194,52 @@ double GptChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
     return 0.0;
   }
   s.targets.CopyFrom(targets.View({n}));
-  HeadForward(s, *x);
-  return Sum(s.loss.losses) / static_cast<double>(n);
+  HeadForward(s, *x, loss_scale);
+  return Sum(s.losses) / static_cast<double>(n);
 }
 
-void GptChunk::HeadForward(State& s, const Tensor& x) {
-  LayerNormForward(x, lnf_w_->value, lnf_b_->value, s.lnf, s.meanf, s.rstdf);
-  MatmulForward(s.lnf, wte_->value, Tensor(), s.logits, WeightLayout::kOutIn);
-  VocabParallelCrossEntropyForward(tp_comm_, s.logits, s.targets, vocab_,
-                                   s.loss);
-}
-
-void GptChunk::HeadBackwardInput(State& s, const Tensor& x, double loss_scale,
-                                 Tensor& dx) {
+void GptChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
+  TRELLIS_CHECK_GE(loss_scale, 0.0);
+  LayerNormForward(x, lnf_w_->value, lnf_b_->value, head_lnf_, s.meanf,
+                   s.rstdf);
+  s.has_dlnf = loss_scale > 0;
+  if (s.has_dlnf) s.dlnf.Zero();
+  // d(mean loss)/d(loss of a row) = 1/N.
   const double scale = loss_scale / static_cast<double>(rows());
-  VocabParallelCrossEntropyBackward(s.logits, s.targets, vocab_, s.loss, scale,
-                                    s.logits);
-  s.dlnf.Zero();
-  MatmulBackwardInput(s.logits, wte_->value, s.dlnf, WeightLayout::kOutIn);
-  CopyToTp::Backward(tp_comm_, s.dlnf);
+  const int64_t chunk = HeadChunkRows();
+  Tensor no_bias;
+  for (int64_t start = 0; start < rows(); start += chunk) {
+    const int64_t r = std::min(chunk, rows() - start);
+    const Tensor lnf = head_lnf_.Narrow(start, r);
+    const Tensor targets = s.targets.Narrow(start, r);
+    Tensor logits = head_logits_.Narrow(0, r);
+    MatmulForward(lnf, wte_->value, Tensor(), logits, WeightLayout::kOutIn);
+    // Statistics in the shared buffers; losses straight into the state.
+    VocabParallelLossState loss{head_row_max_.Narrow(0, r),
+                                head_sums_.Narrow(0, 2 * r).View({2, r}),
+                                s.losses.Narrow(start, r)};
+    VocabParallelCrossEntropyForward(tp_comm_, logits, targets, vocab_, loss);
+    if (!s.has_dlnf) continue;
+    VocabParallelCrossEntropyBackward(logits, targets, vocab_, loss, scale,
+                                      logits);
+    // This rank's vocabulary rows' share of d(ln_f); summed over tp below.
+    Tensor dlnf = s.dlnf.Narrow(start, r);
+    MatmulBackwardInput(logits, wte_->value, dlnf, WeightLayout::kOutIn);
+    MatmulBackwardWeight(logits, lnf, wte_->grad, no_bias,
+                         WeightLayout::kOutIn);
+  }
+  if (s.has_dlnf) CopyToTp::Backward(tp_comm_, s.dlnf);
+}
+
+void GptChunk::HeadBackwardInput(State& s, const Tensor& x, Tensor& dx) {
+  TRELLIS_CHECK(s.has_dlnf)
+      << "the last chunk's BackwardInput needs a Forward with a loss scale";
   dx.Zero();
   LayerNormBackwardInput(s.dlnf, x, lnf_w_->value, s.meanf, s.rstdf, dx);
 }
 
 void GptChunk::HeadBackwardWeight(const State& s, const Tensor& x) {
-  Tensor no_bias;
-  MatmulBackwardWeight(s.logits, s.lnf, wte_->grad, no_bias,
-                       WeightLayout::kOutIn);
+  // wte's share of the head was added in Forward.
   LayerNormBackwardWeight(s.dlnf, x, s.meanf, s.rstdf, lnf_w_->grad,
                           lnf_b_->grad);
 }
@@ -195,8 +250,7 @@ void GptChunk::EmbeddingBackwardWeight(const State& s) {
       s.dx0.View({micro_batch_, config_.seq_len, config_.d_model}), wpe_->grad);
 }
 
-void GptChunk::BackwardInput(int mb, const Tensor& doutput, double loss_scale,
-                             Tensor* dinput) {
+void GptChunk::BackwardInput(int mb, const Tensor& doutput, Tensor* dinput) {
   State& s = Live(mb);
   const int64_t num_blocks = static_cast<int64_t>(blocks_.size());
   auto block_input = [&](int64_t l) -> const Tensor& {
@@ -205,7 +259,7 @@ void GptChunk::BackwardInput(int mb, const Tensor& doutput, double loss_scale,
   // `dy` holds the gradient of the current top; ping/pong alternate.
   Tensor dy;
   if (plan_.has_head) {
-    HeadBackwardInput(s, block_input(num_blocks), loss_scale, ping_);
+    HeadBackwardInput(s, block_input(num_blocks), ping_);
     if (!options_.defer_weight_grads) {
       HeadBackwardWeight(s, block_input(num_blocks));
     }
@@ -276,7 +330,7 @@ const Tensor& GptChunk::TokenLosses(int mb) const {
   auto it = live_.find(mb);
   TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
   TRELLIS_CHECK(plan_.has_head);
-  return it->second->loss.losses;
+  return it->second->losses;
 }
 
 void GptChunk::Release(int mb) {

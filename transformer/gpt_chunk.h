@@ -11,6 +11,16 @@
 // Unless BlockOptions::defer_weight_grads, BackwardInput already accumulates
 // the parameter gradients and BackwardWeight only reports and frees (see
 // block.h, which also describes activation recomputation).
+//
+// The LM head is fused with its loss and its gradient: the last chunk's
+// Forward, when given a loss scale, takes BlockOptions::loss_chunk_rows
+// rows at a time through logits = ln_f · wteᵀ, the vocab-parallel
+// cross-entropy, dlogits = scale · (softmax − onehot) in place, d(ln_f) and
+// wte's gradient, in one (rows, Vl) buffer shared by all microbatches. The
+// full (N, Vl) logits never exist and a microbatch keeps only d(ln_f)
+// (N, C) for BackwardInput. So wte's gradient from the head accumulates in
+// Forward under every schedule (zero-bubble ones included); ln_f's waits
+// for B or W like the blocks'.
 // Several microbatches may be in flight; their state comes from a pool that
 // is reused across steps, so steady-state training allocates nothing.
 //
@@ -56,13 +66,17 @@ class GptChunk {
 
   // `tokens` (B, T) int32 on the first chunk, else `input` (N, C); the last
   // chunk reads `targets` (B, T) int32 and returns the microbatch's mean
-  // loss (other chunks return 0 and write `output` (N, C)).
+  // loss (other chunks return 0 and write `output` (N, C)). On the last
+  // chunk a `loss_scale` > 0 starts backward: the loss gradient is
+  // loss_scale · d(mean loss), wte's gradient accumulates here and
+  // BackwardInput may follow; 0 computes only the losses (evaluation:
+  // no gradient is touched, and only Release may follow). Other chunks
+  // ignore it.
   double Forward(int mb, const Tensor& tokens, const Tensor& input,
-                 const Tensor& targets, Tensor* output);
-  // `doutput` (N, C) on non-last chunks; on the last, the loss gradient is
-  // `loss_scale` · d(mean loss). Writes `dinput` (N, C) on non-first chunks.
-  void BackwardInput(int mb, const Tensor& doutput, double loss_scale,
-                     Tensor* dinput);
+                 const Tensor& targets, double loss_scale, Tensor* output);
+  // `doutput` (N, C) on non-last chunks (the last chunk's loss gradient
+  // comes from Forward). Writes `dinput` (N, C) on non-first chunks.
+  void BackwardInput(int mb, const Tensor& doutput, Tensor* dinput);
   // Reports each group of parameters as its gradient work for `mb` ends,
   // in the order of WeightGroups() (so data-parallel buckets can launch).
   using WeightsDone = std::function<void(const std::vector<Parameter*>&)>;
@@ -75,9 +89,13 @@ class GptChunk {
   // The parameter groups BackwardWeight reports, in its order: the head
   // (ln_f; wte unless this chunk also embeds), the blocks top down, the
   // embedding (wte, wpe). A parameter may appear in several chunks' groups.
+  // A report means mb's contributions are done: the head's wte part was
+  // added in mb's Forward, which precedes its BackwardWeight.
   std::vector<std::vector<Parameter*>> WeightGroups() const;
 
-  // Bytes of one microbatch's state and of the chunk's shared buffers.
+  // Bytes of one microbatch's state and of the chunk's shared buffers
+  // (exactly what the chunk allocates; the last chunk's state does not grow
+  // with the vocabulary, its workspace holds one row chunk's logits).
   size_t StateBytes() const;
   size_t WorkspaceBytes() const;
 
@@ -89,14 +107,20 @@ class GptChunk {
   struct State;
   State& Acquire(int mb);
   State& Live(int mb);
-  void HeadForward(State& s, const Tensor& x);
-  void HeadBackwardInput(State& s, const Tensor& x, double loss_scale,
-                         Tensor& dx);
+  // Forward of the head on block output x, chunk by chunk; with
+  // loss_scale > 0 also its gradients into s.dlnf and wte.
+  void HeadForward(State& s, const Tensor& x, double loss_scale);
+  void HeadBackwardInput(State& s, const Tensor& x, Tensor& dx);
   void HeadBackwardWeight(const State& s, const Tensor& x);
   void EmbeddingBackwardWeight(const State& s);
   // Tensors of one microbatch's state besides the blocks', as (shape,
-  // dtype); NewState allocates exactly these.
+  // dtype); Acquire allocates exactly these.
   std::vector<std::pair<Shape, DType>> OwnStateShapes() const;
+  // The head's shared buffers, as (shape, dtype); the constructor
+  // allocates exactly these (none without a head).
+  std::vector<std::pair<Shape, DType>> HeadWorkspaceShapes() const;
+  // Rows per head chunk: min(loss_chunk_rows, N), or N for 0.
+  int64_t HeadChunkRows() const;
 
   GptConfig config_;
   ChunkPlan plan_;
@@ -114,6 +138,9 @@ class GptChunk {
   std::vector<Block> blocks_;
   Block::Workspace work_;
   Tensor ping_, pong_;  // (N, C) gradient scratch
+  // The head's workspace: ln_f's output (N, C), one row chunk's logits
+  // (R, Vl; then its dlogits) and loss statistics (R and 2·R).
+  Tensor head_lnf_, head_logits_, head_row_max_, head_sums_;
   std::map<int, std::unique_ptr<State>> live_;
   std::vector<std::unique_ptr<State>> free_;
   int states_allocated_ = 0;

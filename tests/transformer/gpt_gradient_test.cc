@@ -1,7 +1,11 @@
 // The whole model's gradient against central finite differences, in double
-// precision, and the invariants of its parameters.
+// precision, and the invariants of its parameters. The LM head runs in
+// uneven chunks of rows (kHeadRows), as the fused head does on long
+// microbatches.
 #include <cmath>
 #include <map>
+#include <tuple>
+#include <vector>
 
 #include "framework/rng.h"
 #include "gtest/gtest.h"
@@ -53,22 +57,29 @@ class GptGradientTest : public ::testing::TestWithParam<Mode> {
   void SetUp() override {
     AddGptParameters(config_, plan_, TpPlace{}, /*seed=*/1234, Device::Cpu(),
                      DType::kF64, params_);
-    chunk_ = std::make_unique<GptChunk>(
-        config_, plan_, TpPlace{}, tp_, params_, kBatch, Device::Cpu(),
-        DType::kF64, BlockOptions{GetParam().recompute, GetParam().defer});
+    chunk_ = std::make_unique<GptChunk>(config_, plan_, TpPlace{}, tp_, params_,
+                                        kBatch, Device::Cpu(), DType::kF64,
+                                        Options(kHeadRows));
     tokens_ = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 1);
     targets_ = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 2);
   }
 
+  // The mode under test with `head_rows` rows per head chunk.
+  BlockOptions Options(int64_t head_rows) const {
+    return BlockOptions{GetParam().recompute, GetParam().defer, head_rows};
+  }
+
   double Loss() {
     const double loss =
-        chunk_->Forward(0, tokens_, Tensor(), targets_, nullptr);
-    chunk_->BackwardInput(0, Tensor(), 1.0, nullptr);
+        chunk_->Forward(0, tokens_, Tensor(), targets_, 1.0, nullptr);
+    chunk_->BackwardInput(0, Tensor(), nullptr);
     chunk_->BackwardWeight(0);
     return loss;
   }
 
   static constexpr int64_t kBatch = 2;
+  // N = kBatch · seq_len = 10 rows: head chunks of 3, 3, 3 and 1.
+  static constexpr int64_t kHeadRows = 3;
   GptConfig config_ = SmallConfig();
   ChunkPlan plan_{0, 2, true, true};
   SelfCommunicator tp_{"tp"};
@@ -131,11 +142,11 @@ TEST_P(GptGradientTest, SeveralMicrobatchesInFlightMatchOneAtATime) {
   // gradient as running them one after the other.
   Tensor tokens1 = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
   params_.ZeroGrads();
-  chunk_->Forward(0, tokens_, Tensor(), targets_, nullptr);
-  chunk_->Forward(1, tokens1, Tensor(), targets_, nullptr);
+  chunk_->Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr);
+  chunk_->Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr);
   EXPECT_EQ(chunk_->InFlight(), 2);
-  chunk_->BackwardInput(1, Tensor(), 0.5, nullptr);
-  chunk_->BackwardInput(0, Tensor(), 0.5, nullptr);
+  chunk_->BackwardInput(1, Tensor(), nullptr);
+  chunk_->BackwardInput(0, Tensor(), nullptr);
   chunk_->BackwardWeight(0);
   chunk_->BackwardWeight(1);
   std::map<std::string, Tensor> interleaved;
@@ -143,9 +154,9 @@ TEST_P(GptGradientTest, SeveralMicrobatchesInFlightMatchOneAtATime) {
 
   params_.ZeroGrads();
   for (int mb = 0; mb < 2; ++mb) {
-    chunk_->Forward(mb, mb == 0 ? tokens_ : tokens1, Tensor(), targets_,
+    chunk_->Forward(mb, mb == 0 ? tokens_ : tokens1, Tensor(), targets_, 0.5,
                     nullptr);
-    chunk_->BackwardInput(mb, Tensor(), 0.5, nullptr);
+    chunk_->BackwardInput(mb, Tensor(), nullptr);
     chunk_->BackwardWeight(mb);
   }
   for (Parameter* p : params_.all()) {
@@ -161,10 +172,11 @@ TEST_P(GptGradientTest, GradientsEqualTheKeepEverythingModeBitForBit) {
     Tensor tokens1 =
         RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
     params_.ZeroGrads();
-    const double loss = chunk.Forward(0, tokens_, Tensor(), targets_, nullptr) +
-                        chunk.Forward(1, tokens1, Tensor(), targets_, nullptr);
-    chunk.BackwardInput(0, Tensor(), 0.5, nullptr);
-    chunk.BackwardInput(1, Tensor(), 0.5, nullptr);
+    const double loss =
+        chunk.Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr) +
+        chunk.Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr);
+    chunk.BackwardInput(0, Tensor(), nullptr);
+    chunk.BackwardInput(1, Tensor(), nullptr);
     // Weight gradients in the input gradients' microbatch order, so that
     // every mode sums microbatches in the same order.
     chunk.BackwardWeight(0);
@@ -175,7 +187,7 @@ TEST_P(GptGradientTest, GradientsEqualTheKeepEverythingModeBitForBit) {
   };
   GptChunk reference(config_, plan_, TpPlace{}, tp_, params_, kBatch,
                      Device::Cpu(), DType::kF64,
-                     BlockOptions{Recompute::kNone, true});
+                     BlockOptions{Recompute::kNone, true, kHeadRows});
   const auto [want_loss, want] = run(reference);
   const auto [loss, got] = run(*chunk_);
   EXPECT_EQ(loss, want_loss);
@@ -223,6 +235,123 @@ TEST_P(GptGradientTest, StateBytesCountWhatTheModeKeeps) {
   EXPECT_EQ(block.StateBytes(kBatch, DType::kF64, Device::Cpu()), state_bytes);
   EXPECT_EQ(block.WorkspaceBytes(kBatch, DType::kF64, Device::Cpu()),
             work_bytes);
+}
+
+// Two microbatches in flight with `head_rows` rows per head chunk: the
+// loss, the per-token losses and every gradient.
+struct HeadRun {
+  double loss = 0;
+  std::vector<Tensor> token_losses;
+  std::map<std::string, Tensor> grads;
+};
+
+TEST_P(GptGradientTest, ChunkedHeadMatchesTheWholeHead) {
+  const Tensor tokens1 =
+      RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
+  auto run = [&](int64_t head_rows) {
+    GptChunk chunk(config_, plan_, TpPlace{}, tp_, params_, kBatch,
+                   Device::Cpu(), DType::kF64, Options(head_rows));
+    params_.ZeroGrads();
+    HeadRun r;
+    r.loss = chunk.Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr) +
+             chunk.Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr);
+    r.token_losses = {chunk.TokenLosses(0).Clone(),
+                      chunk.TokenLosses(1).Clone()};
+    chunk.BackwardInput(0, Tensor(), nullptr);
+    chunk.BackwardInput(1, Tensor(), nullptr);
+    chunk.BackwardWeight(0);
+    chunk.BackwardWeight(1);
+    for (Parameter* p : params_.all()) r.grads[p->name] = p->grad.Clone();
+    return r;
+  };
+  const HeadRun whole = run(0);  // all 10 rows at once
+  for (int64_t head_rows : {1, 3, 4, 9, 64}) {
+    SCOPED_TRACE(head_rows);
+    const HeadRun chunked = run(head_rows);
+    // Each row's loss only depends on its own logits.
+    EXPECT_EQ(chunked.loss, whole.loss);
+    for (int mb = 0; mb < 2; ++mb) {
+      EXPECT_EQ(MaxRelativeDifference(chunked.token_losses[mb],
+                                      whole.token_losses[mb]),
+                0.0);
+    }
+    // Every row's gradient is the same; only wte's sums the chunks'
+    // products in another order: to rounding of its largest element.
+    for (Parameter* p : params_.all()) {
+      const Tensor& want = whole.grads.at(p->name);
+      const Tensor& got = chunked.grads.at(p->name);
+      if (p->name != "wte") {
+        EXPECT_EQ(MaxRelativeDifference(got, want), 0.0) << p->name;
+        continue;
+      }
+      double largest = 0;
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        largest = std::max(largest, std::abs(want.data<double>()[i]));
+      }
+      EXPECT_LT(MaxRelativeDifference(got, want, largest), 1e-14);
+    }
+  }
+}
+
+TEST_P(GptGradientTest, EvaluationTouchesNoGradient) {
+  // A forward without a loss scale computes the training forward's losses
+  // and leaves every gradient as it was.
+  for (Parameter* p : params_.all()) p->grad.Fill(0.25);
+  const double eval =
+      chunk_->Forward(0, tokens_, Tensor(), targets_, 0.0, nullptr);
+  const Tensor eval_losses = chunk_->TokenLosses(0).Clone();
+  chunk_->Release(0);
+  for (Parameter* p : params_.all()) {
+    const double* g = p->grad.data<double>();
+    for (int64_t i = 0; i < p->grad.numel(); ++i) {
+      ASSERT_EQ(g[i], 0.25) << p->name << "[" << i << "]";
+    }
+  }
+  const double train =
+      chunk_->Forward(0, tokens_, Tensor(), targets_, 1.0, nullptr);
+  EXPECT_EQ(eval, train);
+  EXPECT_EQ(MaxRelativeDifference(eval_losses, chunk_->TokenLosses(0)), 0.0);
+  // The training forward alone already moved wte's gradient.
+  EXPECT_NE(params_.Find("wte")->grad.data<double>()[0], 0.25);
+  chunk_->BackwardInput(0, Tensor(), nullptr);
+  chunk_->BackwardWeight(0);
+}
+
+TEST_P(GptGradientTest, StateAndWorkspaceBytesAreWhatTheChunkAllocates) {
+  size_t before = StorageBytesLive(DeviceType::kCPU);
+  GptChunk chunk(config_, plan_, TpPlace{}, tp_, params_, kBatch, Device::Cpu(),
+                 DType::kF64, Options(kHeadRows));
+  // Built, the chunk holds nothing yet: the trainer plans first.
+  EXPECT_EQ(StorageBytesLive(DeviceType::kCPU), before);
+  chunk.AllocateWorkspace();
+  EXPECT_EQ(StorageBytesLive(DeviceType::kCPU) - before,
+            chunk.WorkspaceBytes());
+  before = StorageBytesLive(DeviceType::kCPU);
+  chunk.Forward(0, tokens_, Tensor(), targets_, 1.0, nullptr);
+  EXPECT_EQ(StorageBytesLive(DeviceType::kCPU) - before, chunk.StateBytes());
+  chunk.BackwardInput(0, Tensor(), nullptr);
+  chunk.BackwardWeight(0);
+}
+
+TEST_P(GptGradientTest, LastChunkStateDoesNotGrowWithTheVocabulary) {
+  // The head keeps no logits per microbatch: only its workspace, one head
+  // chunk of logits, grows with the vocabulary.
+  auto sizes = [&](int64_t vocab) {
+    GptConfig config = config_;
+    config.vocab_size = vocab;
+    ParameterSet params;
+    AddGptParameters(config, plan_, TpPlace{}, 1234, Device::Cpu(), DType::kF64,
+                     params);
+    const GptChunk chunk(config, plan_, TpPlace{}, tp_, params, kBatch,
+                         Device::Cpu(), DType::kF64, Options(kHeadRows));
+    return std::make_tuple(chunk.StateBytes(), chunk.WorkspaceBytes(),
+                           params.Find("wte")->value.dim(0));
+  };
+  const auto [small_state, small_work, small_rows] = sizes(13);
+  const auto [large_state, large_work, large_rows] = sizes(5000);
+  EXPECT_EQ(large_state, small_state);
+  EXPECT_EQ(large_work - small_work,
+            kHeadRows * (large_rows - small_rows) * sizeof(double));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, GptGradientTest, ::testing::ValuesIn(kModes),

@@ -73,6 +73,10 @@ absl::Status CheckScalars(const TrainOptions& o) {
     return Bad(absl::StrCat("--gpu_comm=", o.gpu_comm,
                             " is not nccl or host (host-staged MPI)"));
   }
+  if (o.loss_chunk_rows < 0) {
+    return Bad(absl::StrCat("--loss_chunk_rows=", o.loss_chunk_rows,
+                            " must be ≥ 0 (0: a whole microbatch at once)"));
+  }
   if (!(o.memory_budget_gb >= 0)) {
     return Bad(absl::StrCat("--memory_budget_gb=", o.memory_budget_gb,
                             " must be ≥ 0 (0: the device's memory)"));
@@ -199,9 +203,10 @@ std::string TrainOptions::ToFlagString() const {
                   "\n--virtual_stages=", virtual_stages,
                   "\n--pp_layers=", absl::StrJoin(pp_layers, ","),
                   "\n--dp_bucket_mb=", dp_bucket_mb, "\n--device=", device);
-  absl::StrAppend(&out, "\n--precision=", precision,
-                  "\n--recompute=", recompute, "\n--gpu_comm=", gpu_comm,
-                  "\n--memory_budget_gb=", memory_budget_gb);
+  absl::StrAppend(
+      &out, "\n--precision=", precision, "\n--recompute=", recompute,
+      "\n--loss_chunk_rows=", loss_chunk_rows, "\n--gpu_comm=", gpu_comm,
+      "\n--memory_budget_gb=", memory_budget_gb);
   if (!trace_dir.empty()) {
     absl::StrAppend(&out, "\n--trace_dir=", trace_dir,
                     "\n--trace_steps=", absl::StrJoin(trace_steps, ","));

@@ -63,6 +63,10 @@ struct TrainOptions {
   // and GELU inputs are recomputed, Megatron's selective recompute) or
   // "full" (each block is recomputed from its input).
   std::string recompute = "none";
+  // Rows of the LM head's logits formed at once (each chunk's logits are
+  // turned into their gradient before the next); 0: all rows of a
+  // microbatch.
+  int64_t loss_chunk_rows = 1024;
   // GPU collectives: "nccl" (one GPU per rank) or "host" (staged through
   // host memory over MPI, so several ranks may share one GPU).
   std::string gpu_comm = "nccl";

@@ -42,13 +42,16 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   block.recompute = ParseRecompute(options.recompute).value();
   block.defer_weight_grads = ParseScheduleKind(options.schedule).value() ==
                              ScheduleKind::kZeroBubbleH1;
+  block.loss_chunk_rows = options.loss_chunk_rows;
   for (const ChunkPlan& plan : plans) {
     chunks_.push_back(std::make_unique<GptChunk>(
         options.model, plan, tp, *groups.tp, params_, options.micro_batch_size,
         device, dtype, block));
   }
   // Each W call reports each group once: a parameter is final after m
-  // reports per group it appears in.
+  // reports per group it appears in. The head's wte gradient is added in F,
+  // which precedes its microbatch's W, so the last report still comes
+  // after every contribution.
   for (const auto& c : chunks_) {
     for (const auto& group : c->WeightGroups()) {
       for (Parameter* p : group) expected_[p] += options.microbatches();
@@ -149,11 +152,17 @@ Tensor StageModel::InputGradient(int v, int mb) {
 }
 
 void StageModel::Forward(int v, int mb) {
+  // The step's loss is the mean over its m microbatches.
+  RunForward(v, mb, 1.0 / static_cast<double>(microbatches_.size()));
+}
+
+void StageModel::RunForward(int v, int mb, double loss_scale) {
   GptChunk& c = chunk(v);
   const MicroBatch& data = microbatches_[mb];
   Tensor input = c.plan().has_embedding ? Tensor() : BufferFor(kInAct, v, mb);
   Tensor* output = c.plan().has_head ? nullptr : &BufferFor(kOutAct, v, mb);
-  const double loss = c.Forward(mb, data.tokens, input, data.targets, output);
+  const double loss =
+      c.Forward(mb, data.tokens, input, data.targets, loss_scale, output);
   if (c.plan().has_head) losses_[mb] = loss;
 }
 
@@ -161,8 +170,7 @@ void StageModel::BackwardInput(int v, int mb) {
   GptChunk& c = chunk(v);
   const Tensor dout = c.plan().has_head ? Tensor() : BufferFor(kOutGrad, v, mb);
   Tensor* din = c.plan().has_embedding ? nullptr : &BufferFor(kInGrad, v, mb);
-  c.BackwardInput(mb, dout, 1.0 / static_cast<double>(microbatches_.size()),
-                  din);
+  c.BackwardInput(mb, dout, din);
 }
 
 void StageModel::BackwardWeight(int v, int mb) {
@@ -203,7 +211,8 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
           pp.Recv(in, prev, kEvalActivationTag)->Wait();
         }
       }
-      Forward(v, kSlot);
+      // No loss scale: losses only, no gradient is touched.
+      RunForward(v, kSlot, 0.0);
       if (c.plan().has_head) {
         const Tensor& losses = c.TokenLosses(kSlot);
         Tensor host =

@@ -88,6 +88,9 @@ class StageModel : public PipelineStageCallbacks {
  private:
   enum Buffer { kInAct, kOutAct, kOutGrad, kInGrad, kNumBuffers };
   Tensor& BufferFor(Buffer kind, int vstage, int mb);
+  // Forward of (vstage, mb); on the last chunk `loss_scale` > 0 also forms
+  // the head's gradients (training), 0 only the losses (evaluation).
+  void RunForward(int vstage, int mb, double loss_scale);
   GptChunk& chunk(int vstage) { return *chunks_[vstage]; }
   int64_t num_chunks() const { return options_.pp * options_.virtual_stages; }
 

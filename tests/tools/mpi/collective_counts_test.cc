@@ -4,10 +4,13 @@
 // With N = micro_batch·T rows of C floats, m microbatches per step, L the
 // blocks on this rank, `first` / `last` whether it holds the model's first
 // or last chunk, one Trainer::Step issues:
-//   tp (tp > 1):  m·(4L + first + 3·last) + 1 all-reduces: 2 per block
-//                 forward and 2 backward, the embedding's forward, the head's
-//                 backward and the cross-entropy's max and sums (N and 2N
-//                 floats), and the gradient norm (one double);
+//   tp (tp > 1):  m·(4L + first + last + 2·K·last) + 1 all-reduces: 2 per
+//                 block forward and 2 backward, the embedding's forward, the
+//                 fused head's d(ln_f) (N·C floats, issued in forward), the
+//                 cross-entropy's max and sums (r and 2r floats) for each of
+//                 the K = ⌈N / R⌉ chunks of r ≤ R rows the head takes at once
+//                 (R = loss_chunk_rows; 3N floats in all), and the gradient
+//                 norm (one double);
 //   dp (dp > 1):  one all-reduce per gradient bucket, all the local gradient
 //                 bytes, and the loss average (one double);
 //   pp (pp > 1):  per chunk on this stage, m activation sends and gradient
@@ -18,6 +21,7 @@
 //   embed (pp > 1, first or last stage): one all-reduce of the local `wte`
 //                 gradient.
 // The world group carries nothing during a step.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -114,7 +118,11 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
   CommStats& tp = t.stats["tp"];
   if (o.tp > 1) {
     const int64_t big = m * (4 * plan.layers + plan.first + plan.last);
-    const int64_t stats = m * plan.last * 2;  // max (N) and sums (2N)
+    const int64_t r =
+        o.loss_chunk_rows == 0 ? n : std::min<int64_t>(o.loss_chunk_rows, n);
+    const int64_t chunks = (n + r - 1) / r;
+    // Per chunk: max (r) and sums (2r); the chunks' rows add up to N.
+    const int64_t stats = m * plan.last * 2 * chunks;
     Add(tp, CommOp::kAllReduce, big + stats + 1,
         kFloat * (big * nc + m * plan.last * 3 * n) + kDouble);
     t.volume["tp"] = {kFloat * big * nc,
@@ -254,27 +262,30 @@ TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
 struct CountCase {
   Layout layout;
   bool bucket_per_parameter = false;
+  int64_t loss_chunk_rows = 1024;  // N = 16 rows: 1024 means one chunk
 };
 
 TEST_F(CollectiveCountsTest, TrainingStepTrafficFollowsTheLayout) {
   const std::vector<CountCase> cases = {
       {{2, 2, 2, "1f1b"}, false},
-      {{2, 2, 2, "zb-h1"}, true},
+      {{2, 2, 2, "zb-h1"}, true, 5},  // head chunks of 5, 5, 5 and 1 rows
       {{2, 2, 2, "interleaved-1f1b", 2}, true},
-      {{1, 2, 2, "interleaved-1f1b", 2}, false},
+      {{1, 2, 2, "interleaved-1f1b", 2}, false, 8},
       {{2, 1, 2, "gpipe"}, true},
-      {{2, 2, 1}, true},
+      {{2, 2, 1}, true, 3},
       {{1, 1, 4, "1f1b"}, false},
   };
   std::vector<int> sizes;
   for (const CountCase& c : cases) sizes.push_back(c.layout.world());
   mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
     const CountCase& c = cases[job];
-    SCOPED_TRACE(c.layout.Name() + (c.bucket_per_parameter
-                                        ? ", a bucket per parameter"
-                                        : ", one bucket"));
+    SCOPED_TRACE(
+        c.layout.Name() +
+        (c.bucket_per_parameter ? ", a bucket per parameter" : ", one bucket") +
+        absl::StrCat(", head chunks of ", c.loss_chunk_rows));
     TrainOptions options = mpitest::TinyModelOptions(*data_);
     options.dp_bucket_mb = c.bucket_per_parameter ? 1e-9 : 25.0;
+    options.loss_chunk_rows = c.loss_chunk_rows;
     absl::StatusOr<mpitest::LayoutRun> run =
         mpitest::StartLayout(*runtime_, c.layout, options, comm);
     ASSERT_TRUE(run.ok()) << run.status();

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "framework/device_info.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
@@ -117,16 +118,20 @@ class LayoutEquivalenceTest : public ::testing::Test {
     return ref;
   }
 
-  // Runs every layout, as many side by side as the world holds.
-  static void RunAll(const std::vector<Layout>& layouts) {
+  // Runs every layout, as many side by side as the world holds, with the
+  // LM head taking `loss_chunk_rows` rows at a time (the reference uses the
+  // default, which covers a whole microbatch).
+  static void RunAll(const std::vector<Layout>& layouts,
+                     int64_t loss_chunk_rows = TrainOptions{}.loss_chunk_rows) {
     std::vector<int> sizes;
     for (const Layout& layout : layouts) sizes.push_back(layout.world());
     mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
-      CheckLayout(layouts[job], comm);
+      CheckLayout(layouts[job], loss_chunk_rows, comm);
     });
   }
 
-  static void CheckLayout(const Layout& layout, MPI_Comm comm);
+  static void CheckLayout(const Layout& layout, int64_t loss_chunk_rows,
+                          MPI_Comm comm);
   static void ExpectGradsMatch(const ParameterSet& params);
   static void ExpectEveryElementHeld(const ParameterSet& params,
                                      const Layout& layout, Communicator& world);
@@ -142,9 +147,13 @@ std::string* LayoutEquivalenceTest::dir_ = nullptr;
 TrainOptions* LayoutEquivalenceTest::options_ = nullptr;
 Reference* LayoutEquivalenceTest::reference_ = nullptr;
 
-void LayoutEquivalenceTest::CheckLayout(const Layout& layout, MPI_Comm comm) {
-  SCOPED_TRACE(layout.Name());
+void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
+                                        int64_t loss_chunk_rows,
+                                        MPI_Comm comm) {
+  SCOPED_TRACE(layout.Name() +
+               absl::StrCat(", head chunks of ", loss_chunk_rows, " rows"));
   TrainOptions options = *options_;
+  options.loss_chunk_rows = loss_chunk_rows;
   if (kOnGpu) {
     options.device = "cuda";
     options.gpu_comm = "host";  // The ranks share one GPU.
@@ -229,6 +238,13 @@ TEST_F(LayoutEquivalenceTest, OneAndTwoRankLayoutsMatchOneProcess) {
   layouts.push_back(L(1, 1, 2, "interleaved-1f1b", 2));
   layouts.push_back(L(1, 1, 2, "zb-h1"));
   RunAll(layouts);
+}
+
+TEST_F(LayoutEquivalenceTest, ChunkedHeadLayoutsMatchOneProcess) {
+  // N = 16 rows per microbatch in head chunks of 5, 5, 5 and 1, the
+  // vocabulary split over tp = 2 in two of them.
+  ASSERT_EQ(options_->micro_batch_size * options_->model.seq_len, 16);
+  RunAll({L(1, 1, 1), L(1, 2, 1), L(1, 2, 2, "zb-h1")}, 5);
 }
 
 TEST_F(LayoutEquivalenceTest, FourRankLayoutsMatchOneProcess) {

@@ -6,6 +6,7 @@
 // where the last shard holds 62 real rows of 65.
 #include "parallel/tensor_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -247,6 +248,30 @@ TEST_P(TensorParallelTest, VocabParallelHeadAndLossMatchTheWholeVocabulary) {
   EXPECT_EQ(AllReducesSince(tp(), before), tp_size_ > 1 ? 1 : 0);
   Tensor no_bias;
   MatmulBackwardWeight(dlogits, x, table.grad, no_bias, WeightLayout::kOutIn);
+  // Sharded in chunks of rows (7 and 5) through caller-owned statistics
+  // buffers, as the fused LM head runs it: the same losses and dlogits.
+  Tensor chunk_losses = Tensor::Empty({n}, DType::kF64);
+  Tensor chunk_dlogits = Tensor::Empty({n, shard.rows}, DType::kF64);
+  const int64_t rows = 7;
+  Tensor row_max_buffer = Tensor::Empty({rows}, DType::kF64);
+  Tensor sums_buffer = Tensor::Empty({2 * rows}, DType::kF64);
+  for (int64_t start = 0; start < n; start += rows) {
+    const int64_t r = std::min(rows, n - start);
+    VocabParallelLossState part{row_max_buffer.Narrow(0, r),
+                                sums_buffer.Narrow(0, 2 * r).View({2, r}),
+                                chunk_losses.Narrow(start, r)};
+    const Tensor chunk_logits = logits.Narrow(start, r);
+    const Tensor chunk_targets = targets.Narrow(start, r);
+    before = tp().stats();
+    VocabParallelCrossEntropyForward(tp(), chunk_logits, chunk_targets, shard,
+                                     part);
+    EXPECT_EQ(AllReducesSince(tp(), before), tp_size_ > 1 ? 2 : 0);
+    Tensor out = chunk_dlogits.Narrow(start, r);
+    VocabParallelCrossEntropyBackward(chunk_logits, chunk_targets, shard, part,
+                                      scale, out);
+  }
+  EXPECT_EQ(MaxRelativeDifference(chunk_losses, state.losses), 0.0);
+  EXPECT_EQ(MaxRelativeDifference(chunk_dlogits, dlogits), 0.0);
   // Whole.
   const Tensor whole = Whole({kVocab, c}, 3);
   Tensor L = Tensor::Empty({n, kVocab}, DType::kF64);
