@@ -17,12 +17,21 @@
 // Head widths are padded up to kD ∈ {32, 64, 128} (zeros beyond D), so that
 // per-thread rows live in registers; arithmetic is float32 for float32 and
 // bfloat16 inputs alike.
+//
+// These SIMT kernels run on the CUDA cores. bfloat16 calls that the
+// tensor-core kernels take (attention_mma.cu: head width 32, 64 or 128 on
+// compute capability 8.0 or newer) go there instead, unless the environment
+// sets TRELLIS_ATTENTION=simt, which keeps every call here so that the two
+// paths can be compared on one GPU. It is read on every call.
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
+#include "framework/cuda/attention_mma.cuh"
 #include "framework/cuda/device_common.cuh"
 
 namespace trellis {
@@ -279,11 +288,21 @@ void DispatchHeadDim(int64_t D, Fn&& fn) {
   }
 }
 
+// Whether TRELLIS_ATTENTION=simt keeps every call on the SIMT kernels.
+bool SimtForced() {
+  const char* value = std::getenv("TRELLIS_ATTENTION");
+  return value != nullptr && std::strcmp(value, "simt") == 0;
+}
+
 }  // namespace
 
 void AttentionForward(Elem t, const AttentionDims& d, const void* qkv,
                       void* out, float* lse) {
   if (d.B * d.H * d.T == 0) return;
+  if (!SimtForced() && MmaAttentionSupported(t, d, {qkv, out})) {
+    MmaAttentionForward(d, qkv, out, lse);
+    return;
+  }
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
     DispatchHeadDim(d.D, [&](auto width) {
@@ -300,6 +319,10 @@ void AttentionBackward(Elem t, const AttentionDims& d, const void* dout,
                        const void* qkv, const void* out, const float* lse,
                        void* dqkv) {
   if (d.B * d.H * d.T == 0) return;
+  if (!SimtForced() && MmaAttentionSupported(t, d, {dout, qkv, out, dqkv})) {
+    MmaAttentionBackward(d, dout, qkv, out, lse, dqkv);
+    return;
+  }
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
     DispatchHeadDim(d.D, [&](auto width) {

@@ -9,11 +9,28 @@
 //     bits; backward also reads the rounded output for dO·O);
 //   row log-sum-exps, in float32 for both: 1e-5 of max(1, |lse|) against a
 //     float64 reference on the same (rounded) inputs.
+//
+// bfloat16 calls with head width 32, 64 or 128 take the tensor-core path on
+// GPUs of compute capability 8.0 or newer; TRELLIS_ATTENTION=simt keeps them
+// on the float32 SIMT kernels. CudaAttentionMmaTest runs both on the same
+// inputs and compares each with the CPU and with each other. It checks the
+// gradients from zero, one third of dqkv (dQ, dK, dV) at a time, so that each
+// is measured against its own scale. Tolerances (max |a - b| / max |b|):
+//   output 1e-2 (P is rounded to bfloat16 before P·V, relative 2^-9, and
+//     the output to bfloat16);
+//   dQ, dK, dV 2e-2 each (P and dS rounded to bfloat16 before the products,
+//     dO·O read from the rounded output, gradients rounded to bfloat16);
+//   row log-sum-exps 1e-5 of max(1, |lse|) against the float64 reference
+//     and 2e-5 against the SIMT path (products of bfloat16 values are exact
+//     in float32; only the order of the sums differs).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
+#include "framework/cuda/attention_mma.cuh"
 #include "framework/kernels/attention.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -129,6 +146,156 @@ TEST_P(CudaAttentionTest, HeadWidthsAndRaggedTiles) {
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest,
                          ::testing::Values(DType::kF32, DType::kBF16),
                          cuda_test::DTypeParamName);
+
+// Sets TRELLIS_ATTENTION for a scope and restores what was there before.
+class ScopedAttentionPath {
+ public:
+  explicit ScopedAttentionPath(const char* value) {
+    const char* old = std::getenv(kName);
+    had_old_ = old != nullptr;
+    if (had_old_) old_ = old;
+    setenv(kName, value, 1);
+  }
+  ~ScopedAttentionPath() {
+    if (had_old_) {
+      setenv(kName, old_.c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  ScopedAttentionPath(const ScopedAttentionPath&) = delete;
+  ScopedAttentionPath& operator=(const ScopedAttentionPath&) = delete;
+
+ private:
+  static constexpr const char* kName = "TRELLIS_ATTENTION";
+  bool had_old_ = false;
+  std::string old_;
+};
+
+// max |a - b| / max |b| over columns [part·C, (part + 1)·C) of (B, T, 3C)
+// tensors (float32, CPU): part 0 is dQ, 1 dK, 2 dV.
+double ThirdError(const Tensor& a, const Tensor& b, int64_t C, int part) {
+  const float* x = a.data<float>();
+  const float* y = b.data<float>();
+  double diff = 0, scale = 1e-300;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (i % (3 * C) / C != part) continue;
+    diff = std::max(diff, std::abs(double{x[i]} - y[i]));
+    scale = std::max(scale, std::abs(double{y[i]}));
+  }
+  return diff / scale;
+}
+
+// One path's results on the device: output, row log-sum-exps, and the
+// gradient from zero.
+struct PathResult {
+  Tensor out, lse, dqkv;
+};
+
+class CudaAttentionMmaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device (the bfloat16 tensor-core attention "
+                      "tests need a GPU of compute capability 8.0 or newer)";
+    }
+    const cuda_launch::AttentionDims dims{1, 128, 2, 64};
+    if (!cuda_launch::MmaAttentionSupported(cuda_launch::Elem::kBF16, dims,
+                                            {})) {
+      GTEST_SKIP() << "no tensor-core attention here: it needs a GPU of "
+                      "compute capability 8.0 or newer and a build for "
+                      "CUDA architectures 80 or newer "
+                      "(-DCMAKE_CUDA_ARCHITECTURES=90 on an H100)";
+    }
+  }
+
+  // Forward and backward (onto a zero dqkv) under TRELLIS_ATTENTION=path.
+  static PathResult Run(const char* path, const Case& c, const Tensor& qkv,
+                        const Tensor& dout) {
+    ScopedAttentionPath scoped(path);
+    const int64_t C = c.H * c.D;
+    PathResult r;
+    const Tensor d_qkv = ToDevice(qkv, DType::kBF16);
+    r.out = Tensor::Empty({c.B, c.T, C}, DType::kBF16, Gpu());
+    r.lse = Tensor::Empty({c.B, c.H, c.T}, DType::kF32, Gpu());
+    AttentionForward(d_qkv, c.H, r.out, r.lse);
+    r.dqkv = Tensor::Zeros(qkv.shape(), DType::kBF16, Gpu());
+    AttentionBackward(ToDevice(dout, DType::kBF16), d_qkv, r.out, r.lse, c.H,
+                      r.dqkv);
+    return r;
+  }
+
+  void Check(const Case& c) {
+    SCOPED_TRACE(testing::Message() << "B=" << c.B << " T=" << c.T
+                                    << " H=" << c.H << " D=" << c.D);
+    const int64_t C = c.H * c.D;
+    const Tensor qkv =
+        Rounded(Random({c.B, c.T, 3 * C}, 11, -2, 2), DType::kBF16);
+    const Tensor dout = Rounded(Random({c.B, c.T, C}, 12), DType::kBF16);
+    Tensor out = Tensor::Empty({c.B, c.T, C}, DType::kF32);
+    Tensor probs = Tensor::Empty(
+        AttentionSavedShape(Device::Cpu(), c.B, c.T, c.H), DType::kF32);
+    AttentionForward(qkv, c.H, out, probs);
+    Tensor dqkv = Tensor::Zeros(qkv.shape(), DType::kF32);
+    AttentionBackward(dout, qkv, out, probs, c.H, dqkv);
+
+    const PathResult mma = Run("auto", c, qkv, dout);
+    const PathResult simt = Run("simt", c, qkv, dout);
+    const Tensor mma_out = ToHost(mma.out), simt_out = ToHost(simt.out);
+    const Tensor mma_lse = ToHost(mma.lse), simt_lse = ToHost(simt.lse);
+    const Tensor mma_dqkv = ToHost(mma.dqkv), simt_dqkv = ToHost(simt.dqkv);
+
+    // The switch took effect: the paths round differently, so some output
+    // element differs.
+    int64_t differing = 0;
+    for (int64_t i = 0; i < mma_out.numel(); ++i) {
+      differing += mma_out.data<float>()[i] != simt_out.data<float>()[i];
+    }
+    if (c.T > 1) {
+      EXPECT_GT(differing, 0) << "both runs took the same path";
+    }
+
+    EXPECT_LE(kernel_test::RelError(mma_out, out), 1e-2) << "out vs CPU";
+    EXPECT_LE(kernel_test::RelError(mma_out, simt_out), 1e-2) << "out vs SIMT";
+    const char* names[] = {"dQ", "dK", "dV"};
+    for (int part = 0; part < 3; ++part) {
+      EXPECT_LE(ThirdError(mma_dqkv, dqkv, C, part), 2e-2)
+          << names[part] << " vs CPU";
+      EXPECT_LE(ThirdError(mma_dqkv, simt_dqkv, C, part), 2e-2)
+          << names[part] << " vs SIMT";
+    }
+    for (int64_t i = 0; i < mma_lse.numel(); ++i) {
+      const double expected = simt_lse.data<float>()[i];
+      ASSERT_NEAR(mma_lse.data<float>()[i], expected,
+                  2e-5 * std::max(1.0, std::abs(expected)))
+          << "lse " << i << " vs SIMT";
+    }
+    for (int64_t b = 0; b < c.B; ++b) {
+      for (int64_t h = 0; h < c.H; ++h) {
+        for (int64_t t = 0; t < c.T; t += std::max<int64_t>(1, c.T / 29)) {
+          const double expected = ReferenceLse(qkv, c, b, h, t);
+          EXPECT_NEAR(mma_lse.data<float>()[(b * c.H + h) * c.T + t], expected,
+                      1e-5 * std::max(1.0, std::abs(expected)))
+              << "row " << t << " of head " << h;
+        }
+      }
+    }
+  }
+};
+
+TEST_F(CudaAttentionMmaTest, AgreesWithCpuAndSimt) {
+  Check({2, 128, 3, 64});   // batch and head offsets
+  Check({1, 1000, 2, 64});  // T not a multiple of the 64-row tile
+  Check({1, 1024, 2, 64});
+  Check({1, 2048, 2, 64});
+}
+
+TEST_F(CudaAttentionMmaTest, OtherHeadWidthsAndShortSequences) {
+  Check({1, 1000, 2, 128});
+  Check({2, 77, 3, 32});
+  Check({2, 1, 2, 64});   // one token: the output is v
+  Check({1, 65, 1, 64});  // one row past a tile
+}
 
 }  // namespace
 }  // namespace trellis

@@ -1,0 +1,625 @@
+// Causal attention on tensor cores (bfloat16 inputs, float32 accumulation),
+// FlashAttention-2 style: no T×T matrix is stored, the row log-sum-exps are
+// saved and backward recomputes the probabilities from them.
+//
+// Tiles: a block of kWarps = 4 warps takes kTile = 64 rows (query rows in
+// forward and dQ, key rows in dK/dV) of one (batch, head); each warp owns 16
+// of them, so everything but the shared K/V (or Q/dO) tiles is private to a
+// warp and needs only __syncwarp. Products run as 16×16×16 nvcuda::wmma
+// bfloat16 fragments with float accumulators; the softmax and every row
+// statistic are float32. Operands staged in shared memory:
+//
+// Forward, per 64-row query tile, over key tiles up to the diagonal:
+//   S = Q·Kᵀ (float, shared) → scale, causal mask, online softmax (running
+//   max m, running sum l of the float32 probabilities) → P rounded to bf16 →
+//   O (float, shared) = O·exp(m_old - m_new) + P·V; at the end O/l goes out
+//   as bf16 and lse = m + log(l).
+// Backward, no atomics (bitwise reproducible), three kernels:
+//   Di = dO_i · O_i per row (float32);
+//   per 64-key tile, over query tiles from the diagonal: recompute Sᵀ = K·Qᵀ
+//   and dPᵀ = V·dOᵀ, P = exp(scale·S - lse), dS = P ⊙ (dP - Di), then
+//   dV += Pᵀ·dO and dK += dSᵀ·Q (P and dS rounded to bf16);
+//   per 64-query tile, over key tiles up to the diagonal: recompute S and
+//   dP, then dQ += dS·K.
+// dQ and dK take the factor scale at the end. Gradients are added onto dqkv.
+//
+// Rounding, against the SIMT kernels (float32 throughout): P is rounded to
+// bf16 before P·V and P, dS before the backward products (relative 2^-9
+// each); S, dP, O and the gradients accumulate in float32.
+//
+// Causality: a query tile's first key tile starts at key 0, which every row
+// sees, so the running max is finite after it; still, a row whose max is
+// -inf would use 0 as its reference so that nothing becomes NaN. Rows and
+// keys at or past T are loaded as zeros and masked out, and nothing is
+// written for them.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math_constants.h>
+#include <mma.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "framework/cuda/attention_mma.cuh"
+#include "framework/cuda/cuda_check.h"
+#include "framework/cuda/device_common.cuh"
+
+// wmma's bfloat16 fragments exist from sm_80 on; device code for older
+// architectures traps instead (the host never launches it there, see
+// MmaAttentionSupported).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define TRELLIS_ATTENTION_MMA 1
+#else
+#define TRELLIS_ATTENTION_MMA 0
+#endif
+
+namespace trellis {
+namespace cuda_launch {
+namespace {
+
+constexpr int kTile = 64;  // rows per block, and keys (queries) per tile
+constexpr int kWarps = 4;  // each owns kRowsPerWarp of the block's rows
+constexpr int kThreads = 32 * kWarps;
+constexpr int kFrag = 16;  // wmma fragment edge
+constexpr int kRowsPerWarp = kTile / kWarps;
+static_assert(kRowsPerWarp == kFrag, "a warp owns one fragment row");
+// The softmax and the write-backs give each lane half a row: lane 2r + half
+// takes row r, columns half, half + 2, half + 4, ...
+static_assert(kRowsPerWarp * 2 == 32, "two lanes per row");
+
+// Row strides of shared tiles, in elements. wmma needs strides that are
+// multiples of 8 (bf16) or 4 (float) elements and fragment pointers that are
+// 32-byte aligned: fragments start at multiples of 16 rows and 16 columns,
+// and every region starts at a multiple of 128 bytes. The padding beyond the
+// row's width shifts consecutive rows across shared-memory banks.
+template <int kD>
+struct Strides {
+  static constexpr int kHalf = kD + 8;      // bf16 (kTile, kD): Q, K, V, dO
+  static constexpr int kProb = kTile + 8;   // bf16 (rows, kTile): P, dS
+  static constexpr int kScore = kTile + 4;  // float (rows, kTile): S, dP
+  static constexpr int kAcc = kD + 4;       // float (rows, kD): O, dQ, dK, dV
+  static_assert(kHalf % 8 == 0 && kProb % 8 == 0, "bf16 wmma stride");
+  static_assert(kScore % 4 == 0 && kAcc % 4 == 0, "float wmma stride");
+  static_assert(kHalf * 2 % 16 == 0, "16-byte tile loads");
+};
+
+constexpr int RoundUp128(int bytes) { return (bytes + 127) / 128 * 128; }
+constexpr int MaxOf(int a, int b) { return a > b ? a : b; }
+
+template <int kD>
+struct Bytes {
+  using S = Strides<kD>;
+  static constexpr int kHalfTile = RoundUp128(kTile * S::kHalf * 2);
+  static constexpr int kProbTile = RoundUp128(kTile * S::kProb * 2);
+  static constexpr int kScoreTile = RoundUp128(kTile * S::kScore * 4);
+  static constexpr int kAccTile = RoundUp128(kTile * S::kAcc * 4);
+  static constexpr int kRowVector = RoundUp128(kTile * 4);
+  // Forward: Q, K, V, S, P, O.
+  static constexpr int kForward =
+      3 * kHalfTile + kScoreTile + kProbTile + kAccTile;
+  // dK/dV: K, V, then Q and dO (whose space holds the float dK/dV on the way
+  // out), Sᵀ, dPᵀ, Pᵀ, dSᵀ, and lse, Di of the query tile.
+  static constexpr int kQueryPair = MaxOf(2 * kHalfTile, kAccTile);
+  static constexpr int kKeyValue = 2 * kHalfTile + kQueryPair + 2 * kScoreTile +
+                                   2 * kProbTile + 2 * kRowVector;
+  // dQ: Q and dO (whose space holds the float dQ on the way out), K, V, S,
+  // dP, dS.
+  static constexpr int kQuery =
+      kQueryPair + 2 * kHalfTile + 2 * kScoreTile + kProbTile;
+  static constexpr int kMax = MaxOf(kForward, MaxOf(kKeyValue, kQuery));
+};
+
+// Hands out consecutive 128-byte aligned regions of dynamic shared memory.
+class SharedCarver {
+ public:
+  __device__ explicit SharedCarver(unsigned char* base) : at_(base) {}
+  template <typename T>
+  __device__ T* Take(int bytes) {
+    T* region = reinterpret_cast<T*>(at_);
+    at_ += bytes;
+    return region;
+  }
+
+ private:
+  unsigned char* at_;
+};
+
+// Where (batch b, head h)'s rows live: Q row t at q + t·qkv_stride, K and V
+// C and 2C further; out/dout row t at o + t·C; lse and Di at (b·H + h)·T + t.
+struct Head {
+  int64_t T, C, qkv_stride;
+  int64_t q, o, stat;  // element offsets of row 0
+  __device__ Head(const AttentionDims& d, int64_t b, int64_t h)
+      : T(d.T),
+        C(d.H * d.D),
+        qkv_stride(3 * d.H * d.D),
+        q(b * d.T * 3 * d.H * d.D + h * d.D),
+        o(b * d.T * d.H * d.D + h * d.D),
+        stat((b * d.H + h) * d.T) {}
+};
+
+// Copies rows [row0, row0 + kTile) × kD columns of a row-major bf16 matrix
+// with row stride `stride` into a shared tile of row stride Strides::kHalf,
+// 16 bytes at a time; rows at or past `rows` become zeros (so masked
+// products never meet stale or non-finite values). Called by every thread.
+template <int kD>
+__device__ void LoadTile(const bf16* src, int64_t stride, int64_t row0,
+                         int64_t rows, bf16* dst) {
+  constexpr int kChunks = kD / 8;  // 16-byte chunks per row
+  for (int idx = threadIdx.x; idx < kTile * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks * 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (row0 + r < rows) {
+      v = *reinterpret_cast<const uint4*>(src + (row0 + r) * stride + c);
+    }
+    *reinterpret_cast<uint4*>(dst + r * Strides<kD>::kHalf + c) = v;
+  }
+}
+
+#if TRELLIS_ATTENTION_MMA
+namespace wmma = nvcuda::wmma;
+using FragA =
+    wmma::fragment<wmma::matrix_a, kFrag, kFrag, kFrag, bf16, wmma::row_major>;
+using FragBRow =
+    wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, bf16, wmma::row_major>;
+using FragBCol =
+    wmma::fragment<wmma::matrix_b, kFrag, kFrag, kFrag, bf16, wmma::col_major>;
+using FragAcc = wmma::fragment<wmma::accumulator, kFrag, kFrag, kFrag, float>;
+
+// One warp: out (16, kTile) = a (16, kD) · bᵀ, with b (kTile, kD); a and b
+// bf16 row-major (strides lda, ldb), out float row-major (stride ldo).
+// Element (k, n) of a column-major 16×16 piece of bᵀ at b + n0·ldb + k0 is
+// b[n0 + n][k0 + k], which is what the col_major fragment reads.
+template <int kD>
+__device__ void WarpProductTransposed(const bf16* a, int lda, const bf16* b,
+                                      int ldb, float* out, int ldo) {
+#pragma unroll
+  for (int n = 0; n < kTile / kFrag; ++n) {
+    FragAcc acc;
+    wmma::fill_fragment(acc, 0.f);
+#pragma unroll
+    for (int k = 0; k < kD / kFrag; ++k) {
+      FragA fa;
+      FragBCol fb;
+      wmma::load_matrix_sync(fa, a + k * kFrag, lda);
+      wmma::load_matrix_sync(fb, b + n * kFrag * ldb + k * kFrag, ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(out + n * kFrag, acc, ldo, wmma::mem_row_major);
+  }
+}
+
+// One warp: acc (16, kD) += a (16, kTile) · b (kTile, kD); a and b bf16
+// row-major (strides lda, ldb); acc[n] holds columns [16n, 16n + 16).
+template <int kD>
+__device__ void WarpProductAccumulate(const bf16* a, int lda, const bf16* b,
+                                      int ldb, FragAcc (&acc)[kD / kFrag]) {
+#pragma unroll
+  for (int k = 0; k < kTile / kFrag; ++k) {
+    FragA fa;
+    wmma::load_matrix_sync(fa, a + k * kFrag, lda);
+#pragma unroll
+    for (int n = 0; n < kD / kFrag; ++n) {
+      FragBRow fb;
+      wmma::load_matrix_sync(fb, b + k * kFrag * ldb + n * kFrag, ldb);
+      wmma::mma_sync(acc[n], fa, fb, acc[n]);
+    }
+  }
+}
+
+// One warp adds `factor` times its accumulators (16 rows, kD columns) onto
+// bf16 rows `row0 + r` of dst (row stride `stride`) for rows below `rows`,
+// staging them through `stage` (float, 16 × Strides::kAcc, the warp's own).
+template <int kD>
+__device__ void WarpAddRows(const FragAcc (&acc)[kD / kFrag], float factor,
+                            float* stage, bf16* dst, int64_t stride,
+                            int64_t row0, int64_t rows) {
+  constexpr int kAcc = Strides<kD>::kAcc;
+  const int lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+#pragma unroll
+  for (int n = 0; n < kD / kFrag; ++n) {
+    wmma::store_matrix_sync(stage + n * kFrag, acc[n], kAcc,
+                            wmma::mem_row_major);
+  }
+  __syncwarp();
+  if (row0 + r < rows) {
+    bf16* row = dst + (row0 + r) * stride;
+#pragma unroll 4
+    for (int c = half; c < kD; c += 2) {
+      row[c] = FromFloat<bf16>(ToFloat(row[c]) + factor * stage[r * kAcc + c]);
+    }
+  }
+  __syncwarp();  // `stage` is free again
+}
+
+// Tiles in reverse: causal tiles further down have more keys, so the longest
+// blocks start first and the short ones fill the tail.
+__device__ int64_t ReversedTile() { return gridDim.x - 1 - blockIdx.x; }
+#endif  // TRELLIS_ATTENTION_MMA
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    MmaForwardKernel(AttentionDims d, float scale, const bf16* qkv, bf16* out,
+                     float* lse) {
+#if TRELLIS_ATTENTION_MMA
+  using S = Strides<kD>;
+  using B = Bytes<kD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  SharedCarver carve(smem);
+  bf16* qs = carve.Take<bf16>(B::kHalfTile);
+  bf16* ks = carve.Take<bf16>(B::kHalfTile);
+  bf16* vs = carve.Take<bf16>(B::kHalfTile);
+  float* ss = carve.Take<float>(B::kScoreTile);
+  bf16* ps = carve.Take<bf16>(B::kProbTile);
+  float* os = carve.Take<float>(B::kAccTile);
+
+  const Head hd(d, blockIdx.y / d.H, blockIdx.y % d.H);
+  const int64_t row0 = ReversedTile() * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 2, half = lane % 2;
+  const int wrow = warp * kRowsPerWarp;  // the warp's first row in the tile
+  const int64_t t = row0 + wrow + r;     // this lane's query row
+  // The warp's slices of the per-row regions.
+  float* s_w = ss + wrow * S::kScore;
+  bf16* p_w = ps + wrow * S::kProb;
+  float* o_w = os + wrow * S::kAcc;
+
+  LoadTile<kD>(qkv + hd.q, hd.qkv_stride, row0, hd.T, qs);
+  for (int c = half; c < kD; c += 2) o_w[r * S::kAcc + c] = 0.f;
+  float m = -CUDART_INF_F, l = 0.f;
+  // Key tiles 0 .. row0: the last is the diagonal tile (row0 < T).
+  for (int64_t j0 = 0; j0 <= row0; j0 += kTile) {
+    __syncthreads();  // every warp is done with the previous K, V
+    LoadTile<kD>(qkv + hd.q + hd.C, hd.qkv_stride, j0, hd.T, ks);
+    LoadTile<kD>(qkv + hd.q + 2 * hd.C, hd.qkv_stride, j0, hd.T, vs);
+    __syncthreads();
+    WarpProductTransposed<kD>(qs + wrow * S::kHalf, S::kHalf, ks, S::kHalf, s_w,
+                              S::kScore);
+    __syncwarp();
+
+    // Online softmax of row t over this tile's visible keys j <= t, j < T.
+    float sv[kTile / 2];
+    float tile_max = -CUDART_INF_F;
+#pragma unroll
+    for (int i = 0; i < kTile / 2; ++i) {
+      const int c = 2 * i + half;
+      const int64_t j = j0 + c;
+      sv[i] =
+          j <= t && j < hd.T ? s_w[r * S::kScore + c] * scale : -CUDART_INF_F;
+      tile_max = fmaxf(tile_max, sv[i]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    const float m_new = fmaxf(m, tile_max);
+    const float ref = m_new == -CUDART_INF_F ? 0.f : m_new;
+    const float correction = expf(m - ref);  // 0 while m is -inf
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kTile / 2; ++i) {
+      const float p = expf(sv[i] - ref);
+      p_w[r * S::kProb + 2 * i + half] = FromFloat<bf16>(p);
+      sum += p;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    l = l * correction + sum;
+    m = m_new;
+    for (int c = half; c < kD; c += 2) o_w[r * S::kAcc + c] *= correction;
+    __syncwarp();
+
+    // O += P·V, with O round-tripping through shared memory so that the
+    // rescale above can address its rows.
+    FragAcc acc[kD / kFrag];
+#pragma unroll
+    for (int n = 0; n < kD / kFrag; ++n) {
+      wmma::load_matrix_sync(acc[n], o_w + n * kFrag, S::kAcc,
+                             wmma::mem_row_major);
+    }
+    WarpProductAccumulate<kD>(p_w, S::kProb, vs, S::kHalf, acc);
+#pragma unroll
+    for (int n = 0; n < kD / kFrag; ++n) {
+      wmma::store_matrix_sync(o_w + n * kFrag, acc[n], S::kAcc,
+                              wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+
+  if (t < hd.T) {
+    const float inv_l = 1.f / l;
+    bf16* o_row = out + hd.o + t * hd.C;
+    for (int c = half; c < kD; c += 2) {
+      o_row[c] = FromFloat<bf16>(o_w[r * S::kAcc + c] * inv_l);
+    }
+    if (half == 0) lse[hd.stat + t] = m + logf(l);
+  }
+#else
+  __trap();
+#endif
+}
+
+// di (B, H, T) = Σ_d dout·out per row, one warp per (b, t, h) row; row
+// (b·T + t)·H + h starts at element row·D of out and dout.
+__global__ void RowDotKernel(AttentionDims d, const bf16* dout, const bf16* out,
+                             float* di) {
+  const int64_t rows = d.B * d.T * d.H;
+  const int64_t warps = int64_t{gridDim.x} * blockDim.x / 32;
+  const int lane = threadIdx.x % 32;
+  for (int64_t row = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32;
+       row < rows; row += warps) {
+    float sum = 0.f;
+    for (int64_t c = lane; c < d.D; c += 32) {
+      sum += ToFloat(dout[row * d.D + c]) * ToFloat(out[row * d.D + c]);
+    }
+    sum = WarpSum(sum);
+    if (lane == 0) {
+      const int64_t h = row % d.H, bt = row / d.H;
+      const int64_t b = bt / d.T, t = bt % d.T;
+      di[(b * d.H + h) * d.T + t] = sum;
+    }
+  }
+}
+
+// dK, dV of one 64-key tile, over the query tiles from the diagonal on.
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    MmaBackwardKeyKernel(AttentionDims d, float scale, const bf16* dout,
+                         const bf16* qkv, const float* lse, const float* di,
+                         bf16* dqkv) {
+#if TRELLIS_ATTENTION_MMA
+  using S = Strides<kD>;
+  using B = Bytes<kD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  SharedCarver carve(smem);
+  bf16* ks = carve.Take<bf16>(B::kHalfTile);
+  bf16* vs = carve.Take<bf16>(B::kHalfTile);
+  unsigned char* pair = carve.Take<unsigned char>(B::kQueryPair);
+  bf16* qs = reinterpret_cast<bf16*>(pair);
+  bf16* gs = reinterpret_cast<bf16*>(pair + B::kHalfTile);
+  float* stage = reinterpret_cast<float*>(pair);  // after the loop only
+  float* sts = carve.Take<float>(B::kScoreTile);
+  float* dpts = carve.Take<float>(B::kScoreTile);
+  bf16* pts = carve.Take<bf16>(B::kProbTile);
+  bf16* dsts = carve.Take<bf16>(B::kProbTile);
+  float* lse_s = carve.Take<float>(B::kRowVector);
+  float* di_s = carve.Take<float>(B::kRowVector);
+
+  const Head hd(d, blockIdx.y / d.H, blockIdx.y % d.H);
+  // Blocks in order: the first key tiles see the most queries.
+  const int64_t key0 = blockIdx.x * int64_t{kTile};
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 2, half = lane % 2;
+  const int wrow = warp * kRowsPerWarp;
+  const int64_t j = key0 + wrow + r;  // this lane's key row
+  float* st_w = sts + wrow * S::kScore;
+  float* dpt_w = dpts + wrow * S::kScore;
+  bf16* pt_w = pts + wrow * S::kProb;
+  bf16* dst_w = dsts + wrow * S::kProb;
+
+  LoadTile<kD>(qkv + hd.q + hd.C, hd.qkv_stride, key0, hd.T, ks);
+  LoadTile<kD>(qkv + hd.q + 2 * hd.C, hd.qkv_stride, key0, hd.T, vs);
+  FragAcc dk[kD / kFrag], dv[kD / kFrag];
+#pragma unroll
+  for (int n = 0; n < kD / kFrag; ++n) {
+    wmma::fill_fragment(dk[n], 0.f);
+    wmma::fill_fragment(dv[n], 0.f);
+  }
+  for (int64_t i0 = key0; i0 < hd.T; i0 += kTile) {
+    __syncthreads();  // every warp is done with the previous Q, dO
+    LoadTile<kD>(qkv + hd.q, hd.qkv_stride, i0, hd.T, qs);
+    LoadTile<kD>(dout + hd.o, hd.C, i0, hd.T, gs);
+    if (threadIdx.x < kTile) {
+      const int64_t i = i0 + threadIdx.x;
+      lse_s[threadIdx.x] = i < hd.T ? lse[hd.stat + i] : 0.f;
+      di_s[threadIdx.x] = i < hd.T ? di[hd.stat + i] : 0.f;
+    }
+    __syncthreads();
+    // Sᵀ (16 keys, kTile queries) = K_w·Qᵀ; dPᵀ = V_w·dOᵀ.
+    WarpProductTransposed<kD>(ks + wrow * S::kHalf, S::kHalf, qs, S::kHalf,
+                              st_w, S::kScore);
+    WarpProductTransposed<kD>(vs + wrow * S::kHalf, S::kHalf, gs, S::kHalf,
+                              dpt_w, S::kScore);
+    __syncwarp();
+    // Query i sees key j when j <= i; both must be real rows.
+#pragma unroll 4
+    for (int c = half; c < kTile; c += 2) {
+      const int64_t i = i0 + c;
+      const bool visible = j <= i && i < hd.T && j < hd.T;
+      const float p =
+          visible ? expf(st_w[r * S::kScore + c] * scale - lse_s[c]) : 0.f;
+      const float ds = visible ? p * (dpt_w[r * S::kScore + c] - di_s[c]) : 0.f;
+      pt_w[r * S::kProb + c] = FromFloat<bf16>(p);
+      dst_w[r * S::kProb + c] = FromFloat<bf16>(ds);
+    }
+    __syncwarp();
+    WarpProductAccumulate<kD>(pt_w, S::kProb, gs, S::kHalf, dv);
+    WarpProductAccumulate<kD>(dst_w, S::kProb, qs, S::kHalf, dk);
+  }
+  __syncthreads();  // every warp is done with Q, dO, whose space `stage` takes
+  bf16* dk_rows = dqkv + hd.q + hd.C;
+  float* stage_w = stage + wrow * S::kAcc;
+  WarpAddRows<kD>(dk, scale, stage_w, dk_rows, hd.qkv_stride, key0 + wrow,
+                  hd.T);
+  WarpAddRows<kD>(dv, 1.f, stage_w, dk_rows + hd.C, hd.qkv_stride, key0 + wrow,
+                  hd.T);
+#else
+  __trap();
+#endif
+}
+
+// dQ of one 64-query tile, over the key tiles up to the diagonal.
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    MmaBackwardQueryKernel(AttentionDims d, float scale, const bf16* dout,
+                           const bf16* qkv, const float* lse, const float* di,
+                           bf16* dqkv) {
+#if TRELLIS_ATTENTION_MMA
+  using S = Strides<kD>;
+  using B = Bytes<kD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  SharedCarver carve(smem);
+  unsigned char* pair = carve.Take<unsigned char>(B::kQueryPair);
+  bf16* qs = reinterpret_cast<bf16*>(pair);
+  bf16* gs = reinterpret_cast<bf16*>(pair + B::kHalfTile);
+  float* stage = reinterpret_cast<float*>(pair);  // after the loop only
+  bf16* ks = carve.Take<bf16>(B::kHalfTile);
+  bf16* vs = carve.Take<bf16>(B::kHalfTile);
+  float* ss = carve.Take<float>(B::kScoreTile);
+  float* dps = carve.Take<float>(B::kScoreTile);
+  bf16* dss = carve.Take<bf16>(B::kProbTile);
+
+  const Head hd(d, blockIdx.y / d.H, blockIdx.y % d.H);
+  const int64_t row0 = ReversedTile() * kTile;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = lane / 2, half = lane % 2;
+  const int wrow = warp * kRowsPerWarp;
+  const int64_t t = row0 + wrow + r;  // this lane's query row
+  float* s_w = ss + wrow * S::kScore;
+  float* dp_w = dps + wrow * S::kScore;
+  bf16* ds_w = dss + wrow * S::kProb;
+  const float row_lse = t < hd.T ? lse[hd.stat + t] : 0.f;
+  const float row_di = t < hd.T ? di[hd.stat + t] : 0.f;
+
+  LoadTile<kD>(qkv + hd.q, hd.qkv_stride, row0, hd.T, qs);
+  LoadTile<kD>(dout + hd.o, hd.C, row0, hd.T, gs);
+  FragAcc dq[kD / kFrag];
+#pragma unroll
+  for (int n = 0; n < kD / kFrag; ++n) wmma::fill_fragment(dq[n], 0.f);
+  for (int64_t j0 = 0; j0 <= row0; j0 += kTile) {
+    __syncthreads();  // every warp is done with the previous K, V
+    LoadTile<kD>(qkv + hd.q + hd.C, hd.qkv_stride, j0, hd.T, ks);
+    LoadTile<kD>(qkv + hd.q + 2 * hd.C, hd.qkv_stride, j0, hd.T, vs);
+    __syncthreads();
+    // S (16 queries, kTile keys) = Q_w·Kᵀ; dP = dO_w·Vᵀ.
+    WarpProductTransposed<kD>(qs + wrow * S::kHalf, S::kHalf, ks, S::kHalf, s_w,
+                              S::kScore);
+    WarpProductTransposed<kD>(gs + wrow * S::kHalf, S::kHalf, vs, S::kHalf,
+                              dp_w, S::kScore);
+    __syncwarp();
+#pragma unroll 4
+    for (int c = half; c < kTile; c += 2) {
+      const int64_t j = j0 + c;
+      const bool visible = j <= t && j < hd.T && t < hd.T;
+      const float p =
+          visible ? expf(s_w[r * S::kScore + c] * scale - row_lse) : 0.f;
+      const float ds = visible ? p * (dp_w[r * S::kScore + c] - row_di) : 0.f;
+      ds_w[r * S::kProb + c] = FromFloat<bf16>(ds);
+    }
+    __syncwarp();
+    WarpProductAccumulate<kD>(ds_w, S::kProb, ks, S::kHalf, dq);
+  }
+  __syncthreads();  // every warp is done with Q, dO, whose space `stage` takes
+  WarpAddRows<kD>(dq, scale, stage + wrow * S::kAcc, dqkv + hd.q, hd.qkv_stride,
+                  row0 + wrow, hd.T);
+#else
+  __trap();
+#endif
+}
+
+float Scale(const AttentionDims& d) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.D)));
+}
+
+dim3 TileGrid(const AttentionDims& d) {
+  return dim3(static_cast<unsigned>((d.T + kTile - 1) / kTile),
+              static_cast<unsigned>(d.B * d.H));
+}
+
+// Launches kernel with `bytes` of dynamic shared memory (above the default
+// 48 KiB only after opting in).
+template <typename Kernel, typename... Args>
+void LaunchTiles(Kernel kernel, int bytes, const AttentionDims& d,
+                 Args... args) {
+  TRELLIS_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  kernel<<<TileGrid(d), kThreads, bytes>>>(args...);
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+// Calls fn(std::integral_constant<int, kD>{}) for D ∈ {32, 64, 128}.
+template <typename Fn>
+void DispatchMmaHeadDim(int64_t D, Fn&& fn) {
+  if (D == 32) {
+    fn(std::integral_constant<int, 32>{});
+  } else if (D == 64) {
+    fn(std::integral_constant<int, 64>{});
+  } else {
+    fn(std::integral_constant<int, 128>{});
+  }
+}
+
+// Whether the code this device runs for `kernel` was compiled for
+// compute_80 or newer, i.e. holds the tensor-core body rather than the trap:
+// a build for older architectures only (CMAKE_CUDA_ARCHITECTURES=75, say)
+// runs that PTX, JIT-compiled, on newer devices too. A kernel without code
+// for this device counts as false (the error is cleared so that the next
+// launch check does not report it).
+template <typename Kernel>
+bool HasMmaCode(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.ptxVersion >= 80;
+}
+
+}  // namespace
+
+bool MmaAttentionSupported(Elem t, const AttentionDims& d,
+                           std::initializer_list<const void*> pointers) {
+  if (t != Elem::kBF16) return false;
+  if (d.D != 32 && d.D != 64 && d.D != 128) return false;
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  int device = 0, major = 0, shared = 0;
+  TRELLIS_CUDA_CHECK(cudaGetDevice(&device));
+  TRELLIS_CUDA_CHECK(cudaDeviceGetAttribute(
+      &major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major < 8) return false;
+  TRELLIS_CUDA_CHECK(cudaDeviceGetAttribute(
+      &shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  int needed = 0;
+  bool compiled = true;
+  DispatchMmaHeadDim(d.D, [&](auto width) {
+    constexpr int kD = decltype(width)::value;
+    needed = Bytes<kD>::kMax;
+    compiled = HasMmaCode(MmaForwardKernel<kD>) &&
+               HasMmaCode(MmaBackwardKeyKernel<kD>) &&
+               HasMmaCode(MmaBackwardQueryKernel<kD>);
+  });
+  return compiled && shared >= needed;
+}
+
+void MmaAttentionForward(const AttentionDims& d, const void* qkv, void* out,
+                         float* lse) {
+  if (d.B * d.H * d.T == 0) return;
+  DispatchMmaHeadDim(d.D, [&](auto width) {
+    constexpr int kD = decltype(width)::value;
+    LaunchTiles(MmaForwardKernel<kD>, Bytes<kD>::kForward, d, d, Scale(d),
+                static_cast<const bf16*>(qkv), static_cast<bf16*>(out), lse);
+  });
+}
+
+void MmaAttentionBackward(const AttentionDims& d, const void* dout,
+                          const void* qkv, const void* out, const float* lse,
+                          void* dqkv) {
+  if (d.B * d.H * d.T == 0) return;
+  const auto* g = static_cast<const bf16*>(dout);
+  const auto* x = static_cast<const bf16*>(qkv);
+  auto* dx = static_cast<bf16*>(dqkv);
+  Scratch<float> di(d.B * d.H * d.T);
+  constexpr int kRowThreads = 256;
+  RowDotKernel<<<GridFor(d.B * d.T * d.H * 32, kRowThreads), kRowThreads>>>(
+      d, g, static_cast<const bf16*>(out), di.get());
+  TRELLIS_CUDA_CHECK_LAUNCH();
+  DispatchMmaHeadDim(d.D, [&](auto width) {
+    constexpr int kD = decltype(width)::value;
+    LaunchTiles(MmaBackwardKeyKernel<kD>, Bytes<kD>::kKeyValue, d, d, Scale(d),
+                g, x, lse, static_cast<const float*>(di.get()), dx);
+    LaunchTiles(MmaBackwardQueryKernel<kD>, Bytes<kD>::kQuery, d, d, Scale(d),
+                g, x, lse, static_cast<const float*>(di.get()), dx);
+  });
+}
+
+}  // namespace cuda_launch
+}  // namespace trellis
