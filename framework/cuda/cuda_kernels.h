@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "framework/kernel_profile.h"
 #include "framework/kernels/adamw.h"
@@ -80,6 +81,7 @@ void Scale(Tensor& x, double s);
 void AddBias(const Tensor& bias, Tensor& out);
 void BiasBackward(const Tensor& dout, Tensor& dbias);
 double SumOfSquares(const Tensor& x);
+double SumOfSquares(const std::vector<const Tensor*>& xs);
 double Sum(const Tensor& x);
 
 // ---- gelu.h: x, out, dout, dx share a dtype ----

@@ -41,6 +41,10 @@ void ColumnSums(Elem in_type, const void* in, int64_t rows, int64_t cols,
 // waits for the result.
 void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
                         double* sum_of_squares);
+// The sum of squares of `count` arrays (xs[i] of types[i], sizes[i]
+// elements), accumulated in float64 in a fixed order; waits once.
+double SumOfSquaresMany(const Elem* types, const void* const* xs,
+                        const int64_t* sizes, int count);
 void GeluForward(Elem t, const void* x, void* out, int64_t n);
 // dx += gelu'(x) · dout.
 void GeluBackward(Elem t, const void* x, const void* dout, void* dx, int64_t n);

@@ -236,6 +236,30 @@ void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
   *sum_of_squares = host[1];
 }
 
+double SumOfSquaresMany(const Elem* types, const void* const* xs,
+                        const int64_t* sizes, int count) {
+  if (count == 0) return 0.0;
+  // Array i's block partials at 2·kSumBlocks·i; one pass adds them all.
+  const int blocks = kSumBlocks * count;
+  Scratch<double> partial(2 * static_cast<int64_t>(blocks) + 2);
+  for (int i = 0; i < count; ++i) {
+    DispatchElem(types[i], [&](auto tag) {
+      using T = decltype(tag);
+      SumPartialKernel<<<kSumBlocks, kThreads>>>(
+          static_cast<const T*>(xs[i]), sizes[i],
+          partial.get() + 2 * static_cast<int64_t>(kSumBlocks) * i);
+    });
+    TRELLIS_CUDA_CHECK_LAUNCH();
+  }
+  double* result = partial.get() + 2 * static_cast<int64_t>(blocks);
+  SumFinishKernel<<<1, 1>>>(partial.get(), blocks, result);
+  TRELLIS_CUDA_CHECK_LAUNCH();
+  double host[2];
+  TRELLIS_CUDA_CHECK(
+      cudaMemcpy(host, result, sizeof(host), cudaMemcpyDeviceToHost));
+  return host[1];
+}
+
 void GeluForward(Elem t, const void* x, void* out, int64_t n) {
   if (n == 0) return;
   DispatchElem(t, [&](auto tag) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "framework/cuda/cuda_device.h"
 #include "framework/cuda/cuda_kernels.h"
@@ -148,6 +149,27 @@ double SumOfSquares(const Tensor& x) {
   cuda_launch::SumAndSumOfSquares(ElemOf("SumOfSquares", x), x.raw(), x.numel(),
                                   &sum, &squares);
   return squares;
+}
+
+double SumOfSquares(const std::vector<const Tensor*>& xs) {
+  const char* kernel = "SumOfSquares";
+  std::vector<cuda_launch::Elem> types;
+  std::vector<const void*> data;
+  std::vector<int64_t> sizes;
+  int device = -1;
+  for (const Tensor* x : xs) {
+    const int d = CommonDevice(kernel, {x});
+    TRELLIS_CHECK(device < 0 || d == device)
+        << kernel << ": tensors on cuda:" << device << " and cuda:" << d;
+    device = d;
+    types.push_back(ElemOf(kernel, *x));
+    data.push_back(x->raw());
+    sizes.push_back(x->numel());
+  }
+  if (xs.empty()) return 0.0;
+  CudaDeviceGuard guard(device);
+  return cuda_launch::SumOfSquaresMany(types.data(), data.data(), sizes.data(),
+                                       static_cast<int>(xs.size()));
 }
 
 double Sum(const Tensor& x) {

@@ -132,6 +132,14 @@ double SumOfSquares(const Tensor& x) {
   return result;
 }
 
+double SumOfSquares(const std::vector<const Tensor*>& xs) {
+  if (xs.empty()) return 0.0;
+  TRELLIS_CUDA_DISPATCH(cuda::SumOfSquares(xs), xs.front());
+  double total = 0;
+  for (const Tensor* x : xs) total += SumOfSquares(*x);
+  return total;
+}
+
 double Sum(const Tensor& x) {
   TRELLIS_CUDA_DISPATCH(cuda::Sum(x), &x);
   RequireCpu("Sum", {&x});

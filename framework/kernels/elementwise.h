@@ -2,6 +2,8 @@
 #ifndef TRELLIS_FRAMEWORK_KERNELS_ELEMENTWISE_H_
 #define TRELLIS_FRAMEWORK_KERNELS_ELEMENTWISE_H_
 
+#include <vector>
+
 #include "framework/tensor.h"
 
 namespace trellis {
@@ -18,6 +20,10 @@ void AddBias(const Tensor& bias, Tensor& out);
 void BiasBackward(const Tensor& dout, Tensor& dbias);
 // Sum of squares of all elements, accumulated in double.
 double SumOfSquares(const Tensor& x);
+// The sum over `xs` (one device) of SumOfSquares, added in order. On CUDA
+// the host waits once for all of them, not once per tensor (a global
+// gradient norm over hundreds of parameters).
+double SumOfSquares(const std::vector<const Tensor*>& xs);
 // Sum of all elements, accumulated in double.
 double Sum(const Tensor& x);
 // dst = src converted between floating dtypes (float32, float64, bfloat16,

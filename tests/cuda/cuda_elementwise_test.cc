@@ -76,6 +76,13 @@ TEST_P(CudaElementwiseTest, SumsAreFloat64) {
   EXPECT_NEAR(SumOfSquares(d_x), squares, 1e-9 * squares);
   // Repeatable to the bit.
   EXPECT_EQ(Sum(d_x), Sum(d_x));
+  // Many tensors at once: the same total as one at a time, in one wait.
+  const Tensor y = Input({1000, 7}, 8), empty = Input({0}, 9);
+  const Tensor d_y = Dev(y), d_empty = Dev(empty);
+  const double many =
+      SumOfSquares(std::vector<const Tensor*>{&d_x, &d_empty, &d_y});
+  const double each = SumOfSquares(x) + SumOfSquares(y);
+  EXPECT_NEAR(many, each, 1e-9 * each);
 }
 
 TEST_P(CudaElementwiseTest, Gelu) {

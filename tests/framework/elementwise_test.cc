@@ -66,6 +66,15 @@ TEST_P(ElementwiseTest, Reductions) {
   EXPECT_EQ(Sum(Tensor::Empty({0}, dtype())), 0.0);
 }
 
+TEST_P(ElementwiseTest, SumOfSquaresOverManyTensorsAddsThemInOrder) {
+  const Tensor a = Random({37}, 5, dtype());
+  const Tensor b = Random({3, 4}, 6, dtype());
+  const Tensor none = Tensor::Empty({0}, dtype());
+  EXPECT_EQ(SumOfSquares(std::vector<const Tensor*>{&a, &none, &b}),
+            SumOfSquares(a) + 0.0 + SumOfSquares(b));
+  EXPECT_EQ(SumOfSquares(std::vector<const Tensor*>{}), 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(DTypes, ElementwiseTest,
                          ::testing::Values(DType::kF32, DType::kF64),
                          [](const auto& info) {
