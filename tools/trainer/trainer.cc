@@ -28,6 +28,15 @@ double AllReduceScalar(Communicator& group, double value, ReduceOp op) {
   return t.data<double>()[0];
 }
 
+// On a GPU, memory the libraries take after the arena: cuBLASLt's 32 MiB
+// workspace, the stream-ordered pool of kernels' scratch, cuBLAS handles.
+constexpr size_t kCudaLibraryReserve = size_t{256} << 20;
+
+size_t UsableMemory(size_t free, Device device) {
+  const size_t reserve = device.is_cuda() ? kCudaLibraryReserve : 0;
+  return free > reserve ? free - reserve : 0;
+}
+
 // The communicators handed in must form the layout the options describe.
 absl::Status CheckGroups(const TrainOptions& o, const ProcessGroups& g) {
   if (g.tp->size() != o.tp || g.dp->size() != o.dp || g.pp->size() != o.pp) {
@@ -88,10 +97,6 @@ absl::Status Trainer::Build(DType dtype) {
   absl::StatusOr<Device> device = SelectDevice(o.device);
   TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*groups_.world, device.status()));
   device_ = *device;
-  const size_t available =
-      o.memory_budget_gb > 0
-          ? static_cast<size_t>(o.memory_budget_gb * (1ull << 30))
-          : DeviceMemoryAvailable(device_);
   if (device_.is_cuda()) {
     TRELLIS_ASSIGN_OR_RETURN(DeviceTransport transport,
                              ParseDeviceTransport(o.gpu_comm));
@@ -111,6 +116,13 @@ absl::Status Trainer::Build(DType dtype) {
   std::vector<Action> schedule = BuildSchedule(
       kind, coord_.p, static_cast<int>(o.pp),
       static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
+  // What the run may hold: --memory_budget_gb, else the device's free memory
+  // now (NCCL's buffers are taken already) less what libraries allocate
+  // later outside the arena (cuBLASLt's workspace, stream-ordered scratch).
+  const size_t available =
+      o.memory_budget_gb > 0
+          ? static_cast<size_t>(o.memory_budget_gb * (1ull << 30))
+          : UsableMemory(DeviceMemoryAvailable(device_), device_);
   TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));
   // Everything the plan counts comes from one arena, allocated now: the
   // parameters, then the gradient buckets and the optimizer's moments, and
