@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Packs a CUDA build into a folder that runs on a GPU node without the
+# Debian packages it was built against (docs/gpu.md, "Running a build on a
+# GPU node that lacks its packages"): the programs and the GPU test
+# binaries, the shared libraries they load (not the C library, nor CUDA,
+# NCCL or cuDNN, which the node provides), and a relocated copy of Open MPI
+# (mpirun, its daemon and plugins, PMIx), with
+#
+#   BUNDLE/env.sh             source it: PATH, LD_LIBRARY_PATH, OPAL_PREFIX
+#   BUNDLE/run-gpu-tests.sh   the GPU tests (label gpu), one binary at a time
+#
+#   scripts/gpu-bundle.sh [BUNDLE]        (default: gpu-bundle)
+#
+# TARBALL=path.tar.xz also packs it into one compressed file to copy.
+#
+# On the node, put the CUDA, NCCL and cuDNN library folders on
+# LD_LIBRARY_PATH first (CUDA_LIBS="dir1:dir2" for env.sh), then
+# `source BUNDLE/env.sh` and run `BUNDLE/run-gpu-tests.sh` or
+# `trellis-bench --device=cuda ...`. Needs a CUDA build in build/
+# (BUILD_DIR to change): TRELLIS_CUDA=ON scripts/build.sh.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+out="$(realpath -m "${1:-gpu-bundle}")"
+if [ ! -x "$build/bin/cuda_tests" ]; then
+  echo "gpu-bundle: $build/bin/cuda_tests not found; build with TRELLIS_CUDA=ON scripts/build.sh (or set BUILD_DIR)" >&2
+  exit 1
+fi
+multiarch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
+ompi_lib="/usr/lib/$multiarch/openmpi"
+pmix_lib="/usr/lib/$multiarch/pmix2"
+for need in "$ompi_lib" "$pmix_lib" /usr/bin/orterun /usr/bin/orted /usr/share/openmpi; do
+  if [ ! -e "$need" ]; then
+    echo "gpu-bundle: $need not found; install Debian's Open MPI (scripts/install-deps.sh)" >&2
+    exit 1
+  fi
+done
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib" "$out/mpi/bin" "$out/mpi/lib/$multiarch" "$out/mpi/share"
+programs=(trellis-train trellis-eval trellis-bench trellis-bubbles)
+tests=(cuda_tests parallel_collectives_mpi_test)
+for f in "$build"/bin/cuda_*_mpi_test; do tests+=("$(basename "$f")"); done
+for b in "${programs[@]}" "${tests[@]}"; do cp "$build/bin/$b" "$out/bin/"; done
+echo "gpu-bundle: ${#programs[@]} programs and ${#tests[@]} test binaries"
+
+# Open MPI as installed under /usr, moved under mpi/ (OPAL_PREFIX): Open MPI
+# and PMIx find their plugins and help texts relative to the prefix.
+cp -a "$ompi_lib" "$pmix_lib" "$out/mpi/lib/$multiarch/"
+rm -rf "$out/mpi/lib/$multiarch/openmpi/include" "$out/mpi/lib/$multiarch/pmix2/include"
+# Leave out the plugins of fabrics that need their own drivers (UCX,
+# libfabric, PSM, InfiniBand verbs) and OpenSHMEM: ranks here talk over
+# TCP and shared memory, and NCCL carries the GPU traffic.
+find "$out/mpi/lib/$multiarch/openmpi/lib/openmpi3" -type f \
+  \( -name '*ucx*' -o -name '*ofi*' -o -name '*psm*' -o -name '*openib*' \
+  -o -name '*verbs*' -o -name 'mca_spml_*' -o -name 'mca_sshmem_*' \
+  -o -name 'mca_scoll_*' -o -name 'mca_atomic_*' \) -delete
+find "$out/mpi/lib/$multiarch/openmpi/lib" -maxdepth 1 \
+  \( -name 'liboshmem*' -o -name 'libmca_common_ucx*' \
+  -o -name 'libmca_common_ofi*' -o -name 'libmca_common_verbs*' \
+  -o -name 'libmpi_java*' -o -name 'libmpi_mpifh*' -o -name 'libmpi_usempi*' \
+  -o -name '*.a' \) -delete
+cp -a /usr/share/openmpi "$out/mpi/share/"
+cp /usr/bin/orterun /usr/bin/orted "$out/mpi/bin/"
+ln -s orterun "$out/mpi/bin/mpirun"
+ln -s orterun "$out/mpi/bin/mpiexec"
+
+# Every shared library the binaries, mpirun, its daemon and plugins load,
+# except the C library and loader (the node's must serve) and what the
+# node's driver, CUDA, NCCL and cuDNN provide.
+# (ldd fails on a file that is no dynamic object: the rest still counts.)
+{
+  ldd "$out"/bin/* "$out"/mpi/bin/orterun "$out"/mpi/bin/orted || true
+  find "$out/mpi/lib" -name '*.so*' -type f -exec ldd {} + 2>/dev/null || true
+} | awk '/=> \//{print $3}' | sort -u |
+  grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv|libutil)\.so|ld-linux' |
+  grep -Ev '/(libcuda|libcudart|libcublas|libcublasLt|libnccl|libcudnn|libnvidia)[^/]*$' |
+  grep -Ev "^$out/" |
+  xargs -r cp -L -t "$out/lib/"
+echo "gpu-bundle: $(ls "$out/lib" | wc -l) shared libraries"
+
+cat >"$out/env.sh" <<'EOF'
+# Source me: the bundle's programs, libraries and Open MPI come first.
+_trellis_bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+_trellis_arch="$(ls "$_trellis_bundle/mpi/lib")"
+export OPAL_PREFIX="$_trellis_bundle/mpi"
+export PMIX_PREFIX="$_trellis_bundle/mpi/lib/$_trellis_arch/pmix2"
+export PMIX_MCA_mca_base_component_path="$PMIX_PREFIX/lib/pmix"
+export PATH="$_trellis_bundle/bin:$_trellis_bundle/mpi/bin:$PATH"
+export LD_LIBRARY_PATH="$_trellis_bundle/lib:$_trellis_bundle/mpi/lib/$_trellis_arch/openmpi/lib:$PMIX_PREFIX/lib${CUDA_LIBS:+:$CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Multi-rank tests talk over loopback only.
+export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OPENBLAS_NUM_THREADS=1
+unset _trellis_bundle _trellis_arch
+EOF
+
+cat >"$out/run-gpu-tests.sh" <<'EOF'
+#!/usr/bin/env bash
+# The GPU tests of the bundled build: cuda_tests, then each multi-rank GPU
+# test under mpirun with the ranks ctest gives it. Extra arguments go to
+# every test binary (e.g. --gtest_filter=...). Exits nonzero if any fails.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/env.sh"
+mpi=(mpirun --oversubscribe --mca btl self,tcp)
+[ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+failed=0
+run() { echo "== $*"; "$@" || { echo "FAILED: $*"; failed=1; }; }
+run cuda_tests "$@"
+EOF
+# The multi-rank GPU tests and their rank counts, as ctest runs them.
+grep -ho 'cuda_[a-z_]*_mpi_test_np[0-9]*' "$build"/tests/cuda/CTestTestfile.cmake 2>/dev/null |
+  sort -u | while read -r t; do
+    echo "run \"\${mpi[@]}\" -np ${t##*_np} ${t%_np*} \"\$@\"" >>"$out/run-gpu-tests.sh"
+  done
+echo 'exit $failed' >>"$out/run-gpu-tests.sh"
+chmod +x "$out/run-gpu-tests.sh"
+echo "gpu-bundle: $(du -sh "$out" | cut -f1) in $out; on the node: CUDA_LIBS=... source $out/env.sh; $out/run-gpu-tests.sh"
+if [ -n "${TARBALL:-}" ]; then
+  tar -C "$(dirname "$out")" -cJf "$TARBALL" "$(basename "$out")"
+  echo "gpu-bundle: $(du -sh "$TARBALL" | cut -f1) in $TARBALL"
+fi

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle.sh makes a folder that runs without the build machine's
+# packages: this packs the build, then (as root, in a private mount
+# namespace) hides this machine's Open MPI, PMIx and every library the
+# bundle carries, and runs the bundle's GPU tests (they skip without a GPU
+# but must load and start) and an 8-rank MPI test through the bundled
+# mpirun. Without root or mount namespaces it runs the same checks with
+# nothing hidden.
+#
+#   gpu_bundle_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+root="$1"
+build="$2"
+work="$(mktemp -d /var/tmp/trellis-bundle.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+BUILD_DIR="$build" "$root/scripts/gpu-bundle.sh" "$work/bundle"
+
+cat >"$work/check.sh" <<'CHECK'
+#!/usr/bin/env bash
+set -euo pipefail
+bundle="$1"
+hide="$2"
+multiarch="$(ls "$bundle/mpi/lib")"
+if [ "$hide" = 1 ]; then
+  empty="$(dirname "$bundle")/empty"
+  mkdir -p "$empty"
+  : >"$empty.file"
+  files=()
+  for lib in "$bundle"/lib/*; do
+    for sys in "/usr/lib/$multiarch/$(basename "$lib")" \
+               "/usr/lib/$multiarch"/*/"$(basename "$lib")"; do
+      if [ -e "$sys" ]; then files+=("$(readlink -f "$sys")"); fi
+    done
+  done
+  for d in "/usr/lib/$multiarch/openmpi" "/usr/lib/$multiarch/pmix2" \
+           /usr/share/openmpi /etc/openmpi; do
+    if [ -d "$d" ]; then mount --bind "$empty" "$d"; fi
+  done
+  for f in /usr/bin/orted /usr/bin/orterun "${files[@]}"; do
+    if [ -f "$f" ]; then mount --bind "$empty.file" "$f"; fi
+  done
+  echo "hid the system's Open MPI, PMIx and ${#files[@]} library files"
+fi
+source "$bundle/env.sh"
+missing="$(ldd "$bundle"/bin/* | grep 'not found' || true)"
+if [ -n "$missing" ]; then
+  echo "FAIL: unresolved libraries:"; echo "$missing"; exit 1
+fi
+cd "$(dirname "$bundle")"
+"$bundle/run-gpu-tests.sh"
+mpi=(mpirun --oversubscribe --mca btl self,tcp)
+if [ "$(id -u)" -eq 0 ]; then mpi+=(--allow-run-as-root); fi
+"${mpi[@]}" -np 8 parallel_collectives_mpi_test
+CHECK
+chmod +x "$work/check.sh"
+
+if [ "$(id -u)" -eq 0 ] && unshare -m --propagation private true 2>/dev/null; then
+  unshare -m --propagation private "$work/check.sh" "$work/bundle" 1
+else
+  echo "no mount namespace here: checking the bundle with nothing hidden"
+  "$work/check.sh" "$work/bundle" 0
+fi
+echo "gpu_bundle_test: the bundle ran"
