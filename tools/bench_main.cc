@@ -165,22 +165,13 @@ absl::Status Bench(const BenchFlags& flags) {
 
   run.gemm = device.MeasureGemm(
       c.gemm_size, o.precision == "bf16" ? DType::kBF16 : DType::kF32);
-  // The trainer builds its GPU transports (DeviceGroups) from MPI
-  // communicators, so on CUDA the one rank is an MPI world of one, as under
-  // trellis-train; the CPU run needs no MPI.
-  std::optional<MpiRuntime> mpi;
-  std::optional<ParallelContext> context;
-  if (c.cuda()) {
-    mpi.emplace(nullptr, nullptr);
-    TRELLIS_ASSIGN_OR_RETURN(ParallelContext created,
-                             ParallelContext::Create(*mpi, Mesh::Single()));
-    context.emplace(std::move(created));
-  } else {
-    context.emplace(ParallelContext::Single());
-  }
+  // One rank: every group is a group of one, on the GPU too (DeviceGroups
+  // needs MPI only for groups of several ranks), so the bench starts no MPI
+  // runtime and runs on a GPU node without one.
+  ParallelContext context = ParallelContext::Single();
   device.ResetPeakMemory();
   TRELLIS_ASSIGN_OR_RETURN(
-      auto trainer, Trainer::Create(o, context->groups(), context->coord()));
+      auto trainer, Trainer::Create(o, context.groups(), context.coord()));
   run.device = o.device;
   run.device_name = device.name();
   run.precision = o.precision;
