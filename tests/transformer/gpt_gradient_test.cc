@@ -268,27 +268,28 @@ TEST_P(GptGradientTest, ChunkedHeadMatchesTheWholeHead) {
   for (int64_t head_rows : {1, 3, 4, 9, 64}) {
     SCOPED_TRACE(head_rows);
     const HeadRun chunked = run(head_rows);
-    // Each row's loss only depends on its own logits.
-    EXPECT_EQ(chunked.loss, whole.loss);
+    // Each row's loss only depends on its own logits. The BLAS may still
+    // pick another kernel (and summation order) for a GEMM of fewer rows,
+    // so "the same" is to float64 rounding, far below any real error (a
+    // row in the wrong chunk or a skipped chunk changes losses at 1e-2).
+    constexpr double kRounding = 1e-13;
+    EXPECT_NEAR(chunked.loss, whole.loss, kRounding * std::abs(whole.loss));
     for (int mb = 0; mb < 2; ++mb) {
-      EXPECT_EQ(MaxRelativeDifference(chunked.token_losses[mb],
+      EXPECT_LT(MaxRelativeDifference(chunked.token_losses[mb],
                                       whole.token_losses[mb]),
-                0.0);
+                kRounding);
     }
-    // Every row's gradient is the same; only wte's sums the chunks'
-    // products in another order: to rounding of its largest element.
+    // Every row's gradient is the same, and wte's sums the chunks'
+    // products in another order: each to rounding of its largest element.
     for (Parameter* p : params_.all()) {
       const Tensor& want = whole.grads.at(p->name);
       const Tensor& got = chunked.grads.at(p->name);
-      if (p->name != "wte") {
-        EXPECT_EQ(MaxRelativeDifference(got, want), 0.0) << p->name;
-        continue;
-      }
       double largest = 0;
       for (int64_t i = 0; i < want.numel(); ++i) {
         largest = std::max(largest, std::abs(want.data<double>()[i]));
       }
-      EXPECT_LT(MaxRelativeDifference(got, want, largest), 1e-14);
+      EXPECT_LT(MaxRelativeDifference(got, want, largest), kRounding)
+          << p->name;
     }
   }
 }
