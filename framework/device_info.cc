@@ -13,12 +13,8 @@
 
 namespace trellis {
 
-absl::StatusOr<Device> SelectDevice(const std::string& kind) {
-  if (kind == "cpu") return Device::Cpu();
-  if (kind != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device=", kind, " is not cpu or cuda"));
-  }
+absl::StatusOr<Device> SelectDevice(DeviceType type) {
+  if (type == DeviceType::kCPU) return Device::Cpu();
 #ifdef TRELLIS_WITH_CUDA
   TRELLIS_ASSIGN_OR_RETURN(int index, SelectCudaDevice());
   return Device::Cuda(index);

@@ -12,11 +12,10 @@
 
 namespace trellis {
 
-// "cpu": the host. "cuda": the GPU of this rank's local rank (see
+// kCPU: the host. kCUDA: the GPU of this rank's local rank (see
 // SelectCudaDevice), made current for the calling thread. FailedPrecondition
-// when the build has no CUDA backend or no GPU is visible; InvalidArgument
-// for another name.
-absl::StatusOr<Device> SelectDevice(const std::string& kind);
+// when the build has no CUDA backend or no GPU is visible.
+absl::StatusOr<Device> SelectDevice(DeviceType type);
 
 // CUDA devices visible to this process (0 in a build without CUDA).
 int VisibleCudaDevices();

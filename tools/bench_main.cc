@@ -163,8 +163,9 @@ absl::Status Bench(const BenchFlags& flags) {
       SyntheticData::Create(o.model.vocab_size, windows * o.model.seq_len + 1));
   o.data = data->path();
 
-  run.gemm = device.MeasureGemm(
-      c.gemm_size, o.precision == "bf16" ? DType::kBF16 : DType::kF32);
+  run.gemm = device.MeasureGemm(c.gemm_size, o.precision == Precision::kBf16
+                                                 ? DType::kBF16
+                                                 : DType::kF32);
   // One rank: every group is a group of one, on the GPU too (DeviceGroups
   // needs MPI only for groups of several ranks), so the bench starts no MPI
   // runtime and runs on a GPU node without one.
@@ -172,10 +173,10 @@ absl::Status Bench(const BenchFlags& flags) {
   device.ResetPeakMemory();
   TRELLIS_ASSIGN_OR_RETURN(
       auto trainer, Trainer::Create(o, context.groups(), context.coord()));
-  run.device = o.device;
+  run.device = DeviceTypeName(o.device);
   run.device_name = device.name();
-  run.precision = o.precision;
-  run.recompute = o.recompute;
+  run.precision = PrecisionName(o.precision);
+  run.recompute = RecomputeName(o.recompute);
   run.preset = c.preset;
   run.model = trainer->options().model;
   run.micro_batch_size = o.micro_batch_size;

@@ -19,6 +19,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/bootstrap.h"
+#include "tools/trainer/option_flags.h"
 #include "tools/trainer/trainer.h"
 
 ABSL_FLAG(std::string, load, "",
@@ -27,10 +28,7 @@ ABSL_FLAG(std::string, load, "",
 ABSL_FLAG(std::string, data, "", "token file made by trellis-preprocess");
 ABSL_FLAG(int64_t, max_windows, 0, "windows to evaluate (0: all)");
 ABSL_FLAG(int64_t, micro_batch_size, 4, "windows per forward pass");
-ABSL_FLAG(int64_t, dp, 0, "data-parallel size (0: world / (tp·pp))");
-ABSL_FLAG(int64_t, tp, 1, "tensor-parallel size");
-ABSL_FLAG(int64_t, pp, 1, "pipeline-parallel size");
-ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
+// The layout and device flags are trellis-train's (ReadParallelFlags).
 
 namespace trellis {
 namespace {
@@ -43,14 +41,11 @@ absl::StatusOr<double> Evaluate(const MpiRuntime& runtime, int64_t* windows) {
   TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(load, ""));
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
   TrainOptions o;
+  ReadParallelFlags(o);
   o.model = state.model;
   o.data = absl::GetFlag(FLAGS_data);
   o.val_fraction = 0;
   o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
-  o.dp = absl::GetFlag(FLAGS_dp);
-  o.tp = absl::GetFlag(FLAGS_tp);
-  o.pp = absl::GetFlag(FLAGS_pp);
-  o.device = absl::GetFlag(FLAGS_device);
   o.eval_every = 0;
   o.steps = 1;
   o.seed = state.seed;
@@ -61,7 +56,8 @@ absl::StatusOr<double> Evaluate(const MpiRuntime& runtime, int64_t* windows) {
                 : runtime.world_size() / std::max<int64_t>(1, o.tp * o.pp));
   TRELLIS_ASSIGN_OR_RETURN(
       Mesh mesh, Mesh::Create(runtime.world_size(), static_cast<int>(o.dp),
-                              static_cast<int>(o.tp), static_cast<int>(o.pp)));
+                              static_cast<int>(o.tp), static_cast<int>(o.pp),
+                              o.mesh_order));
   TRELLIS_ASSIGN_OR_RETURN(ParallelContext context,
                            ParallelContext::Create(runtime, mesh));
   TRELLIS_ASSIGN_OR_RETURN(

@@ -9,11 +9,22 @@
 
 namespace trellis {
 
+// The shape options a user sets, each once with its default and its help:
+// X(group, type, name, default, help). The tools derive their flags, the
+// config they print and the config checkpoints record from this list.
+#define TRELLIS_GPT_CONFIG_OPTIONS(X)                          \
+  X(Model, int64_t, n_layer, 4, "transformer blocks")          \
+  X(Model, int64_t, n_head, 4, "attention heads")              \
+  X(Model, int64_t, d_model, 128, "model width (hidden size)") \
+  X(Model, int64_t, seq_len, 128,                              \
+    "context length: tokens predicted per window (wpe has seq_len rows)")
+
 struct GptConfig {
-  int64_t n_layer = 4;
-  int64_t n_head = 4;
-  int64_t d_model = 128;
-  int64_t seq_len = 128;  // Context length; wpe has seq_len rows.
+#define TRELLIS_GPT_CONFIG_FIELD(group, type, name, value, help) \
+  type name = value;
+  TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_GPT_CONFIG_FIELD)
+#undef TRELLIS_GPT_CONFIG_FIELD
+  // From the token file, not a flag.
   int64_t vocab_size = 257;
 
   int64_t head_dim() const { return d_model / n_head; }

@@ -69,25 +69,25 @@ class CudaTrainerTest : public ::testing::Test {
 TEST_F(CudaTrainerTest, Float32MatchesTheCpuForFiftySteps) {
   const std::vector<double> cpu = Train(Options());
   TrainOptions o = Options();
-  o.device = "cuda";
+  o.device = DeviceType::kCUDA;
   ExpectLossesClose(Train(o), cpu, 1e-3);
 }
 
 TEST_F(CudaTrainerTest, Bfloat16MatchesTheCpuWithinTwoPercent) {
   const std::vector<double> cpu = Train(Options());
   TrainOptions o = Options();
-  o.device = "cuda";
-  o.precision = "bf16";
+  o.device = DeviceType::kCUDA;
+  o.precision = Precision::kBf16;
   ExpectLossesClose(Train(o), cpu, 0.02);
 }
 
 TEST_F(CudaTrainerTest, RecomputeModesMatchOnTheGpu) {
   TrainOptions o = Options();
-  o.device = "cuda";
-  o.precision = "bf16";
+  o.device = DeviceType::kCUDA;
+  o.precision = Precision::kBf16;
   o.steps = 10;
   const std::vector<double> none = Train(o);
-  for (const char* mode : {"selective", "full"}) {
+  for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
     o.recompute = mode;
     // cuBLASLt's GELU epilogue and the GELU kernel that recomputes it may
     // round differently in the last bit.
@@ -97,8 +97,8 @@ TEST_F(CudaTrainerTest, RecomputeModesMatchOnTheGpu) {
 
 TEST_F(CudaTrainerTest, PlanAccountsForWhatTheGpuRunAllocates) {
   TrainOptions o = Options();
-  o.device = "cuda";
-  o.precision = "bf16";
+  o.device = DeviceType::kCUDA;
+  o.precision = Precision::kBf16;
   ParallelContext single = ParallelContext::Single();
   const size_t before = StorageBytesLive(DeviceType::kCUDA);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =

@@ -48,13 +48,14 @@ class TrainerMemoryTest : public ::testing::Test {
 };
 
 TEST_F(TrainerMemoryTest, RecomputeModesTrainToTheSameBits) {
-  for (const char* schedule : {"1f1b", "zb-h1"}) {
+  for (ScheduleKind schedule :
+       {ScheduleKind::k1F1B, ScheduleKind::kZeroBubbleH1}) {
     TrainOptions o = Options();
     o.schedule = schedule;
     std::unique_ptr<Trainer> reference = Make(o);
     ASSERT_NE(reference, nullptr);
     ASSERT_TRUE(reference->Run().ok());
-    for (const char* recompute : {"selective", "full"}) {
+    for (Recompute recompute : {Recompute::kSelective, Recompute::kFull}) {
       o.recompute = recompute;
       std::unique_ptr<Trainer> trainer = Make(o);
       ASSERT_NE(trainer, nullptr);
@@ -75,8 +76,10 @@ TEST_F(TrainerMemoryTest, RecomputeModesTrainToTheSameBits) {
 }
 
 TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
-  for (const char* recompute : {"none", "selective", "full"}) {
-    for (const char* schedule : {"gpipe", "zb-h1"}) {
+  for (Recompute recompute :
+       {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    for (ScheduleKind schedule :
+         {ScheduleKind::kGPipe, ScheduleKind::kZeroBubbleH1}) {
       TrainOptions o = Options();
       o.recompute = recompute;
       o.schedule = schedule;
@@ -132,7 +135,8 @@ TEST_F(TrainerMemoryTest, ParametersGradientsAndStatesLiveInOneArena) {
 
 TEST_F(TrainerMemoryTest, RecomputeShrinksThePlannedActivations) {
   size_t activations[3];
-  const char* modes[3] = {"none", "selective", "full"};
+  const Recompute modes[3] = {Recompute::kNone, Recompute::kSelective,
+                              Recompute::kFull};
   for (int i = 0; i < 3; ++i) {
     TrainOptions o = Options();
     o.recompute = modes[i];
@@ -166,13 +170,11 @@ TEST_F(TrainerMemoryTest, TooLargeARunFailsAtStartWithTheSizeItNeeds) {
 
 TEST_F(TrainerMemoryTest, BadPrecisionAndRecomputeFlagsAreRefused) {
   TrainOptions o = Options();
-  o.precision = "bf16";  // Needs --device=cuda.
+  o.precision = Precision::kBf16;  // Needs --device=cuda.
   EXPECT_FALSE(
       Trainer::Create(o, context_.groups(), context_.coord()).status().ok());
   o = Options();
-  o.recompute = "some";
-  absl::Status status =
-      Trainer::Create(o, context_.groups(), context_.coord()).status();
+  const absl::Status status = o.ApplyFlagString("--recompute=some");
   EXPECT_NE(std::string(status.message()).find("--recompute=some"),
             std::string::npos)
       << status;

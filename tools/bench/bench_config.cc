@@ -33,13 +33,16 @@ absl::Status AtLeast(const char* name, int64_t value, int64_t min) {
   return Bad(absl::StrCat("--", name, "=", value, " must be at least ", min));
 }
 
-absl::Status CheckChoice(const char* name, const std::string& value,
-                         const std::vector<std::string>& choices) {
-  for (const std::string& c : choices) {
-    if (value == c) return absl::OkStatus();
+// The value of flag --name parsed by `parse`, or an error naming the flag.
+template <typename Parse>
+auto Flag(const char* name, const std::string& value, Parse parse)
+    -> decltype(parse(value)) {
+  auto parsed = parse(value);
+  if (!parsed.ok()) {
+    return Bad(
+        absl::StrCat("--", name, "=", value, ": ", parsed.status().message()));
   }
-  return Bad(absl::StrCat("--", name, "=", value, " is not one of ",
-                          absl::StrJoin(choices, ", ")));
+  return parsed;
 }
 
 }  // namespace
@@ -49,19 +52,24 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
     return Bad(absl::StrCat("unexpected argument '", f.positional.front(),
                             "'; trellis-bench takes only flags"));
   }
-  TRELLIS_RETURN_IF_ERROR(CheckChoice("device", f.device, {"cpu", "cuda"}));
-  const bool cuda = f.device == "cuda";
-  const std::string precision =
-      f.precision.empty() ? (cuda ? "bf16" : "fp32") : f.precision;
-  TRELLIS_RETURN_IF_ERROR(
-      CheckChoice("precision", precision, {"fp32", "bf16"}));
-  if (precision == "bf16" && !cuda) {
+  TRELLIS_ASSIGN_OR_RETURN(const DeviceType device,
+                           Flag("device", f.device, ParseDeviceType));
+  const bool cuda = device == DeviceType::kCUDA;
+  TRELLIS_ASSIGN_OR_RETURN(
+      const Precision precision,
+      Flag("precision",
+           f.precision.empty() ? (cuda ? "bf16" : "fp32") : f.precision,
+           ParsePrecision));
+  if (precision == Precision::kBf16 && !cuda) {
     return Bad(
         "--precision=bf16 needs --device=cuda (the CPU kernels compute in "
         "float32)");
   }
-  TRELLIS_RETURN_IF_ERROR(
-      CheckChoice("recompute", f.recompute, {"none", "selective", "full"}));
+  TRELLIS_ASSIGN_OR_RETURN(
+      const Recompute recompute,
+      Flag("recompute", f.recompute, [](absl::string_view name) {
+        return ParseRecompute(std::string(name));
+      }));
   const std::string preset_name =
       f.preset.empty() && cuda ? "gpt2-124m" : f.preset;
   const Preset* preset = nullptr;
@@ -101,9 +109,9 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   TRELLIS_RETURN_IF_ERROR(AtLeast("gemm_size", c.gemm_size, 1));
 
   TrainOptions& o = c.train;
-  o.device = f.device;
+  o.device = device;
   o.precision = precision;
-  o.recompute = f.recompute;
+  o.recompute = recompute;
   o.model.n_layer = f.n_layer.value_or(preset ? preset->n_layer : 6);
   o.model.n_head = f.n_head.value_or(preset ? preset->n_head : 6);
   o.model.d_model = f.d_model.value_or(preset ? preset->d_model : 384);

@@ -43,7 +43,7 @@ struct BenchConfig {
   double peak_tflops = 0;  // 0: look the device up
   bool profile = false;
   std::string json;
-  bool cuda() const { return train.device == "cuda"; }
+  bool cuda() const { return train.device == DeviceType::kCUDA; }
 };
 
 // Checks every flag (messages name the flag) and fills in the defaults:

@@ -122,8 +122,8 @@ GemmRate CudaGemm(int64_t n, DType dtype, int device) {
 
 }  // namespace
 
-absl::StatusOr<BenchDevice> BenchDevice::Open(const std::string& kind) {
-  if (kind != "cuda") return BenchDevice(false, 0, CpuName());
+absl::StatusOr<BenchDevice> BenchDevice::Open(DeviceType type) {
+  if (type != DeviceType::kCUDA) return BenchDevice(false, 0, CpuName());
 #if defined(TRELLIS_WITH_CUDA)
   absl::StatusOr<int> device = SelectCudaDevice();
   if (!device.ok()) {

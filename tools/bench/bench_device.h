@@ -21,9 +21,9 @@ struct GemmRate {
 
 class BenchDevice {
  public:
-  // "cpu", or "cuda": selects this rank's GPU (SelectCudaDevice).
+  // The host, or (kCUDA) this rank's GPU (SelectCudaDevice).
   // FailedPrecondition when there is no GPU or the build has no CUDA.
-  static absl::StatusOr<BenchDevice> Open(const std::string& kind);
+  static absl::StatusOr<BenchDevice> Open(DeviceType type);
 
   bool cuda() const { return cuda_; }
   int index() const { return index_; }

@@ -27,7 +27,7 @@ std::string LayoutReport(const Mesh& mesh, const TrainOptions& o,
       "layout: world ", mesh.world(), " = dp ", mesh.dp(), " × tp ", mesh.tp(),
       " × pp ", mesh.pp(), " (order ", mesh.order(), ", tp fastest), ",
       o.microbatches(), " microbatches of ", o.micro_batch_size,
-      " per step, schedule ", o.schedule, "\n");
+      " per step, schedule ", ScheduleKindName(o.schedule), "\n");
   absl::StrAppend(&out, "  tp groups: ", Groups(mesh, GroupKind::kTp), "\n");
   absl::StrAppend(&out, "  dp groups: ", Groups(mesh, GroupKind::kDp), "\n");
   absl::StrAppend(&out, "  pp groups: ", Groups(mesh, GroupKind::kPp), "\n");

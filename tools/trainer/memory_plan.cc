@@ -30,10 +30,10 @@ std::string MemoryPlan::Format() const {
 
 absl::Status CheckMemoryPlan(const MemoryPlan& plan, size_t available,
                              const std::string& where, int64_t micro_batch_size,
-                             const std::string& recompute) {
+                             Recompute recompute) {
   if (plan.total() <= available) return absl::OkStatus();
   const std::string remedy =
-      recompute == "full"
+      recompute == Recompute::kFull
           ? absl::StrFormat(
                 "lower --micro_batch_size=%d (activations grow "
                 "with it) or split the model over more ranks "
@@ -44,7 +44,7 @@ absl::Status CheckMemoryPlan(const MemoryPlan& plan, size_t available,
                 "--recompute=%s, or split the model over more ranks with "
                 "--tp/--pp",
                 micro_batch_size,
-                recompute == "none" ? "selective or full" : "full");
+                recompute == Recompute::kNone ? "selective or full" : "full");
   return absl::ResourceExhaustedError(
       absl::StrFormat("the run needs %s on %s (%s) but %s is available; %s",
                       Readable(plan.total()), where, plan.Format(),

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "transformer/block.h"
 
 namespace trellis {
 
@@ -39,7 +40,7 @@ std::string Readable(size_t bytes);
 // the sizes, the device (`where`) and the flags that shrink the plan.
 absl::Status CheckMemoryPlan(const MemoryPlan& plan, size_t available,
                              const std::string& where, int64_t micro_batch_size,
-                             const std::string& recompute);
+                             Recompute recompute);
 
 }  // namespace trellis
 

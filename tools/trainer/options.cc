@@ -1,7 +1,13 @@
 #include "tools/trainer/options.h"
 
+#include <array>
+
+#include "absl/flags/marshalling.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "framework/status.h"
 #include "parallel/schedule.h"
 #include "transformer/config.h"
@@ -47,31 +53,15 @@ absl::Status CheckScalars(const TrainOptions& o) {
         "--save_every, --eval_every, --keep_checkpoints must be ≥ 0 "
         "and --log_every, --eval_windows ≥ 1");
   }
-  if (o.device != "cpu" && o.device != "cuda") {
-    return Bad(absl::StrCat("--device=", o.device, " is not cpu or cuda"));
-  }
-  if (o.device == "cuda" && !kBuiltWithCuda) {
+  if (o.device == DeviceType::kCUDA && !kBuiltWithCuda) {
     return Bad(
         "--device=cuda: this build has no CUDA backend; rebuild on a machine "
         "with nvcc (scripts/build.sh, see docs/gpu.md) or use --device=cpu");
   }
-  if (o.precision != "fp32" && o.precision != "bf16") {
-    return Bad(
-        absl::StrCat("--precision=", o.precision, " is not fp32 or bf16"));
-  }
-  if (o.precision == "bf16" && o.device != "cuda") {
+  if (o.precision == Precision::kBf16 && o.device != DeviceType::kCUDA) {
     return Bad(
         "--precision=bf16 needs --device=cuda (the CPU kernels compute in "
         "float32); use --precision=fp32 on CPU");
-  }
-  if (o.recompute != "none" && o.recompute != "selective" &&
-      o.recompute != "full") {
-    return Bad(absl::StrCat("--recompute=", o.recompute,
-                            " is not none, selective or full"));
-  }
-  if (o.gpu_comm != "nccl" && o.gpu_comm != "host") {
-    return Bad(absl::StrCat("--gpu_comm=", o.gpu_comm,
-                            " is not nccl or host (host-staged MPI)"));
   }
   if (o.loss_chunk_rows < 0) {
     return Bad(absl::StrCat("--loss_chunk_rows=", o.loss_chunk_rows,
@@ -80,13 +70,6 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (!(o.memory_budget_gb >= 0)) {
     return Bad(absl::StrCat("--memory_budget_gb=", o.memory_budget_gb,
                             " must be ≥ 0 (0: the device's memory)"));
-  }
-  // The names are the schedule library's, so every name accepted here
-  // builds a schedule.
-  if (!ParseScheduleKind(o.schedule).ok()) {
-    return Bad(
-        absl::StrCat("--schedule=", o.schedule,
-                     " is not one of gpipe, 1f1b, interleaved-1f1b, zb-h1"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
@@ -153,11 +136,10 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
         o.micro_batch_size, " = ", per_step, "; use a multiple of ", per_step));
   }
   const int64_t m = o.global_batch_size / per_step;
-  const bool interleaved =
-      ParseScheduleKind(o.schedule).value() == ScheduleKind::kInterleaved1F1B;
+  const bool interleaved = o.schedule == ScheduleKind::kInterleaved1F1B;
   if (interleaved && (o.virtual_stages < 2 || m % o.pp != 0)) {
     return Bad(absl::StrCat(
-        "--schedule=", o.schedule,
+        "--schedule=", ScheduleKindName(o.schedule),
         " needs --virtual_stages ≥ 2 and a number of microbatches (", m,
         ") that is a multiple of --pp=", o.pp));
   }
@@ -184,32 +166,89 @@ absl::Status TrainOptions::Resolve(int world, int64_t vocab_size) {
   return CheckLayout(*this, world);
 }
 
+namespace {
+
+// Each option as (group, name, value as its flag would give it), in list
+// order: the model's shape, then the run's, then the layout's and device's.
+std::vector<std::array<std::string, 3>> OptionValues(const TrainOptions& o) {
+  std::vector<std::array<std::string, 3>> out;
+#define TRELLIS_MODEL_VALUE(group, type, name, value, help) \
+  out.push_back({#group, #name, absl::UnparseFlag(o.model.name)});
+#define TRELLIS_OPTION_VALUE(group, type, name, value, help) \
+  out.push_back({#group, #name, absl::UnparseFlag(o.name)});
+  TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_MODEL_VALUE)
+  TRELLIS_RUN_OPTIONS(TRELLIS_OPTION_VALUE)
+  TRELLIS_PARALLEL_OPTIONS(TRELLIS_OPTION_VALUE)
+#undef TRELLIS_MODEL_VALUE
+#undef TRELLIS_OPTION_VALUE
+  return out;
+}
+
+// Parses `value` into the option `name`; false (with `error`) when the
+// value is bad, NotFound when no option has that name.
+absl::Status SetOption(TrainOptions& o, absl::string_view name,
+                       absl::string_view value) {
+  std::string error;
+  bool known = false, ok = false;
+#define TRELLIS_MODEL_SET(group, type, option, value_, help) \
+  if (!known && name == #option) {                           \
+    known = true;                                            \
+    ok = absl::ParseFlag(value, &o.model.option, &error);    \
+  }
+#define TRELLIS_OPTION_SET(group, type, option, value_, help) \
+  if (!known && name == #option) {                            \
+    known = true;                                             \
+    ok = absl::ParseFlag(value, &o.option, &error);           \
+  }
+  TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_MODEL_SET)
+  TRELLIS_RUN_OPTIONS(TRELLIS_OPTION_SET)
+  TRELLIS_PARALLEL_OPTIONS(TRELLIS_OPTION_SET)
+#undef TRELLIS_MODEL_SET
+#undef TRELLIS_OPTION_SET
+  if (!known) return Bad(absl::StrCat("unknown option --", name));
+  if (!ok) {
+    return Bad(absl::StrCat("--", name, "=", value, ": ", error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 std::string TrainOptions::ToFlagString() const {
-  std::string out = absl::StrCat(
-      "--n_layer=", model.n_layer, "\n--n_head=", model.n_head,
-      "\n--d_model=", model.d_model, "\n--seq_len=", model.seq_len,
-      "\n--data=", data, "\n--val_fraction=", val_fraction,
-      "\n--micro_batch_size=", micro_batch_size,
-      "\n--global_batch_size=", global_batch_size, "\n--steps=", steps,
-      "\n--lr=", lr, "\n--min_lr=", min_lr, "\n--warmup_steps=", warmup_steps,
-      "\n--weight_decay=", weight_decay, "\n--grad_clip=", grad_clip,
-      "\n--seed=", seed);
-  absl::StrAppend(
-      &out, "\n--save_dir=", save_dir, "\n--save_every=", save_every,
-      "\n--resume=", resume, "\n--keep_checkpoints=", keep_checkpoints,
-      "\n--eval_every=", eval_every, "\n--eval_windows=", eval_windows);
-  absl::StrAppend(&out, "\n--dp=", dp, "\n--tp=", tp, "\n--pp=", pp,
-                  "\n--mesh_order=", mesh_order, "\n--schedule=", schedule,
-                  "\n--virtual_stages=", virtual_stages,
-                  "\n--pp_layers=", absl::StrJoin(pp_layers, ","),
-                  "\n--dp_bucket_mb=", dp_bucket_mb, "\n--device=", device);
-  absl::StrAppend(
-      &out, "\n--precision=", precision, "\n--recompute=", recompute,
-      "\n--loss_chunk_rows=", loss_chunk_rows, "\n--gpu_comm=", gpu_comm,
-      "\n--memory_budget_gb=", memory_budget_gb);
-  if (!trace_dir.empty()) {
-    absl::StrAppend(&out, "\n--trace_dir=", trace_dir,
-                    "\n--trace_steps=", absl::StrJoin(trace_steps, ","));
+  std::string out;
+  for (const auto& [group, name, value] : OptionValues(*this)) {
+    absl::StrAppend(&out, "--", name, "=", value, "\n");
+  }
+  return out;
+}
+
+absl::Status TrainOptions::ApplyFlagString(const std::string& flags) {
+  for (absl::string_view line : absl::StrSplit(flags, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    if (!absl::ConsumePrefix(&line, "--")) {
+      return Bad(absl::StrCat("'", line, "' is not a --name=value option"));
+    }
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos) {
+      return Bad(
+          absl::StrCat("--", line, " has no value; write --", line, "=VALUE"));
+    }
+    TRELLIS_RETURN_IF_ERROR(
+        SetOption(*this, line.substr(0, eq), line.substr(eq + 1)));
+  }
+  return absl::OkStatus();
+}
+
+std::string ConfigReport(const TrainOptions& options) {
+  std::string out = "config:";
+  std::string group;
+  for (const auto& [g, name, value] : OptionValues(options)) {
+    if (g != group) {
+      group = g;
+      absl::StrAppend(&out, "\n  ", absl::AsciiStrToLower(group), ":");
+    }
+    absl::StrAppend(&out, " ", name, "=", value.empty() ? "''" : value);
   }
   return out + "\n";
 }

@@ -10,72 +10,99 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tools/trainer/option_types.h"
 #include "transformer/config.h"
 
 namespace trellis {
 
+// Every option of a training run besides the model's shape
+// (TRELLIS_GPT_CONFIG_OPTIONS), each defined once: X(group, type, name,
+// default, help). TrainOptions' fields and defaults, trellis-train's flags,
+// the config printed at start and the flags checkpoints record all derive
+// from these lists. Two lists, because trellis-eval takes the layout and
+// device options but not the run's.
+//
+// What a training run is: data, batch, optimization, checkpoints, logging.
+#define TRELLIS_RUN_OPTIONS(X)                                                \
+  X(Data, std::string, data, "", "token file made by trellis-preprocess")     \
+  X(Data, double, val_fraction, 0.02,                                         \
+    "share of the token stream held out (its tail) for validation")           \
+  X(Batch, int64_t, micro_batch_size, 4,                                      \
+    "windows per microbatch on each data-parallel rank")                      \
+  X(Batch, int64_t, global_batch_size, 32,                                    \
+    "windows per optimizer step (gradient accumulation over "                 \
+    "global / (dp * micro) microbatches)")                                    \
+  X(Optimization, int64_t, steps, 300, "optimizer steps")                     \
+  X(Optimization, double, lr, 2e-3, "peak learning rate")                     \
+  X(Optimization, double, min_lr, 2e-4,                                       \
+    "learning rate at the end of the cosine decay")                           \
+  X(Optimization, int64_t, warmup_steps, 30, "linear warmup steps")           \
+  X(Optimization, double, weight_decay, 0.1,                                  \
+    "AdamW weight decay (2-D weights only)")                                  \
+  X(Optimization, double, grad_clip, 1.0,                                     \
+    "clip the global gradient norm to this (0: off)")                         \
+  X(Optimization, double, beta1, 0.9, "AdamW beta1")                          \
+  X(Optimization, double, beta2, 0.95, "AdamW beta2")                         \
+  X(Optimization, uint64_t, seed, 1337, "initialization and data order seed") \
+  X(Checkpoints, std::string, save_dir, "", "checkpoint directory")           \
+  X(Checkpoints, int64_t, save_every, 0,                                      \
+    "steps between checkpoints (0: only at the end, when --save_dir is set)") \
+  X(Checkpoints, std::string, resume, "",                                     \
+    "checkpoint directory to resume from, or 'auto' (the latest in "          \
+    "--save_dir, if any)")                                                    \
+  X(Checkpoints, int64_t, keep_checkpoints, 0,                                \
+    "keep only the newest N checkpoints (0: all)")                            \
+  X(Logging, int64_t, eval_every, 50, "steps between validations (0: never)") \
+  X(Logging, int64_t, eval_windows, 64, "validation windows per evaluation")  \
+  X(Logging, int64_t, log_every, 1, "steps between log lines")                \
+  X(Logging, std::string, metrics_file, "",                                   \
+    "write one JSON line of metrics per logged step here")                    \
+  X(Logging, std::string, trace_dir, "",                                      \
+    "write Chrome traces of --trace_steps here, one file per rank (read "     \
+    "them with trellis-bubbles)")                                             \
+  X(Logging, IntList, trace_steps, IntList(),                                 \
+    "steps to trace, e.g. 5,6 (1-based, as logged)")
+
+// Where and how it runs: the layout of ranks and the device.
+#define TRELLIS_PARALLEL_OPTIONS(X)                                         \
+  X(Layout, int64_t, dp, 0, "data-parallel size (0: world / (tp * pp))")    \
+  X(Layout, int64_t, tp, 1, "tensor-parallel size")                         \
+  X(Layout, int64_t, pp, 1, "pipeline-parallel size")                       \
+  X(Layout, std::string, mesh_order, "tp-dp-pp",                            \
+    "mesh axes, fastest-varying first")                                     \
+  X(Layout, ScheduleKind, schedule, ScheduleKind::k1F1B,                    \
+    "pipeline schedule: gpipe, 1f1b, interleaved-1f1b or zb-h1")            \
+  X(Layout, int64_t, virtual_stages, 1,                                     \
+    "model chunks per pipeline stage (interleaved-1f1b)")                   \
+  X(Layout, IntList, pp_layers, IntList(),                                  \
+    "layers per pipeline stage, e.g. 3,5,5,3 (default: an even split)")     \
+  X(Layout, double, dp_bucket_mb, 25.0,                                     \
+    "data-parallel gradient bucket size in MiB")                            \
+  X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")            \
+  X(Device, Precision, precision, Precision::kFp32,                         \
+    "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "       \
+    "master weights, gradients and moments)")                               \
+  X(Device, Recompute, recompute, Recompute::kNone,                         \
+    "activation recomputation in backward: none, selective (attention "     \
+    "and GELU inputs) or full (each block from its input)")                 \
+  X(Device, int64_t, loss_chunk_rows, 1024,                                 \
+    "rows of the LM head's logits formed at once (0: a whole microbatch); " \
+    "bounds the head's memory, not its result")                             \
+  X(Device, DeviceTransport, gpu_comm, DeviceTransport::kNccl,              \
+    "GPU collectives: nccl (one GPU per rank) or host (staged through "     \
+    "host memory over MPI; ranks may share a GPU)")                         \
+  X(Device, double, memory_budget_gb, 0,                                    \
+    "GiB the run may allocate on its device (0: the device's free memory, " \
+    "or physical memory on CPU)")
+
 struct TrainOptions {
   // Model (vocab_size comes from the data file).
   GptConfig model;
-  // Data.
-  std::string data;
-  double val_fraction = 0.02;
-  // Batch: global_batch_size windows per step, in microbatches of
-  // micro_batch_size windows per data-parallel rank.
-  int64_t micro_batch_size = 4;
-  int64_t global_batch_size = 16;
-  // Optimization.
-  int64_t steps = 200;
-  double lr = 1e-3;
-  double min_lr = 1e-4;
-  int64_t warmup_steps = 20;
-  double weight_decay = 0.1;
-  double grad_clip = 1.0;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  uint64_t seed = 1337;
-  // Checkpoints.
-  std::string save_dir;
-  int64_t save_every = 0;        // 0: only at the end (when save_dir is set).
-  std::string resume;            // "", a checkpoint directory, or "auto".
-  int64_t keep_checkpoints = 0;  // 0: keep all.
-  // Evaluation and logging.
-  int64_t eval_every = 0;  // 0: never.
-  int64_t eval_windows = 64;
-  int64_t log_every = 1;
-  std::string metrics_file;
-  // Layout.
-  int64_t dp = 0;  // 0: world / (tp · pp).
-  int64_t tp = 1;
-  int64_t pp = 1;
-  std::string mesh_order = "tp-dp-pp";
-  std::string schedule = "1f1b";
-  int64_t virtual_stages = 1;
-  std::vector<int64_t> pp_layers;  // Layers per stage; empty: even split.
-  double dp_bucket_mb = 25.0;
-  // Backend: "cpu" or "cuda". On CUDA, "bf16" precision keeps bfloat16
-  // weights, activations and GEMM inputs with float32 master weights,
-  // gradients, optimizer moments and statistics; "fp32" computes in float32
-  // throughout (the only CPU precision).
-  std::string device = "cpu";
-  std::string precision = "fp32";
-  // Activation recomputation in backward: "none", "selective" (attention
-  // and GELU inputs are recomputed, Megatron's selective recompute) or
-  // "full" (each block is recomputed from its input).
-  std::string recompute = "none";
-  // Rows of the LM head's logits formed at once (each chunk's logits are
-  // turned into their gradient before the next); 0: all rows of a
-  // microbatch.
-  int64_t loss_chunk_rows = 1024;
-  // GPU collectives: "nccl" (one GPU per rank) or "host" (staged through
-  // host memory over MPI, so several ranks may share one GPU).
-  std::string gpu_comm = "nccl";
-  // Bytes the run may plan to allocate on its device, in GiB; 0: the
-  // device's free memory (CUDA) or the machine's physical memory (CPU).
-  double memory_budget_gb = 0;
-  // Tracing: the (1-based) steps written as Chrome traces into trace_dir.
-  std::string trace_dir;
-  std::vector<int64_t> trace_steps;
+#define TRELLIS_TRAIN_OPTION_FIELD(group, type, name, value, help) \
+  type name = value;
+  TRELLIS_RUN_OPTIONS(TRELLIS_TRAIN_OPTION_FIELD)
+  TRELLIS_PARALLEL_OPTIONS(TRELLIS_TRAIN_OPTION_FIELD)
+#undef TRELLIS_TRAIN_OPTION_FIELD
 
   // Microbatches per data-parallel rank per step.
   int64_t microbatches() const {
@@ -86,10 +113,19 @@ struct TrainOptions {
   // against stages, batch sizes against dp × micro batch. Messages name the
   // flags to change.
   absl::Status Resolve(int world, int64_t vocab_size);
-  // The flags that reproduce this run, one per line (a flagfile): ranks
-  // compare them at start, checkpoints record them.
+  // The flags that reproduce this run, one per line (a flagfile), every
+  // option in list order: ranks compare them at start, checkpoints record
+  // them.
   std::string ToFlagString() const;
+  // Sets the options named in `flags` (ToFlagString's format; blank lines
+  // and # comments skipped); others keep their values. InvalidArgument
+  // names an unknown option or a bad value.
+  absl::Status ApplyFlagString(const std::string& flags);
 };
+
+// The options of a run as the report printed at start: one line per group
+// ("model", "data", ...), `name=value` for each option.
+std::string ConfigReport(const TrainOptions& options);
 
 // Layers of each pipeline stage: pp_layers if given, else an even split with
 // the remainder spread over the first stages.

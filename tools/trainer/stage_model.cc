@@ -39,9 +39,8 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   // Zero-bubble schedules run W apart from B: only they need the weight
   // gradients' inputs kept per microbatch.
   BlockOptions block;
-  block.recompute = ParseRecompute(options.recompute).value();
-  block.defer_weight_grads = ParseScheduleKind(options.schedule).value() ==
-                             ScheduleKind::kZeroBubbleH1;
+  block.recompute = options.recompute;
+  block.defer_weight_grads = options.schedule == ScheduleKind::kZeroBubbleH1;
   block.loss_chunk_rows = options.loss_chunk_rows;
   for (const ChunkPlan& plan : plans) {
     chunks_.push_back(std::make_unique<GptChunk>(

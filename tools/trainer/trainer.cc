@@ -74,10 +74,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   TRELLIS_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open(options.data));
   TRELLIS_RETURN_IF_ERROR(
       options.Resolve(groups.world->size(), data.vocab_size()));
-  TRELLIS_ASSIGN_OR_RETURN(ScheduleKind kind,
-                           ParseScheduleKind(options.schedule));
   TRELLIS_RETURN_IF_ERROR(
-      CheckScheduleShape(kind, static_cast<int>(options.pp),
+      CheckScheduleShape(options.schedule, static_cast<int>(options.pp),
                          static_cast<int>(options.microbatches()),
                          static_cast<int>(options.virtual_stages)));
   TRELLIS_RETURN_IF_ERROR(CheckGroups(options, groups));
@@ -98,12 +96,12 @@ absl::Status Trainer::Build(DType dtype) {
   TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*groups_.world, device.status()));
   device_ = *device;
   if (device_.is_cuda()) {
-    TRELLIS_ASSIGN_OR_RETURN(DeviceTransport transport,
-                             ParseDeviceTransport(o.gpu_comm));
-    TRELLIS_ASSIGN_OR_RETURN(device_groups_,
-                             DeviceGroups::Create(groups_, device_, transport));
+    TRELLIS_ASSIGN_OR_RETURN(
+        device_groups_, DeviceGroups::Create(groups_, device_, o.gpu_comm));
     groups_ = device_groups_->groups();
-    if (o.precision == "bf16" && dtype == DType::kF32) dtype = DType::kBF16;
+    if (o.precision == Precision::kBf16 && dtype == DType::kF32) {
+      dtype = DType::kBF16;
+    }
   }
   // Kernels run after the host queued them: time the pipeline on the device.
   device_clock_ = NewDeviceTraceClock(device_);
@@ -112,9 +110,8 @@ absl::Status Trainer::Build(DType dtype) {
     groups_ = tracer_->groups();
   }
   model_ = std::make_unique<StageModel>(o, groups_, coord_, device_, dtype);
-  const ScheduleKind kind = ParseScheduleKind(o.schedule).value();
   std::vector<Action> schedule = BuildSchedule(
-      kind, coord_.p, static_cast<int>(o.pp),
+      o.schedule, coord_.p, static_cast<int>(o.pp),
       static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
   // What the run may hold: --memory_budget_gb, else the device's free memory
   // now (NCCL's buffers are taken already) less what libraries allocate
@@ -288,8 +285,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       AllReduceScalar(*groups_.pp, pipeline.BubbleFraction(), ReduceOp::kMax);
   m.bubble_theory =
       options_.pp > 1
-          ? TheoreticalBubble(ParseScheduleKind(options_.schedule).value(),
-                              static_cast<int>(options_.pp),
+          ? TheoreticalBubble(options_.schedule, static_cast<int>(options_.pp),
                               static_cast<int>(options_.microbatches()),
                               static_cast<int>(options_.virtual_stages))
           : 0.0;

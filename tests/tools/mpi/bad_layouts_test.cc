@@ -62,7 +62,7 @@ std::vector<BadCase> BadLayouts() {
          o.model.n_layer = 3;
          o.dp = 2;
          o.pp = 2;
-         o.schedule = "interleaved-1f1b";
+         o.schedule = ScheduleKind::kInterleaved1F1B;
          o.virtual_stages = 2;
        },
        "--n_layer=3 is fewer than pp × virtual_stages = 4; every stage needs "

@@ -89,7 +89,7 @@ TrainOptions Options(const std::string& dir, const std::string& schedule,
   o.warmup_steps = 1;
   o.log_every = 1000;
   o.pp = 2;
-  o.schedule = schedule;
+  o.schedule = ParseScheduleKind(schedule).value();
   o.virtual_stages = virtual_stages;
   o.trace_dir = dir + "/" + schedule;
   for (int s = 2; s <= kSteps; ++s) o.trace_steps.push_back(s);

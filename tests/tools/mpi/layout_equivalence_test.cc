@@ -155,8 +155,9 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
   TrainOptions options = *options_;
   options.loss_chunk_rows = loss_chunk_rows;
   if (kOnGpu) {
-    options.device = "cuda";
-    options.gpu_comm = "host";  // The ranks share one GPU.
+    options.device = DeviceType::kCUDA;
+    options.gpu_comm =
+        DeviceTransport::kHostStaged;  // The ranks share one GPU.
   }
   absl::StatusOr<mpitest::LayoutRun> run =
       mpitest::StartLayout(*runtime_, layout, options, comm);

@@ -125,7 +125,7 @@ struct Layout {
     options.dp = dp;
     options.tp = tp;
     options.pp = pp;
-    options.schedule = schedule;
+    options.schedule = ParseScheduleKind(schedule).value();
     options.virtual_stages = virtual_stages;
   }
 };

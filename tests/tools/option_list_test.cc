@@ -1,0 +1,161 @@
+// The one list of training options: every option prints as a flag and reads
+// back to the same value, the presets in configs/ name only options that
+// exist, the demo preset is the default run, and enum-like options are
+// refused at the edge with the names they accept.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "tools/trainer/options.h"
+
+namespace trellis {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::filesystem::path Configs() {
+  return std::filesystem::path(TRELLIS_SOURCE_DIR) / "configs";
+}
+
+// Options with a value unlike its default in every field.
+TrainOptions Unusual() {
+  TrainOptions o;
+  o.model.n_layer = 7;
+  o.model.n_head = 3;
+  o.model.d_model = 96;
+  o.model.seq_len = 33;
+  o.data = "some/tokens.h5";
+  o.val_fraction = 0.125;
+  o.micro_batch_size = 3;
+  o.global_batch_size = 27;
+  o.steps = 11;
+  o.lr = 3.0000000000000001e-4;
+  o.min_lr = 1.0 / 3.0 * 1e-5;
+  o.warmup_steps = 2;
+  o.weight_decay = 0.05;
+  o.grad_clip = 0.5;
+  o.beta1 = 0.85;
+  o.beta2 = 0.999;
+  o.seed = 18446744073709551615ull;
+  o.save_dir = "ckpt dir";
+  o.save_every = 5;
+  o.resume = "auto";
+  o.keep_checkpoints = 2;
+  o.eval_every = 4;
+  o.eval_windows = 8;
+  o.log_every = 2;
+  o.metrics_file = "m.jsonl";
+  o.trace_dir = "traces";
+  o.trace_steps = {2, 3};
+  o.dp = 3;
+  o.tp = 3;
+  o.pp = 2;
+  o.mesh_order = "dp-tp-pp";
+  o.schedule = ScheduleKind::kZeroBubbleH1;
+  o.virtual_stages = 2;
+  o.pp_layers = {3, 4};
+  o.dp_bucket_mb = 0.75;
+  o.device = DeviceType::kCUDA;
+  o.precision = Precision::kBf16;
+  o.recompute = Recompute::kSelective;
+  o.loss_chunk_rows = 77;
+  o.gpu_comm = DeviceTransport::kHostStaged;
+  o.memory_budget_gb = 1.5;
+  return o;
+}
+
+TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
+  const TrainOptions unusual = Unusual();
+  const std::string flags = unusual.ToFlagString();
+  TrainOptions read;
+  ASSERT_TRUE(read.ApplyFlagString(flags).ok()) << flags;
+  EXPECT_EQ(read.ToFlagString(), flags);
+  // Every line differs from the defaults': no option was left out of the
+  // printed or the read direction.
+  const std::string defaults = TrainOptions{}.ToFlagString();
+  std::istringstream a(flags), b(defaults);
+  std::string line_a, line_b;
+  int lines = 0;
+  while (std::getline(a, line_a) && std::getline(b, line_b)) {
+    EXPECT_NE(line_a, line_b) << "an option kept its default";
+    ++lines;
+  }
+  EXPECT_EQ(lines, 41);  // 4 model + 23 run + 14 layout and device options
+  EXPECT_EQ(read.lr, unusual.lr);
+  EXPECT_EQ(read.min_lr, unusual.min_lr);
+  EXPECT_EQ(read.seed, unusual.seed);
+  EXPECT_EQ(read.schedule, ScheduleKind::kZeroBubbleH1);
+  EXPECT_EQ(read.gpu_comm, DeviceTransport::kHostStaged);
+  EXPECT_EQ(read.pp_layers, unusual.pp_layers);
+}
+
+TEST(OptionListTest, EveryPresetNamesOnlyKnownOptionsWithValidValues) {
+  int presets = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(Configs())) {
+    if (entry.path().extension() != ".flags") continue;
+    TrainOptions o;
+    const absl::Status status = o.ApplyFlagString(ReadFile(entry.path()));
+    EXPECT_TRUE(status.ok()) << entry.path() << ": " << status;
+    ++presets;
+  }
+  EXPECT_GE(presets, 5);
+}
+
+TEST(OptionListTest, TheDemoPresetIsTheDefaultRun) {
+  TrainOptions o;
+  ASSERT_TRUE(o.ApplyFlagString(ReadFile(Configs() / "tiny.flags")).ok());
+  EXPECT_EQ(o.ToFlagString(), TrainOptions{}.ToFlagString());
+}
+
+TEST(OptionListTest, BadValuesAreRefusedNamingTheFlagAndTheChoices) {
+  struct Case {
+    const char* line;
+    const char* expected;
+  };
+  for (const Case& c : {
+           Case{"--device=tpu", "cpu or cuda"},
+           Case{"--schedule=foo", "interleaved-1f1b"},
+           Case{"--recompute=some", "none, selective or full"},
+           Case{"--precision=fp8", "fp32 or bf16"},
+           Case{"--gpu_comm=gloo", "nccl or host"},
+           Case{"--pp_layers=3,x", "'x' is not an integer"},
+           Case{"--steps=ten", "--steps=ten"},
+           Case{"--no_such_option=1", "unknown option --no_such_option"},
+           Case{"--steps", "has no value"},
+           Case{"steps=3", "is not a --name=value option"},
+       }) {
+    TrainOptions o;
+    const absl::Status status = o.ApplyFlagString(c.line);
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << c.line;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.expected)) << c.line;
+    EXPECT_THAT(std::string(status.message()), Not(HasSubstr("\n")))
+        << "one line";
+  }
+}
+
+TEST(OptionListTest, TheStartupReportShowsEveryGroup) {
+  const std::string report = ConfigReport(Unusual());
+  for (const char* group : {"model:", "data:", "batch:", "optimization:",
+                            "checkpoints:", "logging:", "layout:", "device:"}) {
+    EXPECT_THAT(report, HasSubstr(group));
+  }
+  EXPECT_THAT(report, HasSubstr("schedule=zb-h1"));
+  EXPECT_THAT(report, HasSubstr("precision=bf16"));
+  EXPECT_THAT(report, HasSubstr("pp_layers=3,4"));
+  EXPECT_THAT(ConfigReport(TrainOptions{}), HasSubstr("save_dir=''"));
+}
+
+}  // namespace
+}  // namespace trellis
