@@ -301,11 +301,14 @@ std::string Row(const Shape4& s, const PathResult& r, const std::string& ref) {
   if (r.same_as_first) {
     note = absl::StrCat("same results as ", ref, ": path not in this build?");
   }
-  return absl::StrFormat("| %s | %s | %.3f | %.1f | %.3f | %.1f | %.1e | %s |",
-                         s.name, r.path, r.forward_ms, f / (1e9 * r.forward_ms),
-                         r.forward_backward_ms,
-                         3.5 * f / (1e9 * r.forward_backward_ms),
-                         std::max(r.out_diff, r.grad_diff), note);
+  const std::string diff =
+      r.path == ref
+          ? "—"
+          : absl::StrFormat("%.1e", std::max(r.out_diff, r.grad_diff));
+  return absl::StrFormat("| %s | %s | %.3f | %.3g | %.3f | %.3g | %s | %s |",
+                         s.label, r.path, r.forward_ms,
+                         f / (1e9 * r.forward_ms), r.forward_backward_ms,
+                         3.5 * f / (1e9 * r.forward_backward_ms), diff, note);
 }
 
 nlohmann::json PathJson(const Shape4& s, const PathResult& r) {

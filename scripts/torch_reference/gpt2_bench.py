@@ -106,8 +106,9 @@ def build_model(torch, s):
             for block in self.blocks:
                 x = block(x)
             logits = F.linear(self.ln_f(x), self.wte.weight)  # tied head
-            return F.cross_entropy(logits.float().view(-1, logits.size(-1)),
-                                   targets.view(-1))
+            return F.cross_entropy(
+                logits.float().reshape(-1, logits.size(-1)),
+                targets.reshape(-1))
 
     return Gpt()
 
