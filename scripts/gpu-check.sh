@@ -74,7 +74,7 @@ section_system() {
     return 1
   fi
   "$GC_BIN/trellis-attention-bench" --device="$GC_DEVICE" --info || return 1
-  "$GC_PYTHON" - <<'EOF' || echo "PyTorch: $GC_PYTHON not found"
+  run_python - <<'EOF' || echo "PyTorch: $GC_PYTHON not found or failed"
 try:
     import torch
 except ImportError as e:
@@ -159,6 +159,17 @@ section_attention() {
     --json="$GC_RESULTS/attention.json"
 }
 
+# Python with the node's own library path: the bundle's libraries (an older
+# libstdc++, OpenSSL, ...) and the CUDA folders put first for trellis's
+# programs must not replace those PyTorch was built against.
+run_python() {
+  if [ -n "$GC_PY_LD_LIBRARY_PATH" ]; then
+    LD_LIBRARY_PATH="$GC_PY_LD_LIBRARY_PATH" "$GC_PYTHON" "$@"
+  else
+    env -u LD_LIBRARY_PATH "$GC_PYTHON" "$@"
+  fi
+}
+
 have_python() {
   command -v "$GC_PYTHON" >/dev/null && return 0
   echo "skipped: no $GC_PYTHON on this node (set PYTHON)"
@@ -172,7 +183,7 @@ section_torch_sdpa() {
     args+=(--from="$GC_RESULTS/attention.json")
   fi
   if [ "$GC_DRY" = 1 ]; then args+=(--shapes=1x64x2x16 --warmup=1 --reps=2); fi
-  "$GC_PYTHON" "$here/torch_reference/sdpa_bench.py" "${args[@]}"
+  run_python "$here/torch_reference/sdpa_bench.py" "${args[@]}"
 }
 
 section_torch() {
@@ -185,7 +196,7 @@ section_torch() {
     args+=(--preset="$preset")
   fi
   if [ "$GC_DRY" = 1 ]; then args+=(--no-compile --warmup=1 --steps=2); fi
-  "$GC_PYTHON" "$here/torch_reference/gpt2_bench.py" "${args[@]}"
+  run_python "$here/torch_reference/gpt2_bench.py" "${args[@]}"
 }
 
 section_goals() {
@@ -195,7 +206,7 @@ section_goals() {
   fi
   local args=("$GC_RESULTS" --presets="$GC_PRESETS")
   [ "$GC_DRY" = 1 ] && args+=(--dry-run)
-  "$GC_PYTHON" "$here/gpu_check_report.py" "${args[@]}"
+  run_python "$here/gpu_check_report.py" "${args[@]}"
 }
 
 if [ "${1:-}" = --section ]; then
@@ -238,6 +249,7 @@ find_cuda_libs() {
   (IFS=:; echo "${dirs[*]}")
 }
 
+export GC_PY_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
 export CUDA_LIBS="${CUDA_LIBS-$(find_cuda_libs)}"
 if [ -f "$root/env.sh" ]; then
   mode=bundle

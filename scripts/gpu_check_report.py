@@ -25,6 +25,9 @@ MFU_GOALS = {"gpt2-124m": 0.45, "gpt2-350m": 0.50}
 TORCH_RATIO_GOAL = 1.0
 ATTENTION_RATIO_GOAL = 1.3
 BUDGET_S = 20 * 60
+# Largest relative difference from the first path's output and gradient
+# for a path to count as correct.
+PATH_AGREEMENT = 5e-2
 
 
 def load(results, name):
@@ -89,6 +92,13 @@ def training_table(results, presets, out, goals):
                           f"{ratio:.2f}x"))
 
 
+def agrees(path):
+    """Whether a trellis path's results are finite and within
+    PATH_AGREEMENT of the first path's (bf16 outputs differ by rounding)."""
+    return path["finite"] and max(path["out_diff_vs_first"],
+                                  path["grad_diff_vs_first"]) <= PATH_AGREEMENT
+
+
 def sdpa_reference(sdpa, label):
     """The SDPA entry of a shape: PyTorch's own choice ("default")."""
     for shape in (sdpa or {}).get("shapes", []):
@@ -116,8 +126,9 @@ def attention_table(results, out, goals):
     for shape in ours["shapes"]:
         label = shape["label"]
         s_shape, ref = sdpa_reference(sdpa, label)
-        rows = [(f"trellis {p['path']}", p) for p in shape["paths"]
-                if not p["same_as_first"]]
+        rows = [(f"trellis {p['path']}" +
+                 ("" if agrees(p) else " (WRONG RESULTS)"), p)
+                for p in shape["paths"] if not p["same_as_first"]]
         if s_shape:
             rows += [(f"SDPA {b['backend']}", b) for b in s_shape["backends"]
                      if "error" not in b]
@@ -137,8 +148,13 @@ def attention_table(results, out, goals):
         elif ref is None:
             goals.append((what, None, "no SDPA result"))
         else:
-            best_f = min(p["forward_ms"] for p in shape["paths"])
-            best_b = min(p["forward_backward_ms"] for p in shape["paths"])
+            valid = [p for p in shape["paths"] if agrees(p)]
+            if not valid:
+                goals.append((what, False, "no path gave finite results "
+                              "that agree with the first path"))
+                continue
+            best_f = min(p["forward_ms"] for p in valid)
+            best_b = min(p["forward_backward_ms"] for p in valid)
             fr = best_f / ref["forward_ms"]
             br = best_b / ref["forward_backward_ms"]
             goals.append((what, max(fr, br) <= ATTENTION_RATIO_GOAL,
