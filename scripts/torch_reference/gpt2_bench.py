@@ -24,7 +24,8 @@ step after a device synchronize; the median over the timed steps gives
 tokens/s and the model FLOP rate by trellis's count (6·N + 6·L·C·T per
 token, N the parameters with the tied embedding once). Compilation happens
 in the warm-up steps and is reported apart. Without PyTorch or a CUDA
-device it writes {"skipped": ...} and exits 0.
+device it writes {"skipped": ...} and exits 0. Where torch.compile fails,
+it says why and times the eager model ("compiled": false in the JSON).
 """
 
 import argparse
@@ -190,7 +191,19 @@ def main():
     if args.device == "cuda":
         torch.set_float32_matmul_precision("highest")
 
-    times, warmup_s, params, peak = train(torch, args, s)
+    compile_error = None
+    try:
+        times, warmup_s, params, peak = train(torch, args, s)
+    except Exception as e:  # noqa: BLE001 (any compiler failure)
+        if args.no_compile:
+            raise
+        compile_error = str(e).strip().splitlines()[0][:300]
+        print(f"torch.compile failed ({compile_error}); timing the eager "
+              "model instead")
+        args.no_compile = True
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+        times, warmup_s, params, peak = train(torch, args, s)
     step_s = common.median(times)
     tokens = s["global_batch_size"] * s["seq_len"]
     flops_per_token = 6.0 * params + 6.0 * s["n_layer"] * s["d_model"] * s[
@@ -202,7 +215,8 @@ def main():
               "step_ms": [1e3 * t for t in times], "median_ms": 1e3 * step_s,
               "tokens_per_s": tokens / step_s, "model_tflops": tflops,
               "mfu": tflops / s["peak_tflops"] if s["peak_tflops"] else None,
-              "warmup_s": warmup_s, "peak_memory_bytes": peak}
+              "warmup_s": warmup_s, "peak_memory_bytes": peak,
+              "compile_error": compile_error}
     mfu = f"{100 * result['mfu']:.1f}%" if result["mfu"] else "n/a"
     print(f"PyTorch {torch.__version__} GPT-2 {s['preset']} on "
           f"{result['env']['device_name']}: {params / 1e6:.1f}M parameters, "

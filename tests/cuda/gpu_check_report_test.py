@@ -106,6 +106,15 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(self.verdict(out, "best attention"), "MISSED")
         self.assertIn("trellis mma (WRONG RESULTS)", out)
 
+    def test_an_eager_fallback_does_not_meet_the_compiled_goal(self):
+        files = {"bench-gpt2-124m.json": bench("gpt2-124m", 0.46, 1000),
+                 "torch-gpt2-124m.json": dict(self.torch(500),
+                                              compiled=False)}
+        rc, out = self.run_report(files, [("tests", "ok", 10)])
+        self.assertEqual(self.verdict(out, "gpt2-124m tokens/s"),
+                         "NOT MEASURED")
+        self.assertIn("500 (eager)", out)
+
     def test_missing_results_are_not_measured(self):
         rc, out = self.run_report({}, [("tests", "ok", 10)])
         self.assertEqual(rc, 1, out)
