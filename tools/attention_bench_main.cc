@@ -377,6 +377,9 @@ absl::StatusOr<Options> ReadFlags() {
     return Bad(absl::StrCat("--dtype=", dtype, " is not bf16 or fp32"));
   }
   o.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  if (!cuda && o.dtype == DType::kBF16) {
+    return Bad("--dtype=bf16 needs --device=cuda; use --dtype=fp32 on cpu");
+  }
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.reps = absl::GetFlag(FLAGS_reps);
   if (o.warmup < 0 || o.reps < 1) {
