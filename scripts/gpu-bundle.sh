@@ -8,6 +8,8 @@
 #
 #   BUNDLE/env.sh             source it: PATH, LD_LIBRARY_PATH, OPAL_PREFIX
 #   BUNDLE/run-gpu-tests.sh   the GPU tests (label gpu), one binary at a time
+#   BUNDLE/scripts/gpu-check.sh  the whole GPU check (docs/gpu.md), with the
+#                             PyTorch reference scripts it runs
 #
 #   scripts/gpu-bundle.sh [BUNDLE]        (default: gpu-bundle)
 #
@@ -38,11 +40,17 @@ done
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/mpi/bin" "$out/mpi/lib/$multiarch" "$out/mpi/share"
-programs=(trellis-train trellis-eval trellis-bench trellis-bubbles)
+programs=(trellis-train trellis-eval trellis-bench trellis-attention-bench
+          trellis-bubbles)
 tests=(cuda_tests parallel_collectives_mpi_test)
 for f in "$build"/bin/cuda_*_mpi_test; do tests+=("$(basename "$f")"); done
 for b in "${programs[@]}" "${tests[@]}"; do cp "$build/bin/$b" "$out/bin/"; done
 echo "gpu-bundle: ${#programs[@]} programs and ${#tests[@]} test binaries"
+# The GPU check and what it runs besides the programs (the same layout as
+# in the source tree, so the script finds them beside itself).
+mkdir -p "$out/scripts/torch_reference"
+cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_report.py" "$out/scripts/"
+cp "$root"/scripts/torch_reference/*.py "$out/scripts/torch_reference/"
 
 # Open MPI as installed under /usr, moved under mpi/ (OPAL_PREFIX): Open MPI
 # and PMIx find their plugins and help texts relative to the prefix.

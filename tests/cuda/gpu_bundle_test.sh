@@ -4,8 +4,8 @@
 # namespace) hides this machine's Open MPI, PMIx and every library the
 # bundle carries, and runs the bundle's GPU tests (they skip without a GPU
 # but must load and start) and an 8-rank MPI test through the bundled
-# mpirun. Without root or mount namespaces it runs the same checks with
-# nothing hidden.
+# mpirun, and the bundle's scripts/gpu-check.sh in its dry run. Without
+# root or mount namespaces it runs the same checks with nothing hidden.
 #
 #   gpu_bundle_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -51,6 +51,11 @@ cd "$(dirname "$bundle")"
 mpi=(mpirun --oversubscribe --mca btl self,tcp)
 if [ "$(id -u)" -eq 0 ]; then mpi+=(--allow-run-as-root); fi
 "${mpi[@]}" -np 8 parallel_collectives_mpi_test
+# The GPU check from the bundle, in its dry run on the CPU.
+logs="$(dirname "$bundle")/gpu-runs"
+OUT= "$bundle/scripts/gpu-check.sh" --dry-run --log-dir "$logs"
+grep -q '^mode: bundle' "$logs"/*-cpu-dry-run.log
+grep -q '^gpu-check: every section passed$' "$logs"/*-cpu-dry-run.log
 CHECK
 chmod +x "$work/check.sh"
 

@@ -1,0 +1,364 @@
+#!/usr/bin/env bash
+# The GPU check: one command that measures a GPU node end to end and keeps
+# the verbatim output (docs/gpu.md, "The GPU check"). In order, each a
+# section with a header, a time limit and its duration:
+#
+#   system             nvidia-smi, driver and runtime versions, PyTorch's
+#   tests              every GPU test (cuda_tests, then the multi-rank GPU
+#                      tests under mpirun: NCCL, host staging, the 8-rank
+#                      layout test on one GPU)
+#   bench:<preset>     trellis-bench, seq_len 1024, bf16, recompute off,
+#                      --profile (tokens/s, TFLOP/s, MFU, peak memory and
+#                      the per-kernel table)
+#   attention          trellis-attention-bench: attention alone, per path
+#   torch-sdpa         PyTorch's scaled_dot_product_attention, same shapes
+#   torch:<preset>     a compiled PyTorch GPT-2 of the preset's shape
+#   goals              the tables folded from the JSON results, and the
+#                      goals judged
+#
+#   scripts/gpu-check.sh [--dry-run] [--log-dir DIR] [--results DIR]
+#                        [--bin DIR] [--budget SECONDS] [--only LIST]
+#
+# Runs from an unpacked bundle (scripts/gpu-bundle.sh puts this script in
+# BUNDLE/scripts/ and sources BUNDLE/env.sh) or from a checkout with a CUDA
+# build (BUILD_DIR, default build/). A failing section does not stop the
+# check; it exits 1 at the end and names the failed sections. The GPU
+# sections share a time budget (--budget, default 1140 s): each runs under
+# the smaller of its own limit and what is left, and a section with no time
+# left is skipped and counts as failed. --only runs only the listed kinds
+# of section (comma-separated: system, tests, bench, attention,
+# torch-sdpa, torch, goals), e.g. to repeat the benchmarks alone.
+#
+# Everything printed also goes to the log <date>-<gpu>.log in --log-dir,
+# else $OUT when set, else docs/gpu-runs/ in a checkout or ./gpu-runs/
+# beside a bundle. The JSON results go to --results (default: runs/
+# gpu-check/<stamp>/ in a checkout, a folder under $TMPDIR beside a
+# bundle), packed into $OUT/<date>-<gpu>-results.tar.gz when $OUT is set.
+#
+# --dry-run runs every section on the CPU with tiny shapes and no GPU test
+# cases (the test binaries and mpirun still start), to check the plumbing
+# on a machine without a GPU; its goals are shown, not judged.
+#
+# Environment: PRESETS (default "gpt2-124m gpt2-350m gpt2-774m"), STEPS
+# (trellis-bench's timed steps, default 5), ATTENTION_PATHS (default: every
+# path the build offers), GTEST_FILTER (for the tests section), PYTHON
+# (default python3), CUDA_LIBS (colon-separated CUDA, NCCL and cuDNN
+# library folders; default: /usr/local/cuda's and the nvidia/*/lib folders
+# of PYTHON's site-packages).
+set -uo pipefail
+self="$(realpath "${BASH_SOURCE[0]}")"
+here="$(dirname "$self")"
+root="$(dirname "$here")"
+
+# ---------------------------------------------------------------- sections
+# Each runs in its own process (gpu-check.sh --section FUNCTION ARG) under
+# timeout, with the GC_* variables of the driver.
+
+section_system() {
+  echo "host: $(uname -nrm); $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "mode: $GC_MODE, programs in $GC_BIN"
+  echo "CUDA_LIBS=${CUDA_LIBS:-}"
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
+  else
+    echo "nvidia-smi: not on PATH"
+  fi
+  if command -v nvcc >/dev/null; then nvcc --version | tail -n 2; fi
+  local missing
+  missing="$(ldd "$GC_BIN"/trellis-* "$GC_BIN"/cuda_tests 2>/dev/null |
+    grep 'not found' | sort -u)"
+  if [ -n "$missing" ]; then
+    echo "FAIL: libraries not found (set CUDA_LIBS to their folders):"
+    echo "$missing"
+    return 1
+  fi
+  "$GC_BIN/trellis-attention-bench" --device="$GC_DEVICE" --info || return 1
+  run_python - <<'EOF' || echo "PyTorch: $GC_PYTHON not found or failed"
+try:
+    import torch
+except ImportError as e:
+    print(f"PyTorch: not importable ({e})")
+else:
+    cuda = torch.cuda.is_available()
+    nccl = torch.cuda.nccl.version() if cuda else None
+    print(f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+          f"{torch.backends.cudnn.version()}, NCCL {nccl}, device "
+          f"{torch.cuda.get_device_name() if cuda else 'none'}")
+EOF
+}
+
+# The GPU tests; their output also goes to tests.txt, and the names of the
+# cases that skipped to tests-skipped.txt.
+section_tests() {
+  local rc skipped
+  run_tests 2>&1 | tee "$GC_RESULTS/tests.txt"
+  rc=${PIPESTATUS[0]}
+  # gtest's "[  SKIPPED ] Suite.Case", without colours; not its count line.
+  sed 's/\x1b\[[0-9;]*m//g' "$GC_RESULTS/tests.txt" |
+    grep -o 'SKIPPED \] [A-Za-z][A-Za-z0-9_/.]*' | cut -d' ' -f3 | sort -u \
+    >"$GC_RESULTS/tests-skipped.txt"
+  skipped=$(wc -l <"$GC_RESULTS/tests-skipped.txt")
+  echo "test cases skipped: $skipped$([ "$skipped" -gt 0 ] && echo " ($(paste -sd' ' "$GC_RESULTS/tests-skipped.txt"))")"
+  return "$rc"
+}
+
+run_tests() {
+  local filter=()
+  if [ -n "${GTEST_FILTER:-}" ]; then
+    filter=(--gtest_filter="$GTEST_FILTER")
+  elif [ "$GC_DRY" = 1 ]; then
+    filter=(--gtest_filter=-*)  # start every binary, run no case
+  fi
+  if [ "$GC_MODE" = bundle ]; then
+    "$root/run-gpu-tests.sh" "${filter[@]}"
+    return
+  fi
+  # A checkout: the same runs as the bundle's run-gpu-tests.sh, with the
+  # rank counts ctest gives the multi-rank tests.
+  local mpi=(mpirun --oversubscribe --mca btl self,tcp) failed=0 t
+  local ctest_file="$GC_BIN/../tests/cuda/CTestTestfile.cmake"
+  [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
+  if [ ! -f "$ctest_file" ]; then
+    echo "FAIL: $ctest_file not found: the build's list of multi-rank GPU tests"
+    return 1
+  fi
+  echo "== cuda_tests"
+  "$GC_BIN/cuda_tests" "${filter[@]}" || { echo "FAILED: cuda_tests"; failed=1; }
+  for t in $(grep -ho 'cuda_[a-z_]*_mpi_test_np[0-9]*' "$ctest_file" |
+      sort -u); do
+    echo "== ${mpi[*]} -np ${t##*_np} ${t%_np*}"
+    "${mpi[@]}" -np "${t##*_np}" "$GC_BIN/${t%_np*}" "${filter[@]}" ||
+      { echo "FAILED: ${t%_np*}"; failed=1; }
+  done
+  return $failed
+}
+
+section_bench() {
+  local preset="$1" args
+  if [ "$GC_DRY" = 1 ]; then
+    args=(--device=cpu --n_layer=2 --n_head=2 --d_model=64 --seq_len=64
+          --vocab_size=257 --steps=2 --warmup=1 --gemm_size=128)
+  else
+    args=(--device=cuda --preset="$preset" --seq_len=1024 --precision=bf16
+          --recompute=none --steps="${STEPS:-5}")
+  fi
+  "$GC_BIN/trellis-bench" "${args[@]}" --profile \
+    --json="$GC_RESULTS/bench-$preset.json"
+}
+
+section_attention() {
+  local args
+  if [ "$GC_DRY" = 1 ]; then
+    args=(--device=cpu --shapes=1x64x2x16,2x32x1x16 --warmup=1 --reps=2)
+  else
+    args=(--device=cuda --shapes="${GC_PRESETS// /,}")
+  fi
+  if [ -n "${ATTENTION_PATHS:-}" ]; then args+=(--paths="$ATTENTION_PATHS"); fi
+  "$GC_BIN/trellis-attention-bench" "${args[@]}" \
+    --json="$GC_RESULTS/attention.json"
+}
+
+# Python with the node's own library path: the bundle's libraries (an older
+# libstdc++, OpenSSL, ...) and the CUDA folders put first for trellis's
+# programs must not replace those PyTorch was built against.
+run_python() {
+  if [ -n "$GC_PY_LD_LIBRARY_PATH" ]; then
+    LD_LIBRARY_PATH="$GC_PY_LD_LIBRARY_PATH" "$GC_PYTHON" "$@"
+  else
+    env -u LD_LIBRARY_PATH "$GC_PYTHON" "$@"
+  fi
+}
+
+have_python() {
+  command -v "$GC_PYTHON" >/dev/null && return 0
+  echo "skipped: no $GC_PYTHON on this node (set PYTHON)"
+  return 1
+}
+
+section_torch_sdpa() {
+  have_python || return 0
+  local args=(--device="$GC_DEVICE" --json="$GC_RESULTS/sdpa.json")
+  if [ -f "$GC_RESULTS/attention.json" ]; then
+    args+=(--from="$GC_RESULTS/attention.json")
+  fi
+  if [ "$GC_DRY" = 1 ]; then args+=(--shapes=1x64x2x16 --warmup=1 --reps=2); fi
+  run_python "$here/torch_reference/sdpa_bench.py" "${args[@]}"
+}
+
+section_torch() {
+  local preset="$1"
+  have_python || return 0
+  local args=(--device="$GC_DEVICE" --json="$GC_RESULTS/torch-$preset.json")
+  if [ -f "$GC_RESULTS/bench-$preset.json" ]; then
+    args+=(--from="$GC_RESULTS/bench-$preset.json")
+  else
+    args+=(--preset="$preset")
+  fi
+  if [ "$GC_DRY" = 1 ]; then args+=(--no-compile --warmup=1 --steps=2); fi
+  run_python "$here/torch_reference/gpt2_bench.py" "${args[@]}"
+}
+
+section_goals() {
+  if ! command -v "$GC_PYTHON" >/dev/null; then
+    echo "no $GC_PYTHON: the JSON results in $GC_RESULTS are not folded"
+    return 1
+  fi
+  local args=("$GC_RESULTS" --presets="$GC_PRESETS")
+  [ "$GC_DRY" = 1 ] && args+=(--dry-run)
+  run_python "$here/gpu_check_report.py" "${args[@]}"
+}
+
+if [ "${1:-}" = --section ]; then
+  name="$2"
+  shift 2
+  "section_$name" "$@"
+  exit
+fi
+
+# ------------------------------------------------------------------ driver
+usage() { sed -n '2,/^set -uo/p' "$self" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+
+dry=0 log_dir="" results="" bin="" budget=1140 only=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry=1 ;;
+    --log-dir) log_dir="$2"; shift ;;
+    --results) results="$2"; shift ;;
+    --bin) bin="$2"; shift ;;
+    --budget) budget="$2"; shift ;;
+    --only) only=",$2,"; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# CUDA, NCCL and cuDNN library folders: the toolkit's, then the wheels'.
+find_cuda_libs() {
+  local dirs=() d site
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && dirs+=("$d")
+  done
+  if command -v "${PYTHON:-python3}" >/dev/null; then
+    for site in $("${PYTHON:-python3}" -c \
+        'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+      for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && dirs+=("$d"); done
+    done
+  fi
+  (IFS=:; echo "${dirs[*]}")
+}
+
+export GC_PY_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
+export CUDA_LIBS="${CUDA_LIBS-$(find_cuda_libs)}"
+if [ -f "$root/env.sh" ]; then
+  mode=bundle
+  source "$root/env.sh"
+  bin="${bin:-$root/bin}"
+else
+  mode=checkout
+  bin="${bin:-${BUILD_DIR:-$root/build}/bin}"
+  export LD_LIBRARY_PATH="${CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+if [ ! -x "$bin/trellis-bench" ] || [ ! -x "$bin/trellis-attention-bench" ]; then
+  echo "gpu-check: trellis-bench or trellis-attention-bench not in $bin; build with TRELLIS_CUDA=ON scripts/build.sh (or pass --bin)" >&2
+  exit 2
+fi
+
+if [ "$dry" = 1 ]; then
+  gpu=cpu-dry-run
+else
+  gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+  gpu="$(echo "${gpu:-unknown-gpu}" | tr 'A-Z' 'a-z' | sed -e 's/^nvidia //' -e 's/[^a-z0-9]\{1,\}/-/g' -e 's/-$//')"
+fi
+stamp="$(date -u +%Y-%m-%d)-$gpu"
+if [ -z "$log_dir" ]; then
+  if [ -n "${OUT:-}" ]; then log_dir="$OUT"
+  elif [ "$mode" = checkout ]; then log_dir="$root/docs/gpu-runs"
+  else log_dir="$PWD/gpu-runs"; fi
+fi
+mkdir -p "$log_dir"
+log="$log_dir/$stamp.log"
+[ -e "$log" ] && log="$log_dir/$stamp-$(date -u +%H%M%S).log"
+if [ -z "$results" ]; then
+  if [ "$mode" = checkout ]; then results="$root/runs/gpu-check/$stamp-$(date -u +%H%M%S)"
+  else results="$(mktemp -d "${TMPDIR:-/tmp}/trellis-gpu-check.XXXXXX")"; fi
+fi
+mkdir -p "$results"
+: >"$results/sections.tsv"
+
+export GC_MODE="$mode" GC_BIN="$bin" GC_RESULTS="$results" GC_DRY="$dry"
+export GC_DEVICE="$([ "$dry" = 1 ] && echo cpu || echo cuda)"
+export GC_PYTHON="${PYTHON:-python3}" PYTHONUNBUFFERED=1
+export GC_PRESETS="${PRESETS:-gpt2-124m gpt2-350m gpt2-774m}"
+[ "$dry" = 1 ] && GC_PRESETS="${PRESETS:-tiny}"
+
+start=$(date +%s)
+failed=()
+summary=()
+
+# run_section NAME FUNCTION LIMIT BUDGETED [ARG]: runs section_FUNCTION
+# ARG under timeout, reported as NAME.
+run_section() {
+  local name="$1" fn="$2" limit="$3" budgeted="$4" arg="${5:-}" t0 rc status
+  local secs
+  if [ -n "$only" ] && [[ "$only" != *",${fn//_/-},"* ]]; then return; fi
+  local left=$((budget - ($(date +%s) - start)))
+  if [ "$budgeted" = 1 ] && [ "$left" -lt "$limit" ]; then limit="$left"; fi
+  echo
+  echo "==== $name (limit ${limit} s) ==== $(date -u +%H:%M:%S)"
+  if [ "$limit" -lt 10 ]; then
+    status="skipped: the ${budget} s budget is spent"
+    rc=1 secs=0
+  else
+    t0=$(date +%s)
+    timeout -k 15 "$limit" "$self" --section "$fn" $arg
+    rc=$?
+    secs=$(($(date +%s) - t0))
+    case $rc in
+      0) status=ok ;;
+      124|137) status="timed out after ${limit} s" ;;
+      *) status="FAILED (exit $rc)" ;;
+    esac
+  fi
+  echo "---- $name: $status in $secs s"
+  printf '%s\t%s\t%s\n' "$name" "${status%% *}" "$secs" >>"$results/sections.tsv"
+  summary+=("| $name | $status | $secs |")
+  [ "$rc" -eq 0 ] || failed+=("$name")
+}
+
+main() {
+  echo "trellis GPU check$([ "$dry" = 1 ] && echo ' (dry run on the CPU)'): $stamp"
+  echo "log $log; results $results; budget ${budget} s"
+  run_section system system 60 1
+  run_section tests tests 600 1
+  local preset
+  for preset in $GC_PRESETS; do
+    run_section "bench:$preset" bench 300 1 "$preset"
+  done
+  run_section attention attention 240 1
+  run_section torch-sdpa torch_sdpa 180 1
+  for preset in $GC_PRESETS; do
+    run_section "torch:$preset" torch 360 1 "$preset"
+  done
+  local total=$(($(date +%s) - start))
+  run_section goals goals 60 0
+  echo
+  echo "==== summary: ${total} s of sections on the device (budget ${budget} s)"
+  echo "| section | result | seconds |"
+  echo "|---|---|---|"
+  printf '%s\n' "${summary[@]}"
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+    tar -C "$results" -czf "$OUT/$stamp-results.tar.gz" . &&
+      echo "JSON results packed into $OUT/$stamp-results.tar.gz"
+  fi
+  echo "log: $log"
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "gpu-check: FAILED sections: ${failed[*]}"
+    return 1
+  fi
+  echo "gpu-check: every section passed"
+}
+
+main 2>&1 | tee "$log"
+exit "${PIPESTATUS[0]}"

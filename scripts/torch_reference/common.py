@@ -1,0 +1,92 @@
+"""Shared pieces of the PyTorch reference scripts (gpt2_bench.py,
+sdpa_bench.py): the clean skip when PyTorch or its GPU is missing, the
+timing of a callable with CUDA events, and the JSON result file.
+
+Both scripts write one JSON object to --json. A run that cannot measure
+(no PyTorch, no CUDA device, a PyTorch too old for what is timed) writes
+{"skipped": "<why>"} and exits 0, so the GPU check reports a note instead
+of a failure.
+"""
+
+import json
+import statistics
+import sys
+import time
+
+
+def write_json(path, result):
+    if path:
+        with open(path, "w") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+
+
+def skip(json_path, why):
+    """Reports a measurement that cannot run here, then exits 0."""
+    print(f"skipped: {why}")
+    write_json(json_path, {"skipped": why})
+    sys.exit(0)
+
+
+def import_torch(json_path, device):
+    """Returns the torch module, or skips when it (or its GPU) is missing."""
+    try:
+        import torch  # noqa: PLC0415 (the import is what may fail)
+    except ImportError as e:
+        skip(json_path, f"no PyTorch in {sys.executable} ({e})")
+    if device == "cuda" and not torch.cuda.is_available():
+        skip(json_path, f"PyTorch {torch.__version__} sees no CUDA device")
+    if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        skip(json_path, f"PyTorch {torch.__version__} has no "
+             "scaled_dot_product_attention (needs 2.0 or newer)")
+    return torch
+
+
+def environment(torch, device):
+    """What ran the measurement, for the report."""
+    env = {"torch": torch.__version__, "python": sys.version.split()[0],
+           "device": device}
+    if device == "cuda":
+        env["device_name"] = torch.cuda.get_device_name()
+        env["cuda"] = torch.version.cuda
+        env["cudnn"] = torch.backends.cudnn.version()
+    else:
+        env["device_name"] = "cpu"
+    return env
+
+
+def time_ms(torch, device, fn, warmup, reps):
+    """Milliseconds of each of `reps` calls of fn after `warmup` calls:
+    CUDA events around each call on the GPU, the wall clock on the CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    if device == "cuda":
+        torch.cuda.synchronize()
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        for _ in range(reps):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append(1e3 * (time.perf_counter() - t0))
+    return times
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def parse_shape(text):
+    """'BxTxHxD' -> dict(B, T, H, D)."""
+    parts = text.split("x")
+    if len(parts) != 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"shape '{text}' is not BxTxHxD with positive sizes")
+    b, t, h, d = (int(p) for p in parts)
+    return {"name": "custom", "B": b, "T": t, "H": h, "D": d}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# scripts/gpu-check.sh without a GPU: its dry run must pass every section
+# and leave a log with each section's header and valid JSON results; a
+# section that fails or outlasts its time must not stop the check, which
+# must then exit nonzero naming those sections, and a timed-out section's
+# processes must be gone.
+#
+#   gpu_check_test.sh SOURCE_DIR BUILD_DIR
+set -euo pipefail
+root="$1"
+build="$2"
+work="$(mktemp -d /var/tmp/trellis-gpu-check.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# 1. The dry run, from the build.
+rc=0
+OUT= "$root/scripts/gpu-check.sh" --dry-run --bin "$build/bin" \
+  --log-dir "$work/logs" --results "$work/results" >"$work/stdout" 2>&1 || rc=$?
+log="$work/logs/$(date -u +%Y-%m-%d)-cpu-dry-run.log"
+[ -f "$log" ] || { cat "$work/stdout"; fail "no log $log"; }
+cmp -s "$log" "$work/stdout" || fail "the log differs from what was printed"
+[ "$rc" -eq 0 ] || { cat "$log"; fail "the dry run exited $rc"; }
+for section in system tests bench:tiny attention torch-sdpa torch:tiny goals; do
+  grep -q "^==== $section (limit [0-9]* s)" "$log" || fail "no header of $section"
+  grep -q "^---- $section: ok in [0-9]* s" "$log" || fail "$section did not pass"
+done
+grep -q '^gpu-check: every section passed$' "$log" || fail "no closing line"
+grep -q '== cuda_tests' "$log" || fail "the tests section ran no cuda_tests"
+grep -q -- '-np 8 .*cuda_layout_equivalence_mpi_test' "$log" ||
+  fail "the tests section did not start the 8-rank layout test"
+grep -q '^| goal | result | measured |' "$log" || fail "no goals table"
+for f in bench-tiny.json attention.json sdpa.json torch-tiny.json; do
+  python3 -m json.tool "$work/results/$f" >/dev/null || fail "$f is not JSON"
+done
+python3 - "$work/results" <<'EOF' || fail "unexpected results"
+import json, sys
+d = sys.argv[1]
+att = json.load(open(f"{d}/attention.json"))
+assert [p["path"] for p in att["shapes"][0]["paths"]] == ["cpu"], att
+assert att["shapes"][0]["paths"][0]["forward_ms"] > 0
+assert len(att["shapes"]) == 2 and att["shapes"][1]["label"].startswith("custom")
+bench = json.load(open(f"{d}/bench-tiny.json"))
+assert bench["median"]["tokens_per_s"] > 0 and bench["kernels"], "no profile"
+torch = json.load(open(f"{d}/torch-tiny.json"))
+assert "skipped" in torch or torch["tokens_per_s"] > 0, torch
+rows = [l.split("\t") for l in open(f"{d}/sections.tsv").read().splitlines()]
+assert [r[1] for r in rows] == ["ok"] * 7, rows
+EOF
+
+# 2. A failing and a hanging section: fake programs beside the real ones.
+mkdir "$work/fake"
+ln -s "$build"/bin/* "$work/fake/"
+rm "$work/fake/trellis-bench" "$work/fake/trellis-attention-bench"
+printf '#!/bin/sh\necho "fake bench fails"\nexit 3\n' >"$work/fake/trellis-bench"
+printf '#!/bin/sh\necho $$ >"%s"\nexec sleep 600\n' "$work/sleeper.pid" \
+  >"$work/fake/trellis-attention-bench"
+chmod +x "$work/fake/trellis-bench" "$work/fake/trellis-attention-bench"
+start=$(date +%s)
+rc=0
+OUT= "$root/scripts/gpu-check.sh" --dry-run --bin "$work/fake" \
+  --only bench,attention,torch-sdpa,goals --budget 15 \
+  --log-dir "$work/logs2" --results "$work/results2" >"$work/stdout2" 2>&1 || rc=$?
+took=$(($(date +%s) - start))
+cat "$work/stdout2"
+[ "$rc" -ne 0 ] || fail "the check passed with failing sections"
+grep -q '^---- bench:tiny: FAILED (exit 3)' "$work/stdout2" || fail "bench:tiny not failed"
+grep -q '^---- attention: timed out after [0-9]* s' "$work/stdout2" || fail "no time-out"
+grep -q '^---- torch-sdpa: skipped: the 15 s budget is spent' "$work/stdout2" ||
+  fail "torch-sdpa ran past the budget"
+grep -q '^---- goals: ok' "$work/stdout2" || fail "goals did not run after the failures"
+grep -q '^gpu-check: FAILED sections: bench:tiny attention torch-sdpa$' \
+  "$work/stdout2" || fail "the failed sections are not named"
+! grep -q '^==== \(system\|tests\|torch:tiny\)' "$work/stdout2" || fail "--only ignored"
+[ "$took" -lt 60 ] || fail "the time-out took $took s"
+# Gone, or a zombie whose new parent has not reaped it yet.
+sleep 1
+state="$(ps -o stat= -p "$(cat "$work/sleeper.pid")" || true)"
+if [ -n "$state" ] && [[ "$state" != Z* ]]; then
+  kill "$(cat "$work/sleeper.pid")"
+  fail "the timed-out section's process still runs ($state)"
+fi
+echo "gpu_check_test: passed"
