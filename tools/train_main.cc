@@ -62,6 +62,10 @@ ABSL_FLAG(std::string, precision, "fp32",
 ABSL_FLAG(std::string, recompute, "none",
           "activation recomputation in backward: none, selective (attention "
           "and GELU inputs) or full (each block from its input)");
+ABSL_FLAG(std::string, attention, "cudnn",
+          "CUDA attention kernels: cudnn (cuDNN's fused attention where a "
+          "plan builds, else mma with a note), mma (tensor cores) or simt; "
+          "ignored on CPU");
 ABSL_FLAG(int64_t, loss_chunk_rows, 1024,
           "rows of the LM head's logits formed at once (0: a whole "
           "microbatch); bounds the head's memory, not its result");
@@ -118,6 +122,7 @@ absl::StatusOr<TrainOptions> OptionsFromFlags() {
   o.device = absl::GetFlag(FLAGS_device);
   o.precision = absl::GetFlag(FLAGS_precision);
   o.recompute = absl::GetFlag(FLAGS_recompute);
+  o.attention = absl::GetFlag(FLAGS_attention);
   o.loss_chunk_rows = absl::GetFlag(FLAGS_loss_chunk_rows);
   o.gpu_comm = absl::GetFlag(FLAGS_gpu_comm);
   o.memory_budget_gb = absl::GetFlag(FLAGS_memory_budget_gb);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "framework/kernels/attention_path.h"
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
@@ -52,6 +53,8 @@ absl::StatusOr<Recompute> ParseRecompute(const std::string& name);
 struct BlockOptions {
   Recompute recompute = Recompute::kNone;
   bool defer_weight_grads = true;
+  // Which kernels run attention on CUDA (framework/kernels/attention_path.h).
+  AttentionPath attention = kDefaultAttentionPath;
   // Not read by Block: rows per chunk of the LM head (GptChunk), which
   // forms the (rows, Vl) logits of one chunk at a time; 0: all N rows at
   // once.

@@ -55,6 +55,19 @@ TEST(TrainOptionsTest, AcceptsEveryScheduleByItsDocumentedName) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
+// --attention is a CUDA kernel choice: every path is accepted (and on CPU
+// ignored), the default is cudnn, and the flag string carries it.
+TEST(TrainOptionsTest, AcceptsEveryAttentionPathOnEveryDevice) {
+  EXPECT_EQ(TrainOptions().attention, "cudnn");
+  for (const std::string name : {"cudnn", "mma", "simt"}) {
+    TrainOptions o = Valid();
+    o.attention = name;
+    const absl::Status status = o.Resolve(1, 257);
+    EXPECT_TRUE(status.ok()) << name << ": " << status;
+    EXPECT_THAT(o.ToFlagString(), HasSubstr("\n--attention=" + name + "\n"));
+  }
+}
+
 TEST(TrainOptionsTest, StageLayersSplitsEvenlyOrAsGiven) {
   EXPECT_THAT(StageLayers(7, 3, {}), ElementsAre(3, 2, 2));
   EXPECT_THAT(StageLayers(7, 2, {2, 5}), ElementsAre(2, 5));
@@ -137,6 +150,10 @@ INSTANTIATE_TEST_SUITE_P(
                 [](O& o) { o.keep_checkpoints = -1; },
                 {"--keep_checkpoints"}},
         BadCase{"device", 1, [](O& o) { o.device = "tpu"; }, {"--device=tpu"}},
+        BadCase{"attention",
+                1,
+                [](O& o) { o.attention = "flash"; },
+                {"--attention=flash", "cudnn, mma or simt"}},
         BadCase{"schedule",
                 1,
                 [](O& o) { o.schedule = "foo"; },

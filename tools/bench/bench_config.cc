@@ -62,6 +62,8 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   }
   TRELLIS_RETURN_IF_ERROR(
       CheckChoice("recompute", f.recompute, {"none", "selective", "full"}));
+  TRELLIS_RETURN_IF_ERROR(
+      CheckChoice("attention", f.attention, {"cudnn", "mma", "simt"}));
   const std::string preset_name =
       f.preset.empty() && cuda ? "gpt2-124m" : f.preset;
   const Preset* preset = nullptr;
@@ -104,6 +106,7 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   o.device = f.device;
   o.precision = precision;
   o.recompute = f.recompute;
+  o.attention = f.attention;
   o.model.n_layer = f.n_layer.value_or(preset ? preset->n_layer : 6);
   o.model.n_head = f.n_head.value_or(preset ? preset->n_head : 6);
   o.model.d_model = f.d_model.value_or(preset ? preset->d_model : 384);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "framework/kernels/attention_path.h"
 #include "framework/status.h"
 #include "parallel/schedule.h"
 #include "transformer/config.h"
@@ -68,6 +69,9 @@ absl::Status CheckScalars(const TrainOptions& o) {
       o.recompute != "full") {
     return Bad(absl::StrCat("--recompute=", o.recompute,
                             " is not none, selective or full"));
+  }
+  if (absl::Status s = ParseAttentionPath(o.attention).status(); !s.ok()) {
+    return Bad(std::string(s.message()));
   }
   if (o.gpu_comm != "nccl" && o.gpu_comm != "host") {
     return Bad(absl::StrCat("--gpu_comm=", o.gpu_comm,
@@ -205,8 +209,8 @@ std::string TrainOptions::ToFlagString() const {
                   "\n--dp_bucket_mb=", dp_bucket_mb, "\n--device=", device);
   absl::StrAppend(
       &out, "\n--precision=", precision, "\n--recompute=", recompute,
-      "\n--loss_chunk_rows=", loss_chunk_rows, "\n--gpu_comm=", gpu_comm,
-      "\n--memory_budget_gb=", memory_budget_gb);
+      "\n--attention=", attention, "\n--loss_chunk_rows=", loss_chunk_rows,
+      "\n--gpu_comm=", gpu_comm, "\n--memory_budget_gb=", memory_budget_gb);
   if (!trace_dir.empty()) {
     absl::StrAppend(&out, "\n--trace_dir=", trace_dir,
                     "\n--trace_steps=", absl::StrJoin(trace_steps, ","));

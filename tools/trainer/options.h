@@ -63,6 +63,11 @@ struct TrainOptions {
   // and GELU inputs are recomputed, Megatron's selective recompute) or
   // "full" (each block is recomputed from its input).
   std::string recompute = "none";
+  // Attention kernels on CUDA (framework/kernels/attention_path.h): "cudnn"
+  // (cuDNN's fused attention where a plan builds, else "mma" with a note),
+  // "mma" (the tensor-core kernels, SIMT where they do not apply) or "simt".
+  // CPU runs accept any of the three and ignore it (one CPU kernel).
+  std::string attention = "cudnn";
   // Rows of the LM head's logits formed at once (each chunk's logits are
   // turned into their gradient before the next); 0: all rows of a
   // microbatch.

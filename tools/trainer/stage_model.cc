@@ -40,6 +40,7 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   // gradients' inputs kept per microbatch.
   BlockOptions block;
   block.recompute = ParseRecompute(options.recompute).value();
+  block.attention = ParseAttentionPath(options.attention).value();
   block.defer_weight_grads = ParseScheduleKind(options.schedule).value() ==
                              ScheduleKind::kZeroBubbleH1;
   block.loss_chunk_rows = options.loss_chunk_rows;
