@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -22,6 +23,7 @@
 #include "framework/cuda/cuda_device.h"
 #include "framework/cuda/cudnn_backend.h"
 #include "framework/status.h"
+#include "framework/tensor.h"
 
 namespace trellis {
 namespace cuda_internal {
@@ -58,8 +60,6 @@ struct Context {
   int compute_major = 0, compute_minor = 0;
   std::map<PlanKey, absl::StatusOr<std::unique_ptr<Plan>>> plans;
   int64_t plan_builds = 0;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
 };
 
 int CurrentDevice() {
@@ -202,15 +202,14 @@ absl::StatusOr<const Plan*> PlanFor(Context& c, const PlanKey& key) {
 
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-// At least `bytes` of this context's device workspace.
-char* Workspace(Context& c, size_t bytes) {
-  if (bytes > c.workspace_bytes) {
-    if (c.workspace != nullptr) TRELLIS_CUDA_CHECK(cudaFree(c.workspace));
-    c.workspace = nullptr;
-    TRELLIS_CUDA_CHECK(cudaMalloc(&c.workspace, bytes));
-    c.workspace_bytes = bytes;
-  }
-  return static_cast<char*>(c.workspace);
+// At least `bytes` (and kAlign) of device workspace from the run's allocator
+// (the memory arena while one is in scope), released when the call returns:
+// the arena hands a block out again only to work issued after it on the same
+// compute stream, and cudaFree waits for the device.
+Tensor Workspace(int device, size_t bytes) {
+  const size_t words = (std::max(bytes, kAlign) + 3) / 4;
+  return Tensor::Empty({static_cast<int64_t>(words)}, DType::kF32,
+                       Device::Cuda(device));
 }
 
 // The scalars the graphs take by value.
@@ -258,13 +257,14 @@ void* At(const void* p, int64_t elements) {
 absl::Status CudnnAttentionForward(Elem t, const AttentionDims& d,
                                    const void* qkv, void* out, float* lse) {
   if (d.B * d.H * d.T == 0) return absl::OkStatus();
-  Context& c = ContextFor(CurrentDevice());
+  const int device = CurrentDevice();
+  Context& c = ContextFor(device);
   TRELLIS_RETURN_IF_ERROR(CheckSupported(c, t, d, {qkv, out, lse}));
   TRELLIS_ASSIGN_OR_RETURN(const Plan* plan,
                            PlanFor(c, {false, t, d.B, d.T, d.H, d.D}));
   Scalars s(d.D);
   const int64_t C = d.H * d.D;
-  void* workspace = Workspace(c, RoundUp(plan->workspace_bytes) + kAlign);
+  const Tensor workspace = Workspace(device, plan->workspace_bytes);
   Execute(c, *plan,
           {{ca::kQ, At(qkv, 0)},
            {ca::kKt, At(qkv, C)},
@@ -273,7 +273,7 @@ absl::Status CudnnAttentionForward(Elem t, const AttentionDims& d,
            {ca::kStats, lse},
            {ca::kScale, &s.scale},
            {ca::kMaskValue, &s.mask_value}},
-          workspace);
+          workspace.raw());
   return absl::OkStatus();
 }
 
@@ -282,7 +282,8 @@ absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& d,
                                     const void* out, const float* lse,
                                     void* dqkv) {
   if (d.B * d.H * d.T == 0) return absl::OkStatus();
-  Context& c = ContextFor(CurrentDevice());
+  const int device = CurrentDevice();
+  Context& c = ContextFor(device);
   TRELLIS_RETURN_IF_ERROR(CheckSupported(c, t, d, {dout, qkv, out, lse, dqkv}));
   TRELLIS_ASSIGN_OR_RETURN(const Plan* plan,
                            PlanFor(c, {true, t, d.B, d.T, d.H, d.D}));
@@ -294,7 +295,9 @@ absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& d,
   const size_t accum_bytes = RoundUp(sizeof(float) * d.B * d.H * d.T * d.D);
   const size_t sum_bytes = RoundUp(sizeof(float) * d.B * d.H * d.T);
   const size_t scratch_bytes = RoundUp(kBf16Bytes * n_qkv);
-  char* w = Workspace(c, plan_bytes + accum_bytes + sum_bytes + scratch_bytes);
+  const Tensor workspace =
+      Workspace(device, plan_bytes + accum_bytes + sum_bytes + scratch_bytes);
+  char* w = static_cast<char*>(workspace.raw());
   char* accum = w + plan_bytes;
   char* sum = accum + accum_bytes;
   char* scratch = sum + sum_bytes;

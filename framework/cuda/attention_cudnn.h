@@ -20,8 +20,10 @@
 // type) on each thread and device; the strides are a function of those (the
 // packed layouts), so they need no key of their own. A failure to build is
 // cached as well, so it costs one attempt. Workspace (the plan's, plus for
-// backward the float32 dQ accumulator, the dO·O row sums and the gradient
-// scratch) is one device buffer per thread and device, grown on demand.
+// backward the float32 dQ accumulator (B·H·T·D·4 bytes), the dO·O row sums
+// (B·H·T·4) and the bfloat16 gradient scratch (B·T·3·H·D·2)) comes from the
+// run's allocator (Tensor::Empty: the memory arena while one is in scope)
+// for the duration of a call.
 //
 // Thread safety: each thread has its own handles, plans and workspace.
 #ifndef TRELLIS_FRAMEWORK_CUDA_ATTENTION_CUDNN_H_

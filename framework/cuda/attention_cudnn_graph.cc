@@ -307,8 +307,12 @@ absl::StatusOr<BackendDescriptor> BuildBackwardGraph(cudnnHandle_t handle,
   g.Real(kStats, StatsView(s.B, s.T, s.H), kF32);
   g.Scalar(kOne);
 
-  // Di = rowsum(dO ⊙ O), stored for the engine.
-  const int64_t d_o_o = g.Pw(CUDNN_POINTWISE_MUL, kDO, kO, heads);
+  // Di = rowsum(dO ⊙ O), stored for the engine. The product is virtual
+  // (never stored): its strides only name an element order, row-major over
+  // tokens as in out.
+  const View products{
+      {s.B, s.H, s.T, s.D}, {s.H * s.T * s.D, s.T * s.D, s.H * s.D, 1}, 0};
+  const int64_t d_o_o = g.Pw(CUDNN_POINTWISE_MUL, kDO, kO, products);
   const int64_t di = g.Virtual(rows, kF32);
   g.Reduce(CUDNN_REDUCE_TENSOR_ADD, d_o_o, di);
   g.Real(kSoftmaxSum, rows, kF32);
