@@ -22,7 +22,9 @@
 //    temporaries live in the Workspace, and BackwardWeight does nothing.
 // Every mode computes the same numbers in the same order (when
 // BackwardWeight follows BackwardInput's microbatch order, as in every
-// schedule): gradients match to the bit.
+// schedule): gradients match to the bit, except that cuDNN's attention
+// backward (BlockOptions::attention kCudnn on CUDA) may sum in another order
+// on each call.
 //
 // Shapes: N = B·T rows, C = d_model, H = heads on this rank, Cl = C/tp.
 // Statistics (LayerNorm mean and rstd, attention's saved state) are float32
@@ -53,12 +55,12 @@ absl::StatusOr<Recompute> ParseRecompute(const std::string& name);
 struct BlockOptions {
   Recompute recompute = Recompute::kNone;
   bool defer_weight_grads = true;
-  // Which kernels run attention on CUDA (framework/kernels/attention_path.h).
-  AttentionPath attention = kDefaultAttentionPath;
   // Not read by Block: rows per chunk of the LM head (GptChunk), which
   // forms the (rows, Vl) logits of one chunk at a time; 0: all N rows at
   // once.
   int64_t loss_chunk_rows = 1024;
+  // Which kernels run attention on CUDA (framework/kernels/attention_path.h).
+  AttentionPath attention = kDefaultAttentionPath;
 };
 
 // The dtype of saved statistics for activations of `dtype`.
