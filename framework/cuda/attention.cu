@@ -306,8 +306,8 @@ void SimtAttentionForward(Elem t, const AttentionDims& d, const void* qkv,
 }
 
 void SimtAttentionBackward(Elem t, const AttentionDims& d, const void* dout,
-                       const void* qkv, const void* out, const float* lse,
-                       void* dqkv) {
+                           const void* qkv, const void* out, const float* lse,
+                           void* dqkv) {
   if (d.B * d.H * d.T == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
