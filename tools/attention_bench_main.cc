@@ -11,15 +11,14 @@
 // count the two T×T products causally (half of the square): forward
 // 4·B·H·T²·D / 2, backward 2.5 times that.
 //
-// Paths. On CUDA the path is chosen through the TRELLIS_ATTENTION variable
-// the kernels read ("simt" forces the float32 SIMT kernels; any other value
-// leaves the default, the tensor-core path "mma"); a build with
-// TRELLIS_WITH_CUDNN also lists "cudnn". Every path runs one untimed
-// forward and backward on the same inputs first, and the report gives its
-// largest difference from the first path's results; two paths whose
-// results agree to the bit ran the same kernels, which the report flags
-// (the build does not offer the second one). On the CPU the one path is
-// "cpu".
+// Paths. On CUDA each call names its path (framework/kernels/
+// attention_path.h): "cudnn", "mma" or "simt"; a path that cannot take a
+// call falls back (cudnn to mma, mma to simt) and says so once on stderr.
+// Every path runs one untimed forward and backward on the same inputs
+// first, and the report gives its largest difference from the first path's
+// results; two paths whose results agree to the bit ran the same kernels,
+// which the report flags (the second one fell back). On the CPU the one
+// path is "cpu".
 //
 // Thread safety: a single-threaded program.
 #include <algorithm>
@@ -131,11 +130,7 @@ absl::StatusOr<Shape4> ParseShape(const std::string& text,
 
 std::vector<std::string> DefaultPaths(bool cuda) {
   if (!cuda) return {"cpu"};
-  std::vector<std::string> paths = {"simt", "mma"};
-#if defined(TRELLIS_WITH_CUDNN)
-  paths.push_back("cudnn");
-#endif
-  return paths;
+  return {"simt", "mma", "cudnn"};
 }
 
 // Random values in [-1, 1) of `dtype` on `device`.
@@ -214,32 +209,6 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Points the kernels at `path` (TRELLIS_ATTENTION) for this scope and
-// restores the variable's earlier value after it.
-class PathScope {
- public:
-  explicit PathScope(const std::string& path) {
-    const char* old = std::getenv(kName);
-    had_old_ = old != nullptr;
-    if (had_old_) old_ = old;
-    if (path != "cpu") setenv(kName, path.c_str(), 1);
-  }
-  ~PathScope() {
-    if (had_old_) {
-      setenv(kName, old_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  PathScope(const PathScope&) = delete;
-  PathScope& operator=(const PathScope&) = delete;
-
- private:
-  static constexpr const char* kName = "TRELLIS_ATTENTION";
-  bool had_old_ = false;
-  std::string old_;
-};
-
 struct Buffers {
   Tensor qkv, dout, out, saved, dqkv;
 };
@@ -261,12 +230,16 @@ PathResult RunPath(const BenchDevice& device, const Shape4& s,
                    const std::string& path, Buffers& b, int64_t warmup,
                    int64_t reps, std::vector<float>* first_out,
                    std::vector<float>* first_grad) {
-  PathScope scope(path);
+  // "cpu" is the one CPU kernel, which takes any path and ignores it.
+  const AttentionPath kernels =
+      path == "cpu" ? kDefaultAttentionPath : ParseAttentionPath(path).value();
   PathResult r;
   r.path = path;
-  const auto forward = [&] { AttentionForward(b.qkv, s.H, b.out, b.saved); };
+  const auto forward = [&] {
+    AttentionForward(b.qkv, s.H, b.out, b.saved, kernels);
+  };
   const auto backward = [&] {
-    AttentionBackward(b.dout, b.qkv, b.out, b.saved, s.H, b.dqkv);
+    AttentionBackward(b.dout, b.qkv, b.out, b.saved, s.H, b.dqkv, kernels);
   };
   b.out.Fill(std::nan(""));
   b.dqkv.Zero();
@@ -360,7 +333,7 @@ absl::StatusOr<Options> ReadFlags() {
   o.paths = paths.empty() ? DefaultPaths(cuda)
                           : absl::StrSplit(paths, ',', absl::SkipEmpty());
   for (const std::string& p : o.paths) {
-    if (cuda == (p == "cpu")) {
+    if (cuda ? !ParseAttentionPath(p).ok() : p != "cpu") {
       return Bad(absl::StrCat("--paths: '", p,
                               "' is not a path of --device=", o.device));
     }
@@ -394,7 +367,10 @@ absl::StatusOr<Options> ReadFlags() {
 
 absl::Status Run() {
   TRELLIS_ASSIGN_OR_RETURN(Options o, ReadFlags());
-  TRELLIS_ASSIGN_OR_RETURN(BenchDevice device, BenchDevice::Open(o.device));
+  TRELLIS_ASSIGN_OR_RETURN(
+      BenchDevice device,
+      BenchDevice::Open(o.device == "cuda" ? DeviceType::kCUDA
+                                           : DeviceType::kCPU));
   std::printf("%s\n", VersionLine(device).c_str());
   if (absl::GetFlag(FLAGS_info)) return absl::OkStatus();
   const Device where =

@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, precision, "",
           "fp32 or bf16 (default: fp32 on cpu, bf16 on cuda)");
 ABSL_FLAG(std::string, recompute, "none",
           "activation recomputation: none, selective or full");
+ABSL_FLAG(std::string, attention, "cudnn",
+          "CUDA attention kernels: cudnn (else mma with a note), mma or simt; "
+          "ignored on cpu");
 ABSL_FLAG(std::string, preset, "",
           "model shape: gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1558m "
           "(default: a 6-layer, 384-wide model on cpu, gpt2-124m on cuda)");
@@ -117,6 +120,7 @@ BenchFlags FlagsFromCommandLine(const std::vector<char*>& positional) {
   f.device = absl::GetFlag(FLAGS_device);
   f.precision = absl::GetFlag(FLAGS_precision);
   f.recompute = absl::GetFlag(FLAGS_recompute);
+  f.attention = absl::GetFlag(FLAGS_attention);
   f.preset = absl::GetFlag(FLAGS_preset);
   f.n_layer = absl::GetFlag(FLAGS_n_layer);
   f.n_head = absl::GetFlag(FLAGS_n_head);
@@ -177,6 +181,7 @@ absl::Status Bench(const BenchFlags& flags) {
   run.device_name = device.name();
   run.precision = PrecisionName(o.precision);
   run.recompute = RecomputeName(o.recompute);
+  run.attention = std::string(AttentionPathName(o.attention));
   run.preset = c.preset;
   run.model = trainer->options().model;
   run.micro_batch_size = o.micro_batch_size;

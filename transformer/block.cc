@@ -186,7 +186,7 @@ void Block::ForwardActivations(Communicator& tp, const Tensor& x,
   c_attn_.Forward(a.ln1, a.qkv);
   Tensor att = a.att.View({b, seq_len_, local_width_});
   AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), local_heads_,
-                   att, a.saved);
+                   att, a.saved, options_.attention);
   attn_proj_.Forward(tp, a.att, a.x2);
   // The residual add and ln_2 in one pass; c_fc with GELU in its epilogue.
   AddLayerNormForward(a.x2, x, ln2_w_->value, ln2_b_->value, a.x2, a.ln2,
@@ -214,7 +214,7 @@ void Block::Recompute(Communicator& tp, const Tensor& x, Tensors& a,
       const int64_t b = x.dim(0) / seq_len_;
       Tensor att = a.att.View({b, seq_len_, local_width_});
       AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}),
-                       local_heads_, att, a.saved);
+                       local_heads_, att, a.saved, options_.attention);
       if (need_gelu) GeluForward(a.fc, a.gelu);
       return;
     }
@@ -250,7 +250,8 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
   const Shape att_shape = {b, seq_len_, local_width_};
   Tensor dqkv = a.dqkv.View(qkv_shape);
   AttentionBackward(work.datt.View(att_shape), a.qkv.View(qkv_shape),
-                    a.att.View(att_shape), a.saved, local_heads_, dqkv);
+                    a.att.View(att_shape), a.saved, local_heads_, dqkv,
+                    options_.attention);
   a.dln1.Zero();
   c_attn_.BackwardInput(tp, a.dqkv, a.dln1);
   if (!defer) WeightGradients(x, a);

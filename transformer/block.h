@@ -22,7 +22,9 @@
 //    temporaries live in the Workspace, and BackwardWeight does nothing.
 // Every mode computes the same numbers in the same order (when
 // BackwardWeight follows BackwardInput's microbatch order, as in every
-// schedule): gradients match to the bit.
+// schedule): gradients match to the bit, except that cuDNN's attention
+// backward (BlockOptions::attention kCudnn on CUDA) may sum in another order
+// on each call.
 //
 // Shapes: N = B·T rows, C = d_model, H = heads on this rank, Cl = C/tp.
 // Statistics (LayerNorm mean and rstd, attention's saved state) are float32
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "framework/kernels/attention_path.h"
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
@@ -56,6 +59,8 @@ struct BlockOptions {
   // forms the (rows, Vl) logits of one chunk at a time; 0: all N rows at
   // once.
   int64_t loss_chunk_rows = 1024;
+  // Which kernels run attention on CUDA (framework/kernels/attention_path.h).
+  AttentionPath attention = kDefaultAttentionPath;
 };
 
 // The dtype of saved statistics for activations of `dtype`.

@@ -18,20 +18,20 @@
 // per-thread rows live in registers; arithmetic is float32 for float32 and
 // bfloat16 inputs alike.
 //
-// These SIMT kernels run on the CUDA cores. bfloat16 calls that the
-// tensor-core kernels take (attention_mma.cu: head width 32, 64 or 128 on
-// compute capability 8.0 or newer) go there instead, unless the environment
-// sets TRELLIS_ATTENTION=simt, which keeps every call here so that the two
-// paths can be compared on one GPU. It is read on every call.
+// These SIMT kernels run on the CUDA cores. cuda_launch::AttentionForward
+// and AttentionBackward send bfloat16 calls that the tensor-core kernels take
+// (attention_mma.cu: head width 32, 64 or 128 on compute capability 8.0 or
+// newer) there instead; SimtAttentionForward and SimtAttentionBackward
+// (attention_simt.h) keep every call here, so that the paths can be compared
+// on one GPU. Which entry runs is chosen in attention_select.cc.
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "framework/cuda/attention_mma.cuh"
+#include "framework/cuda/attention_simt.h"
 #include "framework/cuda/device_common.cuh"
 
 namespace trellis {
@@ -288,21 +288,11 @@ void DispatchHeadDim(int64_t D, Fn&& fn) {
   }
 }
 
-// Whether TRELLIS_ATTENTION=simt keeps every call on the SIMT kernels.
-bool SimtForced() {
-  const char* value = std::getenv("TRELLIS_ATTENTION");
-  return value != nullptr && std::strcmp(value, "simt") == 0;
-}
-
 }  // namespace
 
-void AttentionForward(Elem t, const AttentionDims& d, const void* qkv,
-                      void* out, float* lse) {
+void SimtAttentionForward(Elem t, const AttentionDims& d, const void* qkv,
+                          void* out, float* lse) {
   if (d.B * d.H * d.T == 0) return;
-  if (!SimtForced() && MmaAttentionSupported(t, d, {qkv, out})) {
-    MmaAttentionForward(d, qkv, out, lse);
-    return;
-  }
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
     DispatchHeadDim(d.D, [&](auto width) {
@@ -315,14 +305,10 @@ void AttentionForward(Elem t, const AttentionDims& d, const void* qkv,
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
 
-void AttentionBackward(Elem t, const AttentionDims& d, const void* dout,
-                       const void* qkv, const void* out, const float* lse,
-                       void* dqkv) {
+void SimtAttentionBackward(Elem t, const AttentionDims& d, const void* dout,
+                           const void* qkv, const void* out, const float* lse,
+                           void* dqkv) {
   if (d.B * d.H * d.T == 0) return;
-  if (!SimtForced() && MmaAttentionSupported(t, d, {dout, qkv, out, dqkv})) {
-    MmaAttentionBackward(d, dout, qkv, out, lse, dqkv);
-    return;
-  }
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
     DispatchHeadDim(d.D, [&](auto width) {
@@ -338,6 +324,27 @@ void AttentionBackward(Elem t, const AttentionDims& d, const void* dout,
     });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void AttentionForward(Elem t, const AttentionDims& d, const void* qkv,
+                      void* out, float* lse) {
+  if (d.B * d.H * d.T == 0) return;
+  if (MmaAttentionSupported(t, d, {qkv, out})) {
+    MmaAttentionForward(d, qkv, out, lse);
+  } else {
+    SimtAttentionForward(t, d, qkv, out, lse);
+  }
+}
+
+void AttentionBackward(Elem t, const AttentionDims& d, const void* dout,
+                       const void* qkv, const void* out, const float* lse,
+                       void* dqkv) {
+  if (d.B * d.H * d.T == 0) return;
+  if (MmaAttentionSupported(t, d, {dout, qkv, out, dqkv})) {
+    MmaAttentionBackward(d, dout, qkv, out, lse, dqkv);
+  } else {
+    SimtAttentionBackward(t, d, dout, qkv, out, lse, dqkv);
+  }
 }
 
 }  // namespace cuda_launch

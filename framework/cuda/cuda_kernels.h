@@ -34,6 +34,7 @@
 
 #include "framework/kernel_profile.h"
 #include "framework/kernels/adamw.h"
+#include "framework/kernels/attention_path.h"
 #include "framework/kernels/matmul.h"
 #include "framework/tensor.h"
 
@@ -151,11 +152,13 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                           double scale, Tensor& dlogits);
 
 // ---- attention.h: qkv, out, dout, dqkv share a dtype; saved is the row
-// log-sum-exps (B, H, T), float32. Head width at most 128 ----
+// log-sum-exps (B, H, T), float32. Head width at most 128. `path` as in
+// attention_path.h ----
 void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
-                      Tensor& saved);
+                      Tensor& saved, AttentionPath path);
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                       const Tensor& saved, int64_t n_head, Tensor& dqkv);
+                       const Tensor& saved, int64_t n_head, Tensor& dqkv,
+                       AttentionPath path);
 
 }  // namespace cuda
 }  // namespace trellis

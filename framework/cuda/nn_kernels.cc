@@ -1,10 +1,12 @@
 // Tensor-level CUDA kernels (cuda_kernels.h): LayerNorm (alone and after a
-// residual add), the cross-entropy pieces and attention. Each checks devices,
+// residual add), the cross-entropy pieces and attention (whose path is
+// resolved in attention_select.cc). Each checks devices,
 // dtypes and shapes, makes the tensors' device current and calls its
 // launcher (cuda_launch.h).
 #include <cstdint>
 #include <initializer_list>
 
+#include "framework/cuda/attention_select.h"
 #include "framework/cuda/cuda_device.h"
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/cuda/cuda_launch.h"
@@ -238,18 +240,19 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
 }
 
 void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
-                      Tensor& saved) {
+                      Tensor& saved, AttentionPath path) {
   const char* kernel = "AttentionForward";
   CudaDeviceGuard guard(CommonDevice(kernel, {&qkv, &out, &saved}));
   RequireDType(kernel, qkv.dtype(), {&out});
   const cuda_launch::AttentionDims d =
       CheckAttention(kernel, qkv, n_head, {&out}, saved);
-  cuda_launch::AttentionForward(ElemOf(kernel, qkv), d, qkv.raw(), out.raw(),
-                                saved.data<float>());
+  cuda_internal::RunAttentionForward(path, ElemOf(kernel, qkv), d, qkv.raw(),
+                                     out.raw(), saved.data<float>());
 }
 
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                       const Tensor& saved, int64_t n_head, Tensor& dqkv) {
+                       const Tensor& saved, int64_t n_head, Tensor& dqkv,
+                       AttentionPath path) {
   const char* kernel = "AttentionBackward";
   CudaDeviceGuard guard(
       CommonDevice(kernel, {&dout, &qkv, &out, &saved, &dqkv}));
@@ -259,8 +262,9 @@ void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
   TRELLIS_CHECK(dqkv.shape() == qkv.shape())
       << kernel << ": dqkv " << ShapeString(dqkv.shape()) << ", qkv "
       << ShapeString(qkv.shape());
-  cuda_launch::AttentionBackward(ElemOf(kernel, qkv), d, dout.raw(), qkv.raw(),
-                                 out.raw(), saved.data<float>(), dqkv.raw());
+  cuda_internal::RunAttentionBackward(path, ElemOf(kernel, qkv), d, dout.raw(),
+                                      qkv.raw(), out.raw(), saved.data<float>(),
+                                      dqkv.raw());
 }
 
 }  // namespace cuda

@@ -186,10 +186,10 @@ Shape AttentionSavedShape(Device device, int64_t B, int64_t T, int64_t n_head) {
 }
 
 void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
-                      Tensor& saved) {
+                      Tensor& saved, AttentionPath path) {
   const char* kernel = "AttentionForward";
-  TRELLIS_CUDA_DISPATCH(cuda::AttentionForward(qkv, n_head, out, saved), &qkv,
-                        &out, &saved);
+  TRELLIS_CUDA_DISPATCH(cuda::AttentionForward(qkv, n_head, out, saved, path),
+                        &qkv, &out, &saved);
   RequireCpu(kernel, {&qkv, &out, &saved});
   RequireDType(kernel, qkv.dtype(), {&out, &saved});
   const Dims d = CheckShapes(kernel, qkv, n_head, {&out}, saved);
@@ -200,11 +200,12 @@ void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
 }
 
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                       const Tensor& saved, int64_t n_head, Tensor& dqkv) {
+                       const Tensor& saved, int64_t n_head, Tensor& dqkv,
+                       AttentionPath path) {
   const char* kernel = "AttentionBackward";
   TRELLIS_CUDA_DISPATCH(
-      cuda::AttentionBackward(dout, qkv, out, saved, n_head, dqkv), &dout, &qkv,
-      &out, &saved, &dqkv);
+      cuda::AttentionBackward(dout, qkv, out, saved, n_head, dqkv, path), &dout,
+      &qkv, &out, &saved, &dqkv);
   RequireCpu(kernel, {&dout, &qkv, &out, &saved, &dqkv});
   RequireDType(kernel, qkv.dtype(), {&dout, &out, &saved, &dqkv});
   const Dims d = CheckShapes(kernel, qkv, n_head, {&dout, &out}, saved);

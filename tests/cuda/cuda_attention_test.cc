@@ -10,10 +10,12 @@
 //   row log-sum-exps, in float32 for both: 1e-5 of max(1, |lse|) against a
 //     float64 reference on the same (rounded) inputs.
 //
-// bfloat16 calls with head width 32, 64 or 128 take the tensor-core path on
-// GPUs of compute capability 8.0 or newer; TRELLIS_ATTENTION=simt keeps them
-// on the float32 SIMT kernels. CudaAttentionMmaTest runs both on the same
-// inputs and compares each with the CPU and with each other. It checks the
+// CudaAttentionTest asks for the mma path (AttentionPath::kMma): bfloat16
+// calls with head width 32, 64 or 128 take the tensor-core kernels on GPUs
+// of compute capability 8.0 or newer, the rest the float32 SIMT kernels
+// (AttentionPath::kSimt takes every call there). The cuDNN path has its own
+// suite (cuda_attention_cudnn_test.cc). CudaAttentionMmaTest runs both on the
+// same inputs and compares each with the CPU and with each other. It checks the
 // gradients from zero, one third of dqkv (dQ, dK, dV) at a time, so that each
 // is measured against its own scale. Tolerances (max |a - b| / max |b|):
 //   output 1e-2 (P is rounded to bfloat16 before P·V, relative 2^-9, and
@@ -26,8 +28,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
 #include "framework/cuda/attention_mma.cuh"
@@ -89,7 +89,7 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     const Shape lse_shape = AttentionSavedShape(Gpu(), c.B, c.T, c.H);
     ASSERT_EQ(lse_shape, (Shape{c.B, c.H, c.T}));
     Tensor d_lse = Tensor::Empty(lse_shape, DType::kF32, Gpu());
-    AttentionForward(d_qkv, c.H, d_out, d_lse);
+    AttentionForward(d_qkv, c.H, d_out, d_lse, AttentionPath::kMma);
     ExpectClose(d_out, out, Tolerance(dtype(), 1e-4, 1e-2), "out");
 
     const Tensor lse = d_lse.To(Device::Cpu());
@@ -110,16 +110,18 @@ class CudaAttentionTest : public ::testing::TestWithParam<DType> {
     Tensor d_dqkv = ToDevice(dqkv, dtype());
     AttentionBackward(dout, qkv, out, probs, c.H, dqkv);
     const Tensor d_dout = ToDevice(dout, dtype());
-    AttentionBackward(d_dout, d_qkv, d_out, d_lse, c.H, d_dqkv);
+    AttentionBackward(d_dout, d_qkv, d_out, d_lse, c.H, d_dqkv,
+                      AttentionPath::kMma);
     ExpectClose(d_dqkv, dqkv, Tolerance(dtype(), 1e-4, 2e-2), "dqkv");
 
     // Both passes repeat to the bit.
     Tensor again = Tensor::Empty(d_out.shape(), dtype(), Gpu());
     Tensor lse_again = Tensor::Empty(lse_shape, DType::kF32, Gpu());
-    AttentionForward(d_qkv, c.H, again, lse_again);
+    AttentionForward(d_qkv, c.H, again, lse_again, AttentionPath::kMma);
     Tensor dqkv_again =
         ToDevice(Rounded(Random(qkv.shape(), 3), dtype()), dtype());
-    AttentionBackward(d_dout, d_qkv, again, lse_again, c.H, dqkv_again);
+    AttentionBackward(d_dout, d_qkv, again, lse_again, c.H, dqkv_again,
+                      AttentionPath::kMma);
     const Tensor a = ToHost(d_out), b = ToHost(again);
     const Tensor g1 = ToHost(d_dqkv), g2 = ToHost(dqkv_again);
     for (int64_t i = 0; i < a.numel(); ++i) {
@@ -146,31 +148,6 @@ TEST_P(CudaAttentionTest, HeadWidthsAndRaggedTiles) {
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest,
                          ::testing::Values(DType::kF32, DType::kBF16),
                          cuda_test::DTypeParamName);
-
-// Sets TRELLIS_ATTENTION for a scope and restores what was there before.
-class ScopedAttentionPath {
- public:
-  explicit ScopedAttentionPath(const char* value) {
-    const char* old = std::getenv(kName);
-    had_old_ = old != nullptr;
-    if (had_old_) old_ = old;
-    setenv(kName, value, 1);
-  }
-  ~ScopedAttentionPath() {
-    if (had_old_) {
-      setenv(kName, old_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ScopedAttentionPath(const ScopedAttentionPath&) = delete;
-  ScopedAttentionPath& operator=(const ScopedAttentionPath&) = delete;
-
- private:
-  static constexpr const char* kName = "TRELLIS_ATTENTION";
-  bool had_old_ = false;
-  std::string old_;
-};
 
 // max |a - b| / max |b| over columns [part·C, (part + 1)·C) of (B, T, 3C)
 // tensors (float32, CPU): part 0 is dQ, 1 dK, 2 dV.
@@ -209,19 +186,18 @@ class CudaAttentionMmaTest : public ::testing::Test {
     }
   }
 
-  // Forward and backward (onto a zero dqkv) under TRELLIS_ATTENTION=path.
-  static PathResult Run(const char* path, const Case& c, const Tensor& qkv,
+  // Forward and backward (onto a zero dqkv) on `path`.
+  static PathResult Run(AttentionPath path, const Case& c, const Tensor& qkv,
                         const Tensor& dout) {
-    ScopedAttentionPath scoped(path);
     const int64_t C = c.H * c.D;
     PathResult r;
     const Tensor d_qkv = ToDevice(qkv, DType::kBF16);
     r.out = Tensor::Empty({c.B, c.T, C}, DType::kBF16, Gpu());
     r.lse = Tensor::Empty({c.B, c.H, c.T}, DType::kF32, Gpu());
-    AttentionForward(d_qkv, c.H, r.out, r.lse);
+    AttentionForward(d_qkv, c.H, r.out, r.lse, path);
     r.dqkv = Tensor::Zeros(qkv.shape(), DType::kBF16, Gpu());
     AttentionBackward(ToDevice(dout, DType::kBF16), d_qkv, r.out, r.lse, c.H,
-                      r.dqkv);
+                      r.dqkv, path);
     return r;
   }
 
@@ -239,8 +215,8 @@ class CudaAttentionMmaTest : public ::testing::Test {
     Tensor dqkv = Tensor::Zeros(qkv.shape(), DType::kF32);
     AttentionBackward(dout, qkv, out, probs, c.H, dqkv);
 
-    const PathResult mma = Run("auto", c, qkv, dout);
-    const PathResult simt = Run("simt", c, qkv, dout);
+    const PathResult mma = Run(AttentionPath::kMma, c, qkv, dout);
+    const PathResult simt = Run(AttentionPath::kSimt, c, qkv, dout);
     const Tensor mma_out = ToHost(mma.out), simt_out = ToHost(simt.out);
     const Tensor mma_lse = ToHost(mma.lse), simt_lse = ToHost(simt.lse);
     const Tensor mma_dqkv = ToHost(mma.dqkv), simt_dqkv = ToHost(simt.dqkv);

@@ -70,6 +70,7 @@ TrainOptions Unusual() {
   o.device = DeviceType::kCUDA;
   o.precision = Precision::kBf16;
   o.recompute = Recompute::kSelective;
+  o.attention = AttentionPath::kSimt;
   o.loss_chunk_rows = 77;
   o.gpu_comm = DeviceTransport::kHostStaged;
   o.memory_budget_gb = 1.5;
@@ -92,7 +93,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     EXPECT_NE(line_a, line_b) << "an option kept its default";
     ++lines;
   }
-  EXPECT_EQ(lines, 41);  // 4 model + 23 run + 14 layout and device options
+  EXPECT_EQ(lines, 42);  // 4 model + 23 run + 15 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);
@@ -130,6 +131,7 @@ TEST(OptionListTest, BadValuesAreRefusedNamingTheFlagAndTheChoices) {
            Case{"--recompute=some", "none, selective or full"},
            Case{"--precision=fp8", "fp32 or bf16"},
            Case{"--gpu_comm=gloo", "nccl or host"},
+           Case{"--attention=flash", "cudnn, mma or simt"},
            Case{"--pp_layers=3,x", "'x' is not an integer"},
            Case{"--steps=ten", "--steps=ten"},
            Case{"--no_such_option=1", "unknown option --no_such_option"},

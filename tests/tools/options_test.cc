@@ -56,6 +56,19 @@ TEST(TrainOptionsTest, AcceptsEveryScheduleByItsDocumentedName) {
   EXPECT_TRUE(status.ok()) << status;
 }
 
+// --attention is a CUDA kernel choice: every path is accepted (and on CPU
+// ignored), the default is cudnn, and the flag string carries it.
+TEST(TrainOptionsTest, AcceptsEveryAttentionPathOnEveryDevice) {
+  EXPECT_EQ(TrainOptions().attention, AttentionPath::kCudnn);
+  for (const std::string name : {"cudnn", "mma", "simt"}) {
+    TrainOptions o = Valid();
+    ASSERT_TRUE(o.ApplyFlagString("--attention=" + name).ok()) << name;
+    const absl::Status status = o.Resolve(1, 257);
+    EXPECT_TRUE(status.ok()) << name << ": " << status;
+    EXPECT_THAT(o.ToFlagString(), HasSubstr("\n--attention=" + name + "\n"));
+  }
+}
+
 TEST(TrainOptionsTest, StageLayersSplitsEvenlyOrAsGiven) {
   EXPECT_THAT(StageLayers(7, 3, {}), ElementsAre(3, 2, 2));
   EXPECT_THAT(StageLayers(7, 2, {2, 5}), ElementsAre(2, 5));

@@ -295,6 +295,8 @@ TEST_F(ProgramsTest, BenchBadFlags) {
   ExpectError("bench", {"--precision=bf16"},
               {"--precision=bf16", "--device=cuda"});
   ExpectError("bench", {"--recompute=some"}, {"--recompute=some"});
+  ExpectError("bench", {"--attention=flash"},
+              {"--attention=flash", "cudnn, mma or simt"});
   ExpectError("bench", {"--steps=0"}, {"--steps=0"});
   ExpectError("bench", {"--warmup=-1"}, {"--warmup=-1"});
   ExpectError("bench", {"--gemm_size=0"}, {"--gemm_size=0"});

@@ -70,6 +70,10 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
       Flag("recompute", f.recompute, [](absl::string_view name) {
         return ParseRecompute(std::string(name));
       }));
+  TRELLIS_ASSIGN_OR_RETURN(
+      const AttentionPath attention,
+      Flag("attention", f.attention,
+           [](const std::string& name) { return ParseAttentionPath(name); }));
   const std::string preset_name =
       f.preset.empty() && cuda ? "gpt2-124m" : f.preset;
   const Preset* preset = nullptr;
@@ -112,6 +116,7 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   o.device = device;
   o.precision = precision;
   o.recompute = recompute;
+  o.attention = attention;
   o.model.n_layer = f.n_layer.value_or(preset ? preset->n_layer : 6);
   o.model.n_head = f.n_head.value_or(preset ? preset->n_head : 6);
   o.model.d_model = f.d_model.value_or(preset ? preset->d_model : 384);

@@ -20,6 +20,7 @@ struct BenchFlags {
   std::string device = "cpu";
   std::string precision;  // "": fp32 on CPU, bf16 on CUDA
   std::string recompute = "none";
+  std::string attention = "cudnn";  // cudnn, mma or simt; ignored on CPU
   std::string preset;  // "": the small CPU model on CPU, gpt2-124m on CUDA
   std::optional<int64_t> n_layer, n_head, d_model, seq_len, vocab_size;
   std::optional<int64_t> micro_batch_size, global_batch_size;
@@ -33,8 +34,8 @@ struct BenchFlags {
 };
 
 struct BenchConfig {
-  // Model, batch, device, precision and recompute of the run; `data` is
-  // left for the caller, steps = timed + warmup.
+  // Model, batch, device, precision, recompute and attention of the run; `data`
+  // is left for the caller, steps = timed + warmup.
   TrainOptions train;
   std::string preset;  // "" when none applies
   int64_t timed_steps = 0;

@@ -70,9 +70,10 @@ std::string FormatHeader(const BenchRun& run) {
       run.model.DebugString(), run.model.NumParameters(), run.global_batch_size,
       run.model.seq_len, run.micro_batch_size,
       run.model.TrainingFlopsPerToken());
-  absl::StrAppendFormat(&out, "device %s (%s), %s, recompute %s%s\n",
+  absl::StrAppendFormat(&out, "device %s (%s), %s, recompute %s%s%s\n",
                         run.device, run.device_name, run.precision,
                         run.recompute,
+                        run.cuda() ? ", attention " + run.attention : "",
                         run.preset.empty() ? "" : ", preset " + run.preset);
   if (run.cuda()) {
     absl::StrAppendFormat(&out, "%s: %s\n", run.gemm.what,
@@ -177,6 +178,7 @@ nlohmann::json SummaryJson(const BenchRun& run) {
       {"device_name", run.device_name},
       {"precision", run.precision},
       {"recompute", run.recompute},
+      {"attention", run.attention},
       {"preset", run.preset},
       {"model",
        {{"n_layer", m.n_layer},

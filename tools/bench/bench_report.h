@@ -35,7 +35,7 @@ struct StepSample {
 struct BenchRun {
   std::string device;  // "cpu" or "cuda"
   std::string device_name;
-  std::string precision, recompute, preset;
+  std::string precision, recompute, attention, preset;
   GptConfig model;
   int64_t micro_batch_size = 0, global_batch_size = 0, warmup = 0;
   GemmRate gemm;

@@ -91,6 +91,15 @@ std::string AbslUnparseFlag(ScheduleKind value) {
   return ScheduleKindName(value);
 }
 
+bool AbslParseFlag(absl::string_view text, AttentionPath* out,
+                   std::string* error) {
+  return Store(ParseAttentionPath(std::string_view(text.data(), text.size())),
+               out, error);
+}
+std::string AbslUnparseFlag(AttentionPath value) {
+  return std::string(AttentionPathName(value));
+}
+
 bool AbslParseFlag(absl::string_view text, IntList* out, std::string* error) {
   IntList values;
   if (!text.empty()) {
@@ -127,6 +136,9 @@ std::ostream& operator<<(std::ostream& out, DeviceTransport value) {
 }
 std::ostream& operator<<(std::ostream& out, ScheduleKind value) {
   return out << ScheduleKindName(value);
+}
+std::ostream& operator<<(std::ostream& out, AttentionPath value) {
+  return out << AttentionPathName(value);
 }
 
 }  // namespace trellis

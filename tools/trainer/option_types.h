@@ -4,8 +4,9 @@
 // enum. AbslUnparseFlag gives the name back, so options print and store as
 // the flags that reproduce them.
 //
-// The names of schedules, recompute modes and GPU transports are their own
-// layers' (ParseScheduleKind, ParseRecompute, ParseDeviceTransport); the
+// The names of schedules, recompute modes, GPU transports and attention
+// paths are their own layers' (ParseScheduleKind, ParseRecompute,
+// ParseDeviceTransport, ParseAttentionPath); the
 // device and precision names are defined here.
 #ifndef TRELLIS_TOOLS_TRAINER_OPTION_TYPES_H_
 #define TRELLIS_TOOLS_TRAINER_OPTION_TYPES_H_
@@ -17,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "framework/kernels/attention_path.h"
 #include "framework/tensor.h"
 #include "parallel/device_groups.h"
 #include "parallel/schedule.h"
@@ -55,6 +57,9 @@ std::string AbslUnparseFlag(DeviceTransport value);
 bool AbslParseFlag(absl::string_view text, ScheduleKind* out,
                    std::string* error);
 std::string AbslUnparseFlag(ScheduleKind value);
+bool AbslParseFlag(absl::string_view text, AttentionPath* out,
+                   std::string* error);
+std::string AbslUnparseFlag(AttentionPath value);
 bool AbslParseFlag(absl::string_view text, IntList* out, std::string* error);
 std::string AbslUnparseFlag(const IntList& value);
 
@@ -64,6 +69,7 @@ std::ostream& operator<<(std::ostream& out, Precision value);
 std::ostream& operator<<(std::ostream& out, Recompute value);
 std::ostream& operator<<(std::ostream& out, DeviceTransport value);
 std::ostream& operator<<(std::ostream& out, ScheduleKind value);
+std::ostream& operator<<(std::ostream& out, AttentionPath value);
 
 }  // namespace trellis
 

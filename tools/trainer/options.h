@@ -64,35 +64,39 @@ namespace trellis {
     "steps to trace, e.g. 5,6 (1-based, as logged)")
 
 // Where and how it runs: the layout of ranks and the device.
-#define TRELLIS_PARALLEL_OPTIONS(X)                                         \
-  X(Layout, int64_t, dp, 0, "data-parallel size (0: world / (tp * pp))")    \
-  X(Layout, int64_t, tp, 1, "tensor-parallel size")                         \
-  X(Layout, int64_t, pp, 1, "pipeline-parallel size")                       \
-  X(Layout, std::string, mesh_order, "tp-dp-pp",                            \
-    "mesh axes, fastest-varying first")                                     \
-  X(Layout, ScheduleKind, schedule, ScheduleKind::k1F1B,                    \
-    "pipeline schedule: gpipe, 1f1b, interleaved-1f1b or zb-h1")            \
-  X(Layout, int64_t, virtual_stages, 1,                                     \
-    "model chunks per pipeline stage (interleaved-1f1b)")                   \
-  X(Layout, IntList, pp_layers, IntList(),                                  \
-    "layers per pipeline stage, e.g. 3,5,5,3 (default: an even split)")     \
-  X(Layout, double, dp_bucket_mb, 25.0,                                     \
-    "data-parallel gradient bucket size in MiB")                            \
-  X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")            \
-  X(Device, Precision, precision, Precision::kFp32,                         \
-    "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "       \
-    "master weights, gradients and moments)")                               \
-  X(Device, Recompute, recompute, Recompute::kNone,                         \
-    "activation recomputation in backward: none, selective (attention "     \
-    "and GELU inputs) or full (each block from its input)")                 \
-  X(Device, int64_t, loss_chunk_rows, 1024,                                 \
-    "rows of the LM head's logits formed at once (0: a whole microbatch); " \
-    "bounds the head's memory, not its result")                             \
-  X(Device, DeviceTransport, gpu_comm, DeviceTransport::kNccl,              \
-    "GPU collectives: nccl (one GPU per rank) or host (staged through "     \
-    "host memory over MPI; ranks may share a GPU)")                         \
-  X(Device, double, memory_budget_gb, 0,                                    \
-    "GiB the run may allocate on its device (0: the device's free memory, " \
+#define TRELLIS_PARALLEL_OPTIONS(X)                                          \
+  X(Layout, int64_t, dp, 0, "data-parallel size (0: world / (tp * pp))")     \
+  X(Layout, int64_t, tp, 1, "tensor-parallel size")                          \
+  X(Layout, int64_t, pp, 1, "pipeline-parallel size")                        \
+  X(Layout, std::string, mesh_order, "tp-dp-pp",                             \
+    "mesh axes, fastest-varying first")                                      \
+  X(Layout, ScheduleKind, schedule, ScheduleKind::k1F1B,                     \
+    "pipeline schedule: gpipe, 1f1b, interleaved-1f1b or zb-h1")             \
+  X(Layout, int64_t, virtual_stages, 1,                                      \
+    "model chunks per pipeline stage (interleaved-1f1b)")                    \
+  X(Layout, IntList, pp_layers, IntList(),                                   \
+    "layers per pipeline stage, e.g. 3,5,5,3 (default: an even split)")      \
+  X(Layout, double, dp_bucket_mb, 25.0,                                      \
+    "data-parallel gradient bucket size in MiB")                             \
+  X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")             \
+  X(Device, Precision, precision, Precision::kFp32,                          \
+    "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "        \
+    "master weights, gradients and moments)")                                \
+  X(Device, Recompute, recompute, Recompute::kNone,                          \
+    "activation recomputation in backward: none, selective (attention "      \
+    "and GELU inputs) or full (each block from its input)")                  \
+  X(Device, AttentionPath, attention, kDefaultAttentionPath,                 \
+    "CUDA attention kernels: cudnn (cuDNN's fused attention where a plan "   \
+    "builds, else mma with a note), mma (tensor cores) or simt; ignored on " \
+    "cpu")                                                                   \
+  X(Device, int64_t, loss_chunk_rows, 1024,                                  \
+    "rows of the LM head's logits formed at once (0: a whole microbatch); "  \
+    "bounds the head's memory, not its result")                              \
+  X(Device, DeviceTransport, gpu_comm, DeviceTransport::kNccl,               \
+    "GPU collectives: nccl (one GPU per rank) or host (staged through "      \
+    "host memory over MPI; ranks may share a GPU)")                          \
+  X(Device, double, memory_budget_gb, 0,                                     \
+    "GiB the run may allocate on its device (0: the device's free memory, "  \
     "or physical memory on CPU)")
 
 struct TrainOptions {

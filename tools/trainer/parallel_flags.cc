@@ -6,9 +6,11 @@
 #include "tools/trainer/option_flags.h"
 
 // The option lists name their types as inside namespace trellis.
+using trellis::AttentionPath;
 using trellis::DeviceTransport;
 using trellis::DeviceType;
 using trellis::IntList;
+using trellis::kDefaultAttentionPath;
 using trellis::Precision;
 using trellis::Recompute;
 using trellis::ScheduleKind;

@@ -40,6 +40,7 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   // gradients' inputs kept per microbatch.
   BlockOptions block;
   block.recompute = options.recompute;
+  block.attention = options.attention;
   block.defer_weight_grads = options.schedule == ScheduleKind::kZeroBubbleH1;
   block.loss_chunk_rows = options.loss_chunk_rows;
   for (const ChunkPlan& plan : plans) {

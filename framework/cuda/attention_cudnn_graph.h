@@ -1,0 +1,66 @@
+// Internal to framework/cuda/: cuDNN operation graphs of causal scaled-dot-
+// product attention, built node by node with the backend API, in the form
+// cuDNN's fused flash-attention engines recognize (matmul, pointwise and
+// reduction nodes; the T×T tensors are virtual and never stored).
+//
+// Forward, per (b, h), Q, K, V, O as attention_cudnn_layout.h views:
+//   S = scale · Q·Kᵀ; S = -inf where column > row (causal, from two
+//   GEN_INDEX nodes, CMP_GE and BINARY_SELECT); M = rowmax S;
+//   E = exp(S - M); Z = rowsum E; stats = M + log Z (natural log, the
+//   (B, H, T) float32 layout trellis saves); O = (E / Z in io type) · V.
+// Backward, from dO, O, stats:
+//   Di = rowsum(dO ⊙ O) (stored: kSoftmaxSum); P = exp(masked S - stats);
+//   dV = Pᵀ·dO; dS = P ⊙ (dO·Vᵀ - Di) · scale; dK = dSᵀ·Q;
+//   dQ = dS·K, accumulated in float32 (kDqAccum) and converted to io type.
+//
+// Tensor uids (the variant pack's keys) are the TensorId values; by-value
+// scalars (scale, the mask value, one) are passed as host floats.
+//
+// Thread safety: a builder is used by one thread; the handle must not be used
+// by another thread while graphs are built.
+#ifndef TRELLIS_FRAMEWORK_CUDA_ATTENTION_CUDNN_GRAPH_H_
+#define TRELLIS_FRAMEWORK_CUDA_ATTENTION_CUDNN_GRAPH_H_
+
+#include <cudnn.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "framework/cuda/cudnn_backend.h"
+
+namespace trellis {
+namespace cudnn_attention {
+
+enum TensorId : int64_t {
+  kQ = 1,
+  kKt = 2,  // K read as (B, H, D, T)
+  kV = 3,   // forward (B, H, T, D); backward read as (B, H, D, T)
+  kO = 4,
+  kStats = 5,
+  kDO = 6,
+  kDQ = 7,
+  kDK = 8,
+  kDV = 9,
+  kDqAccum = 10,     // backward: dQ in float32, (B, H, T, D), workspace
+  kSoftmaxSum = 11,  // backward: Di, (B, H, T, 1) float32, workspace
+  kScale = 12,       // by value: 1/sqrt(D)
+  kMaskValue = 13,   // by value: what masked scores become
+  kOne = 14,         // by value: 1
+};
+
+struct GraphShape {
+  int64_t B, T, H, D;
+  cudnnDataType_t io;  // CUDNN_DATA_BFLOAT16 (or CUDNN_DATA_HALF)
+};
+
+// The finalized operation graph of the forward or backward pass; Unavailable
+// naming the cuDNN call that refused.
+absl::StatusOr<cudnn_internal::BackendDescriptor> BuildForwardGraph(
+    cudnnHandle_t handle, const GraphShape& shape);
+absl::StatusOr<cudnn_internal::BackendDescriptor> BuildBackwardGraph(
+    cudnnHandle_t handle, const GraphShape& shape);
+
+}  // namespace cudnn_attention
+}  // namespace trellis
+
+#endif  // TRELLIS_FRAMEWORK_CUDA_ATTENTION_CUDNN_GRAPH_H_
