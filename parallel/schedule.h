@@ -25,13 +25,19 @@
 // Batches. The executor posts each maximal run of consecutive transfer
 // actions (the transfers that meet at one point of the schedule, between
 // two computes) as one batch (Communicator::BatchSendRecv): on NCCL one
-// ncclGroupStart/ncclGroupEnd. So 1F1B's steady state posts SendAct(i) with
-// RecvGrad(j) together, as Megatron's send_forward_recv_backward does.
+// ncclGroupStart/ncclGroupEnd. BuildSchedule places the transfers so that
+// every send and its receive sit in batches of the same lockstep round on
+// both stages (PlaceTransfers): a send right after its compute, a receive
+// as soon as its data is sent, possibly several computes before the one
+// that needs it. So 1F1B's steady state posts SendAct(i) with RecvGrad(j)
+// and SendGrad(j) with RecvAct(k) together, as Megatron's batched
+// send_forward_recv_backward and send_backward_recv_forward do.
 //
 // The validator checks the schedules under two transfer models, and a
 // schedule must pass both:
 //   - eager (MPI's non-blocking transfers): a send never blocks; a receive
-//     blocks until the matching send has been issued (SimulateSchedules);
+//     is posted once its send has been issued, and the compute that needs
+//     it waits for the data (SimulateSchedules);
 //   - rendezvous (NCCL; CheckRendezvous): each stage's batches run in order,
 //     as on one stream; a batch completes only when every send in it has
 //     its receive posted in a batch that has started on the peer, and every
