@@ -3,6 +3,16 @@
 #include "absl/strings/str_cat.h"
 
 namespace trellis {
+namespace {
+
+bool Overlap(const Tensor& a, const Tensor& b) {
+  if (a.device() != b.device()) return false;
+  const char* a0 = static_cast<const char*>(a.raw());
+  const char* b0 = static_cast<const char*>(b.raw());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+}  // namespace
 
 const char* CommOpName(CommOp op) {
   switch (op) {
@@ -72,6 +82,41 @@ std::unique_ptr<Request> Communicator::Recv(Tensor& buffer, int peer, int tag) {
   TRELLIS_CHECK(peer >= 0 && peer < size_ && peer != rank_) << "peer " << peer;
   Count(CommOp::kRecv, buffer.nbytes());
   return DoRecv(buffer, peer, tag);
+}
+
+std::vector<std::unique_ptr<Request>> Communicator::BatchSendRecv(
+    const std::vector<P2POp>& ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    TRELLIS_CHECK(op.peer >= 0 && op.peer < size_ && op.peer != rank_)
+        << "peer " << op.peer;
+    TRELLIS_CHECK(op.buffer.defined()) << "transfer " << i << " has no buffer";
+    for (size_t j = 0; j < i; ++j) {
+      const bool either_recv =
+          op.type == P2POp::Type::kRecv || ops[j].type == P2POp::Type::kRecv;
+      TRELLIS_CHECK(!either_recv || !Overlap(op.buffer, ops[j].buffer))
+          << "transfers " << j << " and " << i
+          << " of a batch overlap, and one of them receives";
+    }
+    Count(op.type == P2POp::Type::kSend ? CommOp::kSend : CommOp::kRecv,
+          op.buffer.nbytes());
+  }
+  std::vector<std::unique_ptr<Request>> requests = DoBatchSendRecv(ops);
+  TRELLIS_CHECK_EQ(requests.size(), ops.size());
+  return requests;
+}
+
+std::vector<std::unique_ptr<Request>> Communicator::DoBatchSendRecv(
+    const std::vector<P2POp>& ops) {
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    Tensor buffer = op.buffer;  // a handle: receives write its storage
+    requests.push_back(op.type == P2POp::Type::kSend
+                           ? DoSend(buffer, op.peer, op.tag)
+                           : DoRecv(buffer, op.peer, op.tag));
+  }
+  return requests;
 }
 
 void Communicator::Barrier() {

@@ -9,6 +9,17 @@
 // variants return a Request to Wait() on; the buffer must stay alive and
 // untouched until then.
 //
+// Point-to-point transfers may rendezvous: a send need not complete until
+// its receive is posted (NCCL once a message passes its buffers; MPI's
+// synchronous sends), and a transport that runs transfers one after another
+// on one stream (NCCL) cannot start a rank's later transfer before its
+// earlier one completes. A rank that sends to a neighbour who is itself
+// sending to it then deadlocks, unless the transfers that meet are posted
+// together: BatchSendRecv starts the transfers of a batch together and
+// completes them as a whole, so a batch never waits on itself; it only needs
+// each peer to post the matching transfers in a batch that does not wait on
+// this one.
+//
 // Thread safety: one thread drives a communicator at a time.
 #ifndef TRELLIS_PARALLEL_COMMUNICATOR_H_
 #define TRELLIS_PARALLEL_COMMUNICATOR_H_
@@ -18,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "framework/tensor.h"
 
@@ -41,6 +53,15 @@ class DoneRequest : public Request {
  public:
   void Wait() override {}
   bool Poll() override { return true; }
+};
+
+// One transfer of a batch (Communicator::BatchSendRecv).
+struct P2POp {
+  enum class Type { kSend, kRecv };
+  Type type = Type::kSend;
+  Tensor buffer;  // sent from, or received into
+  int peer = -1;  // a rank in the group, not this one
+  int tag = 0;
 };
 
 enum class CommOp {
@@ -85,6 +106,16 @@ class Communicator {
   // same tag arrive in order.
   std::unique_ptr<Request> Send(const Tensor& buffer, int peer, int tag);
   std::unique_ptr<Request> Recv(Tensor& buffer, int peer, int tag);
+  // Posts `ops` as one batch, in order, and returns one request per op, in
+  // the same order; the transfers between two ranks are matched in the
+  // order posted (the tags of a transport without tags are ignored). Each op
+  // is counted as one Send or Recv. What a batch guarantees is described
+  // above; the default posts the ops one by one with DoSend/DoRecv, which
+  // suffices where a posted transfer never holds up the next one (MPI's
+  // MPI_Isend/MPI_Irecv). REQUIRES: no buffer of a receive overlaps another
+  // buffer of the batch.
+  std::vector<std::unique_ptr<Request>> BatchSendRecv(
+      const std::vector<P2POp>& ops);
   void Barrier();
 
   const CommStats& stats() const { return stats_; }
@@ -104,6 +135,9 @@ class Communicator {
                                           int tag) = 0;
   virtual std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer,
                                           int tag) = 0;
+  // Called with checked, counted ops; returns one request per op.
+  virtual std::vector<std::unique_ptr<Request>> DoBatchSendRecv(
+      const std::vector<P2POp>& ops);
   virtual void DoBarrier() = 0;
 
  private:

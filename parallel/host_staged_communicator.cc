@@ -101,6 +101,27 @@ std::unique_ptr<Request> HostStagedCommunicator::DoRecv(Tensor& buffer,
   return std::make_unique<StagedRequest>(std::move(inner), host, buffer);
 }
 
+std::vector<std::unique_ptr<Request>> HostStagedCommunicator::DoBatchSendRecv(
+    const std::vector<P2POp>& ops) {
+  std::vector<P2POp> host_ops = ops;
+  for (P2POp& op : host_ops) {
+    if (op.type == P2POp::Type::kSend) {
+      op.buffer = Stage(op.buffer);
+    } else if (!op.buffer.device().is_cpu()) {
+      op.buffer = Tensor::Empty(op.buffer.shape(), op.buffer.dtype());
+    }
+  }
+  std::vector<std::unique_ptr<Request>> requests =
+      mpi_->BatchSendRecv(host_ops);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].type == P2POp::Type::kRecv) {
+      requests[i] = std::make_unique<StagedRequest>(
+          std::move(requests[i]), host_ops[i].buffer, ops[i].buffer);
+    }
+  }
+  return requests;
+}
+
 void HostStagedCommunicator::DoBarrier() { mpi_->Barrier(); }
 
 }  // namespace trellis

@@ -9,7 +9,8 @@
 // synchronous (Tensor::CopyFrom), so a staged call sees every kernel issued
 // before it, and its result is on the device when it returns; for
 // AllReduceAsync and Recv, when Wait() returns. Send copies out before
-// returning, so the device buffer may be reused at once.
+// returning, so the device buffer may be reused at once. BatchSendRecv
+// stages each op so and posts them as one batch of the MPI communicator.
 //
 // Thread safety: one thread drives a communicator at a time.
 #ifndef TRELLIS_PARALLEL_HOST_STAGED_COMMUNICATOR_H_
@@ -17,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/mpi_communicator.h"
@@ -42,6 +44,8 @@ class HostStagedCommunicator : public Communicator {
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;
   std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  std::vector<std::unique_ptr<Request>> DoBatchSendRecv(
+      const std::vector<P2POp>& ops) override;
   void DoBarrier() override;
 
  private:

@@ -134,6 +134,9 @@ class MpiRequest : public Request {
   bool done_ = false;
 };
 
+// Every transfer of a kRendezvous communicator uses this tag.
+constexpr int kRendezvousTag = 0;
+
 int CommRank(MPI_Comm comm) {
   int rank = 0;
   TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -145,6 +148,41 @@ int CommSize(MPI_Comm comm) {
   TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &size));
   return size;
 }
+
+}  // namespace
+
+// The transfers of one kRendezvous batch; they complete together.
+class MpiBatch {
+ public:
+  void Add(std::unique_ptr<Request> request) {
+    requests_.push_back(std::move(request));
+  }
+  void Wait() {
+    for (auto& r : requests_) r->Wait();
+  }
+  bool Poll() {
+    bool done = true;
+    for (auto& r : requests_) done = r->Poll() && done;
+    return done;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Request>> requests_;
+};
+
+namespace {
+
+// One transfer's view of its batch: done when the whole batch is.
+class BatchMemberRequest : public Request {
+ public:
+  explicit BatchMemberRequest(std::shared_ptr<MpiBatch> batch)
+      : batch_(std::move(batch)) {}
+  void Wait() override { batch_->Wait(); }
+  bool Poll() override { return batch_->Poll(); }
+
+ private:
+  std::shared_ptr<MpiBatch> batch_;
+};
 
 }  // namespace
 
@@ -171,19 +209,29 @@ MPI_Datatype MpiType(DType dtype) {
   return MPI_DATATYPE_NULL;
 }
 
-MpiCommunicator::MpiCommunicator(std::string name, MPI_Comm comm, bool owned)
+MpiCommunicator::MpiCommunicator(std::string name, MPI_Comm comm, bool owned,
+                                 MpiP2P p2p)
     : Communicator(std::move(name), CommRank(comm), CommSize(comm)),
       comm_(comm),
-      owned_(owned) {
+      owned_(owned),
+      p2p_(p2p) {
   TRELLIS_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  WaitForPendingBatch();
   if (owned_) TRELLIS_MPI_CHECK(MPI_Comm_free(&comm_));
+}
+
+void MpiCommunicator::WaitForPendingBatch() {
+  if (pending_ == nullptr) return;
+  pending_->Wait();
+  pending_.reset();
 }
 
 std::unique_ptr<Request> MpiCommunicator::DoAllReduce(Tensor& buffer,
                                                       ReduceOp op, bool async) {
+  WaitForPendingBatch();
   CheckCpu(buffer);
   const MPI_Datatype type = MpiType(buffer.dtype());
   const MPI_Op mpi_op = MpiOp(op, buffer.dtype());
@@ -203,6 +251,7 @@ std::unique_ptr<Request> MpiCommunicator::DoAllReduce(Tensor& buffer,
 
 void MpiCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
                                       ReduceOp op) {
+  WaitForPendingBatch();
   CheckCpu(input);
   CheckCpu(output);
   TRELLIS_CHECK(input.dtype() == output.dtype())
@@ -219,6 +268,7 @@ void MpiCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
 }
 
 void MpiCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+  WaitForPendingBatch();
   CheckCpu(input);
   CheckCpu(output);
   TRELLIS_CHECK(input.dtype() == output.dtype())
@@ -238,33 +288,81 @@ void MpiCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
 }
 
 void MpiCommunicator::DoBroadcast(Tensor& buffer, int root) {
+  WaitForPendingBatch();
   CheckCpu(buffer);
   TRELLIS_MPI_CHECK(MPI_Bcast(buffer.raw(), ElementCount(buffer),
                               MpiType(buffer.dtype()), root, comm_));
 }
 
-std::unique_ptr<Request> MpiCommunicator::DoSend(const Tensor& buffer, int peer,
-                                                 int tag) {
+std::unique_ptr<Request> MpiCommunicator::PostSend(const Tensor& buffer,
+                                                   int peer, int tag) {
   CheckCpu(buffer);
   MPI_Request request;
-  TRELLIS_MPI_CHECK(MPI_Isend(buffer.raw(), ElementCount(buffer),
-                              MpiType(buffer.dtype()), peer, tag, comm_,
-                              &request));
+  if (p2p_ == MpiP2P::kRendezvous) {
+    TRELLIS_MPI_CHECK(MPI_Issend(buffer.raw(), ElementCount(buffer),
+                                 MpiType(buffer.dtype()), peer, kRendezvousTag,
+                                 comm_, &request));
+  } else {
+    TRELLIS_MPI_CHECK(MPI_Isend(buffer.raw(), ElementCount(buffer),
+                                MpiType(buffer.dtype()), peer, tag, comm_,
+                                &request));
+  }
   return std::make_unique<MpiRequest>(request, buffer, ReduceOp::kSum, 1,
                                       /*is_recv=*/false);
 }
 
-std::unique_ptr<Request> MpiCommunicator::DoRecv(Tensor& buffer, int peer,
-                                                 int tag) {
+std::unique_ptr<Request> MpiCommunicator::PostRecv(const Tensor& buffer,
+                                                   int peer, int tag) {
   CheckCpu(buffer);
   MPI_Request request;
-  TRELLIS_MPI_CHECK(MPI_Irecv(buffer.raw(), ElementCount(buffer),
-                              MpiType(buffer.dtype()), peer, tag, comm_,
-                              &request));
+  TRELLIS_MPI_CHECK(MPI_Irecv(
+      buffer.raw(), ElementCount(buffer), MpiType(buffer.dtype()), peer,
+      p2p_ == MpiP2P::kRendezvous ? kRendezvousTag : tag, comm_, &request));
   return std::make_unique<MpiRequest>(request, buffer, ReduceOp::kSum, 1,
                                       /*is_recv=*/true);
 }
 
-void MpiCommunicator::DoBarrier() { TRELLIS_MPI_CHECK(MPI_Barrier(comm_)); }
+std::unique_ptr<Request> MpiCommunicator::DoSend(const Tensor& buffer, int peer,
+                                                 int tag) {
+  if (p2p_ == MpiP2P::kRendezvous) {
+    return std::move(
+        DoBatchSendRecv({P2POp{P2POp::Type::kSend, buffer, peer, tag}})
+            .front());
+  }
+  return PostSend(buffer, peer, tag);
+}
+
+std::unique_ptr<Request> MpiCommunicator::DoRecv(Tensor& buffer, int peer,
+                                                 int tag) {
+  if (p2p_ == MpiP2P::kRendezvous) {
+    return std::move(
+        DoBatchSendRecv({P2POp{P2POp::Type::kRecv, buffer, peer, tag}})
+            .front());
+  }
+  return PostRecv(buffer, peer, tag);
+}
+
+std::vector<std::unique_ptr<Request>> MpiCommunicator::DoBatchSendRecv(
+    const std::vector<P2POp>& ops) {
+  if (p2p_ == MpiP2P::kEager) return Communicator::DoBatchSendRecv(ops);
+  WaitForPendingBatch();
+  auto batch = std::make_shared<MpiBatch>();
+  for (const P2POp& op : ops) {
+    batch->Add(op.type == P2POp::Type::kSend
+                   ? PostSend(op.buffer, op.peer, op.tag)
+                   : PostRecv(op.buffer, op.peer, op.tag));
+  }
+  std::vector<std::unique_ptr<Request>> requests;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    requests.push_back(std::make_unique<BatchMemberRequest>(batch));
+  }
+  pending_ = std::move(batch);
+  return requests;
+}
+
+void MpiCommunicator::DoBarrier() {
+  WaitForPendingBatch();
+  TRELLIS_MPI_CHECK(MPI_Barrier(comm_));
+}
 
 }  // namespace trellis

@@ -8,6 +8,20 @@
 // MPI_Irecv; the returned Request keeps the buffer's storage alive, and
 // destroying a Request that was not waited on waits first.
 //
+// Point-to-point modes (MpiP2P). kEager, the default, is MPI's: a posted
+// transfer never holds up the next, and BatchSendRecv posts its ops one by
+// one. kRendezvous gives CPU ranks NCCL's semantics, so tests can run the
+// exact transfer order a GPU run issues and hang where it would:
+//   - sends are synchronous (MPI_Issend): one completes only once its
+//     receive has been posted and matched;
+//   - tags are ignored: transfers between two ranks are matched in the order
+//     posted, as NCCL matches them;
+//   - transfers run as on one stream: each batch (BatchSendRecv; a lone Send
+//     or Recv is a batch of one) is posted only after the previous batch has
+//     completed as a whole (the call waits for it), and a batch completes
+//     when all its transfers have; collectives and Barrier first wait for
+//     the pending batch too.
+//
 // Errors: the communicator is set to MPI_ERRORS_RETURN, and every MPI call
 // goes through TRELLIS_MPI_CHECK, which on failure prints the call, its
 // file:line, the rank and host and MPI's message, then aborts the whole job
@@ -29,6 +43,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
@@ -56,17 +71,24 @@ namespace internal {
 // The MPI datatype of a dtype. REQUIRES: not bf16 or f16.
 MPI_Datatype MpiType(DType dtype);
 
+// How point-to-point transfers behave (see above).
+enum class MpiP2P { kEager, kRendezvous };
+
+class MpiBatch;
+
 class MpiCommunicator : public Communicator {
  public:
   // Serves the group `comm`. When `owned`, the communicator is freed on
   // destruction (REQUIRES: then MPI must still be initialized). Sets
   // MPI_ERRORS_RETURN on `comm`.
-  MpiCommunicator(std::string name, MPI_Comm comm, bool owned);
+  MpiCommunicator(std::string name, MPI_Comm comm, bool owned,
+                  MpiP2P p2p = MpiP2P::kEager);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;
 
   MPI_Comm comm() const { return comm_; }
+  MpiP2P p2p() const { return p2p_; }
 
  protected:
   std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
@@ -78,11 +100,20 @@ class MpiCommunicator : public Communicator {
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;
   std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  std::vector<std::unique_ptr<Request>> DoBatchSendRecv(
+      const std::vector<P2POp>& ops) override;
   void DoBarrier() override;
 
  private:
+  // kRendezvous: waits for the batch in flight, if any.
+  void WaitForPendingBatch();
+  std::unique_ptr<Request> PostSend(const Tensor& buffer, int peer, int tag);
+  std::unique_ptr<Request> PostRecv(const Tensor& buffer, int peer, int tag);
+
   MPI_Comm comm_;
   bool owned_;
+  MpiP2P p2p_;
+  std::shared_ptr<MpiBatch> pending_;  // kRendezvous: the last batch posted
 };
 
 }  // namespace trellis

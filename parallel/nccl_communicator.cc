@@ -1,7 +1,9 @@
 #include "parallel/nccl_communicator.h"
 
 #include <cstdint>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
@@ -83,29 +85,43 @@ cudaEvent_t NewEvent() {
   return event;
 }
 
+// An event, destroyed with the last request that shares it.
+class SharedEvent {
+ public:
+  SharedEvent(int device, cudaEvent_t event) : device_(device), event_(event) {}
+  ~SharedEvent() {
+    CudaDeviceGuard guard(device_);
+    TRELLIS_CUDA_CHECK(cudaEventDestroy(event_));
+  }
+  SharedEvent(const SharedEvent&) = delete;
+  SharedEvent& operator=(const SharedEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  int device_;
+  cudaEvent_t event_;
+};
+
 // Work recorded on a communication stream; Wait() orders the compute stream
-// after it. Keeps the buffer's storage alive until then.
+// after it. Keeps the buffer's storage alive until then. The transfers of
+// one batch share their event.
 class NcclRequest : public Request {
  public:
-  NcclRequest(int device, cudaEvent_t done, Tensor keep)
-      : device_(device), done_(done), keep_(std::move(keep)) {}
-  ~NcclRequest() override {
-    Wait();
-    CudaDeviceGuard guard(device_);
-    TRELLIS_CUDA_CHECK(cudaEventDestroy(done_));
-  }
+  NcclRequest(int device, std::shared_ptr<SharedEvent> done, Tensor keep)
+      : device_(device), done_(std::move(done)), keep_(std::move(keep)) {}
+  ~NcclRequest() override { Wait(); }
 
   void Wait() override {
     if (waited_) return;
     CudaDeviceGuard guard(device_);
-    TRELLIS_CUDA_CHECK(cudaStreamWaitEvent(ComputeStream(), done_, 0));
+    TRELLIS_CUDA_CHECK(cudaStreamWaitEvent(ComputeStream(), done_->get(), 0));
     waited_ = true;
     keep_ = Tensor();
   }
 
  private:
   int device_;
-  cudaEvent_t done_;
+  std::shared_ptr<SharedEvent> done_;
   Tensor keep_;
   bool waited_ = false;
 };
@@ -174,7 +190,8 @@ void NcclCommunicator::AfterCompute() {
 std::unique_ptr<Request> NcclCommunicator::Finish(Tensor keep, bool async) {
   cudaEvent_t done = NewEvent();
   TRELLIS_CUDA_CHECK(cudaEventRecord(done, stream_));
-  auto request = std::make_unique<NcclRequest>(device_, done, std::move(keep));
+  auto request = std::make_unique<NcclRequest>(
+      device_, std::make_shared<SharedEvent>(device_, done), std::move(keep));
   if (!async) {
     request->Wait();
     return std::make_unique<DoneRequest>();
@@ -263,22 +280,43 @@ void NcclCommunicator::DoBroadcast(Tensor& buffer, int root) {
 
 std::unique_ptr<Request> NcclCommunicator::DoSend(const Tensor& buffer,
                                                   int peer, int tag) {
-  CheckBuffer(buffer);
-  CudaDeviceGuard guard(device_);
-  AfterCompute();
-  TRELLIS_NCCL_CHECK(
-      ncclSend(buffer.raw(), buffer.nbytes(), ncclUint8, peer, comm_, stream_));
-  return Finish(buffer, /*async=*/true);
+  return std::move(
+      DoBatchSendRecv({P2POp{P2POp::Type::kSend, buffer, peer, tag}}).front());
 }
 
 std::unique_ptr<Request> NcclCommunicator::DoRecv(Tensor& buffer, int peer,
                                                   int tag) {
-  CheckBuffer(buffer);
+  return std::move(
+      DoBatchSendRecv({P2POp{P2POp::Type::kRecv, buffer, peer, tag}}).front());
+}
+
+std::vector<std::unique_ptr<Request>> NcclCommunicator::DoBatchSendRecv(
+    const std::vector<P2POp>& ops) {
+  for (const P2POp& op : ops) CheckBuffer(op.buffer);
   CudaDeviceGuard guard(device_);
   AfterCompute();
-  TRELLIS_NCCL_CHECK(
-      ncclRecv(buffer.raw(), buffer.nbytes(), ncclUint8, peer, comm_, stream_));
-  return Finish(buffer, /*async=*/true);
+  // One group: NCCL starts its transfers together, so a send and a receive
+  // between the same two ranks cannot wait on each other.
+  TRELLIS_NCCL_CHECK(ncclGroupStart());
+  for (const P2POp& op : ops) {
+    if (op.type == P2POp::Type::kSend) {
+      TRELLIS_NCCL_CHECK(ncclSend(op.buffer.raw(), op.buffer.nbytes(),
+                                  ncclUint8, op.peer, comm_, stream_));
+    } else {
+      TRELLIS_NCCL_CHECK(ncclRecv(op.buffer.raw(), op.buffer.nbytes(),
+                                  ncclUint8, op.peer, comm_, stream_));
+    }
+  }
+  TRELLIS_NCCL_CHECK(ncclGroupEnd());
+  cudaEvent_t event = NewEvent();
+  TRELLIS_CUDA_CHECK(cudaEventRecord(event, stream_));
+  auto done = std::make_shared<SharedEvent>(device_, event);
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    requests.push_back(std::make_unique<NcclRequest>(device_, done, op.buffer));
+  }
+  return requests;
 }
 
 void NcclCommunicator::DoBarrier() {

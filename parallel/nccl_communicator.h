@@ -21,10 +21,19 @@
 //
 // Types: reductions take float32, float64, bfloat16, float16, int32, int64
 // and uint32 (kAvg the floating ones, through ncclAvg); broadcast, gathers
-// and transfers move bytes, so any dtype. NCCL has no tags: messages
-// between two ranks are matched in the order posted, and each rank must post
-// its sends and receives in an order that cannot wait on itself (as with
-// blocking MPI calls), since transfers on one stream run one after another.
+// and transfers move bytes, so any dtype.
+//
+// Transfers: NCCL has no tags (they are ignored): the transfers between two
+// ranks are matched in the order posted. Everything runs in order on the
+// communicator's stream, and a send may not complete before its receive
+// runs, so one rank's lone ncclSend waits for its peer's ncclRecv while the
+// peer's stream may be waiting on a send of its own. BatchSendRecv therefore
+// issues its ops inside one ncclGroupStart/ncclGroupEnd: they start
+// together and complete together (one event for all), as Megatron's batched
+// point-to-point does; a lone Send or Recv is a batch of one. The pipeline
+// executor posts the transfers that meet at one point of its schedule as
+// one batch, and the schedule validator (ValidateSchedules) checks in this
+// rendezvous model that no stage waits on itself.
 //
 // Errors: every NCCL and CUDA call is checked and aborts with the call, its
 // file:line and the rank (framework/cuda/cuda_check.h).
@@ -38,6 +47,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/communicator.h"
 #include "parallel/mpi_communicator.h"
@@ -76,6 +86,8 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;
   std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  std::vector<std::unique_ptr<Request>> DoBatchSendRecv(
+      const std::vector<P2POp>& ops) override;
   void DoBarrier() override;
 
  private:

@@ -5,6 +5,7 @@
 #include <memory>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "framework/status.h"
 
@@ -32,15 +33,36 @@ class Transfers {
   Transfers(Communicator& pipeline, PipelineStepStats& stats)
       : pipeline_(pipeline), stats_(stats) {}
 
-  void PostRecv(const Key& key, Tensor buffer, int peer, int tag) {
-    WaitForSendsOverlapping(buffer);
-    TRELLIS_CHECK(recvs_.count(key) == 0) << "a second receive for one buffer";
-    recvs_[key] = pipeline_.Recv(buffer, peer, tag);
-  }
+  // One transfer of a batch: the buffer, peer and tag, and for a receive
+  // the key its compute waits on.
+  struct Posting {
+    P2POp op;
+    Key key;
+  };
 
-  void PostSend(Tensor buffer, int peer, int tag) {
-    std::unique_ptr<Request> request = pipeline_.Send(buffer, peer, tag);
-    sends_.push_back({std::move(buffer), std::move(request)});
+  // Posts the transfers as one batch (Communicator::BatchSendRecv). A
+  // receive into memory that a send of an earlier batch still reads waits
+  // for that send first.
+  void PostBatch(std::vector<Posting> batch) {
+    std::vector<P2POp> ops;
+    ops.reserve(batch.size());
+    for (Posting& p : batch) {
+      if (p.op.type == P2POp::Type::kRecv) {
+        WaitForSendsOverlapping(p.op.buffer);
+        TRELLIS_CHECK(recvs_.count(p.key) == 0)
+            << "a second receive for one buffer";
+      }
+      ops.push_back(p.op);
+    }
+    std::vector<std::unique_ptr<Request>> requests =
+        pipeline_.BatchSendRecv(ops);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (batch[i].op.type == P2POp::Type::kRecv) {
+        recvs_[batch[i].key] = std::move(requests[i]);
+      } else {
+        sends_.push_back({batch[i].op.buffer, std::move(requests[i])});
+      }
+    }
   }
 
   // Waits for the receive of `key`, if one was posted.
@@ -98,6 +120,31 @@ class Transfers {
   std::map<Key, std::unique_ptr<Request>> recvs_;
   std::vector<Send> sends_;
 };
+
+// What a transfer action posts: into or from which buffer, to or from which
+// neighbour.
+Transfers::Posting MakePosting(const Action& a, PipelineStageCallbacks& stage,
+                               int next, int prev) {
+  const int u = a.virtual_stage, mb = a.microbatch;
+  constexpr P2POp::Type kSend = P2POp::Type::kSend, kRecv = P2POp::Type::kRecv;
+  constexpr int kAct = PipelineExecutor::kActivationTag;
+  constexpr int kGrad = PipelineExecutor::kGradientTag;
+  switch (a.type) {
+    case ActionType::kRecvActivation:
+      return {P2POp{kRecv, stage.InputActivation(u, mb), prev, kAct},
+              {true, u, mb}};
+    case ActionType::kRecvGrad:
+      return {P2POp{kRecv, stage.OutputGradient(u, mb), next, kGrad},
+              {false, u, mb}};
+    case ActionType::kSendActivation:
+      return {P2POp{kSend, stage.OutputActivation(u, mb), next, kAct}, {}};
+    case ActionType::kSendGrad:
+      return {P2POp{kSend, stage.InputGradient(u, mb), prev, kGrad}, {}};
+    default:
+      TRELLIS_CHECK(false) << a.ToString() << " is no transfer";
+      return {};
+  }
+}
 
 }  // namespace
 
@@ -157,13 +204,27 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
     stats.busy_seconds += Seconds(t.start, t.end);
     if (observer_) observer_(a, t);
   };
-  for (const Action& a : actions_) {
-    const int u = a.virtual_stage, mb = a.microbatch;
-    ActionTiming posted;
-    posted.start = Clock::now();
-    if (device != nullptr && !IsCompute(a.type)) {
-      posted.begin_mark = device->Mark();
+  // Posts one batch of transfers; each of its actions is reported with the
+  // batch's posting span.
+  auto post = [&](const ActionRange& range) {
+    ActionTiming t;
+    t.start = Clock::now();
+    if (device != nullptr) t.begin_mark = device->Mark();
+    std::vector<Transfers::Posting> batch;
+    for (int k = range.begin; k < range.end; ++k) {
+      batch.push_back(MakePosting(actions_[k], stage, next, prev));
     }
+    transfers.PostBatch(std::move(batch));
+    if (device != nullptr) t.end_mark = device->Mark();
+    t.end = Clock::now();
+    if (!observer_) return;
+    for (int k = range.begin; k < range.end; ++k) observer_(actions_[k], t);
+  };
+  const std::vector<ActionRange> batches = TransferBatches(actions_);
+  auto batch = batches.begin();
+  for (size_t i = 0; i < actions_.size();) {
+    const Action& a = actions_[i];
+    const int u = a.virtual_stage, mb = a.microbatch;
     switch (a.type) {
       case ActionType::kForward:
         compute(a, {true, u, mb}, [&] { stage.Forward(u, mb); });
@@ -174,30 +235,19 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
       case ActionType::kBackwardWeight:
         compute(a, {false, -1, -1}, [&] { stage.BackwardWeight(u, mb); });
         break;
-      case ActionType::kRecvActivation:
-        transfers.PostRecv({true, u, mb}, stage.InputActivation(u, mb), prev,
-                           kActivationTag);
-        break;
-      case ActionType::kRecvGrad:
-        transfers.PostRecv({false, u, mb}, stage.OutputGradient(u, mb), next,
-                           kGradientTag);
-        break;
-      case ActionType::kSendActivation:
-        transfers.PostSend(stage.OutputActivation(u, mb), next, kActivationTag);
-        break;
-      case ActionType::kSendGrad:
-        transfers.PostSend(stage.InputGradient(u, mb), prev, kGradientTag);
+      default:
+        TRELLIS_CHECK(batch != batches.end() &&
+                      batch->begin == static_cast<int>(i));
+        post(*batch++);
         break;
     }
-    if (!IsCompute(a.type)) {
-      if (device != nullptr) posted.end_mark = device->Mark();
-      posted.end = Clock::now();
-      if (observer_) observer_(a, posted);
-    }
+    const size_t done =
+        IsCompute(a.type) ? 1 : static_cast<size_t>((batch - 1)->end) - i;
     // Large messages move only inside MPI calls: poke them between actions
     // so a neighbour is not kept waiting until this stage's next wait.
     transfers.Progress();
-    ++stats.actions;
+    stats.actions += static_cast<int64_t>(done);
+    i += done;
   }
   transfers.Finish();
   if (device != nullptr) stats.device_end = device->Mark();

@@ -3,14 +3,21 @@
 // The executor knows nothing of the model. It walks the action list, asks the
 // stage (PipelineStageCallbacks, implemented by the trainer) for buffers and
 // to compute, and moves activations and gradients over the pipeline group's
-// Communicator with non-blocking Send/Recv:
+// Communicator with non-blocking transfers:
 //   - RecvAct / RecvGrad post a receive into the stage's buffer; the compute
 //     that needs it waits for it first (the wait is idle time);
 //   - SendAct / SendGrad post a send of the buffer the compute just filled;
 //     sends are waited on at the end of the step, or earlier when a later
-//     receive targets memory that overlaps a buffer still being sent.
+//     receive targets memory that overlaps a buffer still being sent;
+//   - each run of consecutive transfer actions (those between two computes,
+//     TransferBatches) is posted as one batch (Communicator::BatchSendRecv),
+//     so on NCCL, where a send waits for its receive and transfers run in
+//     order on one stream, a stage that sends to a neighbour while
+//     receiving from it cannot wait on itself. ValidateSchedules checks
+//     every schedule in that model.
 // Activations go to stage (s + 1) mod P with tag kActivationTag, gradients
-// to (s − 1) mod P with kGradientTag; messages on each are matched in order.
+// to (s − 1) mod P with kGradientTag; messages on each are matched in order
+// (and on a transport without tags, all messages between two stages are).
 //
 // It measures, per step, compute time (busy) and time blocked on transfers
 // (idle), and can report each action's start and end to an observer (for
@@ -97,9 +104,10 @@ class PipelineExecutor {
   static constexpr int kGradientTag = 1002;
 
   using Clock = std::chrono::steady_clock;
-  // Called after each action with its start and end. A compute's span
-  // excludes the wait for its input (a trace shows that as a gap); a
-  // transfer's span is its posting.
+  // Called after each action with its start and end, in list order. A
+  // compute's span excludes the wait for its input (a trace shows that as a
+  // gap); a transfer's span is the posting of its batch (shared by the
+  // batch's actions).
   using Observer = std::function<void(const Action&, const ActionTiming&)>;
 
   // `pipeline` is the pp group (its rank is this stage, its size the number

@@ -52,6 +52,17 @@ std::unique_ptr<Request> RoutingCommunicator::DoRecv(Tensor& buffer, int peer,
   return For(buffer).Recv(buffer, peer, tag);
 }
 
+std::vector<std::unique_ptr<Request>> RoutingCommunicator::DoBatchSendRecv(
+    const std::vector<P2POp>& ops) {
+  if (ops.empty()) return {};
+  Communicator& c = For(ops.front().buffer);
+  for (const P2POp& op : ops) {
+    TRELLIS_CHECK(&For(op.buffer) == &c)
+        << name() << ": a batch mixes host and device buffers";
+  }
+  return c.BatchSendRecv(ops);
+}
+
 void RoutingCommunicator::DoBarrier() { host_.Barrier(); }
 
 }  // namespace trellis

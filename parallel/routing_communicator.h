@@ -9,6 +9,7 @@
 #define TRELLIS_PARALLEL_ROUTING_COMMUNICATOR_H_
 
 #include <memory>
+#include <vector>
 
 #include "parallel/communicator.h"
 
@@ -32,6 +33,9 @@ class RoutingCommunicator : public Communicator {
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;
   std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  // All ops of a batch must be on one side (host or device).
+  std::vector<std::unique_ptr<Request>> DoBatchSendRecv(
+      const std::vector<P2POp>& ops) override;
   void DoBarrier() override;
 
  private:

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "framework/status.h"
@@ -25,33 +27,6 @@ struct ChunkPlace {
 ChunkPlace Place(int stage, int num_stages, int vstage, int virtual_stages) {
   const int chunk = vstage * num_stages + stage;
   return ChunkPlace{chunk == 0, chunk == num_stages * virtual_stages - 1};
-}
-
-// Adds to a compute order the transfers each compute needs: the receive of
-// its input right before it and the send of its output right after it.
-std::vector<Action> WithTransfers(const std::vector<Action>& compute, int stage,
-                                  int num_stages, int virtual_stages) {
-  std::vector<Action> actions;
-  actions.reserve(compute.size() * 2);
-  for (const Action& a : compute) {
-    const ChunkPlace place =
-        Place(stage, num_stages, a.virtual_stage, virtual_stages);
-    const int mb = a.microbatch, u = a.virtual_stage;
-    if (a.type == ActionType::kForward && !place.first) {
-      actions.push_back(Make(ActionType::kRecvActivation, mb, u));
-    }
-    if (a.type == ActionType::kBackwardInput && !place.last) {
-      actions.push_back(Make(ActionType::kRecvGrad, mb, u));
-    }
-    actions.push_back(a);
-    if (a.type == ActionType::kForward && !place.last) {
-      actions.push_back(Make(ActionType::kSendActivation, mb, u));
-    }
-    if (a.type == ActionType::kBackwardInput && !place.first) {
-      actions.push_back(Make(ActionType::kSendGrad, mb, u));
-    }
-  }
-  return actions;
 }
 
 // Appends B(mb) and, right after it, W(mb).
@@ -278,27 +253,49 @@ double ComputeCost(ActionType type, const ActionCosts& costs) {
   }
 }
 
-// The receive a send is matched with on the neighbour stage.
+// The message a send puts on its channel.
 Message Deliver(const Action& send, int stage, int num_stages, double now,
                 const ActionCosts& costs) {
-  const int chunk = send.virtual_stage * num_stages + stage;
-  const bool activation = send.type == ActionType::kSendActivation;
-  const int to = activation ? chunk + 1 : chunk - 1;
-  return Message{
-      Make(activation ? ActionType::kRecvActivation : ActionType::kRecvGrad,
-           send.microbatch, to / num_stages),
-      now + costs.transfer};
+  return Message{MatchingReceive(send, stage, num_stages),
+                 now + costs.transfer};
 }
+
+// A receive posted but not yet waited for: its place in the timeline and
+// when its data arrives. Keyed by (activation?, virtual stage, microbatch).
+using PendingKey = std::tuple<bool, int, int>;
+struct Pending {
+  size_t timeline_index = 0;
+  double ready = 0.0;
+};
 
 struct SimState {
   std::vector<size_t> next;               // per stage: next action
   std::vector<double> clock;              // per stage
   std::vector<std::deque<Message>> act;   // sent by stage s to s + 1
   std::vector<std::deque<Message>> grad;  // sent by stage s to s − 1
+  std::vector<std::map<PendingKey, Pending>> pending;  // per stage
 };
 
-// Runs `stage` until it finishes or blocks on a receive. Returns whether it
-// advanced; sets `status` on a mismatched receive.
+// Before a compute: waits for the data of the receive it needs, if any, and
+// records that wait as the receive's span.
+void WaitForInput(const Action& a, int stage, SimState& st,
+                  ScheduleSimulation& sim) {
+  if (a.type == ActionType::kBackwardWeight) return;
+  auto it = st.pending[stage].find(PendingKey(a.type == ActionType::kForward,
+                                              a.virtual_stage, a.microbatch));
+  if (it == st.pending[stage].end()) return;
+  double& clock = st.clock[stage];
+  TimedAction& recv = sim.timeline[stage][it->second.timeline_index];
+  recv.start = clock;
+  clock = std::max(clock, it->second.ready);
+  recv.end = clock;
+  st.pending[stage].erase(it);
+}
+
+// Runs `stage` until it finishes or reaches a receive whose send has not
+// been issued. A receive is posted there, but the stage's time waits for
+// its data only at the compute that needs it (as the executor does).
+// Returns whether it advanced; sets `status` on a mismatched receive.
 bool Advance(const std::vector<Action>& actions, int stage, int num_stages,
              const ActionCosts& costs, SimState& st, ScheduleSimulation& sim,
              absl::Status& status) {
@@ -306,6 +303,7 @@ bool Advance(const std::vector<Action>& actions, int stage, int num_stages,
   while (st.next[stage] < actions.size()) {
     const Action& a = actions[st.next[stage]];
     double& clock = st.clock[stage];
+    if (IsCompute(a.type)) WaitForInput(a, stage, st, sim);
     const double start = clock;
     if (IsRecv(a.type)) {
       const bool activation = a.type == ActionType::kRecvActivation;
@@ -321,7 +319,8 @@ bool Advance(const std::vector<Action>& actions, int stage, int num_stages,
             " sent the data for ", channel.front().recv.ToString(), " first"));
         return false;
       }
-      clock = std::max(clock, channel.front().ready);
+      st.pending[stage][PendingKey(activation, a.virtual_stage, a.microbatch)] =
+          Pending{sim.timeline[stage].size(), channel.front().ready};
       channel.pop_front();
     } else if (IsSend(a.type)) {
       (a.type == ActionType::kSendActivation ? st.act : st.grad)[stage]
@@ -440,48 +439,82 @@ std::string ActionsString(const std::vector<Action>& actions) {
   return s;
 }
 
-std::vector<Action> BuildSchedule(ScheduleKind kind, int stage, int num_stages,
-                                  int num_microbatches, int virtual_stages) {
-  const absl::Status shape =
-      CheckScheduleShape(kind, num_stages, num_microbatches, virtual_stages);
-  TRELLIS_CHECK(shape.ok()) << shape;
-  TRELLIS_CHECK(stage >= 0 && stage < num_stages) << "stage " << stage;
-  std::vector<Action> order;
+namespace {
+
+// The computes of `stage` in the order `kind` runs them.
+std::vector<Action> ComputeOrder(ScheduleKind kind, int stage, int num_stages,
+                                 int num_microbatches, int virtual_stages) {
   switch (kind) {
     case ScheduleKind::kGPipe:
-      order = GPipeOrder(num_microbatches);
-      break;
+      return GPipeOrder(num_microbatches);
     case ScheduleKind::k1F1B:
-      order = OneFOneBOrder(stage, num_stages, num_microbatches, 0);
-      break;
+      return OneFOneBOrder(stage, num_stages, num_microbatches, 0);
     case ScheduleKind::kInterleaved1F1B:
-      order = virtual_stages == 1
-                  ? OneFOneBOrder(stage, num_stages, num_microbatches, 0)
-                  : InterleavedOrder(stage, num_stages, num_microbatches,
-                                     virtual_stages);
-      break;
+      return virtual_stages == 1
+                 ? OneFOneBOrder(stage, num_stages, num_microbatches, 0)
+                 : InterleavedOrder(stage, num_stages, num_microbatches,
+                                    virtual_stages);
     case ScheduleKind::kZeroBubbleH1:
-      order = OneFOneBOrder(stage, num_stages, num_microbatches, stage);
-      break;
+      return OneFOneBOrder(stage, num_stages, num_microbatches, stage);
   }
-  return WithTransfers(order, stage, num_stages, virtual_stages);
+  return {};
+}
+
+}  // namespace
+
+std::vector<Action> BuildSchedule(ScheduleKind kind, int stage, int num_stages,
+                                  int num_microbatches, int virtual_stages) {
+  TRELLIS_CHECK(stage >= 0 && stage < num_stages) << "stage " << stage;
+  return BuildAllSchedules(kind, num_stages, num_microbatches,
+                           virtual_stages)[stage];
+}
+
+Action MatchingReceive(const Action& send, int stage, int num_stages) {
+  TRELLIS_CHECK(IsSend(send.type)) << send.ToString() << " is no send";
+  const int chunk = send.virtual_stage * num_stages + stage;
+  const bool activation = send.type == ActionType::kSendActivation;
+  const int to = activation ? chunk + 1 : chunk - 1;
+  return Make(activation ? ActionType::kRecvActivation : ActionType::kRecvGrad,
+              send.microbatch, to / num_stages);
+}
+
+std::vector<ActionRange> TransferBatches(const std::vector<Action>& actions,
+                                         TransferGrouping grouping) {
+  std::vector<ActionRange> batches;
+  const int n = static_cast<int>(actions.size());
+  for (int i = 0; i < n;) {
+    if (IsCompute(actions[i].type)) {
+      ++i;
+      continue;
+    }
+    int end = i + 1;
+    if (grouping == TransferGrouping::kBatched) {
+      while (end < n && !IsCompute(actions[end].type)) ++end;
+    }
+    batches.push_back(ActionRange{i, end});
+    i = end;
+  }
+  return batches;
 }
 
 std::vector<std::vector<Action>> BuildAllSchedules(ScheduleKind kind,
                                                    int num_stages,
                                                    int num_microbatches,
                                                    int virtual_stages) {
-  std::vector<std::vector<Action>> per_stage;
+  const absl::Status shape =
+      CheckScheduleShape(kind, num_stages, num_microbatches, virtual_stages);
+  TRELLIS_CHECK(shape.ok()) << shape;
+  std::vector<std::vector<Action>> computes;
   for (int s = 0; s < num_stages; ++s) {
-    per_stage.push_back(
-        BuildSchedule(kind, s, num_stages, num_microbatches, virtual_stages));
+    computes.push_back(
+        ComputeOrder(kind, s, num_stages, num_microbatches, virtual_stages));
   }
-  return per_stage;
+  return PlaceTransfers(computes, virtual_stages);
 }
 
 absl::Status ValidateSchedules(
     const std::vector<std::vector<Action>>& per_stage, int num_microbatches,
-    int virtual_stages) {
+    int virtual_stages, TransferModel model) {
   const int num_stages = static_cast<int>(per_stage.size());
   if (num_stages < 1 || num_microbatches < 1 || virtual_stages < 1) {
     return InvalidArgumentError("a schedule needs stages and microbatches");
@@ -490,7 +523,10 @@ absl::Status ValidateSchedules(
     TRELLIS_RETURN_IF_ERROR(CheckStage(per_stage[s], s, num_stages,
                                        num_microbatches, virtual_stages));
   }
-  return SimulateSchedules(per_stage, virtual_stages).status();
+  TRELLIS_RETURN_IF_ERROR(
+      SimulateSchedules(per_stage, virtual_stages).status());
+  if (model == TransferModel::kEager) return absl::OkStatus();
+  return CheckRendezvous(per_stage, TransferGrouping::kBatched);
 }
 
 absl::StatusOr<ScheduleSimulation> SimulateSchedules(
@@ -500,7 +536,8 @@ absl::StatusOr<ScheduleSimulation> SimulateSchedules(
   SimState st{std::vector<size_t>(num_stages, 0),
               std::vector<double>(num_stages, 0.0),
               std::vector<std::deque<Message>>(num_stages),
-              std::vector<std::deque<Message>>(num_stages)};
+              std::vector<std::deque<Message>>(num_stages),
+              std::vector<std::map<PendingKey, Pending>>(num_stages)};
   ScheduleSimulation sim;
   sim.busy.assign(num_stages, 0.0);
   sim.timeline.resize(num_stages);

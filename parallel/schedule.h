@@ -22,8 +22,27 @@
 // gradient from B(u, mb); kRecvGrad(u, mb) receives the output gradient that
 // B(u, mb) needs.
 //
-// The executor's semantics, which the validator simulates: a send never
-// blocks; a receive blocks until the matching send has been issued.
+// Batches. The executor posts each maximal run of consecutive transfer
+// actions (the transfers that meet at one point of the schedule, between
+// two computes) as one batch (Communicator::BatchSendRecv): on NCCL one
+// ncclGroupStart/ncclGroupEnd. BuildSchedule places the transfers so that
+// every send and its receive sit in batches of the same lockstep round on
+// both stages (PlaceTransfers): a send right after its compute, a receive
+// as soon as its data is sent, possibly several computes before the one
+// that needs it. So 1F1B's steady state posts SendAct(i) with RecvGrad(j)
+// and SendGrad(j) with RecvAct(k) together, as Megatron's batched
+// send_forward_recv_backward and send_backward_recv_forward do.
+//
+// The validator checks the schedules under two transfer models, and a
+// schedule must pass both:
+//   - eager (MPI's non-blocking transfers): a send never blocks; a receive
+//     is posted once its send has been issued, and the compute that needs
+//     it waits for the data (SimulateSchedules);
+//   - rendezvous (NCCL; CheckRendezvous): each stage's batches run in order,
+//     as on one stream; a batch completes only when every send in it has
+//     its receive posted in a batch that has started on the peer, and every
+//     receive its send; the transfers between two stages are matched in the
+//     order posted whatever their channel (NCCL has no tags).
 //
 // Thread safety: everything here is a pure function.
 #ifndef TRELLIS_PARALLEL_SCHEDULE_H_
@@ -94,10 +113,49 @@ inline int PrevStage(int stage, int num_stages) {
   return (stage + num_stages - 1) % num_stages;
 }
 
-// The actions of `stage` for one step.
+// The actions of `stage` for one step: the computes in the order `kind`
+// runs them, with the transfers placed by PlaceTransfers.
 // REQUIRES: CheckScheduleShape(kind, ...) is OK and 0 <= stage < num_stages.
 std::vector<Action> BuildSchedule(ScheduleKind kind, int stage, int num_stages,
                                   int num_microbatches, int virtual_stages = 1);
+// Adds the transfers to the compute orders of all stages (computes[s] for
+// stage s; one F, B and W per (virtual stage, microbatch), F before B on
+// each chunk), in lockstep rounds: in each round every stage runs its next
+// compute if its input has arrived in an earlier round, and then, as one
+// batch, sends what that compute produced while each neighbour receives it
+// in the same round's batch. So every send meets its receive at one point
+// of both schedules (a send follows its compute, a receive comes rounds
+// before the compute that needs it), each stage sends at most one message
+// per round, and the transfers cannot deadlock under rendezvous, nor pair
+// up wrongly between two stages without tags. Rounds where a stage only
+// receives join its previous batch. REQUIRES: the compute orders can run
+// together (every input is produced before a stage must wait on it).
+std::vector<std::vector<Action>> PlaceTransfers(
+    const std::vector<std::vector<Action>>& computes, int virtual_stages);
+
+// The receive, on the neighbour stage, that a send of `stage` is matched
+// with. REQUIRES: IsSend(send.type).
+Action MatchingReceive(const Action& send, int stage, int num_stages);
+
+// A half-open range [begin, end) of positions in an action list.
+struct ActionRange {
+  int begin = 0;
+  int end = 0;
+  bool operator==(const ActionRange&) const = default;
+};
+
+// How transfers are posted.
+enum class TransferGrouping {
+  kBatched,   // each maximal run of consecutive transfers as one batch
+  kOneByOne,  // each transfer alone (a batch of one)
+};
+
+// The batches of transfers in `actions`, in order, as posted under
+// `grouping`; computes belong to none.
+std::vector<ActionRange> TransferBatches(
+    const std::vector<Action>& actions,
+    TransferGrouping grouping = TransferGrouping::kBatched);
+
 // BuildSchedule for every stage, indexed by stage.
 std::vector<std::vector<Action>> BuildAllSchedules(ScheduleKind kind,
                                                    int num_stages,
@@ -112,11 +170,25 @@ std::vector<std::vector<Action>> BuildAllSchedules(ScheduleKind kind,
 //    neighbour chunk;
 //  - every send is matched by a receive on the neighbour, in the same order;
 //  - a joint simulation (sends never block, a receive blocks until its send
-//    has been issued) completes: no deadlock.
+//    has been issued) completes: no deadlock;
+//  - and, under TransferModel::kRendezvous (the default), the batched
+//    transfers also complete under rendezvous (CheckRendezvous), as NCCL
+//    runs them.
 // Returns InvalidArgument naming the first problem (stage and action).
+enum class TransferModel { kEager, kRendezvous };
 absl::Status ValidateSchedules(
     const std::vector<std::vector<Action>>& per_stage, int num_microbatches,
-    int virtual_stages = 1);
+    int virtual_stages = 1, TransferModel model = TransferModel::kRendezvous);
+
+// Runs the transfers of all stages together under rendezvous semantics,
+// posted as `grouping` says (see "The validator" above). Computes take no
+// time and wait for nothing: a compute's wait for its input is implied by
+// the batch order. Returns InvalidArgument when the transfers between two
+// stages do not pair up in order (naming both actions), or on a deadlock,
+// naming every blocked stage, the action it waits at and what that waits
+// for.
+absl::Status CheckRendezvous(const std::vector<std::vector<Action>>& per_stage,
+                             TransferGrouping grouping);
 
 // The most microbatches (pairs of virtual stage and microbatch) whose F has
 // run and whose W has not, over the list: the activation memory it needs.
@@ -141,8 +213,9 @@ struct ActionCosts {
 };
 
 // One action of a simulated timeline: a compute from its start to its end;
-// a receive from when its stage reached it until its data had arrived (the
-// wait); a send at its issue (start == end).
+// a receive from when its stage reached the compute that needs it until its
+// data had arrived (the wait; start == end at its posting if that compute
+// never comes); a send at its issue (start == end).
 struct TimedAction {
   Action action;
   double start = 0.0;
@@ -159,9 +232,11 @@ struct ScheduleSimulation {
   double BubbleFraction() const;
 };
 
-// Runs all stages together (each stage runs its list in order; a receive
-// waits for its send plus the transfer cost). Returns InvalidArgument on a
-// deadlock or a mismatched transfer. Does not check compute counts: call
+// Runs all stages together under the eager model (each stage runs its list
+// in order; a receive is posted once its send has been issued, and the
+// compute that needs it waits for the send plus the transfer cost, as the
+// executor waits only there). Returns InvalidArgument on a deadlock or a
+// mismatched transfer. Does not check compute counts: call
 // ValidateSchedules for that.
 absl::StatusOr<ScheduleSimulation> SimulateSchedules(
     const std::vector<std::vector<Action>>& per_stage, int virtual_stages,

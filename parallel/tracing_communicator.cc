@@ -111,25 +111,39 @@ void TracingCommunicator::DoBroadcast(Tensor& buffer, int root) {
          [&] { inner_.Broadcast(buffer, root); });
 }
 
+std::unique_ptr<Request> TracingCommunicator::WrapTransfer(
+    std::unique_ptr<Request> request, bool is_recv, int64_t bytes, int peer,
+    int tag, int64_t number) {
+  if (!recorder_.active()) return request;
+  return Wrap(std::move(request), is_recv ? "wait recv" : "wait send",
+              {{"bytes", bytes}, {"peer", peer}, {"tag", tag}}, tag, number);
+}
+
 std::unique_ptr<Request> TracingCommunicator::DoSend(const Tensor& buffer,
                                                      int peer, int tag) {
-  if (!recorder_.active()) return inner_.Send(buffer, peer, tag);
-  return Wrap(inner_.Send(buffer, peer, tag), "wait send",
-              {{"bytes", static_cast<int64_t>(buffer.nbytes())},
-               {"peer", peer},
-               {"tag", tag}},
-              tag, -1);
+  return WrapTransfer(inner_.Send(buffer, peer, tag), /*is_recv=*/false,
+                      static_cast<int64_t>(buffer.nbytes()), peer, tag, -1);
 }
 
 std::unique_ptr<Request> TracingCommunicator::DoRecv(Tensor& buffer, int peer,
                                                      int tag) {
   const int64_t number = recv_numbers_[tag]++;
-  if (!recorder_.active()) return inner_.Recv(buffer, peer, tag);
-  return Wrap(inner_.Recv(buffer, peer, tag), "wait recv",
-              {{"bytes", static_cast<int64_t>(buffer.nbytes())},
-               {"peer", peer},
-               {"tag", tag}},
-              tag, number);
+  return WrapTransfer(inner_.Recv(buffer, peer, tag), /*is_recv=*/true,
+                      static_cast<int64_t>(buffer.nbytes()), peer, tag, number);
+}
+
+std::vector<std::unique_ptr<Request>> TracingCommunicator::DoBatchSendRecv(
+    const std::vector<P2POp>& ops) {
+  std::vector<std::unique_ptr<Request>> requests = inner_.BatchSendRecv(ops);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    const bool is_recv = op.type == P2POp::Type::kRecv;
+    const int64_t number = is_recv ? recv_numbers_[op.tag]++ : -1;
+    requests[i] = WrapTransfer(std::move(requests[i]), is_recv,
+                               static_cast<int64_t>(op.buffer.nbytes()),
+                               op.peer, op.tag, number);
+  }
+  return requests;
 }
 
 void TracingCommunicator::DoBarrier() {

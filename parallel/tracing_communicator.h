@@ -3,7 +3,8 @@
 //
 // Blocking calls (AllReduce, ReduceScatter, AllGather, Broadcast, Barrier)
 // are recorded from call to return. Non-blocking ones (AllReduceAsync, Send,
-// Recv) return a request whose Wait() is recorded instead ("wait
+// Recv, and each transfer of a BatchSendRecv, which is forwarded as one
+// batch) return a request whose Wait() is recorded instead ("wait
 // all_reduce", "wait send", "wait recv"): posting costs nothing, the wait is
 // where a rank loses time. Spans have the group's name as category (so "dp",
 // "tp", "pp", ...), lie on the lane given at construction and carry the
@@ -25,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "framework/trace.h"
 #include "parallel/communicator.h"
@@ -56,6 +58,8 @@ class TracingCommunicator : public Communicator {
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;
   std::unique_ptr<Request> DoRecv(Tensor& buffer, int peer, int tag) override;
+  std::vector<std::unique_ptr<Request>> DoBatchSendRecv(
+      const std::vector<P2POp>& ops) override;
   void DoBarrier() override;
 
  private:
@@ -69,6 +73,10 @@ class TracingCommunicator : public Communicator {
                                 std::string name, TraceArgs args, int tag,
                                 int64_t number);
   void RecordWait(TraceSpan span, int tag, int64_t number);
+  // Wraps the request of a posted transfer; `number` >= 0 for receives.
+  std::unique_ptr<Request> WrapTransfer(std::unique_ptr<Request> request,
+                                        bool is_recv, int64_t bytes, int peer,
+                                        int tag, int64_t number);
 
   Communicator& inner_;
   TraceRecorder& recorder_;

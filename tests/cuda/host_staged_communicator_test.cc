@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "framework/cuda/cuda_device.h"
@@ -102,6 +103,26 @@ TEST_P(HostStagedTest, GatherBroadcastAndTransfers) {
   comm_->Barrier();
   EXPECT_EQ(comm_->stats().Calls(CommOp::kSend), 1);
   EXPECT_EQ(comm_->stats().Bytes(CommOp::kRecv), 12);
+}
+
+// Both ranks send and receive in one batch; received device buffers hold
+// the peer's values once their requests are waited on.
+TEST_P(HostStagedTest, BatchSendRecvExchanges) {
+  const float r = static_cast<float>(rank_);
+  const int peer = 1 - rank_;
+  Tensor out = Make({1 + r, 2 + r});
+  Tensor in = Make({0, 0});
+  using T = P2POp::Type;
+  std::vector<std::unique_ptr<Request>> requests = comm_->BatchSendRecv(
+      {P2POp{T::kSend, out, peer, 6}, P2POp{T::kRecv, in, peer, 6}});
+  ASSERT_EQ(requests.size(), 2u);
+  for (auto& request : requests) request->Wait();
+  const float p = static_cast<float>(peer);
+  EXPECT_EQ(Read(in), (std::vector<float>{1 + p, 2 + p}));
+  EXPECT_EQ(in.device(), device_);
+  EXPECT_EQ(comm_->stats().Calls(CommOp::kSend), 1);
+  EXPECT_EQ(comm_->stats().Calls(CommOp::kRecv), 1);
+  EXPECT_EQ(comm_->mpi().stats().Calls(CommOp::kRecv), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Buffers, HostStagedTest, ::testing::Bool(),

@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/mesh.h"
+#include "parallel/mpi_communicator.h"
 
 namespace trellis {
 namespace {
@@ -193,6 +194,59 @@ TEST_F(CollectivesTest, SendRecvRing) {
     send->Wait();
     for (int i = 0; i < 6; ++i) {
       EXPECT_EQ(in.data<float>()[i], 100.0f * g.members[from] + i);
+    }
+  }
+}
+
+// Every rank sends to the next while receiving from the previous one and
+// sends a second message back. Under kRendezvous (each send waits for its
+// receive, batches complete in order) this completes only because each
+// rank's transfers go in one batch; counts stay per transfer, and without
+// tags messages between two ranks pair up in posting order.
+TEST_F(CollectivesTest, BatchSendRecvRingInBothModes) {
+  for (MpiP2P p2p : {MpiP2P::kEager, MpiP2P::kRendezvous}) {
+    for (const NamedGroup& g : groups_) {
+      const int size = g.comm->size();
+      if (size == 1) continue;
+      SCOPED_TRACE(g.name + (p2p == MpiP2P::kRendezvous ? " rendezvous" : ""));
+      MPI_Comm dup;
+      ASSERT_EQ(
+          MPI_Comm_dup(dynamic_cast<MpiCommunicator&>(*g.comm).comm(), &dup),
+          MPI_SUCCESS);
+      MpiCommunicator comm(g.name, dup, /*owned=*/true, p2p);
+      const int me = comm.rank();
+      const int next = (me + 1) % size, prev = (me + size - 1) % size;
+      Tensor forward = Tensor::Empty({6}, DType::kF32);
+      Tensor backward = Tensor::Empty({3}, DType::kF32);
+      forward.Fill(100.0 * rank());
+      backward.Fill(-1.0 * rank());
+      Tensor from_prev = Tensor::Zeros({6}, DType::kF32);
+      Tensor from_next = Tensor::Zeros({3}, DType::kF32);
+      using T = P2POp::Type;
+      std::vector<std::unique_ptr<Request>> requests =
+          comm.BatchSendRecv({P2POp{T::kSend, forward, next, 1},
+                              P2POp{T::kSend, backward, prev, 2},
+                              P2POp{T::kRecv, from_prev, prev, 1},
+                              P2POp{T::kRecv, from_next, next, 2}});
+      ASSERT_EQ(requests.size(), 4u);
+      for (auto& request : requests) request->Wait();
+      EXPECT_EQ(from_prev.data<float>()[5], 100.0f * g.members[prev]);
+      EXPECT_EQ(from_next.data<float>()[2], -1.0f * g.members[next]);
+      EXPECT_EQ(comm.stats().Calls(CommOp::kSend), 2);
+      EXPECT_EQ(comm.stats().Calls(CommOp::kRecv), 2);
+      EXPECT_EQ(comm.stats().Bytes(CommOp::kSend), (6 + 3) * 4);
+      // Lone transfers are batches of one: in an order that cannot wait on
+      // itself (one rank sends first, the other receives first) they pass.
+      if (size == 2) {
+        const int peer = 1 - me;
+        std::vector<std::unique_ptr<Request>> lone;
+        for (int k = 0; k < 2; ++k) {
+          lone.push_back((k == me) ? comm.Send(forward, peer, 5)
+                                   : comm.Recv(from_prev, peer, 5));
+        }
+        for (auto& request : lone) request->Wait();
+        EXPECT_EQ(from_prev.data<float>()[0], 100.0f * g.members[peer]);
+      }
     }
   }
 }

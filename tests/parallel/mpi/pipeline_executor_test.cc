@@ -1,8 +1,13 @@
 // The pipeline executor on a toy model, against the same model computed in
 // one process. Chunk c (of P·v) holds one scalar weight w_c and computes
-// y = w_c · x on a vector; the last chunk's loss is sum(y) / m.
+// y = w_c · x on a vector; the last chunk's loss is sum(y) / m. Every case
+// runs twice: over the pp group's own MPI communicator, and over one in
+// MpiP2P::kRendezvous mode (NCCL's semantics: synchronous sends, no tags,
+// batches completing one after another), where an order that would
+// deadlock on GPUs hangs.
 #include "parallel/pipeline_executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -11,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/mesh.h"
+#include "parallel/mpi_communicator.h"
 #include "parallel/schedule.h"
 
 namespace trellis {
@@ -124,25 +130,50 @@ class PipelineExecutorTest : public ::testing::Test {
   // compares with the single-process reference.
   void RunAndCompare(int dp, int tp, int pp, ScheduleKind kind, int m,
                      int v = 1) {
-    SCOPED_TRACE(testing::Message() << ScheduleKindName(kind) << " pp=" << pp
-                                    << " m=" << m << " v=" << v);
+    for (MpiP2P p2p : {MpiP2P::kEager, MpiP2P::kRendezvous}) {
+      RunAndCompare(dp, tp, pp, kind, m, v, p2p);
+    }
+  }
+
+  void RunAndCompare(int dp, int tp, int pp, ScheduleKind kind, int m, int v,
+                     MpiP2P p2p) {
+    SCOPED_TRACE(testing::Message()
+                 << ScheduleKindName(kind) << " pp=" << pp << " m=" << m
+                 << " v=" << v
+                 << (p2p == MpiP2P::kRendezvous ? " rendezvous" : " eager"));
     absl::StatusOr<Mesh> mesh = Mesh::Create(8, dp, tp, pp);
     ASSERT_TRUE(mesh.ok()) << mesh.status();
     absl::StatusOr<ParallelContext> context =
         ParallelContext::Create(*runtime_, *mesh);
     ASSERT_TRUE(context.ok()) << context.status();
-    Communicator& pipe = *context->groups().pp;
+    std::unique_ptr<Communicator> rendezvous;
+    if (p2p == MpiP2P::kRendezvous) {
+      auto* mpi = dynamic_cast<MpiCommunicator*>(context->groups().pp);
+      ASSERT_NE(mpi, nullptr);
+      MPI_Comm dup;
+      ASSERT_EQ(MPI_Comm_dup(mpi->comm(), &dup), MPI_SUCCESS);
+      rendezvous = std::make_unique<MpiCommunicator>("pp", dup, /*owned=*/true,
+                                                     MpiP2P::kRendezvous);
+    }
+    Communicator& pipe =
+        rendezvous != nullptr ? *rendezvous : *context->groups().pp;
     const int stage = pipe.rank();
     const int pipeline = context->coord().d * tp + context->coord().t;
     const std::vector<Action> actions = BuildSchedule(kind, stage, pp, m, v);
     PipelineExecutor executor(pipe, actions, v);
     int observed = 0;
-    PipelineExecutor::Clock::time_point last{};
+    // A batch's transfers share its posting span; a compute starts after
+    // everything before it.
+    PipelineExecutor::Clock::time_point last_start{}, last_end{};
     executor.set_observer([&](const Action& a, const ActionTiming& t) {
       EXPECT_EQ(a, actions[observed]);
-      EXPECT_LE(last, t.start);
+      EXPECT_LE(last_start, t.start);
+      if (IsCompute(a.type)) {
+        EXPECT_LE(last_end, t.start);
+      }
       EXPECT_LE(t.start, t.end);
-      last = t.end;
+      last_start = t.start;
+      last_end = std::max(last_end, t.end);
       ++observed;
     });
     const Reference ref = ComputeReference(pp * v, m, pipeline);
@@ -159,10 +190,14 @@ class PipelineExecutorTest : public ::testing::Test {
                 stats.total_seconds * 1.0001 + 1e-6);
       EXPECT_GE(stats.BubbleFraction(), 0.0);
       EXPECT_LE(stats.BubbleFraction(), 1.0);
-      int sends = 0;
-      for (const Action& a : actions) sends += IsSend(a.type);
+      int sends = 0, recvs = 0;
+      for (const Action& a : actions) {
+        sends += IsSend(a.type);
+        recvs += IsRecv(a.type);
+      }
       EXPECT_EQ(pipe.stats().Calls(CommOp::kSend), sends);
       EXPECT_EQ(pipe.stats().Bytes(CommOp::kSend), sends * kWidth * 8);
+      EXPECT_EQ(pipe.stats().Calls(CommOp::kRecv), recvs);
       for (int u = 0; u < v; ++u) {
         const int chunk = toy.Chunk(u);
         EXPECT_NEAR(toy.grad(u), ref.grad[chunk],

@@ -11,12 +11,19 @@
 // 1e-4 of the tensor's largest reference gradient (padded vocabulary rows
 // exactly zero). The tied `wte` is checked on the first and the last stage.
 //
+// With TRELLIS_TEST_PIPELINE_P2P=rendezvous in the environment every
+// layout's pp group sends as NCCL does (MpiP2P::kRendezvous: synchronous
+// sends, no tags, each batch of transfers completing before the next is
+// posted), so the executor's exact transfer order must be free of the
+// cycles that would hang GPUs; a cycle hangs this run.
+//
 // Built with TRELLIS_LAYOUT_ON_GPU the layouts run with --device=cuda and
 // --gpu_comm=host, all ranks sharing one GPU, against the same CPU
 // reference: float32 GPU kernels sum in other orders than the CPU's, so
 // the tolerance is 2e-3 there; a wrong layout is off by far more. Without a
 // GPU that build skips.
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +49,14 @@ constexpr double kTolerance = 1e-4;
 #endif
 
 using mpitest::Layout;
+
+// The pp groups' transfer semantics, from TRELLIS_TEST_PIPELINE_P2P.
+MpiP2P PipelineP2P() {
+  const char* mode = std::getenv("TRELLIS_TEST_PIPELINE_P2P");
+  return mode != nullptr && std::string(mode) == "rendezvous"
+             ? MpiP2P::kRendezvous
+             : MpiP2P::kEager;
+}
 
 Layout L(int dp, int tp, int pp, const std::string& schedule = "1f1b",
          int virtual_stages = 1) {
@@ -150,8 +165,10 @@ Reference* LayoutEquivalenceTest::reference_ = nullptr;
 void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
                                         int64_t loss_chunk_rows,
                                         MPI_Comm comm) {
+  const MpiP2P p2p = PipelineP2P();
   SCOPED_TRACE(layout.Name() +
-               absl::StrCat(", head chunks of ", loss_chunk_rows, " rows"));
+               absl::StrCat(", head chunks of ", loss_chunk_rows, " rows",
+                            p2p == MpiP2P::kRendezvous ? ", rendezvous" : ""));
   TrainOptions options = *options_;
   options.loss_chunk_rows = loss_chunk_rows;
   if (kOnGpu) {
@@ -160,7 +177,7 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
         DeviceTransport::kHostStaged;  // The ranks share one GPU.
   }
   absl::StatusOr<mpitest::LayoutRun> run =
-      mpitest::StartLayout(*runtime_, layout, options, comm);
+      mpitest::StartLayout(*runtime_, layout, options, comm, p2p);
   ASSERT_TRUE(run.ok()) << run.status();
   Trainer& trainer = *run->trainer;
   ASSERT_EQ(reference_->losses.size(),

@@ -30,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/mesh.h"
+#include "parallel/mpi_communicator.h"
 #include "tests/tools/tools_test_util.h"
 #include "tools/trainer/options.h"
 #include "tools/trainer/trainer.h"
@@ -134,15 +135,18 @@ struct Layout {
 // they outlive it).
 struct LayoutRun {
   std::unique_ptr<ParallelContext> context;
+  std::unique_ptr<Communicator> pipeline;  // replaces context's pp, or null
   std::unique_ptr<Trainer> trainer;
 };
 
 // Collective over `comm`, whose size must be layout.world(): builds the
-// layout's groups from `comm` and a trainer for `options` laid out so.
-inline absl::StatusOr<LayoutRun> StartLayout(const MpiRuntime& runtime,
-                                             const Layout& layout,
-                                             TrainOptions options,
-                                             MPI_Comm comm) {
+// layout's groups from `comm` and a trainer for `options` laid out so. With
+// `pipeline_p2p` kRendezvous the trainer's pp group is a duplicate of the
+// context's in MpiP2P::kRendezvous mode (NCCL's transfer semantics on the
+// CPU; the layout's own pp group stays eager).
+inline absl::StatusOr<LayoutRun> StartLayout(
+    const MpiRuntime& runtime, const Layout& layout, TrainOptions options,
+    MPI_Comm comm, MpiP2P pipeline_p2p = MpiP2P::kEager) {
   absl::StatusOr<Mesh> mesh =
       Mesh::Create(layout.world(), layout.dp, layout.tp, layout.pp);
   if (!mesh.ok()) return mesh.status();
@@ -151,9 +155,21 @@ inline absl::StatusOr<LayoutRun> StartLayout(const MpiRuntime& runtime,
   if (!context.ok()) return context.status();
   LayoutRun run;
   run.context = std::make_unique<ParallelContext>(*std::move(context));
+  ProcessGroups groups = run.context->groups();
+  if (pipeline_p2p != MpiP2P::kEager) {
+    auto* pp = dynamic_cast<MpiCommunicator*>(groups.pp);
+    if (pp == nullptr) return absl::InternalError("the pp group is not MPI's");
+    MPI_Comm dup;
+    if (MPI_Comm_dup(pp->comm(), &dup) != MPI_SUCCESS) {
+      return absl::InternalError("MPI_Comm_dup of the pp group failed");
+    }
+    run.pipeline = std::make_unique<MpiCommunicator>("pp", dup, /*owned=*/true,
+                                                     pipeline_p2p);
+    groups.pp = run.pipeline.get();
+  }
   layout.ApplyTo(options);
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(options, run.context->groups(), run.context->coord());
+      Trainer::Create(options, groups, run.context->coord());
   if (!trainer.ok()) return trainer.status();
   run.trainer = *std::move(trainer);
   return run;
