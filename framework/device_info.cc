@@ -29,7 +29,7 @@ absl::StatusOr<Device> SelectDevice(const std::string& kind) {
 #endif
 }
 
-int VisibleCudaDevices() {
+absl::StatusOr<int> VisibleCudaDevices() {
 #ifdef TRELLIS_WITH_CUDA
   return CudaDeviceCount();
 #else

@@ -75,8 +75,11 @@ absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
       usable = world.status();
     } else {
       const int ranks = RanksOnThisNode(*world);
-      const int gpus = VisibleCudaDevices();
-      if (ranks > gpus) {
+      const absl::StatusOr<int> visible = VisibleCudaDevices();
+      const int gpus = visible.ok() ? *visible : 0;
+      if (!visible.ok()) {
+        usable = visible.status();
+      } else if (ranks > gpus) {
         usable = absl::FailedPreconditionError(absl::StrCat(
             ranks, " ranks on this node share ", gpus,
             " GPU(s) and NCCL needs one GPU per rank; launch at most ", gpus,

@@ -1,6 +1,7 @@
 #include "framework/cuda/cuda_device.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/numbers.h"
@@ -21,15 +22,58 @@ int EnvRank(const char* name) {
   return value;
 }
 
+// "12.4" from CUDA's 12040; "none" for 0 (no driver).
+std::string CudaVersionText(int version) {
+  if (version <= 0) return "none";
+  return absl::StrFormat("%d.%d", version / 1000, (version % 1000) / 10);
+}
+
+// Does the node have NVIDIA device files?
+bool NvidiaDeviceFilesExist() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    if (entry.path().filename().string().starts_with("nvidia")) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-int CudaDeviceCount() {
+bool GpuExpected() {
+  const char* require = std::getenv("TRELLIS_REQUIRE_GPU");
+  if (require != nullptr && std::string(require) == "1") return true;
+  return NvidiaDeviceFilesExist();
+}
+
+std::string CudaVersionReport() {
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+  cudaGetLastError();
+  return absl::StrFormat(
+      "CUDA driver %s (cudaDriverGetVersion %d), runtime %s "
+      "(cudaRuntimeGetVersion %d)",
+      CudaVersionText(driver), driver, CudaVersionText(runtime), runtime);
+}
+
+absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clears the sticky "no device" error
-    return 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // clears the sticky error
+    count = 0;
   }
-  return count;
+  if (count > 0 || !GpuExpected()) return count;
+  const std::string found =
+      error == cudaSuccess
+          ? std::string("cudaGetDeviceCount found 0 devices")
+          : absl::StrFormat("cudaGetDeviceCount failed: %s (%s)",
+                            cudaGetErrorName(error), cudaGetErrorString(error));
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "a GPU is expected (TRELLIS_REQUIRE_GPU=1 or /dev/nvidia* exists) but "
+      "%s; %s; this build needs an NVIDIA driver %s: update the driver, "
+      "check CUDA_VISIBLE_DEVICES, or unset TRELLIS_REQUIRE_GPU",
+      found, CudaVersionReport(), kCudaDriverFloor));
 }
 
 int LocalRankFromEnvironment() {
@@ -48,7 +92,7 @@ int CudaDeviceForLocalRank(int local_rank, int device_count) {
 }
 
 absl::StatusOr<int> SelectCudaDevice(int local_rank) {
-  const int count = CudaDeviceCount();
+  TRELLIS_ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
   if (count == 0) {
     return absl::FailedPreconditionError(
         "no CUDA device is visible to this process; run on a GPU node, check "

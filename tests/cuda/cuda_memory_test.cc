@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "framework/cuda/cuda_device.h"
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/elementwise.h"
@@ -69,7 +70,9 @@ TEST(CudaDeviceTest, LocalRankComesFromTheLauncher) {
 }
 
 TEST(CudaDeviceTest, SelectingADeviceFailsClearlyWithoutOne) {
-  const int count = CudaDeviceCount();
+  const absl::StatusOr<int> visible = CudaDeviceCount();
+  ASSERT_TRUE(visible.ok()) << visible.status().message();
+  const int count = *visible;
   const absl::StatusOr<int> device = SelectCudaDevice(/*local_rank=*/3);
   if (count == 0) {
     ASSERT_FALSE(device.ok());
@@ -85,6 +88,43 @@ TEST(CudaDeviceTest, SelectingADeviceFailsClearlyWithoutOne) {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     EXPECT_THAT(CudaDeviceDescription(0), ::testing::HasSubstr("sm_"));
   }
+}
+
+TEST(CudaDeviceTest, AnExpectedGpuThatCudaCannotSeeFailsNamingTheVersions) {
+  ScopedEnv require("TRELLIS_REQUIRE_GPU", "1");
+  const absl::StatusOr<int> count = CudaDeviceCount();
+  if (count.ok()) {
+    // A usable GPU: nothing to report.
+    EXPECT_GT(*count, 0);
+    return;
+  }
+  const std::string message(count.status().message());
+  EXPECT_EQ(count.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(message, ::testing::HasSubstr("cudaGetDeviceCount"));
+  EXPECT_THAT(message, ::testing::HasSubstr("cudaDriverGetVersion"));
+  EXPECT_THAT(message, ::testing::HasSubstr("cudaRuntimeGetVersion"));
+  EXPECT_THAT(message, ::testing::HasSubstr(kCudaDriverFloor));
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+  int runtime = 0;
+  ASSERT_EQ(cudaRuntimeGetVersion(&runtime), cudaSuccess);
+  EXPECT_THAT(message,
+              ::testing::HasSubstr(absl::StrFormat(
+                  "runtime %d.%d", runtime / 1000, (runtime % 1000) / 10)));
+  // The programs fail with it too, instead of "no device".
+  const absl::StatusOr<int> device = SelectCudaDevice(0);
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().message(), message);
+}
+
+TEST(CudaDeviceTest, NoGpuAndNoneExpectedIsZeroDevices) {
+  ScopedEnv require("TRELLIS_REQUIRE_GPU", nullptr);
+  if (GpuExpected()) GTEST_SKIP() << "this node has NVIDIA device files";
+  const absl::StatusOr<int> count = CudaDeviceCount();
+  ASSERT_TRUE(count.ok()) << count.status().message();
+  int direct = 0;
+  if (cudaGetDeviceCount(&direct) != cudaSuccess) direct = 0;
+  cudaGetLastError();
+  EXPECT_EQ(*count, direct);
 }
 
 TEST(CudaMemoryTest, RoundTripsThroughTheDevice) {

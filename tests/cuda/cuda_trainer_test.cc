@@ -15,6 +15,7 @@
 #include "framework/memory_arena.h"
 #include "framework/tensor.h"
 #include "parallel/bootstrap.h"
+#include "tests/cuda/cuda_test_util.h"
 #include "tests/tools/tools_test_util.h"
 #include "tools/trainer/trainer.h"
 
@@ -24,7 +25,7 @@ namespace {
 class CudaTrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    TRELLIS_REQUIRE_CUDA_DEVICE();
     dir_ = test::ScratchDir();
     data_ = dir_ + "/tokens.h5";
     test::WriteTokenFile(data_, test::kByteVocab, 40000);
