@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "framework/cuda/cuda_check.h"
+#include "framework/host_sync.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -115,7 +116,28 @@ std::string CudaDeviceDescription(int device) {
 
 void CudaSynchronize(int device) {
   CudaDeviceGuard guard(device);
+  CountHostWait();
   TRELLIS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void WaitForCudaStream(cudaStream_t stream) {
+  CountHostWait();
+  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void WaitForCudaEvent(cudaEvent_t event) {
+  CountHostWait();
+  TRELLIS_CUDA_CHECK(cudaEventSynchronize(event));
+}
+
+bool CudaEventDone(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: the event is pending
+    return false;
+  }
+  TRELLIS_CUDA_CHECK(status);
+  return true;
 }
 
 CudaDeviceGuard::CudaDeviceGuard(int device) {

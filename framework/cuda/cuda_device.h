@@ -64,8 +64,17 @@ std::string CudaDeviceDescription(int device);
 // The stream trellis kernels of `device` run on (see above).
 inline cudaStream_t ComputeStream() { return nullptr; }
 
+// Host waits, each counted by CountHostWait() (framework/host_sync.h); the
+// framework blocks the host on a device only through these and the host-side
+// copies of cuda_memory.h.
 // Waits until all work issued to `device` has finished.
 void CudaSynchronize(int device);
+// Waits until the work queued on `stream` has finished.
+void WaitForCudaStream(cudaStream_t stream);
+// Waits until `event` has happened.
+void WaitForCudaEvent(cudaEvent_t event);
+// Whether `event` has happened, without waiting (not a host wait).
+bool CudaEventDone(cudaEvent_t event);
 
 // Makes `device` current for the calling thread until the end of the scope,
 // then restores the previous one.

@@ -246,13 +246,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
                            StepTracer::kStepLane);
   };
   const auto start = std::chrono::steady_clock::now();
-  if (device_clock_ != nullptr) device_clock_->BeginStep();
+  // Only a traced step aligns the device clock with the host's (a wait).
+  if (device_clock_ != nullptr) device_clock_->BeginStep(trace != nullptr);
   {
     const ScopedTraceSpan span = phase("data");
     TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
                              loader_->NextStep());
     buckets_->StartStep();
-    model_->BeginStep(std::move(microbatches));
+    model_->BeginStep(microbatches);
   }
   PipelineStepStats pipeline;
   {
