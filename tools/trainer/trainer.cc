@@ -103,6 +103,9 @@ absl::Status Trainer::Build(DType dtype) {
     TRELLIS_ASSIGN_OR_RETURN(device_groups_,
                              DeviceGroups::Create(groups_, device_, transport));
     groups_ = device_groups_->groups();
+    // NCCL connects lazily: its buffers must exist before free memory is
+    // measured for the arena below.
+    WarmUpGroups(groups_, device_);
     if (o.precision == "bf16" && dtype == DType::kF32) dtype = DType::kBF16;
   }
   // Kernels run after the host queued them: time the pipeline on the device.
@@ -117,8 +120,9 @@ absl::Status Trainer::Build(DType dtype) {
       kind, coord_.p, static_cast<int>(o.pp),
       static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
   // What the run may hold: --memory_budget_gb, else the device's free memory
-  // now (NCCL's buffers are taken already) less what libraries allocate
-  // later outside the arena (cuBLASLt's workspace, stream-ordered scratch).
+  // now (NCCL's buffers are taken already: WarmUpGroups) less what libraries
+  // allocate later outside the arena (cuBLASLt's workspace, stream-ordered
+  // scratch).
   const size_t available =
       o.memory_budget_gb > 0
           ? static_cast<size_t>(o.memory_budget_gb * (1ull << 30))
