@@ -25,7 +25,7 @@ absl::StatusOr<Device> SelectDevice(DeviceType type) {
 #endif
 }
 
-int VisibleCudaDevices() {
+absl::StatusOr<int> VisibleCudaDevices() {
 #ifdef TRELLIS_WITH_CUDA
   return CudaDeviceCount();
 #else

@@ -17,8 +17,11 @@ namespace trellis {
 // when the build has no CUDA backend or no GPU is visible.
 absl::StatusOr<Device> SelectDevice(DeviceType type);
 
-// CUDA devices visible to this process (0 in a build without CUDA).
-int VisibleCudaDevices();
+// CUDA devices visible to this process (0 in a build without CUDA). An
+// error when a GPU is expected but CUDA finds none (see CudaDeviceCount in
+// framework/cuda/cuda_device.h: the error names the CUDA error, the driver
+// and runtime versions and the driver this build needs).
+absl::StatusOr<int> VisibleCudaDevices();
 
 // Bytes a run may still allocate on `device`: the free memory of a GPU, the
 // physical memory of the host.

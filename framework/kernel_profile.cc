@@ -118,7 +118,7 @@ void KernelProfiler::Drain(bool wait, bool keep) {
     const Pending& p = pending_.front();
     CudaDeviceGuard guard(p.device);
     if (wait) {
-      TRELLIS_CUDA_CHECK(cudaEventSynchronize(AsEvent(p.end)));
+      WaitForCudaEvent(AsEvent(p.end));
     } else {
       const cudaError_t state = cudaEventQuery(AsEvent(p.end));
       if (state == cudaErrorNotReady) {

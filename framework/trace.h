@@ -80,9 +80,11 @@ class TraceClock {
   // Seconds from mark `begin` to mark `end`. May block likewise.
   virtual double Seconds(int64_t begin, int64_t end) = 0;
   // Starts a step: marks made before are invalid from here on (a device
-  // clock reuses their events), and a device clock waits for its device and
-  // aligns its time with the host's again.
-  virtual void BeginStep() {}
+  // clock reuses their events). With `align_with_host` a device clock also
+  // waits for its device and aligns its time with the host's again, which
+  // Resolve needs; without, it does not block the host and only Seconds
+  // may be asked of the step's marks.
+  virtual void BeginStep(bool align_with_host) {}
 };
 
 // The host's steady clock: a mark is the time in nanoseconds.

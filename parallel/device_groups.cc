@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "framework/device_info.h"
+#include "framework/host_sync.h"
 #include "parallel/host_staged_communicator.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/routing_communicator.h"
@@ -75,8 +76,11 @@ absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
       usable = world.status();
     } else {
       const int ranks = RanksOnThisNode(*world);
-      const int gpus = VisibleCudaDevices();
-      if (ranks > gpus) {
+      const absl::StatusOr<int> visible = VisibleCudaDevices();
+      const int gpus = visible.ok() ? *visible : 0;
+      if (!visible.ok()) {
+        usable = visible.status();
+      } else if (ranks > gpus) {
         usable = absl::FailedPreconditionError(absl::StrCat(
             ranks, " ranks on this node share ", gpus,
             " GPU(s) and NCCL needs one GPU per rank; launch at most ", gpus,
@@ -108,6 +112,38 @@ absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
     *targets[i] = result->owned_.back().get();
   }
   return result;
+}
+
+namespace {
+
+// Any tag serves: every warm-up message is received before other traffic.
+constexpr int kWarmUpTag = 1999;
+
+// One send to the next rank of `group` and one receive from the previous.
+void RingShift(Communicator& group, Device device) {
+  const int n = group.size(), r = group.rank();
+  Tensor out = Tensor::Zeros({1}, DType::kF32, device);
+  Tensor in = Tensor::Zeros({1}, DType::kF32, device);
+  if (r % 2 == 0) {
+    group.Send(out, (r + 1) % n, kWarmUpTag)->Wait();
+    group.Recv(in, (r + n - 1) % n, kWarmUpTag)->Wait();
+  } else {
+    group.Recv(in, (r + n - 1) % n, kWarmUpTag)->Wait();
+    group.Send(out, (r + 1) % n, kWarmUpTag)->Wait();
+  }
+}
+
+}  // namespace
+
+void WarmUpGroups(const ProcessGroups& groups, Device device) {
+  for (Communicator* group : {groups.tp, groups.dp, groups.pp, groups.embed}) {
+    if (group == nullptr || group->size() == 1) continue;
+    Tensor buffer = Tensor::Zeros({1}, DType::kF32, device);
+    group->AllReduce(buffer, ReduceOp::kSum);
+    RingShift(*group, device);
+  }
+  // The transports' setup is done before anyone measures memory.
+  WaitForDevice(device);
 }
 
 }  // namespace trellis

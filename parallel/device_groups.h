@@ -44,6 +44,18 @@ class DeviceGroups {
   ProcessGroups groups_;
 };
 
+// Makes every model-parallel group of `groups` (tp, dp, pp, embed; not the
+// world, which carries host buffers) set up its transport now: NCCL 2.22
+// and later connects lazily, taking its buffers at a communicator's first
+// collective and at a pair's first send/receive, which would come after
+// the run had sized its memory arena from the free memory. Each group of
+// more than one rank runs one all-reduce and one ring shift (a send to the
+// next rank, a receive from the previous; even ranks send first, so
+// blocking transports cannot deadlock) of a one-element float32 tensor on
+// `device`; groups of one rank run nothing. Then waits for `device`.
+// Collective over every rank of the groups, which must all call it.
+void WarmUpGroups(const ProcessGroups& groups, Device device);
+
 }  // namespace trellis
 
 #endif  // TRELLIS_PARALLEL_DEVICE_GROUPS_H_

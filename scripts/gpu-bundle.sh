@@ -7,7 +7,11 @@
 # (mpirun, its daemon and plugins, PMIx), with
 #
 #   BUNDLE/env.sh             source it: PATH, LD_LIBRARY_PATH, OPAL_PREFIX
-#   BUNDLE/run-gpu-tests.sh   the GPU tests (label gpu), one binary at a time
+#   BUNDLE/cuda-libs.txt      the node's libraries the build needs: soname
+#                             and the version it was linked against
+#   BUNDLE/check-node.sh      checks the node's driver and those libraries
+#   BUNDLE/run-gpu-tests.sh   check-node.sh, then the GPU tests (label gpu),
+#                             one binary at a time
 #   BUNDLE/scripts/gpu-check.sh  the whole GPU check (docs/gpu.md), with the
 #                             PyTorch reference scripts it runs
 #
@@ -87,6 +91,43 @@ ln -s orterun "$out/mpi/bin/mpiexec"
   xargs -r cp -L -t "$out/lib/"
 echo "gpu-bundle: $(ls "$out/lib" | wc -l) shared libraries"
 
+# What the node must provide: the CUDA runtime, cuBLAS, cuBLASLt (and NCCL,
+# cuDNN where linked), by soname, with the version the build was compiled
+# and linked against: from the headers next to the library
+# (CUDART_VERSION, CUBLAS_VER_*, NCCL_*, CUDNN_*; CUDA_INCLUDE overrides),
+# else from a versioned file name (libcublasLt.so.13.0.0.19).
+header_version() {  # soname include-dir
+  local h="$2" v=""
+  case "$1" in
+    libcudart.*) v="$(awk '/define CUDART_VERSION/{printf "%d.%d", $3/1000, ($3%1000)/10}' "$h/cuda_runtime_api.h" 2>/dev/null)" ;;
+    libcublas.* | libcublasLt.*)
+      v="$(awk '/define CUBLAS_VER_(MAJOR|MINOR|PATCH|BUILD) /{v = v (v == "" ? "" : ".") $3} END {print v}' "$h/cublas_api.h" 2>/dev/null)" ;;
+    libnccl.*) v="$(awk '/define NCCL_(MAJOR|MINOR|PATCH) /{v = v (v == "" ? "" : ".") $3} END {print v}' "$h/nccl.h" 2>/dev/null)" ;;
+    libcudnn.*) v="$(awk '/define CUDNN_(MAJOR|MINOR|PATCHLEVEL) /{v = v (v == "" ? "" : ".") $3} END {print v}' "$h/cudnn_version.h" 2>/dev/null)" ;;
+  esac
+  echo "$v"
+}
+ldd "$build/bin/cuda_tests" "$build/bin/trellis-train" | awk '/=> \//{print $1, $3}' |
+  grep -E '^(libcudart|libcublas|libcublasLt|libnccl|libcudnn)\.so' | sort -u |
+  while read -r soname path; do
+    include="${CUDA_INCLUDE:-$(dirname "$(dirname "$path")")/include}"
+    version="$(header_version "$soname" "$include")"
+    if [ -z "$version" ]; then
+      real="$(basename "$(readlink -f "$path")")"
+      version="${real#*.so.}"
+    fi
+    echo "$soname $version"
+  done >"$out/cuda-libs.txt"
+for need in libcudart libcublas libcublasLt; do
+  if ! grep -q "^$need\.so" "$out/cuda-libs.txt"; then
+    echo "gpu-bundle: $build/bin/cuda_tests links no $need; is this a CUDA build?" >&2
+    exit 1
+  fi
+done
+echo "gpu-bundle: needs from the node: $(awk '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $1, $2}' "$out/cuda-libs.txt")"
+cp "$root/scripts/gpu-bundle-check-node.sh" "$out/check-node.sh"
+chmod +x "$out/check-node.sh"
+
 cat >"$out/env.sh" <<'EOF'
 # Source me: the bundle's programs, libraries and Open MPI come first.
 _trellis_bundle="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -109,6 +150,7 @@ cat >"$out/run-gpu-tests.sh" <<'EOF'
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"
+"$here/check-node.sh" || exit 1
 mpi=(mpirun --oversubscribe --mca btl self,tcp)
 [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 failed=0

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "framework/kernels/accumulate.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/embedding.h"
 #include "framework/kernels/layernorm.h"
@@ -171,9 +172,9 @@ GptChunk::State& GptChunk::Live(int mb) {
   return *it->second;
 }
 
-double GptChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
-                         const Tensor& targets, double loss_scale,
-                         Tensor* output) {
+void GptChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
+                       const Tensor& targets, double loss_scale, Tensor* output,
+                       Tensor* loss_sum) {
   State& s = Acquire(mb);
   const int64_t n = rows();
   if (plan_.has_embedding) {
@@ -191,11 +192,17 @@ double GptChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
   }
   if (!plan_.has_head) {
     output->CopyFrom(*x);
-    return 0.0;
+    return;
   }
   s.targets.CopyFrom(targets.View({n}));
   HeadForward(s, *x, loss_scale);
-  return Sum(s.losses) / static_cast<double>(n);
+  if (loss_sum != nullptr) {
+    AccumulateSum(s.losses, static_cast<double>(n), *loss_sum);
+  }
+}
+
+double GptChunk::MeanLoss(int mb) const {
+  return Sum(TokenLosses(mb)) / static_cast<double>(rows());
 }
 
 void GptChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {

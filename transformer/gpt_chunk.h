@@ -65,15 +65,23 @@ class GptChunk {
   int64_t rows() const { return micro_batch_ * config_.seq_len; }
 
   // `tokens` (B, T) int32 on the first chunk, else `input` (N, C); the last
-  // chunk reads `targets` (B, T) int32 and returns the microbatch's mean
-  // loss (other chunks return 0 and write `output` (N, C)). On the last
-  // chunk a `loss_scale` > 0 starts backward: the loss gradient is
+  // chunk reads `targets` (B, T) int32 and computes the per-token losses
+  // (TokenLosses), adding their mean to `loss_sum` when given (one float64
+  // element on the chunk's device, AccumulateSum: the host does not wait);
+  // other chunks write `output` (N, C). Tokens and targets may be on the
+  // host or the chunk's device (a device copy does not block the host). On
+  // the last chunk a `loss_scale` > 0 starts backward: the loss gradient is
   // loss_scale · d(mean loss), wte's gradient accumulates here and
   // BackwardInput may follow; 0 computes only the losses (evaluation:
   // no gradient is touched, and only Release may follow). Other chunks
   // ignore it.
-  double Forward(int mb, const Tensor& tokens, const Tensor& input,
-                 const Tensor& targets, double loss_scale, Tensor* output);
+  void Forward(int mb, const Tensor& tokens, const Tensor& input,
+               const Tensor& targets, double loss_scale, Tensor* output,
+               Tensor* loss_sum = nullptr);
+  // The last chunk's mean loss of microbatch `mb`, read to the host (one
+  // host wait; for tests and tools, not the training step). Valid while
+  // TokenLosses(mb) is.
+  double MeanLoss(int mb) const;
   // `doutput` (N, C) on non-last chunks (the last chunk's loss gradient
   // comes from Forward). Writes `dinput` (N, C) on non-first chunks.
   void BackwardInput(int mb, const Tensor& doutput, Tensor* dinput);

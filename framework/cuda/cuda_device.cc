@@ -1,11 +1,13 @@
 #include "framework/cuda/cuda_device.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "framework/cuda/cuda_check.h"
+#include "framework/host_sync.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -21,15 +23,58 @@ int EnvRank(const char* name) {
   return value;
 }
 
+// "12.4" from CUDA's 12040; "none" for 0 (no driver).
+std::string CudaVersionText(int version) {
+  if (version <= 0) return "none";
+  return absl::StrFormat("%d.%d", version / 1000, (version % 1000) / 10);
+}
+
+// Does the node have NVIDIA device files?
+bool NvidiaDeviceFilesExist() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+    if (entry.path().filename().string().starts_with("nvidia")) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
-int CudaDeviceCount() {
+bool GpuExpected() {
+  const char* require = std::getenv("TRELLIS_REQUIRE_GPU");
+  if (require != nullptr && std::string(require) == "1") return true;
+  return NvidiaDeviceFilesExist();
+}
+
+std::string CudaVersionReport() {
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+  cudaGetLastError();
+  return absl::StrFormat(
+      "CUDA driver %s (cudaDriverGetVersion %d), runtime %s "
+      "(cudaRuntimeGetVersion %d)",
+      CudaVersionText(driver), driver, CudaVersionText(runtime), runtime);
+}
+
+absl::StatusOr<int> CudaDeviceCount() {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clears the sticky "no device" error
-    return 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // clears the sticky error
+    count = 0;
   }
-  return count;
+  if (count > 0 || !GpuExpected()) return count;
+  const std::string found =
+      error == cudaSuccess
+          ? std::string("cudaGetDeviceCount found 0 devices")
+          : absl::StrFormat("cudaGetDeviceCount failed: %s (%s)",
+                            cudaGetErrorName(error), cudaGetErrorString(error));
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "a GPU is expected (TRELLIS_REQUIRE_GPU=1 or /dev/nvidia* exists) but "
+      "%s; %s; this build needs an NVIDIA driver %s: update the driver, "
+      "check CUDA_VISIBLE_DEVICES, or unset TRELLIS_REQUIRE_GPU",
+      found, CudaVersionReport(), kCudaDriverFloor));
 }
 
 int LocalRankFromEnvironment() {
@@ -48,7 +93,7 @@ int CudaDeviceForLocalRank(int local_rank, int device_count) {
 }
 
 absl::StatusOr<int> SelectCudaDevice(int local_rank) {
-  const int count = CudaDeviceCount();
+  TRELLIS_ASSIGN_OR_RETURN(const int count, CudaDeviceCount());
   if (count == 0) {
     return absl::FailedPreconditionError(
         "no CUDA device is visible to this process; run on a GPU node, check "
@@ -71,7 +116,28 @@ std::string CudaDeviceDescription(int device) {
 
 void CudaSynchronize(int device) {
   CudaDeviceGuard guard(device);
+  CountHostWait();
   TRELLIS_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void WaitForCudaStream(cudaStream_t stream) {
+  CountHostWait();
+  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void WaitForCudaEvent(cudaEvent_t event) {
+  CountHostWait();
+  TRELLIS_CUDA_CHECK(cudaEventSynchronize(event));
+}
+
+bool CudaEventDone(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) {
+    cudaGetLastError();  // not an error: the event is pending
+    return false;
+  }
+  TRELLIS_CUDA_CHECK(status);
+  return true;
 }
 
 CudaDeviceGuard::CudaDeviceGuard(int device) {

@@ -20,9 +20,26 @@
 
 namespace trellis {
 
-// The number of CUDA devices this process sees; 0 when there is no driver or
-// no device (never fails, so tests can skip on it).
-int CudaDeviceCount();
+// The CUDA driver this build needs at least: CUDA 13.0 runs on R580
+// drivers (580.65.06) and newer.
+inline constexpr char kCudaDriverFloor[] = "R580 (580.65.06 or newer)";
+
+// Whether this process is expected to see a GPU: the variable
+// TRELLIS_REQUIRE_GPU is 1, or the node has NVIDIA device files
+// (/dev/nvidia0, /dev/nvidiactl, ...).
+bool GpuExpected();
+
+// The number of CUDA devices this process sees. 0 when cudaGetDeviceCount
+// fails or finds none and no GPU is expected (GpuExpected()), so that a
+// machine without a GPU skips cleanly. When a GPU is expected, such a
+// result is FailedPrecondition naming the CUDA error, the driver and
+// runtime versions and kCudaDriverFloor: a driver too old for the runtime
+// must fail loudly, not look like "no GPU".
+absl::StatusOr<int> CudaDeviceCount();
+
+// "CUDA driver 12.4 (cudaDriverGetVersion), runtime 13.0
+// (cudaRuntimeGetVersion)", for error messages.
+std::string CudaVersionReport();
 
 // This process's rank among those on its node, from the launcher's
 // environment: OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), else SLURM_LOCALID
@@ -47,8 +64,17 @@ std::string CudaDeviceDescription(int device);
 // The stream trellis kernels of `device` run on (see above).
 inline cudaStream_t ComputeStream() { return nullptr; }
 
+// Host waits, each counted by CountHostWait() (framework/host_sync.h); the
+// framework blocks the host on a device only through these and the host-side
+// copies of cuda_memory.h.
 // Waits until all work issued to `device` has finished.
 void CudaSynchronize(int device);
+// Waits until the work queued on `stream` has finished.
+void WaitForCudaStream(cudaStream_t stream);
+// Waits until `event` has happened.
+void WaitForCudaEvent(cudaEvent_t event);
+// Whether `event` has happened, without waiting (not a host wait).
+bool CudaEventDone(cudaEvent_t event);
 
 // Makes `device` current for the calling thread until the end of the scope,
 // then restores the previous one.

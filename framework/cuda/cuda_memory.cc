@@ -7,6 +7,7 @@
 
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
+#include "framework/host_sync.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -98,15 +99,43 @@ void CudaFree(void* data, int device) {
 
 void CudaCopy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  int device = DeviceOf(dst);
-  if (device < 0) device = DeviceOf(src);
+  const int dst_device = DeviceOf(dst);
+  const int src_device = DeviceOf(src);
+  const int device = dst_device >= 0 ? dst_device : src_device;
   if (device < 0) {
     // Both sides on the host (pinned memory, say): no device involved.
     TRELLIS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
     return;
   }
   CudaDeviceGuard guard(device);
+  // A host side makes cudaMemcpy wait for the device's earlier work and for
+  // the copy itself; device to device it only queues.
+  if (dst_device < 0 || src_device < 0) CountHostWait();
   TRELLIS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+void CudaCopyToHost(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  CountHostWait();
+  TRELLIS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void CudaCopyToDeviceAsync(void* dst, const void* src, size_t bytes,
+                           int device) {
+  if (bytes == 0) return;
+  CudaDeviceGuard guard(device);
+  TRELLIS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+                                     ComputeStream()));
+}
+
+void* CudaHostAllocate(size_t bytes) {
+  void* data = nullptr;
+  TRELLIS_CUDA_CHECK(cudaMallocHost(&data, std::max<size_t>(bytes, 1)));
+  return data;
+}
+
+void CudaHostFree(void* data) {
+  if (data != nullptr) TRELLIS_CUDA_CHECK(cudaFreeHost(data));
 }
 
 void CudaMemset(void* data, int value, size_t bytes) {

@@ -5,7 +5,8 @@
 // Ordering: copies and sets run on the legacy default stream of the device
 // that holds the memory, after every kernel issued there before them.
 // CudaCopy returns once the bytes have landed when either side is host
-// memory; device-to-device copies are ordered on that stream.
+// memory (a host wait, counted: framework/host_sync.h); device-to-device
+// copies are ordered on that stream. CudaCopyAsync never waits.
 //
 // Thread safety: callable from any thread; the current device is restored.
 // The byte counts are updated under a lock.
@@ -23,8 +24,21 @@ void* CudaAllocate(size_t bytes, int device);
 // Frees what CudaAllocate returned. Null is ignored.
 void CudaFree(void* data, int device);
 // Copies between any two of host memory and device memory (unified
-// addressing decides the direction).
+// addressing decides the direction). With a host side it blocks the host:
+// one counted host wait.
 void CudaCopy(void* dst, const void* src, size_t bytes);
+// Copies `bytes` of device memory of the current device to host memory
+// `dst`, after the work queued before: one counted host wait.
+void CudaCopyToHost(void* dst, const void* src, size_t bytes);
+// Queues a copy from pinned host memory `src` to device memory `dst` of
+// `device` on its compute stream and returns at once; `src` must stay
+// unchanged until the copy has run (record an event after it).
+void CudaCopyToDeviceAsync(void* dst, const void* src, size_t bytes,
+                           int device);
+// Page-locked host memory (cudaMallocHost), which CudaCopyToDeviceAsync
+// reads without staging; freed with CudaHostFree (null is ignored).
+void* CudaHostAllocate(size_t bytes);
+void CudaHostFree(void* data);
 // Sets `bytes` bytes of device memory to `value`.
 void CudaMemset(void* data, int value, size_t bytes);
 

@@ -9,7 +9,7 @@ namespace trellis {
 CudaTraceClock::CudaTraceClock(int device) : device_(device) {
   CudaDeviceGuard guard(device_);
   TRELLIS_CUDA_CHECK(cudaEventCreate(&reference_));
-  BeginStep();
+  BeginStep(/*align_with_host=*/true);
 }
 
 CudaTraceClock::~CudaTraceClock() {
@@ -18,15 +18,20 @@ CudaTraceClock::~CudaTraceClock() {
   TRELLIS_CUDA_CHECK(cudaEventDestroy(reference_));
 }
 
-void CudaTraceClock::BeginStep() {
+void CudaTraceClock::BeginStep(bool align_with_host) {
   CudaDeviceGuard guard(device_);
+  next_ = 0;
+  aligned_ = align_with_host;
+  if (!align_with_host) {
+    TRELLIS_CUDA_CHECK(cudaEventRecord(reference_, ComputeStream()));
+    return;
+  }
   // With the stream idle the reference happens as soon as it is recorded,
   // so the host time taken right after it has happened is its time.
-  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(ComputeStream()));
+  WaitForCudaStream(ComputeStream());
   TRELLIS_CUDA_CHECK(cudaEventRecord(reference_, ComputeStream()));
-  TRELLIS_CUDA_CHECK(cudaEventSynchronize(reference_));
+  WaitForCudaEvent(reference_);
   reference_host_ = std::chrono::steady_clock::now();
-  next_ = 0;
 }
 
 int64_t CudaTraceClock::Mark() {
@@ -49,7 +54,9 @@ cudaEvent_t CudaTraceClock::Event(int64_t mark) const {
 
 float CudaTraceClock::ElapsedMs(cudaEvent_t a, cudaEvent_t b) const {
   CudaDeviceGuard guard(device_);
-  TRELLIS_CUDA_CHECK(cudaEventSynchronize(b));
+  // Marks resolved after a host read of the step's results have happened
+  // already: no wait then.
+  if (!CudaEventDone(b)) WaitForCudaEvent(b);
   float ms = 0;
   TRELLIS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
   return ms;
@@ -57,6 +64,8 @@ float CudaTraceClock::ElapsedMs(cudaEvent_t a, cudaEvent_t b) const {
 
 double CudaTraceClock::Resolve(int64_t mark,
                                std::chrono::steady_clock::time_point origin) {
+  TRELLIS_CHECK(aligned_) << "CudaTraceClock::Resolve in a step begun "
+                             "without aligning with the host";
   const double reference_us =
       std::chrono::duration<double, std::micro>(reference_host_ - origin)
           .count();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "framework/cuda/cuda_memory.h"
 #include "framework/cuda/device_common.cuh"
 
 namespace trellis {
@@ -230,8 +231,7 @@ void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
   SumFinishKernel<<<1, 1>>>(partial.get(), kSumBlocks, result);
   TRELLIS_CUDA_CHECK_LAUNCH();
   double host[2];
-  TRELLIS_CUDA_CHECK(
-      cudaMemcpy(host, result, sizeof(host), cudaMemcpyDeviceToHost));
+  CudaCopyToHost(host, result, sizeof(host));  // the host wait, counted
   *sum = host[0];
   *sum_of_squares = host[1];
 }
@@ -255,8 +255,7 @@ double SumOfSquaresMany(const Elem* types, const void* const* xs,
   SumFinishKernel<<<1, 1>>>(partial.get(), blocks, result);
   TRELLIS_CUDA_CHECK_LAUNCH();
   double host[2];
-  TRELLIS_CUDA_CHECK(
-      cudaMemcpy(host, result, sizeof(host), cudaMemcpyDeviceToHost));
+  CudaCopyToHost(host, result, sizeof(host));  // the host wait, counted
   return host[1];
 }
 

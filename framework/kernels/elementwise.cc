@@ -4,6 +4,7 @@
 
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/float16.h"
+#include "framework/host_sync.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
@@ -121,8 +122,9 @@ void BiasBackward(const Tensor& dout, Tensor& dbias) {
   });
 }
 
-double SumOfSquares(const Tensor& x) {
-  TRELLIS_CUDA_DISPATCH(cuda::SumOfSquares(x), &x);
+namespace {
+
+double SumOfSquaresCpu(const Tensor& x) {
   RequireCpu("SumOfSquares", {&x});
   double result = 0;
   DispatchFloat("SumOfSquares", x.dtype(), [&](auto tag) {
@@ -132,17 +134,29 @@ double SumOfSquares(const Tensor& x) {
   return result;
 }
 
+}  // namespace
+
+// The reductions to a host value count one host wait per call on the CPU
+// too (framework/host_sync.h); their CUDA twins count their read.
+double SumOfSquares(const Tensor& x) {
+  TRELLIS_CUDA_DISPATCH(cuda::SumOfSquares(x), &x);
+  CountHostWait();
+  return SumOfSquaresCpu(x);
+}
+
 double SumOfSquares(const std::vector<const Tensor*>& xs) {
   if (xs.empty()) return 0.0;
   TRELLIS_CUDA_DISPATCH(cuda::SumOfSquares(xs), xs.front());
+  CountHostWait();
   double total = 0;
-  for (const Tensor* x : xs) total += SumOfSquares(*x);
+  for (const Tensor* x : xs) total += SumOfSquaresCpu(*x);
   return total;
 }
 
 double Sum(const Tensor& x) {
   TRELLIS_CUDA_DISPATCH(cuda::Sum(x), &x);
   RequireCpu("Sum", {&x});
+  CountHostWait();
   double result = 0;
   DispatchFloat("Sum", x.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -46,7 +46,8 @@ struct Case {
 
 // Whether the current device can run cuDNN's fused attention at all.
 bool CudnnCapableDevice() {
-  if (CudaDeviceCount() == 0) return false;
+  const absl::StatusOr<int> devices = CudaDeviceCount();
+  if (!devices.ok() || *devices == 0) return false;
   int major = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) !=
       cudaSuccess) {
@@ -179,6 +180,7 @@ INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionPathsTest,
 class CudaAttentionCudnnTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    TRELLIS_REQUIRE_CUDA_DEVICE();
     if (!CudnnCapableDevice()) {
       GTEST_SKIP() << "no CUDA device of compute capability 8.0 or newer "
                       "(cuDNN's fused attention needs one)";

@@ -172,10 +172,7 @@ struct PathResult {
 class CudaAttentionMmaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) {
-      GTEST_SKIP() << "no CUDA device (the bfloat16 tensor-core attention "
-                      "tests need a GPU of compute capability 8.0 or newer)";
-    }
+    TRELLIS_REQUIRE_CUDA_DEVICE();
     const cuda_launch::AttentionDims dims{1, 128, 2, 64};
     if (!cuda_launch::MmaAttentionSupported(cuda_launch::Elem::kBF16, dims,
                                             {})) {

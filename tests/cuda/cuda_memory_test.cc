@@ -3,10 +3,15 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_format.h"
 #include "framework/cuda/cuda_device.h"
 #include "framework/cuda/cuda_kernels.h"
+#include "framework/host_sync.h"
+#include "framework/kernels/accumulate.h"
 #include "framework/kernels/elementwise.h"
+#include "framework/staged_upload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -69,7 +74,9 @@ TEST(CudaDeviceTest, LocalRankComesFromTheLauncher) {
 }
 
 TEST(CudaDeviceTest, SelectingADeviceFailsClearlyWithoutOne) {
-  const int count = CudaDeviceCount();
+  const absl::StatusOr<int> visible = CudaDeviceCount();
+  ASSERT_TRUE(visible.ok()) << visible.status().message();
+  const int count = *visible;
   const absl::StatusOr<int> device = SelectCudaDevice(/*local_rank=*/3);
   if (count == 0) {
     ASSERT_FALSE(device.ok());
@@ -85,6 +92,105 @@ TEST(CudaDeviceTest, SelectingADeviceFailsClearlyWithoutOne) {
     ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
     EXPECT_THAT(CudaDeviceDescription(0), ::testing::HasSubstr("sm_"));
   }
+}
+
+TEST(CudaDeviceTest, AnExpectedGpuThatCudaCannotSeeFailsNamingTheVersions) {
+  ScopedEnv require("TRELLIS_REQUIRE_GPU", "1");
+  const absl::StatusOr<int> count = CudaDeviceCount();
+  if (count.ok()) {
+    // A usable GPU: nothing to report.
+    EXPECT_GT(*count, 0);
+    return;
+  }
+  const std::string message(count.status().message());
+  EXPECT_EQ(count.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(message, ::testing::HasSubstr("cudaGetDeviceCount"));
+  EXPECT_THAT(message, ::testing::HasSubstr("cudaDriverGetVersion"));
+  EXPECT_THAT(message, ::testing::HasSubstr("cudaRuntimeGetVersion"));
+  EXPECT_THAT(message, ::testing::HasSubstr(kCudaDriverFloor));
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "one line";
+  int runtime = 0;
+  ASSERT_EQ(cudaRuntimeGetVersion(&runtime), cudaSuccess);
+  EXPECT_THAT(message,
+              ::testing::HasSubstr(absl::StrFormat(
+                  "runtime %d.%d", runtime / 1000, (runtime % 1000) / 10)));
+  // The programs fail with it too, instead of "no device".
+  const absl::StatusOr<int> device = SelectCudaDevice(0);
+  ASSERT_FALSE(device.ok());
+  EXPECT_EQ(device.status().message(), message);
+}
+
+TEST(CudaDeviceTest, NoGpuAndNoneExpectedIsZeroDevices) {
+  ScopedEnv require("TRELLIS_REQUIRE_GPU", nullptr);
+  if (GpuExpected()) GTEST_SKIP() << "this node has NVIDIA device files";
+  const absl::StatusOr<int> count = CudaDeviceCount();
+  ASSERT_TRUE(count.ok()) << count.status().message();
+  int direct = 0;
+  if (cudaGetDeviceCount(&direct) != cudaSuccess) direct = 0;
+  cudaGetLastError();
+  EXPECT_EQ(*count, direct);
+}
+
+TEST(CudaMemoryTest, HostSidedCopiesAreCountedHostWaits) {
+  TRELLIS_REQUIRE_CUDA_DEVICE();
+  const Tensor host = cuda_test::Random({4, 256}, 2);
+  ResetHostWaits();
+  Tensor device = host.To(Gpu());  // host to device: blocking cudaMemcpy
+  EXPECT_EQ(HostWaits(), 1);
+  Tensor copy = device.Clone();  // device to device: queued only
+  EXPECT_EQ(HostWaits(), 1);
+  const Tensor back = ReadToHost(copy);
+  EXPECT_EQ(HostWaits(), 2);
+  EXPECT_EQ(back.data<float>()[17], host.data<float>()[17]);
+  Sum(copy);  // a reduction to a host value reads once
+  EXPECT_EQ(HostWaits(), 3);
+  SumOfSquares(std::vector<const Tensor*>{&copy, &device});
+  EXPECT_EQ(HostWaits(), 4);
+  WaitForDevice(Gpu());
+  EXPECT_EQ(HostWaits(), 5);
+}
+
+TEST(CudaMemoryTest, StagedUploadQueuesCopiesWithoutWaiting) {
+  TRELLIS_REQUIRE_CUDA_DEVICE();
+  StagedUpload upload(Gpu());
+  for (int round = 0; round < 3; ++round) {
+    Tensor a = Tensor::Empty({3, 50}, DType::kI32);
+    Tensor b = Tensor::Empty({7}, DType::kI32);
+    for (int64_t i = 0; i < a.numel(); ++i) a.data<int32_t>()[i] = i + round;
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<int32_t>()[i] = -i - round;
+    Tensor da = Tensor::Empty({3, 50}, DType::kI32, Gpu());
+    Tensor db = Tensor::Empty({7}, DType::kI32, Gpu());
+    ResetHostWaits();
+    upload.Upload({{&a, &da}, {&b, &db}});
+    EXPECT_EQ(HostWaits(), 0) << "round " << round;
+    // The sources may change at once: the staging copy holds the data.
+    a.Fill(0);
+    const Tensor back_a = ReadToHost(da), back_b = ReadToHost(db);
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      ASSERT_EQ(back_a.data<int32_t>()[i], i + round) << i;
+    }
+    for (int64_t i = 0; i < b.numel(); ++i) {
+      ASSERT_EQ(back_b.data<int32_t>()[i], -i - round) << i;
+    }
+  }
+  EXPECT_GE(upload.staging_bytes(), 3u * 50u * 4u + 7u * 4u);
+}
+
+TEST(CudaMemoryTest, AccumulateSumAddsOnTheDeviceLikeTheCpu) {
+  TRELLIS_REQUIRE_CUDA_DEVICE();
+  const Tensor x = cuda_test::Random({1000}, 3);
+  Tensor cpu_total = Tensor::Zeros({1}, DType::kF64);
+  Tensor gpu_total = Tensor::Zeros({1}, DType::kF64, Gpu());
+  const Tensor dx = x.To(Gpu());
+  ResetHostWaits();
+  for (int i = 0; i < 3; ++i) {
+    AccumulateSum(x, 1000.0, cpu_total);
+    AccumulateSum(dx, 1000.0, gpu_total);
+  }
+  EXPECT_EQ(HostWaits(), 0);
+  const double want = 3.0 * Sum(x) / 1000.0;
+  EXPECT_NEAR(cpu_total.data<double>()[0], want, 1e-15);
+  EXPECT_NEAR(ReadToHost(gpu_total).data<double>()[0], want, 1e-12);
 }
 
 TEST(CudaMemoryTest, RoundTripsThroughTheDevice) {

@@ -20,10 +20,17 @@
 #include "gtest/gtest.h"
 #include "tests/framework/kernel_test_util.h"
 
-// Skips the test unless a CUDA device is visible.
-#define TRELLIS_REQUIRE_CUDA_DEVICE()                                        \
-  do {                                                                       \
-    if (::trellis::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"; \
+// Skips the test when no CUDA device is visible and none is expected;
+// fails it, naming the CUDA error and the driver and runtime versions, when
+// a GPU is expected (/dev/nvidia*, TRELLIS_REQUIRE_GPU=1) but CUDA finds
+// none (CudaDeviceCount). Usable in TEST bodies and SetUp().
+#define TRELLIS_REQUIRE_CUDA_DEVICE()                                 \
+  do {                                                                \
+    const ::absl::StatusOr<int> trellis_cuda_devices =                \
+        ::trellis::CudaDeviceCount();                                 \
+    ASSERT_TRUE(trellis_cuda_devices.ok())                            \
+        << trellis_cuda_devices.status().message();                   \
+    if (*trellis_cuda_devices == 0) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
 namespace trellis {

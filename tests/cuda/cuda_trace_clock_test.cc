@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "framework/cuda/cuda_device.h"
+#include "framework/host_sync.h"
 #include "framework/kernels/matmul.h"
 #include "framework/tensor.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -26,7 +27,7 @@ TEST(CudaTraceClockTest, SpansMeasureTheDeviceNotTheHost) {
   const auto clock = NewDeviceTraceClock(gpu);
   ASSERT_NE(clock, nullptr);
   const Clock::time_point origin = Clock::now();
-  clock->BeginStep();
+  clock->BeginStep(/*align_with_host=*/true);
   const int64_t begin = clock->Mark();
   for (int i = 0; i < 20; ++i) {
     MatmulForward(a, b, Tensor(), c, WeightLayout::kInOut);
@@ -45,8 +46,29 @@ TEST(CudaTraceClockTest, SpansMeasureTheDeviceNotTheHost) {
       std::chrono::duration<double, std::micro>(queued - origin).count();
   EXPECT_GE(end_us, queued_us - 1e6 * seconds);
   // A new step reuses the events: the old marks are gone.
-  clock->BeginStep();
+  clock->BeginStep(/*align_with_host=*/true);
   EXPECT_EQ(clock->Mark(), 0);
+}
+
+TEST(CudaTraceClockTest, AnUntracedStepWaitsOnlyForWhatTheHostReads) {
+  TRELLIS_REQUIRE_CUDA_DEVICE();
+  const Device gpu = cuda_test::Gpu();
+  Tensor a = Tensor::Zeros({512, 512}, DType::kF32, gpu);
+  Tensor c = Tensor::Empty({512, 512}, DType::kF32, gpu);
+  const auto clock = NewDeviceTraceClock(gpu);
+  ASSERT_NE(clock, nullptr);
+  ResetHostWaits();
+  clock->BeginStep(/*align_with_host=*/false);
+  const int64_t begin = clock->Mark();
+  for (int i = 0; i < 4; ++i) {
+    MatmulForward(a, a, Tensor(), c, WeightLayout::kInOut);
+  }
+  const int64_t end = clock->Mark();
+  EXPECT_EQ(HostWaits(), 0);
+  ReadToHost(c.Narrow(0, 1));  // the step's one read waits for everything
+  EXPECT_EQ(HostWaits(), 1);
+  EXPECT_GT(clock->Seconds(begin, end), 0.0);
+  EXPECT_EQ(HostWaits(), 1);  // the marks had happened
 }
 
 }  // namespace

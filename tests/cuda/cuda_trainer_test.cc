@@ -12,9 +12,11 @@
 #include <vector>
 
 #include "framework/cuda/cuda_device.h"
+#include "framework/host_sync.h"
 #include "framework/memory_arena.h"
 #include "framework/tensor.h"
 #include "parallel/bootstrap.h"
+#include "tests/cuda/cuda_test_util.h"
 #include "tests/tools/tools_test_util.h"
 #include "tools/trainer/trainer.h"
 
@@ -24,7 +26,7 @@ namespace {
 class CudaTrainerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    TRELLIS_REQUIRE_CUDA_DEVICE();
     dir_ = test::ScratchDir();
     data_ = dir_ + "/tokens.h5";
     test::WriteTokenFile(data_, test::kByteVocab, 40000);
@@ -65,6 +67,26 @@ class CudaTrainerTest : public ::testing::Test {
 
   std::string dir_, data_;
 };
+
+TEST_F(CudaTrainerTest, AStepWaitsForTheGpuAtMostTwice) {
+  // Eight microbatches; the host waits for the gradient norm and the loss
+  // only (tokens go up asynchronously, losses add up on the device).
+  TrainOptions o = Options();
+  o.device = DeviceType::kCUDA;
+  o.micro_batch_size = 2;
+  ParallelContext single = ParallelContext::Single();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(o, single.groups(), single.coord());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Step().ok());
+  for (int step = 0; step < 3; ++step) {
+    ResetHostWaits();
+    const absl::StatusOr<StepMetrics> m = (*trainer)->Step();
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_LE(HostWaits(), 2) << "step " << m->step;
+    EXPECT_GT(m->loss, 0.0);
+  }
+}
 
 TEST_F(CudaTrainerTest, Float32MatchesTheCpuForFiftySteps) {
   const std::vector<double> cpu = Train(Options());

@@ -6,6 +6,9 @@
 # but must load and start) and an 8-rank MPI test through the bundled
 # mpirun, and the bundle's scripts/gpu-check.sh in its dry run. Without
 # root or mount namespaces it runs the same checks with nothing hidden.
+# First it checks that the bundle names the CUDA runtime and cuBLAS
+# versions the build needs and that check-node.sh passes here and refuses
+# a node that lacks one.
 #
 #   gpu_bundle_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -14,6 +17,30 @@ build="$2"
 work="$(mktemp -d /var/tmp/trellis-bundle.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 BUILD_DIR="$build" "$root/scripts/gpu-bundle.sh" "$work/bundle"
+
+libs="$work/bundle/cuda-libs.txt"
+for lib in libcudart libcublas libcublasLt; do
+  if ! grep -Eq "^$lib\.so\.[0-9]+ [0-9]+(\.[0-9]+)+\$" "$libs"; then
+    echo "FAIL: $libs names no $lib with its version:"; cat "$libs"; exit 1
+  fi
+done
+# This machine has what the build needs; a node without a library fails,
+# naming it and the version the build needs.
+if ! report="$(source "$work/bundle/env.sh" && "$work/bundle/check-node.sh" 2>&1)"; then
+  echo "FAIL: check-node.sh refused the build machine:"; echo "$report"; exit 1
+fi
+grep -q "^check-node: libcublasLt.so" <<<"$report" ||
+  { echo "FAIL: check-node.sh did not report cuBLASLt:"; echo "$report"; exit 1; }
+cp "$libs" "$work/unmet.txt"
+echo 'libcublasLt.so.99 99.0' >>"$work/unmet.txt"
+if report="$(source "$work/bundle/env.sh" &&
+             CUDA_LIB_LIST="$work/unmet.txt" "$work/bundle/check-node.sh" 2>&1)"; then
+  echo "FAIL: check-node.sh accepted a missing library:"; echo "$report"; exit 1
+fi
+want="libcublasLt.so.99 not found (the build needs version 99.0 or newer)"
+if ! grep -qF "$want" <<<"$report"; then
+  echo "FAIL: check-node.sh did not say \"$want\":"; echo "$report"; exit 1
+fi
 
 cat >"$work/check.sh" <<'CHECK'
 #!/usr/bin/env bash

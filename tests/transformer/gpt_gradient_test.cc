@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "framework/host_sync.h"
 #include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
@@ -70,8 +71,8 @@ class GptGradientTest : public ::testing::TestWithParam<Mode> {
   }
 
   double Loss() {
-    const double loss =
-        chunk_->Forward(0, tokens_, Tensor(), targets_, 1.0, nullptr);
+    chunk_->Forward(0, tokens_, Tensor(), targets_, 1.0, nullptr);
+    const double loss = chunk_->MeanLoss(0);
     chunk_->BackwardInput(0, Tensor(), nullptr);
     chunk_->BackwardWeight(0);
     return loss;
@@ -172,9 +173,9 @@ TEST_P(GptGradientTest, GradientsEqualTheKeepEverythingModeBitForBit) {
     Tensor tokens1 =
         RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
     params_.ZeroGrads();
-    const double loss =
-        chunk.Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr) +
-        chunk.Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr);
+    chunk.Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr);
+    chunk.Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr);
+    const double loss = chunk.MeanLoss(0) + chunk.MeanLoss(1);
     chunk.BackwardInput(0, Tensor(), nullptr);
     chunk.BackwardInput(1, Tensor(), nullptr);
     // Weight gradients in the input gradients' microbatch order, so that
@@ -253,8 +254,9 @@ TEST_P(GptGradientTest, ChunkedHeadMatchesTheWholeHead) {
                    Device::Cpu(), DType::kF64, Options(head_rows));
     params_.ZeroGrads();
     HeadRun r;
-    r.loss = chunk.Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr) +
-             chunk.Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr);
+    chunk.Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr);
+    chunk.Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr);
+    r.loss = chunk.MeanLoss(0) + chunk.MeanLoss(1);
     r.token_losses = {chunk.TokenLosses(0).Clone(),
                       chunk.TokenLosses(1).Clone()};
     chunk.BackwardInput(0, Tensor(), nullptr);
@@ -298,8 +300,8 @@ TEST_P(GptGradientTest, EvaluationTouchesNoGradient) {
   // A forward without a loss scale computes the training forward's losses
   // and leaves every gradient as it was.
   for (Parameter* p : params_.all()) p->grad.Fill(0.25);
-  const double eval =
-      chunk_->Forward(0, tokens_, Tensor(), targets_, 0.0, nullptr);
+  chunk_->Forward(0, tokens_, Tensor(), targets_, 0.0, nullptr);
+  const double eval = chunk_->MeanLoss(0);
   const Tensor eval_losses = chunk_->TokenLosses(0).Clone();
   chunk_->Release(0);
   for (Parameter* p : params_.all()) {
@@ -308,14 +310,33 @@ TEST_P(GptGradientTest, EvaluationTouchesNoGradient) {
       ASSERT_EQ(g[i], 0.25) << p->name << "[" << i << "]";
     }
   }
-  const double train =
-      chunk_->Forward(0, tokens_, Tensor(), targets_, 1.0, nullptr);
+  chunk_->Forward(0, tokens_, Tensor(), targets_, 1.0, nullptr);
+  const double train = chunk_->MeanLoss(0);
   EXPECT_EQ(eval, train);
   EXPECT_EQ(MaxRelativeDifference(eval_losses, chunk_->TokenLosses(0)), 0.0);
   // The training forward alone already moved wte's gradient.
   EXPECT_NE(params_.Find("wte")->grad.data<double>()[0], 0.25);
   chunk_->BackwardInput(0, Tensor(), nullptr);
   chunk_->BackwardWeight(0);
+}
+
+TEST_P(GptGradientTest, ForwardAddsTheMeanLossOnTheDeviceWithoutReading) {
+  // The microbatches' mean losses add up in `loss_sum`, exactly as the host
+  // would add MeanLoss, and the forward itself makes no host wait.
+  Tensor tokens1 = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
+  Tensor loss_sum = Tensor::Zeros({1}, DType::kF64);
+  ResetHostWaits();
+  chunk_->Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr, &loss_sum);
+  chunk_->Forward(1, tokens1, Tensor(), targets_, 0.5, nullptr, &loss_sum);
+  EXPECT_EQ(HostWaits(), 0);
+  const double want = chunk_->MeanLoss(0) + chunk_->MeanLoss(1);
+  EXPECT_EQ(HostWaits(), 2);  // MeanLoss reads
+  EXPECT_GT(want, 0.0);
+  EXPECT_EQ(loss_sum.data<double>()[0], want);
+  for (int mb = 0; mb < 2; ++mb) {
+    chunk_->BackwardInput(mb, Tensor(), nullptr);
+    chunk_->BackwardWeight(mb);
+  }
 }
 
 TEST_P(GptGradientTest, StateAndWorkspaceBytesAreWhatTheChunkAllocates) {

@@ -107,7 +107,7 @@ GemmRate CudaGemm(int64_t n, DType dtype, int device) {
     TRELLIS_CUDA_CHECK(cudaEventRecord(start, ComputeStream()));
     for (int i = 0; i < kCalls; ++i) MatmulForward(x, w, no_bias, out);
     TRELLIS_CUDA_CHECK(cudaEventRecord(stop, ComputeStream()));
-    TRELLIS_CUDA_CHECK(cudaEventSynchronize(stop));
+    WaitForCudaEvent(stop);
     float ms = 0;
     TRELLIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     best_ms = std::min(best_ms, ms / kCalls);

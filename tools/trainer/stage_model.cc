@@ -3,12 +3,18 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "framework/host_sync.h"
+#include "framework/memory_arena.h"
 #include "parallel/schedule.h"
 
 namespace trellis {
 namespace {
 
 constexpr int kEvalActivationTag = 2001;
+
+// The loss total is one float64 of a block as large as the arena's
+// alignment, so that the plan counts exactly what the arena reserves.
+constexpr int64_t kLossBlock = MemoryArena::kAlignment / sizeof(double);
 
 }  // namespace
 
@@ -62,6 +68,18 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
 void StageModel::Allocate() {
   params_.Materialize(/*grads=*/false);
   for (const auto& c : chunks_) c->AllocateWorkspace();
+  if (reads_tokens()) {
+    step_data_ = Tensor::Empty(StepDataShape(), DType::kI32, device_);
+  }
+  if (last_stage()) {
+    loss_sum_ = Tensor::Zeros({kLossBlock}, DType::kF64, device_).Narrow(0, 1);
+  }
+  upload_ = std::make_unique<StagedUpload>(device_);
+}
+
+Shape StageModel::StepDataShape() const {
+  return {2 * options_.microbatches(), options_.micro_batch_size,
+          options_.model.seq_len};
 }
 
 std::vector<ChunkPlan> StageModel::chunk_plans() const {
@@ -84,18 +102,31 @@ std::vector<Parameter*> StageModel::GradientReadyOrder() const {
   return order;
 }
 
-void StageModel::BeginStep(std::vector<MicroBatch> microbatches) {
-  microbatches_ = std::move(microbatches);
-  TRELLIS_CHECK_EQ(static_cast<int64_t>(microbatches_.size()),
-                   options_.microbatches());
-  losses_.assign(microbatches_.size(), 0.0);
+void StageModel::BeginStep(const std::vector<MicroBatch>& microbatches) {
+  TRELLIS_CHECK(upload_ != nullptr) << "StageModel::Allocate first";
+  const int64_t m = options_.microbatches();
+  TRELLIS_CHECK_EQ(static_cast<int64_t>(microbatches.size()), m);
+  microbatches_.assign(m, MicroBatch{});
+  if (reads_tokens()) {
+    std::vector<std::pair<const Tensor*, Tensor*>> copies;
+    for (int64_t i = 0; i < m; ++i) {
+      microbatches_[i].tokens =
+          step_data_.Narrow(2 * i, 1).View(microbatches[i].tokens.shape());
+      microbatches_[i].targets =
+          step_data_.Narrow(2 * i + 1, 1).View(microbatches[i].targets.shape());
+      copies.push_back({&microbatches[i].tokens, &microbatches_[i].tokens});
+      copies.push_back({&microbatches[i].targets, &microbatches_[i].targets});
+    }
+    upload_->Upload(copies);
+  }
+  if (loss_sum_.defined()) loss_sum_.Zero();
   seen_.clear();
 }
 
 double StageModel::StepLoss() const {
-  double sum = 0;
-  for (double l : losses_) sum += l;
-  return losses_.empty() ? 0.0 : sum / static_cast<double>(losses_.size());
+  if (!loss_sum_.defined() || microbatches_.empty()) return 0.0;
+  return ReadToHost(loss_sum_).data<double>()[0] /
+         static_cast<double>(microbatches_.size());
 }
 
 MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
@@ -121,6 +152,13 @@ MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
     }
     plan.activations += PeakInFlight(mine) * c.StateBytes();
     plan.workspace += c.WorkspaceBytes();
+    if (v == 0) {
+      // The step's tokens and targets and the loss total (Allocate).
+      if (reads_tokens()) {
+        plan.workspace += NumElements(StepDataShape()) * DTypeSize(DType::kI32);
+      }
+      if (last_stage()) plan.workspace += kLossBlock * DTypeSize(DType::kF64);
+    }
     // Received activations and sent gradients, and the reverse, for every
     // microbatch of the step.
     if (!c.plan().has_embedding) plan.pipeline += 2 * m * hidden;
@@ -161,9 +199,10 @@ void StageModel::RunForward(int v, int mb, double loss_scale) {
   const MicroBatch& data = microbatches_[mb];
   Tensor input = c.plan().has_embedding ? Tensor() : BufferFor(kInAct, v, mb);
   Tensor* output = c.plan().has_head ? nullptr : &BufferFor(kOutAct, v, mb);
-  const double loss =
-      c.Forward(mb, data.tokens, input, data.targets, loss_scale, output);
-  if (c.plan().has_head) losses_[mb] = loss;
+  // Training adds the microbatch's mean loss to the step's total on the
+  // device; evaluation (no loss scale) reads the token losses itself.
+  Tensor* loss_sum = c.plan().has_head && loss_scale > 0 ? &loss_sum_ : nullptr;
+  c.Forward(mb, data.tokens, input, data.targets, loss_scale, output, loss_sum);
 }
 
 void StageModel::BackwardInput(int v, int mb) {
@@ -189,7 +228,6 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
   double loss_sum = 0;
   int64_t tokens = 0;
   std::vector<MicroBatch> saved = std::move(microbatches_);
-  std::vector<double> saved_losses = std::move(losses_);
   // Chunks run in model order, one microbatch at a time: simple and
   // deadlock-free (each rank only waits on its predecessor chunk). Every
   // microbatch uses slot 0's buffers and state, so evaluation allocates
@@ -197,7 +235,6 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
   constexpr int kSlot = 0;
   for (size_t mb = 0; mb < microbatches.size(); ++mb) {
     microbatches_ = {microbatches[mb]};
-    losses_.assign(1, 0.0);
     for (int64_t k = 0; k < num_chunks(); ++k) {
       if (k % options_.pp != coord_.p) continue;
       const int v = static_cast<int>(k / options_.pp);
@@ -215,8 +252,7 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
       RunForward(v, kSlot, 0.0);
       if (c.plan().has_head) {
         const Tensor& losses = c.TokenLosses(kSlot);
-        Tensor host =
-            losses.device().is_cpu() ? losses : losses.To(Device::Cpu());
+        const Tensor host = ReadToHost(losses);
         for (int64_t i = 0; i < rows[mb] * t; ++i) {
           loss_sum += host.dtype() == DType::kF64 ? host.data<double>()[i]
                                                   : host.data<float>()[i];
@@ -233,7 +269,6 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
     }
   }
   microbatches_ = std::move(saved);
-  losses_ = std::move(saved_losses);
   return {loss_sum, tokens};
 }
 

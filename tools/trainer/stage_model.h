@@ -9,6 +9,12 @@
 // feeds chunks their tokens and targets, collects microbatch losses, and
 // reports parameters whose gradients became final for the step.
 //
+// Host waits: a step's tokens and targets go to the device in one
+// StagedUpload (pinned memory, asynchronous copies) into buffers kept for
+// the run, and the microbatch losses add up on the device (AccumulateSum);
+// StepLoss reads their total once. So the steps' model work never blocks
+// the host.
+//
 // Thread safety: none; the training thread drives it.
 #ifndef TRELLIS_TOOLS_TRAINER_STAGE_MODEL_H_
 #define TRELLIS_TOOLS_TRAINER_STAGE_MODEL_H_
@@ -20,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "framework/staged_upload.h"
 #include "parallel/bootstrap.h"
 #include "parallel/pipeline_executor.h"
 #include "tools/trainer/batch_loader.h"
@@ -37,7 +44,8 @@ class StageModel : public PipelineStageCallbacks {
   StageModel(const TrainOptions& options, const ProcessGroups& groups,
              MeshCoord coord, Device device, DType dtype);
   // Allocates and initializes the parameters (not their gradients: the
-  // data-parallel buckets own those) and the chunks' shared buffers.
+  // data-parallel buckets own those), the chunks' shared buffers, the
+  // step's token and target buffers and the loss total.
   void Allocate();
 
   ParameterSet& params() { return params_; }
@@ -63,10 +71,13 @@ class StageModel : public PipelineStageCallbacks {
   // pipeline buffers the steps allocate. Needs no tensor to exist.
   MemoryPlan PlanMemory(const std::vector<Action>& schedule) const;
 
-  // Sets the step's microbatches; loss gradients are scaled by 1/m.
-  void BeginStep(std::vector<MicroBatch> microbatches);
+  // Sets the step's microbatches (host tensors of the loader), queueing
+  // their upload to the device without waiting; loss gradients are scaled
+  // by 1/m. REQUIRES: Allocate() was called.
+  void BeginStep(const std::vector<MicroBatch>& microbatches);
   // Mean over the step's microbatches of their mean loss (last stage; 0
-  // elsewhere).
+  // elsewhere, without touching the device). Reads the device's total: one
+  // host wait on the last stage.
   double StepLoss() const;
 
   // Forward-only pass over `microbatches` in which only the first `rows[i]`
@@ -92,6 +103,8 @@ class StageModel : public PipelineStageCallbacks {
   // the head's gradients (training), 0 only the losses (evaluation).
   void RunForward(int vstage, int mb, double loss_scale);
   GptChunk& chunk(int vstage) { return *chunks_[vstage]; }
+  // (2·m, B, T): microbatch i's tokens at 2i, its targets at 2i + 1.
+  Shape StepDataShape() const;
   int64_t num_chunks() const { return options_.pp * options_.virtual_stages; }
 
   TrainOptions options_;
@@ -102,8 +115,12 @@ class StageModel : public PipelineStageCallbacks {
   ParameterSet params_;
   std::vector<std::unique_ptr<GptChunk>> chunks_;  // by virtual stage
   std::map<std::pair<int, int>, Tensor> buffers_[kNumBuffers];
+  // The step's microbatches on device_: views of step_data_ (tokens then
+  // targets of each microbatch), filled by upload_.
   std::vector<MicroBatch> microbatches_;
-  std::vector<double> losses_;
+  Tensor step_data_;  // (2·m, B, T) int32, on ranks that read tokens
+  std::unique_ptr<StagedUpload> upload_;
+  Tensor loss_sum_;  // (1) float64: the step's sum of microbatch mean losses
   std::unordered_map<const Parameter*, int> expected_, seen_;
   std::function<void(const Parameter*)> on_final_;
 };

@@ -99,6 +99,9 @@ absl::Status Trainer::Build(DType dtype) {
     TRELLIS_ASSIGN_OR_RETURN(
         device_groups_, DeviceGroups::Create(groups_, device_, o.gpu_comm));
     groups_ = device_groups_->groups();
+    // NCCL connects lazily: its buffers must exist before free memory is
+    // measured for the arena below.
+    WarmUpGroups(groups_, device_);
     if (o.precision == Precision::kBf16 && dtype == DType::kF32) {
       dtype = DType::kBF16;
     }
@@ -114,8 +117,9 @@ absl::Status Trainer::Build(DType dtype) {
       o.schedule, coord_.p, static_cast<int>(o.pp),
       static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
   // What the run may hold: --memory_budget_gb, else the device's free memory
-  // now (NCCL's buffers are taken already) less what libraries allocate
-  // later outside the arena (cuBLASLt's workspace, stream-ordered scratch).
+  // now (NCCL's buffers are taken already: WarmUpGroups) less what libraries
+  // allocate later outside the arena (cuBLASLt's workspace, stream-ordered
+  // scratch).
   const size_t available =
       o.memory_budget_gb > 0
           ? static_cast<size_t>(o.memory_budget_gb * (1ull << 30))
@@ -243,13 +247,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
                            StepTracer::kStepLane);
   };
   const auto start = std::chrono::steady_clock::now();
-  if (device_clock_ != nullptr) device_clock_->BeginStep();
+  // Only a traced step aligns the device clock with the host's (a wait).
+  if (device_clock_ != nullptr) device_clock_->BeginStep(trace != nullptr);
   {
     const ScopedTraceSpan span = phase("data");
     TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
                              loader_->NextStep());
     buckets_->StartStep();
-    model_->BeginStep(std::move(microbatches));
+    model_->BeginStep(microbatches);
   }
   PipelineStepStats pipeline;
   {

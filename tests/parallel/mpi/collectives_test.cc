@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "framework/host_sync.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
+#include "parallel/device_groups.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
 
@@ -320,6 +322,36 @@ TEST_F(CollectivesTest, CountsCallsAndBytesPerGroup) {
   EXPECT_EQ(g.embed->stats().Calls(CommOp::kAllReduce), 0);
   g.tp->ResetStats();
   EXPECT_EQ(g.tp->stats().Calls(CommOp::kAllReduce), 0);
+}
+
+TEST_F(CollectivesTest, WarmUpRunsOneCollectiveAndOneNeighbourExchange) {
+  // Every model-parallel group (all of two ranks here) connects with one
+  // all-reduce, one send and one receive; the world carries no warm-up.
+  ResetHostWaits();
+  WarmUpGroups(context_->groups(), Device::Cpu());
+  EXPECT_EQ(HostWaits(), 1);  // the final wait for the device
+  for (const NamedGroup& g : groups_) {
+    SCOPED_TRACE(g.name);
+    const CommStats& s = g.comm->stats();
+    const bool warmed = g.name != "world";
+    for (int op = 0; op < static_cast<int>(CommOp::kCount); ++op) {
+      const CommOp kind = static_cast<CommOp>(op);
+      const bool expected =
+          warmed && (kind == CommOp::kAllReduce || kind == CommOp::kSend ||
+                     kind == CommOp::kRecv);
+      EXPECT_EQ(s.Calls(kind), expected ? 1 : 0) << CommOpName(kind);
+      EXPECT_EQ(s.Bytes(kind), expected ? 4 : 0) << CommOpName(kind);
+    }
+  }
+  // Groups of one rank have nothing to connect.
+  ParallelContext single = ParallelContext::Single();
+  WarmUpGroups(single.groups(), Device::Cpu());
+  for (Communicator* c :
+       {single.groups().tp, single.groups().dp, single.groups().pp}) {
+    for (int op = 0; op < static_cast<int>(CommOp::kCount); ++op) {
+      EXPECT_EQ(c->stats().Calls(static_cast<CommOp>(op)), 0) << c->name();
+    }
+  }
 }
 
 }  // namespace

@@ -88,9 +88,19 @@ std::vector<double> LogicalGrad(const Parameter& p) {
 
 class LayoutEquivalenceTest : public ::testing::Test {
  protected:
-  static bool Skipped() { return kOnGpu && VisibleCudaDevices() == 0; }
+  // On a GPU build's run: skipped only when no GPU is visible and none is
+  // expected; a GPU that CUDA cannot use fails in SetUp.
+  static bool Skipped() {
+    if (!kOnGpu) return false;
+    const absl::StatusOr<int> gpus = VisibleCudaDevices();
+    return gpus.ok() && *gpus == 0;
+  }
 
   void SetUp() override {
+    if (kOnGpu) {
+      const absl::StatusOr<int> gpus = VisibleCudaDevices();
+      ASSERT_TRUE(gpus.ok()) << gpus.status().message();
+    }
     if (Skipped()) GTEST_SKIP() << "no CUDA device";
   }
 
