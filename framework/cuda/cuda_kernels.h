@@ -34,7 +34,9 @@
 
 #include "framework/kernel_profile.h"
 #include "framework/kernels/adamw.h"
+#include "framework/kernels/elementwise.h"
 #include "framework/kernels/matmul.h"
+#include "framework/launch_count.h"
 #include "framework/tensor.h"
 
 namespace trellis {
@@ -59,12 +61,16 @@ inline bool AnyOnCuda(std::initializer_list<const Tensor*> tensors) {
 // It first opens a KernelScope named after the enclosing function, so that
 // an active KernelProfiler (framework/kernel_profile.h) times the whole call
 // on either backend; it therefore belongs at the top of the function's body.
+//
+// On the CPU path it then opens `trellis_cpu_launches`, a CpuLaunchScope
+// (framework/launch_count.h) that counts the launches the CUDA twin would
+// make; a kernel whose count depends on its arguments sets it there.
 #define TRELLIS_CUDA_DISPATCH(call, ...)                                \
   ::trellis::KernelScope trellis_kernel_scope(__func__, {__VA_ARGS__}); \
   if constexpr (::trellis::cuda::kEnabled) {                            \
     if (::trellis::cuda::AnyOnCuda({__VA_ARGS__})) return call;         \
   }                                                                     \
-  static_assert(true, "a semicolon follows TRELLIS_CUDA_DISPATCH")
+  ::trellis::CpuLaunchScope trellis_cpu_launches(__func__)
 
 // ---- Tensor support ----
 
@@ -80,6 +86,9 @@ void Axpy(double alpha, const Tensor& x, Tensor& y);
 void Scale(Tensor& x, double s);
 void AddBias(const Tensor& bias, Tensor& out);
 void BiasBackward(const Tensor& dout, Tensor& dbias);
+// ColumnSumsMany: dout and x of one dtype per job, mean and rstd float32,
+// dw and db float32 or bfloat16; one launch for up to kColumnSumJobs jobs.
+void ColumnSumsMany(const std::vector<ColumnSumJob>& jobs);
 double SumOfSquares(const Tensor& x);
 double SumOfSquares(const std::vector<const Tensor*>& xs);
 double Sum(const Tensor& x);
@@ -87,10 +96,15 @@ double Sum(const Tensor& x);
 // ---- gelu.h: x, out, dout, dx share a dtype ----
 void GeluForward(const Tensor& x, Tensor& out);
 void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx);
+void GeluBackwardWrite(const Tensor& x, const Tensor& dout, Tensor& dx);
 
 // ---- adamw.h: param and grad float32 or bfloat16, m and v float32 ----
 void AdamWStep(const AdamWHyper& hyper, const Tensor& grad, Tensor& param,
                Tensor& m, Tensor& v);
+// One launch per kAdamWTensorsPerLaunch parameters when every entry is
+// float32 (refresh copies float32 or bfloat16) on one device; else a loop.
+void AdamWStepMany(const AdamWHyper& hyper,
+                   const std::vector<AdamWTensors>& params);
 
 // ---- embedding.h: table/wpe and out/x share a dtype; gradient tables
 // float32 or bfloat16 for dout of either ----
@@ -113,6 +127,10 @@ void AddLayerNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
 void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
                             const Tensor& w, const Tensor& mean,
                             const Tensor& rstd, Tensor& dx);
+void LayerNormBackwardInputResidual(const Tensor& dout, const Tensor& x,
+                                    const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& residual,
+                                    Tensor& dx);
 void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
                              const Tensor& mean, const Tensor& rstd, Tensor& dw,
                              Tensor& db);
@@ -124,7 +142,14 @@ void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout);
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
-                         WeightLayout layout);
+                         WeightLayout layout,
+                         GradWrite write = GradWrite::kAccumulate);
+// dpre = (dout @ w^T) · gelu'(pre_gelu) through cuBLASLt's DGELU epilogue
+// (the GEMM then GeluBackwardWrite where it does not apply); pre_gelu and
+// dpre of dout's dtype.
+void MatmulBackwardInputGelu(const Tensor& dout, const Tensor& w,
+                             const Tensor& pre_gelu, Tensor& dpre,
+                             WeightLayout layout = WeightLayout::kInOut);
 void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
                           Tensor& dbias, WeightLayout layout);
 // out (N, M) = gelu(x @ w + bias), fused in the GEMM's epilogue;

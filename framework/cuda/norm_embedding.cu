@@ -135,7 +135,7 @@ template <typename T>
 __global__ void LayerNormBackwardInputKernel(const T* dout, const T* x,
                                              const T* w, const float* mean,
                                              const float* rstd, int64_t N,
-                                             int64_t C, T* dx) {
+                                             int64_t C, const T* base, T* dx) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -150,11 +150,12 @@ __global__ void LayerNormBackwardInputKernel(const T* dout, const T* x,
   }
   const float g_mean = WarpSum(sum_g) / static_cast<float>(C);
   const float gx_mean = WarpSum(sum_gx) / static_cast<float>(C);
+  const T* br = base + row * C;
   T* dxr = dx + row * C;
   for (int64_t c = lane; c < C; c += 32) {
     const float xhat = (ToFloat(xr[c]) - m) * s;
     const float g = ToFloat(dr[c]) * ToFloat(w[c]);
-    dxr[c] = FromFloat<T>(ToFloat(dxr[c]) + s * (g - g_mean - xhat * gx_mean));
+    dxr[c] = FromFloat<T>(ToFloat(br[c]) + s * (g - g_mean - xhat * gx_mean));
   }
 }
 
@@ -262,13 +263,14 @@ void AddLayerNormForward(Elem t, const void* a, const void* b, const void* w,
 
 void LayerNormBackwardInput(Elem t, const void* dout, const void* x,
                             const void* w, const float* mean, const float* rstd,
-                            int64_t N, int64_t C, void* dx) {
+                            int64_t N, int64_t C, const void* base, void* dx) {
   if (N == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
     LayerNormBackwardInputKernel<<<RowBlocks(N), kThreads>>>(
         static_cast<const T*>(dout), static_cast<const T*>(x),
-        static_cast<const T*>(w), mean, rstd, N, C, static_cast<T*>(dx));
+        static_cast<const T*>(w), mean, rstd, N, C, static_cast<const T*>(base),
+        static_cast<T*>(dx));
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
