@@ -132,6 +132,20 @@ void WithPack(std::initializer_list<const void*> pointers, Launch&& launch) {
   }
 }
 
+// Calls launch(std::integral_constant<int, P>{}) for kernels that walk rows
+// of `ld` elements from each pointer: P = kPackOf<T> when every pointer is
+// 16-byte aligned and so is every row (ld · sizeof(T) a multiple of 16),
+// else P = 1.
+template <typename T, typename Launch>
+void WithRowPack(std::initializer_list<const void*> pointers, int64_t ld,
+                 Launch&& launch) {
+  if (Aligned16(pointers) && (ld * static_cast<int64_t>(sizeof(T))) % 16 == 0) {
+    launch(std::integral_constant<int, kPackOf<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+}
+
 // `for` over packs [0, n / P) this thread handles; element index j·P + k.
 #define TRELLIS_PACK_STRIDE(j, n, P) TRELLIS_GRID_STRIDE(j, (n) / (P))
 // `for` over the tail elements [n / P · P, n) this thread handles.

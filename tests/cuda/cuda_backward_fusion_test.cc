@@ -11,6 +11,8 @@
 //     bfloat16 1.6e-2 (its GEMM result is rounded before the derivative is
 //     applied on the unfused path, and once after on the fused one);
 //   LayerNormBackwardInputResidual: float32 1e-5; bfloat16 8e-3;
+//   cross-entropy row max 0 (exact), sum of exponentials 1e-5 (float32
+//     sums in another order), dlogits float32 1e-5, bfloat16 8e-3;
 //   ColumnSumsMany: 1e-5 (float32 sums in another order, of the same
 //     bfloat16 or float32 inputs);
 //   AdamWStepMany against a loop of the GPU's AdamWStep and Convert: 0;
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "framework/kernels/adamw.h"
+#include "framework/kernels/cross_entropy.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/gelu.h"
 #include "framework/kernels/layernorm.h"
@@ -42,7 +45,11 @@ using cuda_test::Tolerance;
 
 constexpr double kBf16Out = 8e-3;
 
-using CudaBackwardFusionTest = cuda_test::DTypeTest;
+class CudaBackwardFusionTest : public cuda_test::DTypeTest {
+ protected:
+  // LayerNormBackwardInputResidual on (70, C) against the CPU.
+  void LayerNormResidualCase(int64_t C);
+};
 
 bool SameBits(const Tensor& a, const Tensor& b) {
   const Tensor ha = a.To(Device::Cpu()), hb = b.To(Device::Cpu());
@@ -101,8 +108,8 @@ TEST_P(CudaBackwardFusionTest, WeightGradientAndEpilogueBiasMatchCpu) {
   }
 }
 
-TEST_P(CudaBackwardFusionTest, LayerNormResidualMatchesCpu) {
-  const int64_t N = 70, C = 768;
+void CudaBackwardFusionTest::LayerNormResidualCase(int64_t C) {
+  const int64_t N = 70;
   const Tensor x = Input({N, C}, 10, 1, 3), w = Input({C}, 11, 0.5, 1.5);
   const Tensor b = Input({C}, 12), dout = Input({N, C}, 13);
   const Tensor residual = Input({N, C}, 14);
@@ -116,6 +123,44 @@ TEST_P(CudaBackwardFusionTest, LayerNormResidualMatchesCpu) {
   LayerNormBackwardInputResidual(Dev(dout), Dev(x), Dev(w), mean.To(Gpu()),
                                  rstd.To(Gpu()), Dev(residual), d_dx);
   ExpectClose(d_dx, ref, Tolerance(dtype(), 1e-5, kBf16Out), "dx");
+}
+
+TEST_P(CudaBackwardFusionTest, LayerNormResidualMatchesCpu) {
+  // C = 768: 16-byte packs; C = 100: rows misaligned, one column at a time.
+  for (const int64_t C : {768, 100}) {
+    SCOPED_TRACE(C);
+    LayerNormResidualCase(C);
+  }
+}
+
+TEST_P(CudaBackwardFusionTest, PackedCrossEntropyMatchesCpu) {
+  // Vl = 1024 takes 16-byte packs, 1003 the one-element path; the last 9
+  // columns are padding.
+  for (const int64_t Vl : {1024, 1003}) {
+    SCOPED_TRACE(Vl);
+    const int64_t N = 12, valid = Vl - 9;
+    const Tensor logits = Input({N, Vl}, 80, -4, 4);
+    Tensor targets = Tensor::Empty({N}, DType::kI32);
+    for (int64_t i = 0; i < N; ++i) {
+      targets.data<int32_t>()[i] = static_cast<int32_t>((i * 97) % valid);
+    }
+    Tensor max = Tensor::Empty({N}, DType::kF32);
+    Tensor sumexp = Tensor::Empty({N}, DType::kF32);
+    Tensor dlogits = Tensor::Empty({N, Vl}, DType::kF32);
+    CrossEntropyRowMax(logits, valid, max);
+    CrossEntropyRowSumExp(logits, valid, max, sumexp);
+    CrossEntropyBackward(logits, targets, 0, valid, max, sumexp, 0.5, dlogits);
+    const Tensor g_logits = Dev(logits), g_targets = targets.To(Gpu());
+    Tensor g_max = F32({N}), g_sumexp = F32({N}), g_dlogits = DevEmpty({N, Vl});
+    CrossEntropyRowMax(g_logits, valid, g_max);
+    CrossEntropyRowSumExp(g_logits, valid, g_max, g_sumexp);
+    CrossEntropyBackward(g_logits, g_targets, 0, valid, g_max, g_sumexp, 0.5,
+                         g_dlogits);
+    ExpectClose(g_max, max, 0.0, "row max");
+    ExpectClose(g_sumexp, sumexp, 1e-5, "sum of exponentials");
+    ExpectClose(g_dlogits, dlogits, Tolerance(dtype(), 1e-5, kBf16Out),
+                "dlogits");
+  }
 }
 
 TEST_P(CudaBackwardFusionTest, ColumnSumsManyMatchesCpuAndIsRepeatable) {
