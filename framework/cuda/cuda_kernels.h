@@ -24,7 +24,9 @@
 // without waiting, except Sum and SumOfSquares, which return host values.
 //
 // Reproducibility: every kernel but EmbeddingBackwardWeight (atomic adds)
-// sums in a fixed order, so repeated calls give bitwise equal results.
+// sums in a fixed order, so repeated calls give bitwise equal results (the
+// GEMMs and their epilogues as far as cuBLASLt's chosen algorithm is
+// deterministic, which the plan cache keeps fixed per problem).
 #ifndef TRELLIS_FRAMEWORK_CUDA_CUDA_KERNELS_H_
 #define TRELLIS_FRAMEWORK_CUDA_CUDA_KERNELS_H_
 
@@ -137,7 +139,9 @@ void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
 
 // ---- matmul.h, through cuBLASLt: x and w (forward), dout and w (backward
 // input), dout and x (backward weight) share a dtype; out, dx, dw float32 or
-// bfloat16; bias of out's dtype, dbias float32 or bfloat16.
+// bfloat16; bias of out's dtype, dbias float32 or bfloat16 (its gradient
+// comes from cuBLASLt's BGRADA/BGRADB epilogue into float32 scratch, then
+// one add; the two-pass column sums where the epilogue has no algorithm).
 // MatmulForwardGelu: as MatmulForward, pre_gelu of out's dtype ----
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout);
