@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "framework/launch_count.h"
+
 #if defined(TRELLIS_WITH_CUDA)
 #include "framework/cuda/cuda_memory.h"
 #endif
@@ -38,10 +40,13 @@ void DeviceCopy(void* dst, Device dst_device, const void* src,
                 Device src_device, size_t bytes) {
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
+    // A CPU copy stands for the device copy it would be on a GPU.
+    if (!InsideCpuKernel()) CountLaunches(1);
     std::memcpy(dst, src, bytes);
     return;
   }
 #if defined(TRELLIS_WITH_CUDA)
+  CountLaunches(1);
   CudaCopy(dst, src, bytes);
 #else
   TRELLIS_CHECK(false) << "this build of trellis has no CUDA backend";
@@ -50,10 +55,12 @@ void DeviceCopy(void* dst, Device dst_device, const void* src,
 
 void DeviceMemset(void* data, Device device, int value, size_t bytes) {
   if (device.is_cpu()) {
+    if (!InsideCpuKernel()) CountLaunches(1);
     std::memset(data, value, bytes);
     return;
   }
 #if defined(TRELLIS_WITH_CUDA)
+  CountLaunches(1);
   CudaMemset(data, value, bytes);
 #else
   TRELLIS_CHECK(false) << "this build of trellis has no CUDA backend";

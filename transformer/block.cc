@@ -5,6 +5,7 @@
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/gelu.h"
 #include "framework/kernels/layernorm.h"
+#include "framework/kernels/matmul.h"
 
 namespace trellis {
 namespace {
@@ -50,6 +51,14 @@ Block::Block(const GptConfig& config, int64_t layer, TpPlace tp,
       ln1_b_(&Find(params, layer, "ln_1.bias")),
       ln2_w_(&Find(params, layer, "ln_2.weight")),
       ln2_b_(&Find(params, layer, "ln_2.bias")),
+      c_attn_w_(&Find(params, layer, "attn.c_attn.weight")),
+      attn_proj_w_(&Find(params, layer, "attn.c_proj.weight")),
+      c_fc_w_(&Find(params, layer, "mlp.c_fc.weight")),
+      mlp_proj_w_(&Find(params, layer, "mlp.c_proj.weight")),
+      c_attn_b_(&Find(params, layer, "attn.c_attn.bias")),
+      attn_proj_b_(&Find(params, layer, "attn.c_proj.bias")),
+      c_fc_b_(&Find(params, layer, "mlp.c_fc.bias")),
+      mlp_proj_b_(&Find(params, layer, "mlp.c_proj.bias")),
       params_(),
       c_attn_(Find(params, layer, "attn.c_attn.weight"),
               Find(params, layer, "attn.c_attn.bias")),
@@ -115,10 +124,6 @@ std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
   };
 }
 
-Shape Block::DgeluShape(int64_t batch) const {
-  return {batch * seq_len_, 4 * local_width_};
-}
-
 Shape Block::DattShape(int64_t batch) const {
   return {batch * seq_len_, local_width_};
 }
@@ -142,7 +147,6 @@ Block::Workspace Block::NewWorkspace(int64_t batch, DType dtype,
       w.shared.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
     }
   }
-  w.dgelu = Tensor::Empty(DgeluShape(batch), dtype, device);
   w.datt = Tensor::Empty(DattShape(batch), dtype, device);
   return w;
 }
@@ -158,9 +162,7 @@ size_t Block::StateBytes(int64_t batch, DType dtype, Device device) const {
 }
 
 size_t Block::WorkspaceBytes(int64_t batch, DType dtype, Device device) const {
-  size_t bytes =
-      (NumElements(DgeluShape(batch)) + NumElements(DattShape(batch))) *
-      DTypeSize(dtype);
+  size_t bytes = NumElements(DattShape(batch)) * DTypeSize(dtype);
   for (const Slot& slot : Slots(batch, dtype, device)) {
     if (slot.place == Place::kWorkspace) {
       bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
@@ -232,19 +234,21 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
   } else {
     a.dy = dy;
   }
-  // MLP: dy -> dgelu -> dfc -> dln2 (all-reduced) -> dx2.
-  work.dgelu.Zero();
-  mlp_proj_.BackwardInput(a.dy, work.dgelu);
-  a.dfc.Zero();
-  GeluBackward(a.fc, work.dgelu, a.dfc);
-  a.dln2.Zero();
-  c_fc_.BackwardInput(tp, a.dfc, a.dln2);
-  a.dx2.CopyFrom(a.dy);
-  LayerNormBackwardInput(a.dln2, a.x2, ln2_w_->value, a.mean2, a.rstd2, a.dx2);
+  // Each gradient buffer is written, not zero-filled and added to; the
+  // layers' input gradients are called as kernels here (the tp all-reduce
+  // of a column-parallel layer's input gradient is CopyToTp's backward).
+  // MLP: dy -> dfc (GELU's derivative in the GEMM's epilogue) -> dln2
+  // (all-reduced) -> dx2 = dy + LayerNorm's input gradient.
+  MatmulBackwardInputGelu(a.dy, mlp_proj_w_->value, a.fc, a.dfc);
+  MatmulBackwardInput(a.dfc, c_fc_w_->value, a.dln2, WeightLayout::kInOut,
+                      GradWrite::kWrite);
+  CopyToTp::Backward(tp, a.dln2);
+  LayerNormBackwardInputResidual(a.dln2, a.x2, ln2_w_->value, a.mean2, a.rstd2,
+                                 a.dy, a.dx2);
   // Attention: dx2 -> datt -> dqkv -> dln1 (all-reduced) -> dx.
-  work.datt.Zero();
-  attn_proj_.BackwardInput(a.dx2, work.datt);
-  a.dqkv.Zero();
+  MatmulBackwardInput(a.dx2, attn_proj_w_->value, work.datt,
+                      WeightLayout::kInOut, GradWrite::kWrite);
+  a.dqkv.Zero();  // AttentionBackward accumulates.
   const int64_t b = n / seq_len_;
   const Shape qkv_shape = {b, seq_len_, 3 * local_width_};
   const Shape att_shape = {b, seq_len_, local_width_};
@@ -252,12 +256,13 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
   AttentionBackward(work.datt.View(att_shape), a.qkv.View(qkv_shape),
                     a.att.View(att_shape), a.saved, local_heads_, dqkv,
                     options_.attention);
-  a.dln1.Zero();
-  c_attn_.BackwardInput(tp, a.dqkv, a.dln1);
+  MatmulBackwardInput(a.dqkv, c_attn_w_->value, a.dln1, WeightLayout::kInOut,
+                      GradWrite::kWrite);
+  CopyToTp::Backward(tp, a.dln1);
   if (!defer) WeightGradients(x, a);
   // Last: dx may be the buffer dy came in (the caller's ping-pong).
-  dx.CopyFrom(a.dx2);
-  LayerNormBackwardInput(a.dln1, x, ln1_w_->value, a.mean1, a.rstd1, dx);
+  LayerNormBackwardInputResidual(a.dln1, x, ln1_w_->value, a.mean1, a.rstd1,
+                                 a.dx2, dx);
 }
 
 void Block::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
@@ -269,14 +274,31 @@ void Block::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
 }
 
 void Block::WeightGradients(const Tensor& x, const Tensors& a) const {
-  mlp_proj_.BackwardWeight(a.dy, a.gelu);
-  c_fc_.BackwardWeight(a.dfc, a.ln2);
-  LayerNormBackwardWeight(a.dln2, a.x2, a.mean2, a.rstd2, ln2_w_->grad,
-                          ln2_b_->grad);
-  attn_proj_.BackwardWeight(a.dx2, a.att);
-  c_attn_.BackwardWeight(a.dqkv, a.ln1);
-  LayerNormBackwardWeight(a.dln1, x, a.mean1, a.rstd1, ln1_w_->grad,
-                          ln1_b_->grad);
+  // The four weight GEMMs, then every bias and LayerNorm parameter gradient
+  // (column sums of the gradients above) in one ColumnSumsMany.
+  Tensor no_bias;
+  MatmulBackwardWeight(a.dy, a.gelu, mlp_proj_w_->grad, no_bias);
+  MatmulBackwardWeight(a.dfc, a.ln2, c_fc_w_->grad, no_bias);
+  MatmulBackwardWeight(a.dx2, a.att, attn_proj_w_->grad, no_bias);
+  MatmulBackwardWeight(a.dqkv, a.ln1, c_attn_w_->grad, no_bias);
+  ColumnSumsMany({
+      {.dout = &a.dy, .db = &mlp_proj_b_->grad},
+      {.dout = &a.dfc, .db = &c_fc_b_->grad},
+      {.dout = &a.dln2,
+       .x = &a.x2,
+       .mean = &a.mean2,
+       .rstd = &a.rstd2,
+       .dw = &ln2_w_->grad,
+       .db = &ln2_b_->grad},
+      {.dout = &a.dx2, .db = &attn_proj_b_->grad},
+      {.dout = &a.dqkv, .db = &c_attn_b_->grad},
+      {.dout = &a.dln1,
+       .x = &x,
+       .mean = &a.mean1,
+       .rstd = &a.rstd1,
+       .dw = &ln1_w_->grad,
+       .db = &ln1_b_->grad},
+  });
 }
 
 }  // namespace trellis

@@ -91,7 +91,6 @@ class Block {
   };
   struct Workspace {
     Tensors shared;  // The rest, reused by every microbatch.
-    Tensor dgelu;    // (N, 4·Cl)
     Tensor datt;     // (N, Cl)
   };
 
@@ -120,8 +119,7 @@ class Block {
  private:
   struct Slot;
   std::vector<Slot> Slots(int64_t batch, DType dtype, Device device) const;
-  // The workspace's two scratch gradients, beside the slots.
-  Shape DgeluShape(int64_t batch) const;
+  // The workspace's scratch gradient, beside the slots.
   Shape DattShape(int64_t batch) const;
   // The tensors of one call: the state's where it keeps them, else the
   // workspace's.
@@ -147,6 +145,17 @@ class Block {
   Parameter* ln1_b_;
   Parameter* ln2_w_;
   Parameter* ln2_b_;
+  // The linear layers' parameters, whose gradients the backward forms with
+  // kernels directly: input gradients written, not accumulated, GELU's
+  // derivative fused; bias gradients with the LayerNorms' in one call.
+  Parameter* c_attn_w_;
+  Parameter* attn_proj_w_;
+  Parameter* c_fc_w_;
+  Parameter* mlp_proj_w_;
+  Parameter* c_attn_b_;
+  Parameter* attn_proj_b_;
+  Parameter* c_fc_b_;
+  Parameter* mlp_proj_b_;
   std::vector<Parameter*> params_;
   ColumnParallelLinear c_attn_;
   RowParallelLinear attn_proj_;

@@ -1,6 +1,8 @@
 // The pieces of a vocabulary-parallel softmax cross-entropy: one block per
 // row for the row statistics and the backward, float32 statistics for
-// float32 or bfloat16 logits.
+// float32 or bfloat16 logits. The row kernels read (and the backward
+// writes) 16 bytes at a time when every row is 16-byte aligned (P elements
+// per pack), then the row's tail one element at a time.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -21,25 +23,37 @@ __device__ __forceinline__ int64_t LocalColumn(int32_t target,
   return col >= 0 && col < valid ? col : -1;
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void RowMaxKernel(const T* logits, int64_t Vl, int64_t valid,
                              float* row_max) {
   const T* row = logits + blockIdx.x * Vl;
   float best = -CUDART_INF_F;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
+  const int64_t packs = valid / P;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    const Pack<T, P> v = LoadPack<P>(row + p * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) best = fmaxf(best, ToFloat(v.v[k]));
+  }
+  for (int64_t j = packs * P + threadIdx.x; j < valid; j += blockDim.x) {
     best = fmaxf(best, ToFloat(row[j]));
   }
   best = BlockReduce<float, /*kMax=*/true>(best);
   if (threadIdx.x == 0) row_max[blockIdx.x] = best;
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void RowSumExpKernel(const T* logits, int64_t Vl, int64_t valid,
                                 const float* row_max, float* sumexp) {
   const T* row = logits + blockIdx.x * Vl;
   const float m = row_max[blockIdx.x];
   float sum = 0.f;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
+  const int64_t packs = valid / P;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    const Pack<T, P> v = LoadPack<P>(row + p * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) sum += expf(ToFloat(v.v[k]) - m);
+  }
+  for (int64_t j = packs * P + threadIdx.x; j < valid; j += blockDim.x) {
     sum += expf(ToFloat(row[j]) - m);
   }
   sum = BlockReduce<float>(sum);
@@ -64,9 +78,9 @@ __global__ void LossKernel(const float* row_max, const float* sumexp,
   }
 }
 
-// Each element is read before it is written by the same thread, so dlogits
-// may alias logits.
-template <typename T>
+// Each element (or pack) is read before it is written by the same thread,
+// so dlogits may alias logits.
+template <int P, typename T>
 __global__ void BackwardKernel(const T* logits, const int32_t* targets,
                                int64_t Vl, int64_t vocab_start, int64_t valid,
                                const float* row_max, const float* sumexp,
@@ -76,13 +90,25 @@ __global__ void BackwardKernel(const T* logits, const int32_t* targets,
   T* drow = dlogits + i * Vl;
   const float m = row_max[i], mul = scale / sumexp[i];
   const int64_t target = LocalColumn(targets[i], vocab_start, valid);
-  for (int64_t j = threadIdx.x; j < Vl; j += blockDim.x) {
+  const auto grad = [&](int64_t j, float logit) {
     float g = 0.f;
     if (j < valid) {
-      g = expf(ToFloat(row[j]) - m) * mul;
+      g = expf(logit - m) * mul;
       if (j == target) g -= scale;
     }
-    drow[j] = FromFloat<T>(g);
+    return g;
+  };
+  const int64_t packs = Vl / P;
+  for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
+    Pack<T, P> v = LoadPack<P>(row + p * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      v.v[k] = FromFloat<T>(grad(p * P + k, ToFloat(v.v[k])));
+    }
+    StorePack<P>(drow + p * P, v);
+  }
+  for (int64_t j = packs * P + threadIdx.x; j < Vl; j += blockDim.x) {
+    drow[j] = FromFloat<T>(grad(j, ToFloat(row[j])));
   }
 }
 
@@ -93,8 +119,11 @@ void CrossEntropyRowMax(Elem t, const void* logits, int64_t N, int64_t Vl,
   if (N == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    RowMaxKernel<<<static_cast<unsigned>(N), kThreads>>>(
-        static_cast<const T*>(logits), Vl, valid, row_max);
+    WithRowPack<T>({logits}, Vl, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      RowMaxKernel<P><<<static_cast<unsigned>(N), kThreads>>>(
+          static_cast<const T*>(logits), Vl, valid, row_max);
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
@@ -104,8 +133,11 @@ void CrossEntropyRowSumExp(Elem t, const void* logits, int64_t N, int64_t Vl,
   if (N == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    RowSumExpKernel<<<static_cast<unsigned>(N), kThreads>>>(
-        static_cast<const T*>(logits), Vl, valid, row_max, sumexp);
+    WithRowPack<T>({logits}, Vl, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      RowSumExpKernel<P><<<static_cast<unsigned>(N), kThreads>>>(
+          static_cast<const T*>(logits), Vl, valid, row_max, sumexp);
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
@@ -138,9 +170,12 @@ void CrossEntropyBackward(Elem t, const void* logits, const int32_t* targets,
   if (N == 0 || Vl == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    BackwardKernel<<<static_cast<unsigned>(N), kThreads>>>(
-        static_cast<const T*>(logits), targets, Vl, vocab_start, valid, row_max,
-        sumexp, scale, static_cast<T*>(dlogits));
+    WithRowPack<T>({logits, dlogits}, Vl, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      BackwardKernel<P><<<static_cast<unsigned>(N), kThreads>>>(
+          static_cast<const T*>(logits), targets, Vl, vocab_start, valid,
+          row_max, sumexp, scale, static_cast<T*>(dlogits));
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }

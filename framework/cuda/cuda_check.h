@@ -17,6 +17,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "framework/launch_count.h"
+
 namespace trellis {
 namespace internal {
 
@@ -40,6 +42,12 @@ namespace internal {
 
 // Checks the launch of the kernel just issued (bad configuration, no device
 // code for this GPU's architecture).
-#define TRELLIS_CUDA_CHECK_LAUNCH() TRELLIS_CUDA_CHECK(cudaGetLastError())
+// It also counts the launch for an active LaunchCounter
+// (framework/launch_count.h), so it must follow every launch exactly once.
+#define TRELLIS_CUDA_CHECK_LAUNCH()         \
+  do {                                      \
+    ::trellis::CountLaunches(1);            \
+    TRELLIS_CUDA_CHECK(cudaGetLastError()); \
+  } while (0)
 
 #endif  // TRELLIS_FRAMEWORK_CUDA_CUDA_CHECK_H_

@@ -24,7 +24,9 @@
 // without waiting, except Sum and SumOfSquares, which return host values.
 //
 // Reproducibility: every kernel but EmbeddingBackwardWeight (atomic adds)
-// sums in a fixed order, so repeated calls give bitwise equal results.
+// sums in a fixed order, so repeated calls give bitwise equal results (the
+// GEMMs and their epilogues as far as cuBLASLt's chosen algorithm is
+// deterministic, which the plan cache keeps fixed per problem).
 #ifndef TRELLIS_FRAMEWORK_CUDA_CUDA_KERNELS_H_
 #define TRELLIS_FRAMEWORK_CUDA_CUDA_KERNELS_H_
 
@@ -35,7 +37,9 @@
 #include "framework/kernel_profile.h"
 #include "framework/kernels/adamw.h"
 #include "framework/kernels/attention_path.h"
+#include "framework/kernels/elementwise.h"
 #include "framework/kernels/matmul.h"
+#include "framework/launch_count.h"
 #include "framework/tensor.h"
 
 namespace trellis {
@@ -60,12 +64,16 @@ inline bool AnyOnCuda(std::initializer_list<const Tensor*> tensors) {
 // It first opens a KernelScope named after the enclosing function, so that
 // an active KernelProfiler (framework/kernel_profile.h) times the whole call
 // on either backend; it therefore belongs at the top of the function's body.
+//
+// On the CPU path it then opens `trellis_cpu_launches`, a CpuLaunchScope
+// (framework/launch_count.h) that counts the launches the CUDA twin would
+// make; a kernel whose count depends on its arguments sets it there.
 #define TRELLIS_CUDA_DISPATCH(call, ...)                                \
   ::trellis::KernelScope trellis_kernel_scope(__func__, {__VA_ARGS__}); \
   if constexpr (::trellis::cuda::kEnabled) {                            \
     if (::trellis::cuda::AnyOnCuda({__VA_ARGS__})) return call;         \
   }                                                                     \
-  static_assert(true, "a semicolon follows TRELLIS_CUDA_DISPATCH")
+  ::trellis::CpuLaunchScope trellis_cpu_launches(__func__)
 
 // ---- Tensor support ----
 
@@ -81,6 +89,9 @@ void Axpy(double alpha, const Tensor& x, Tensor& y);
 void Scale(Tensor& x, double s);
 void AddBias(const Tensor& bias, Tensor& out);
 void BiasBackward(const Tensor& dout, Tensor& dbias);
+// ColumnSumsMany: dout and x of one dtype per job, mean and rstd float32,
+// dw and db float32 or bfloat16; one launch for up to kColumnSumJobs jobs.
+void ColumnSumsMany(const std::vector<ColumnSumJob>& jobs);
 double SumOfSquares(const Tensor& x);
 double SumOfSquares(const std::vector<const Tensor*>& xs);
 double Sum(const Tensor& x);
@@ -88,10 +99,15 @@ double Sum(const Tensor& x);
 // ---- gelu.h: x, out, dout, dx share a dtype ----
 void GeluForward(const Tensor& x, Tensor& out);
 void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx);
+void GeluBackwardWrite(const Tensor& x, const Tensor& dout, Tensor& dx);
 
 // ---- adamw.h: param and grad float32 or bfloat16, m and v float32 ----
 void AdamWStep(const AdamWHyper& hyper, const Tensor& grad, Tensor& param,
                Tensor& m, Tensor& v);
+// One launch per kAdamWTensorsPerLaunch parameters when every entry is
+// float32 (refresh copies float32 or bfloat16) on one device; else a loop.
+void AdamWStepMany(const AdamWHyper& hyper,
+                   const std::vector<AdamWTensors>& params);
 
 // ---- embedding.h: table/wpe and out/x share a dtype; gradient tables
 // float32 or bfloat16 for dout of either ----
@@ -114,18 +130,31 @@ void AddLayerNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
 void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
                             const Tensor& w, const Tensor& mean,
                             const Tensor& rstd, Tensor& dx);
+void LayerNormBackwardInputResidual(const Tensor& dout, const Tensor& x,
+                                    const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& residual,
+                                    Tensor& dx);
 void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
                              const Tensor& mean, const Tensor& rstd, Tensor& dw,
                              Tensor& db);
 
 // ---- matmul.h, through cuBLASLt: x and w (forward), dout and w (backward
 // input), dout and x (backward weight) share a dtype; out, dx, dw float32 or
-// bfloat16; bias of out's dtype, dbias float32 or bfloat16.
+// bfloat16; bias of out's dtype, dbias float32 or bfloat16 (its gradient
+// comes from cuBLASLt's BGRADA/BGRADB epilogue into float32 scratch, then
+// one add; the two-pass column sums where the epilogue has no algorithm).
 // MatmulForwardGelu: as MatmulForward, pre_gelu of out's dtype ----
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout);
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
-                         WeightLayout layout);
+                         WeightLayout layout,
+                         GradWrite write = GradWrite::kAccumulate);
+// dpre = (dout @ w^T) · gelu'(pre_gelu) through cuBLASLt's DGELU epilogue
+// (the GEMM then GeluBackwardWrite where it does not apply); pre_gelu and
+// dpre of dout's dtype.
+void MatmulBackwardInputGelu(const Tensor& dout, const Tensor& w,
+                             const Tensor& pre_gelu, Tensor& dpre,
+                             WeightLayout layout = WeightLayout::kInOut);
 void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
                           Tensor& dbias, WeightLayout layout);
 // out (N, M) = gelu(x @ w + bias), fused in the GEMM's epilogue;

@@ -37,6 +37,22 @@ void AddBias(Elem t, const void* bias, void* out, int64_t rows, int64_t cols);
 // order (deterministic).
 void ColumnSums(Elem in_type, const void* in, int64_t rows, int64_t cols,
                 Elem out_type, void* out);
+// One job of ColumnSumsMany (cols columns of `rows`-row inputs): db (cols)
+// += column sums of dout, and when x is not null, dw (cols) += column sums
+// of dout · (x - mean) · rstd. dout and x of in_type; dw, db of out_type.
+struct ColumnJob {
+  const void* dout;
+  const void* x;
+  const float* mean;
+  const float* rstd;
+  void* dw;
+  void* db;
+  int64_t cols;
+  Elem in_type, out_type;
+};
+inline constexpr int kColumnJobs = 8;
+// All jobs in one launch, deterministic. REQUIRES: count <= kColumnJobs.
+void ColumnSumsMany(const ColumnJob* jobs, int count, int64_t rows);
 // Sum and sum of squares of x (n), accumulated in float64 in a fixed order;
 // waits for the result.
 void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
@@ -46,8 +62,11 @@ void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
 double SumOfSquaresMany(const Elem* types, const void* const* xs,
                         const int64_t* sizes, int count);
 void GeluForward(Elem t, const void* x, void* out, int64_t n);
-// dx += gelu'(x) · dout.
-void GeluBackward(Elem t, const void* x, const void* dout, void* dx, int64_t n);
+// dx += gelu'(x) · dout, or = when !accumulate (dx may then alias dout).
+void GeluBackward(Elem t, const void* x, const void* dout, void* dx, int64_t n,
+                  bool accumulate = true);
+// out (n) += src (n), src float32, out of type t.
+void AccumulateFloat(const float* src, Elem t, void* out, int64_t n);
 
 // The AdamW step's scalars, folded on the host.
 struct AdamWScalars {
@@ -58,6 +77,22 @@ struct AdamWScalars {
 // m, v float32; param and grad float32 or bfloat16.
 void AdamW(const AdamWScalars& s, Elem grad_type, const void* grad,
            Elem param_type, void* param, float* m, float* v, int64_t n);
+// One tensor of a multi-tensor AdamW launch: float32 grad, param, m, v of n
+// elements, its weight decay, and an optional copy of param to refresh
+// (null for none) of type refresh_type.
+struct AdamWSlice {
+  const float* grad;
+  float* param;
+  float* m;
+  float* v;
+  void* refresh;
+  int64_t n;
+  float weight_decay;
+  Elem refresh_type;
+};
+// Steps `count` slices in one launch. REQUIRES: count <= kAdamWSlices.
+inline constexpr int kAdamWSlices = 256;
+void AdamWMany(const AdamWScalars& s, const AdamWSlice* slices, int count);
 
 // ---- norm_embedding.cu ----
 
@@ -85,10 +120,12 @@ void LayerNormForward(Elem t, const void* x, const void* w, const void* b,
 void AddLayerNormForward(Elem t, const void* a, const void* b, const void* w,
                          const void* bias, int64_t N, int64_t C, float eps,
                          void* sum, void* out, float* mean, float* rstd);
-// dx (N, C) += rstd · (g - mean(g) - xhat · mean(g · xhat)), g = dout · w.
+// dx (N, C) = base + rstd · (g - mean(g) - xhat · mean(g · xhat)),
+// g = dout · w; base is dx to accumulate, or a residual gradient (which may
+// alias dx).
 void LayerNormBackwardInput(Elem t, const void* dout, const void* x,
                             const void* w, const float* mean, const float* rstd,
-                            int64_t N, int64_t C, void* dx);
+                            int64_t N, int64_t C, const void* base, void* dx);
 // dw (C) += column sums of dout · xhat, db (C) += column sums of dout.
 void LayerNormBackwardWeight(Elem t, const void* dout, const void* x,
                              const float* mean, const float* rstd, int64_t N,

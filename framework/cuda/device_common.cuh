@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_launch.h"
@@ -85,6 +87,72 @@ inline unsigned GridFor(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, 1 << 16));
 }
+
+// ---- 128-bit packs ----
+//
+// Elementwise kernels move 16 bytes per load and store (4 floats or 8
+// bfloat16s) when every pointer they touch is 16-byte aligned, and one
+// element at a time otherwise: a kernel templated on P (elements per pack)
+// walks n / P packs, then the n % P tail elements one by one.
+
+template <typename T, int P>
+struct alignas(sizeof(T) * P) Pack {
+  T v[P];
+};
+
+// The elements of a 16-byte pack of T.
+template <typename T>
+inline constexpr int kPackOf = static_cast<int>(16 / sizeof(T));
+
+template <int P, typename T>
+__device__ __forceinline__ Pack<T, P> LoadPack(const T* p) {
+  return *reinterpret_cast<const Pack<T, P>*>(p);
+}
+
+template <int P, typename T>
+__device__ __forceinline__ void StorePack(T* p, const Pack<T, P>& pack) {
+  *reinterpret_cast<Pack<T, P>*>(p) = pack;
+}
+
+inline bool Aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  }
+  return true;
+}
+
+// Calls launch(std::integral_constant<int, P>{}) with P = kPackOf<T> when
+// every pointer is 16-byte aligned, else P = 1.
+template <typename T, typename Launch>
+void WithPack(std::initializer_list<const void*> pointers, Launch&& launch) {
+  if (Aligned16(pointers)) {
+    launch(std::integral_constant<int, kPackOf<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+}
+
+// Calls launch(std::integral_constant<int, P>{}) for kernels that walk rows
+// of `ld` elements from each pointer: P = kPackOf<T> when every pointer is
+// 16-byte aligned and so is every row (ld · sizeof(T) a multiple of 16),
+// else P = 1.
+template <typename T, typename Launch>
+void WithRowPack(std::initializer_list<const void*> pointers, int64_t ld,
+                 Launch&& launch) {
+  if (Aligned16(pointers) && (ld * static_cast<int64_t>(sizeof(T))) % 16 == 0) {
+    launch(std::integral_constant<int, kPackOf<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
+  }
+}
+
+// `for` over packs [0, n / P) this thread handles; element index j·P + k.
+#define TRELLIS_PACK_STRIDE(j, n, P) TRELLIS_GRID_STRIDE(j, (n) / (P))
+// `for` over the tail elements [n / P · P, n) this thread handles.
+#define TRELLIS_TAIL_STRIDE(i, n, P)                                         \
+  for (int64_t i =                                                           \
+           (n) / (P) * (P) + blockIdx.x * int64_t{blockDim.x} + threadIdx.x; \
+       i < (n); i += int64_t{gridDim.x} * blockDim.x)
 
 // Calls fn(T{}) with T = float or bf16 after `t`.
 template <typename Fn>

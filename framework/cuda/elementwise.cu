@@ -3,6 +3,7 @@
 // float32 or bfloat16 elements, float32 arithmetic.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "framework/cuda/cuda_memory.h"
@@ -24,22 +25,53 @@ __global__ void ConvertKernel(const S* src, D* dst, int64_t n) {
   TRELLIS_GRID_STRIDE(i, n) dst[i] = FromFloat<D>(ToFloat(src[i]));
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void AddKernel(const T* a, const T* b, T* out, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n)
-  out[i] = FromFloat<T>(ToFloat(a[i]) + ToFloat(b[i]));
+  TRELLIS_PACK_STRIDE(j, n, P) {
+    const Pack<T, P> pa = LoadPack<P>(a + j * P), pb = LoadPack<P>(b + j * P);
+    Pack<T, P> po;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      po.v[k] = FromFloat<T>(ToFloat(pa.v[k]) + ToFloat(pb.v[k]));
+    }
+    StorePack<P>(out + j * P, po);
+  }
+  TRELLIS_TAIL_STRIDE(i, n, P) {
+    out[i] = FromFloat<T>(ToFloat(a[i]) + ToFloat(b[i]));
+  }
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void AxpyKernel(float alpha, const T* x, T* y, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) {
+  TRELLIS_PACK_STRIDE(j, n, P) {
+    const Pack<T, P> px = LoadPack<P>(x + j * P);
+    Pack<T, P> py = LoadPack<P>(y + j * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      py.v[k] = FromFloat<T>(ToFloat(py.v[k]) + alpha * ToFloat(px.v[k]));
+    }
+    StorePack<P>(y + j * P, py);
+  }
+  TRELLIS_TAIL_STRIDE(i, n, P) {
     y[i] = FromFloat<T>(ToFloat(y[i]) + alpha * ToFloat(x[i]));
   }
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void ScaleKernel(float s, T* x, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) x[i] = FromFloat<T>(ToFloat(x[i]) * s);
+  TRELLIS_PACK_STRIDE(j, n, P) {
+    Pack<T, P> px = LoadPack<P>(x + j * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) px.v[k] = FromFloat<T>(ToFloat(px.v[k]) * s);
+    StorePack<P>(x + j * P, px);
+  }
+  TRELLIS_TAIL_STRIDE(i, n, P) x[i] = FromFloat<T>(ToFloat(x[i]) * s);
+}
+
+// out (n) += src (n), src float32.
+template <typename T>
+__global__ void AccumulateFloatKernel(const float* src, T* out, int64_t n) {
+  TRELLIS_GRID_STRIDE(i, n) out[i] = FromFloat<T>(ToFloat(out[i]) + src[i]);
 }
 
 template <typename T>
@@ -94,40 +126,96 @@ __global__ void SumFinishKernel(const double* partial, int blocks,
 constexpr float kSqrtTwoOverPi = 0.7978845608028654f;
 constexpr float kGeluCube = 0.044715f;
 
-template <typename T>
+__device__ __forceinline__ float Gelu(float v) {
+  const float t = tanhf(kSqrtTwoOverPi * (v + kGeluCube * v * v * v));
+  return 0.5f * v * (1.f + t);
+}
+
+// gelu'(v).
+__device__ __forceinline__ float GeluSlope(float v) {
+  const float t = tanhf(kSqrtTwoOverPi * (v + kGeluCube * v * v * v));
+  const float du = kSqrtTwoOverPi * (1.f + 3.f * kGeluCube * v * v);
+  return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du;
+}
+
+template <int P, typename T>
 __global__ void GeluForwardKernel(const T* x, T* out, int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) {
-    const float v = ToFloat(x[i]);
-    const float t = tanhf(kSqrtTwoOverPi * (v + kGeluCube * v * v * v));
-    out[i] = FromFloat<T>(0.5f * v * (1.f + t));
+  TRELLIS_PACK_STRIDE(j, n, P) {
+    Pack<T, P> p = LoadPack<P>(x + j * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) p.v[k] = FromFloat<T>(Gelu(ToFloat(p.v[k])));
+    StorePack<P>(out + j * P, p);
+  }
+  TRELLIS_TAIL_STRIDE(i, n, P) out[i] = FromFloat<T>(Gelu(ToFloat(x[i])));
+}
+
+// dx = (kAccumulate ? dx : 0) + gelu'(x) · dout; dx may alias dout.
+template <int P, bool kAccumulate, typename T>
+__global__ void GeluBackwardKernel(const T* x, const T* dout, T* dx,
+                                   int64_t n) {
+  TRELLIS_PACK_STRIDE(j, n, P) {
+    const Pack<T, P> px = LoadPack<P>(x + j * P);
+    const Pack<T, P> pd = LoadPack<P>(dout + j * P);
+    Pack<T, P> pg;
+    if constexpr (kAccumulate) pg = LoadPack<P>(dx + j * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float local = GeluSlope(ToFloat(px.v[k])) * ToFloat(pd.v[k]);
+      pg.v[k] = FromFloat<T>(kAccumulate ? ToFloat(pg.v[k]) + local : local);
+    }
+    StorePack<P>(dx + j * P, pg);
+  }
+  TRELLIS_TAIL_STRIDE(i, n, P) {
+    const float local = GeluSlope(ToFloat(x[i])) * ToFloat(dout[i]);
+    dx[i] = FromFloat<T>(kAccumulate ? ToFloat(dx[i]) + local : local);
   }
 }
 
-template <typename T>
-__global__ void GeluBackwardKernel(const T* x, const T* dout, T* dx,
-                                   int64_t n) {
-  TRELLIS_GRID_STRIDE(i, n) {
-    const float v = ToFloat(x[i]);
-    const float t = tanhf(kSqrtTwoOverPi * (v + kGeluCube * v * v * v));
-    const float du = kSqrtTwoOverPi * (1.f + 3.f * kGeluCube * v * v);
-    const float local = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du;
-    dx[i] = FromFloat<T>(ToFloat(dx[i]) + local * ToFloat(dout[i]));
-  }
+// One element's AdamW update: returns the new parameter, updates *m, *v.
+__device__ __forceinline__ float AdamWElement(const AdamWScalars& s,
+                                              float weight_decay, float g,
+                                              float p, float* m, float* v) {
+  g *= s.grad_scale;
+  const float mi = s.beta1 * *m + s.one_minus_beta1 * g;
+  const float vi = s.beta2 * *v + s.one_minus_beta2 * g * g;
+  *m = mi;
+  *v = vi;
+  const float update = (mi * s.inv_bias_correction1) /
+                       (sqrtf(vi * s.inv_bias_correction2) + s.eps);
+  return p - s.lr * (update + weight_decay * p);
 }
 
 template <typename G, typename P>
 __global__ void AdamWKernel(AdamWScalars s, const G* grad, P* param, float* m,
                             float* v, int64_t n) {
   TRELLIS_GRID_STRIDE(i, n) {
-    const float g = ToFloat(grad[i]) * s.grad_scale;
-    const float mi = s.beta1 * m[i] + s.one_minus_beta1 * g;
-    const float vi = s.beta2 * v[i] + s.one_minus_beta2 * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float update = (mi * s.inv_bias_correction1) /
-                         (sqrtf(vi * s.inv_bias_correction2) + s.eps);
-    const float p = ToFloat(param[i]);
-    param[i] = FromFloat<P>(p - s.lr * (update + s.weight_decay * p));
+    param[i] = FromFloat<P>(AdamWElement(s, s.weight_decay, ToFloat(grad[i]),
+                                         ToFloat(param[i]), &m[i], &v[i]));
+  }
+}
+
+// The slices of one multi-tensor launch, passed by value (kernel parameter
+// space, 32 KiB on Volta and later).
+struct AdamWSlices {
+  AdamWSlice slice[kAdamWSlices];
+};
+static_assert(sizeof(AdamWSlices) + sizeof(AdamWScalars) < 32000,
+              "multi-tensor AdamW parameters exceed the kernel's 32 KiB");
+
+// blockIdx.y picks the slice; the x blocks stride over its elements.
+__global__ void AdamWManyKernel(AdamWScalars s,
+                                const __grid_constant__ AdamWSlices slices) {
+  const AdamWSlice& t = slices.slice[blockIdx.y];
+  TRELLIS_GRID_STRIDE(i, t.n) {
+    const float p = AdamWElement(s, t.weight_decay, t.grad[i], t.param[i],
+                                 &t.m[i], &t.v[i]);
+    t.param[i] = p;
+    if (t.refresh == nullptr) continue;
+    if (t.refresh_type == Elem::kBF16) {
+      static_cast<bf16*>(t.refresh)[i] = FromFloat<bf16>(p);
+    } else {
+      static_cast<float*>(t.refresh)[i] = p;
+    }
   }
 }
 
@@ -170,9 +258,12 @@ void Add(Elem t, const void* a, const void* b, void* out, int64_t n) {
   if (n == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    AddKernel<<<GridFor(n, kThreads), kThreads>>>(static_cast<const T*>(a),
-                                                  static_cast<const T*>(b),
-                                                  static_cast<T*>(out), n);
+    WithPack<T>({a, b, out}, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      AddKernel<P><<<GridFor(n / P + 1, kThreads), kThreads>>>(
+          static_cast<const T*>(a), static_cast<const T*>(b),
+          static_cast<T*>(out), n);
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
@@ -181,8 +272,11 @@ void Axpy(Elem t, float alpha, const void* x, void* y, int64_t n) {
   if (n == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    AxpyKernel<<<GridFor(n, kThreads), kThreads>>>(
-        alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
+    WithPack<T>({x, y}, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      AxpyKernel<P><<<GridFor(n / P + 1, kThreads), kThreads>>>(
+          alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
@@ -191,7 +285,11 @@ void Scale(Elem t, float s, void* x, int64_t n) {
   if (n == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    ScaleKernel<<<GridFor(n, kThreads), kThreads>>>(s, static_cast<T*>(x), n);
+    WithPack<T>({x}, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      ScaleKernel<P><<<GridFor(n / P + 1, kThreads), kThreads>>>(
+          s, static_cast<T*>(x), n);
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
@@ -263,20 +361,42 @@ void GeluForward(Elem t, const void* x, void* out, int64_t n) {
   if (n == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    GeluForwardKernel<<<GridFor(n, kThreads), kThreads>>>(
-        static_cast<const T*>(x), static_cast<T*>(out), n);
+    WithPack<T>({x, out}, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      GeluForwardKernel<P><<<GridFor(n / P + 1, kThreads), kThreads>>>(
+          static_cast<const T*>(x), static_cast<T*>(out), n);
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
 
-void GeluBackward(Elem t, const void* x, const void* dout, void* dx,
-                  int64_t n) {
+void GeluBackward(Elem t, const void* x, const void* dout, void* dx, int64_t n,
+                  bool accumulate) {
   if (n == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    GeluBackwardKernel<<<GridFor(n, kThreads), kThreads>>>(
-        static_cast<const T*>(x), static_cast<const T*>(dout),
-        static_cast<T*>(dx), n);
+    WithPack<T>({x, dout, dx}, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      const unsigned grid = GridFor(n / P + 1, kThreads);
+      const auto* xt = static_cast<const T*>(x);
+      const auto* dt = static_cast<const T*>(dout);
+      auto* gt = static_cast<T*>(dx);
+      if (accumulate) {
+        GeluBackwardKernel<P, true><<<grid, kThreads>>>(xt, dt, gt, n);
+      } else {
+        GeluBackwardKernel<P, false><<<grid, kThreads>>>(xt, dt, gt, n);
+      }
+    });
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void AccumulateFloat(const float* src, Elem t, void* out, int64_t n) {
+  if (n == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    AccumulateFloatKernel<<<GridFor(n, kThreads), kThreads>>>(
+        src, static_cast<T*>(out), n);
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
@@ -292,6 +412,27 @@ void AdamW(const AdamWScalars& s, Elem grad_type, const void* grad,
           s, static_cast<const G*>(grad), static_cast<P*>(param), m, v, n);
     });
   });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void AdamWMany(const AdamWScalars& s, const AdamWSlice* slices, int count) {
+  if (count > kAdamWSlices) {
+    internal::DeviceCallFailure("trellis", "AdamWMany", __FILE__, __LINE__,
+                                "more tensors than one launch takes");
+  }
+  if (count == 0) return;
+  AdamWSlices packed{};
+  int64_t largest = 0;
+  for (int i = 0; i < count; ++i) {
+    packed.slice[i] = slices[i];
+    largest = std::max(largest, slices[i].n);
+  }
+  if (largest == 0) return;
+  // Enough x blocks for the largest slice, at most 1024 (grid-stride past
+  // that); blocks beyond a smaller slice's end return at once.
+  const dim3 grid(std::min(GridFor(largest, kThreads), 1024u),
+                  static_cast<unsigned>(count));
+  AdamWManyKernel<<<grid, kThreads>>>(s, packed);
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
 

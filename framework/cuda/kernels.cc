@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -197,6 +198,165 @@ void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
                             dx.raw(), x.numel());
 }
 
+void GeluBackwardWrite(const Tensor& x, const Tensor& dout, Tensor& dx) {
+  const char* kernel = "GeluBackwardWrite";
+  CudaDeviceGuard guard(CommonDevice(kernel, {&x, &dout, &dx}));
+  RequireDType(kernel, x.dtype(), {&dout, &dx});
+  CheckSameShape(kernel, x, dout);
+  CheckSameShape(kernel, x, dx);
+  TRELLIS_CHECK(x.numel() == 0 || x.raw() != dx.raw())
+      << kernel << ": dx would overwrite x";
+  cuda_launch::GeluBackward(ElemOf(kernel, x), x.raw(), dout.raw(), dx.raw(),
+                            x.numel(), /*accumulate=*/false);
+}
+
+static_assert(kAdamWTensorsPerLaunch == cuda_launch::kAdamWSlices);
+static_assert(kColumnSumJobs == cuda_launch::kColumnJobs);
+
+void ColumnSumsMany(const std::vector<ColumnSumJob>& jobs) {
+  const char* kernel = "ColumnSumsMany";
+  TRELLIS_CHECK_LE(jobs.size(), static_cast<size_t>(kColumnSumJobs))
+      << kernel << ": more jobs than one launch takes";
+  std::vector<const Tensor*> all;
+  std::vector<cuda_launch::ColumnJob> launch;
+  int64_t rows = -1;
+  for (const ColumnSumJob& job : jobs) {
+    TRELLIS_CHECK(job.dout != nullptr && job.db != nullptr)
+        << kernel << ": a job lacks dout or db";
+    const Tensor& dout = *job.dout;
+    const int64_t cols = job.db->numel();
+    TRELLIS_CHECK(job.db->ndim() == 1 && dout.ndim() >= 1 &&
+                  dout.dim(-1) == cols)
+        << kernel << ": dout " << ShapeString(dout.shape()) << ", db "
+        << ShapeString(job.db->shape());
+    const int64_t n = cuda_internal::Rows(dout);
+    TRELLIS_CHECK(rows < 0 || rows == n)
+        << kernel << ": jobs of " << rows << " and " << n << " rows";
+    rows = n;
+    cuda_launch::ColumnJob j{dout.raw(),
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             nullptr,
+                             job.db->raw(),
+                             cols,
+                             ElemOf(kernel, dout),
+                             ElemOf(kernel, *job.db)};
+    all.insert(all.end(), {&dout, job.db});
+    if (job.x != nullptr) {
+      TRELLIS_CHECK(job.mean && job.rstd && job.dw)
+          << kernel << ": a LayerNorm job lacks mean, rstd or dw";
+      TRELLIS_CHECK(job.x->shape() == dout.shape() &&
+                    job.dw->shape() == job.db->shape() &&
+                    job.mean->numel() == n && job.rstd->numel() == n)
+          << kernel << ": x " << ShapeString(job.x->shape()) << ", dout "
+          << ShapeString(dout.shape()) << ", dw "
+          << ShapeString(job.dw->shape());
+      RequireDType(kernel, dout.dtype(), {job.x});
+      RequireDType(kernel, DType::kF32, {job.mean, job.rstd});
+      RequireDType(kernel, job.db->dtype(), {job.dw});
+      j.x = job.x->raw();
+      j.mean = job.mean->data<float>();
+      j.rstd = job.rstd->data<float>();
+      j.dw = job.dw->raw();
+      all.insert(all.end(), {job.x, job.mean, job.rstd, job.dw});
+    }
+    launch.push_back(j);
+  }
+  if (launch.empty()) return;
+  int device = -1;
+  for (const Tensor* t : all) {
+    const int d = CommonDevice(kernel, {t});
+    TRELLIS_CHECK(device < 0 || d == device)
+        << kernel << ": tensors on cuda:" << device << " and cuda:" << d;
+    device = d;
+  }
+  CudaDeviceGuard guard(device);
+  cuda_launch::ColumnSumsMany(launch.data(), static_cast<int>(launch.size()),
+                              rows);
+}
+
+namespace {
+
+// The step's scalars, folded in double on the host.
+cuda_launch::AdamWScalars FoldAdamW(const AdamWHyper& h) {
+  const double step = static_cast<double>(h.step);
+  return cuda_launch::AdamWScalars{
+      static_cast<float>(h.lr),
+      static_cast<float>(h.beta1),
+      static_cast<float>(h.beta2),
+      static_cast<float>(1.0 - h.beta1),
+      static_cast<float>(1.0 - h.beta2),
+      static_cast<float>(1.0 / (1.0 - std::pow(h.beta1, step))),
+      static_cast<float>(1.0 / (1.0 - std::pow(h.beta2, step))),
+      static_cast<float>(h.eps),
+      static_cast<float>(h.weight_decay),
+      static_cast<float>(h.grad_scale)};
+}
+
+// Whether `p` fits the multi-tensor kernel: float32 grad, param and moments
+// of one shape on `device`, and a float32 or bfloat16 refresh copy of the
+// same element count there.
+bool FitsAdamWMany(const AdamWTensors& p, int device) {
+  const auto on = [device](const Tensor& t) {
+    return t.device().is_cuda() && t.device().index == device;
+  };
+  for (const Tensor* t :
+       {p.grad, static_cast<const Tensor*>(p.param),
+        static_cast<const Tensor*>(p.m), static_cast<const Tensor*>(p.v)}) {
+    if (t->dtype() != DType::kF32 || !on(*t) ||
+        t->shape() != p.param->shape()) {
+      return false;
+    }
+  }
+  if (p.refresh == nullptr) return true;
+  return on(*p.refresh) && p.refresh->numel() == p.param->numel() &&
+         (p.refresh->dtype() == DType::kF32 ||
+          p.refresh->dtype() == DType::kBF16);
+}
+
+}  // namespace
+
+void AdamWStepMany(const AdamWHyper& h,
+                   const std::vector<AdamWTensors>& params) {
+  const char* kernel = "AdamWStepMany";
+  TRELLIS_CHECK_GE(h.step, 1) << kernel << " steps count from 1";
+  const int device = params.front().param->device().index;
+  bool fits = true;
+  for (const AdamWTensors& p : params) {
+    TRELLIS_CHECK(p.grad && p.param && p.m && p.v)
+        << kernel << ": an entry lacks a tensor";
+    fits = fits && FitsAdamWMany(p, device);
+  }
+  if (!fits) {
+    // Mixed dtypes or devices: one step per parameter.
+    for (const AdamWTensors& p : params) {
+      AdamWHyper one = h;
+      one.weight_decay = p.weight_decay;
+      cuda::AdamWStep(one, *p.grad, *p.param, *p.m, *p.v);
+      if (p.refresh != nullptr) cuda::Convert(*p.param, *p.refresh);
+    }
+    return;
+  }
+  CudaDeviceGuard guard(device);
+  const cuda_launch::AdamWScalars s = FoldAdamW(h);
+  std::vector<cuda_launch::AdamWSlice> slices;
+  slices.reserve(params.size());
+  for (const AdamWTensors& p : params) {
+    const bool refresh = p.refresh != nullptr && p.refresh->numel() > 0;
+    slices.push_back(cuda_launch::AdamWSlice{
+        p.grad->data<float>(), p.param->data<float>(), p.m->data<float>(),
+        p.v->data<float>(), refresh ? p.refresh->raw() : nullptr,
+        p.param->numel(), static_cast<float>(p.weight_decay),
+        refresh ? ElemOf(kernel, *p.refresh) : cuda_launch::Elem::kF32});
+  }
+  for (size_t i = 0; i < slices.size(); i += cuda_launch::kAdamWSlices) {
+    const int count = static_cast<int>(
+        std::min<size_t>(cuda_launch::kAdamWSlices, slices.size() - i));
+    cuda_launch::AdamWMany(s, slices.data() + i, count);
+  }
+}
+
 void AdamWStep(const AdamWHyper& h, const Tensor& grad, Tensor& param,
                Tensor& m, Tensor& v) {
   const char* kernel = "AdamWStep";
@@ -208,18 +368,7 @@ void AdamWStep(const AdamWHyper& h, const Tensor& grad, Tensor& param,
       << ShapeString(grad.shape()) << ", m " << ShapeString(m.shape()) << ", v "
       << ShapeString(v.shape());
   TRELLIS_CHECK_GE(h.step, 1) << kernel << " steps count from 1";
-  const double step = static_cast<double>(h.step);
-  const cuda_launch::AdamWScalars s{
-      static_cast<float>(h.lr),
-      static_cast<float>(h.beta1),
-      static_cast<float>(h.beta2),
-      static_cast<float>(1.0 - h.beta1),
-      static_cast<float>(1.0 - h.beta2),
-      static_cast<float>(1.0 / (1.0 - std::pow(h.beta1, step))),
-      static_cast<float>(1.0 / (1.0 - std::pow(h.beta2, step))),
-      static_cast<float>(h.eps),
-      static_cast<float>(h.weight_decay),
-      static_cast<float>(h.grad_scale)};
+  const cuda_launch::AdamWScalars s = FoldAdamW(h);
   cuda_launch::AdamW(s, ElemOf(kernel, grad), grad.raw(), ElemOf(kernel, param),
                      param.raw(), m.data<float>(), v.data<float>(),
                      param.numel());

@@ -145,7 +145,27 @@ void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
       << kernel << " dx " << ShapeString(dx.shape());
   cuda_launch::LayerNormBackwardInput(
       ElemOf(kernel, x), dout.raw(), x.raw(), w.raw(), mean.data<float>(),
-      rstd.data<float>(), Rows(x), x.dim(-1), dx.raw());
+      rstd.data<float>(), Rows(x), x.dim(-1), dx.raw(), dx.raw());
+}
+
+void LayerNormBackwardInputResidual(const Tensor& dout, const Tensor& x,
+                                    const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& residual,
+                                    Tensor& dx) {
+  const char* kernel = "LayerNormBackwardInputResidual";
+  CudaDeviceGuard guard(
+      CommonDevice(kernel, {&dout, &x, &w, &mean, &rstd, &residual, &dx}));
+  RequireDType(kernel, x.dtype(), {&dout, &w, &residual, &dx});
+  CheckLayerNorm(kernel, x, dout, w, mean, rstd);
+  TRELLIS_CHECK(dx.shape() == x.shape() && residual.shape() == x.shape())
+      << kernel << " dx " << ShapeString(dx.shape()) << ", residual "
+      << ShapeString(residual.shape());
+  TRELLIS_CHECK(dx.numel() == 0 ||
+                (dx.raw() != dout.raw() && dx.raw() != x.raw()))
+      << kernel << ": dx aliases dout or x";
+  cuda_launch::LayerNormBackwardInput(
+      ElemOf(kernel, x), dout.raw(), x.raw(), w.raw(), mean.data<float>(),
+      rstd.data<float>(), Rows(x), x.dim(-1), residual.raw(), dx.raw());
 }
 
 void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,

@@ -131,30 +131,59 @@ __global__ void AddLayerNormForwardKernel(const T* a, const T* b, const T* w,
   NormalizeRow(sr, m, w, bias, row, C, eps, lane, out, mean, rstd);
 }
 
-template <typename T>
+// One warp per row, each lane taking packs of P columns (16 bytes when
+// every row is 16-byte aligned, else P = 1); the tail of a row past its
+// last whole pack one column at a time.
+template <int P, typename T>
 __global__ void LayerNormBackwardInputKernel(const T* dout, const T* x,
                                              const T* w, const float* mean,
                                              const float* rstd, int64_t N,
-                                             int64_t C, T* dx) {
+                                             int64_t C, const T* base, T* dx) {
   const int64_t row = blockIdx.x * int64_t{kRowsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const T* dr = dout + row * C;
   const T* xr = x + row * C;
   const float m = mean[row], s = rstd[row];
+  const int64_t packs = C / P, tail = packs * P;
   float sum_g = 0.f, sum_gx = 0.f;
-  for (int64_t c = lane; c < C; c += 32) {
+  for (int64_t p = lane; p < packs; p += 32) {
+    const Pack<T, P> d = LoadPack<P>(dr + p * P), xs = LoadPack<P>(xr + p * P);
+    const Pack<T, P> ws = LoadPack<P>(w + p * P);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const float g = ToFloat(d.v[k]) * ToFloat(ws.v[k]);
+      sum_g += g;
+      sum_gx += g * (ToFloat(xs.v[k]) - m) * s;
+    }
+  }
+  for (int64_t c = tail + lane; c < C; c += 32) {
     const float g = ToFloat(dr[c]) * ToFloat(w[c]);
     sum_g += g;
     sum_gx += g * (ToFloat(xr[c]) - m) * s;
   }
   const float g_mean = WarpSum(sum_g) / static_cast<float>(C);
   const float gx_mean = WarpSum(sum_gx) / static_cast<float>(C);
+  const T* br = base + row * C;
   T* dxr = dx + row * C;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float xhat = (ToFloat(xr[c]) - m) * s;
-    const float g = ToFloat(dr[c]) * ToFloat(w[c]);
-    dxr[c] = FromFloat<T>(ToFloat(dxr[c]) + s * (g - g_mean - xhat * gx_mean));
+  const auto grad = [&](float d, float xv, float wv, float b) {
+    const float xhat = (xv - m) * s;
+    return FromFloat<T>(b + s * (d * wv - g_mean - xhat * gx_mean));
+  };
+  for (int64_t p = lane; p < packs; p += 32) {
+    const Pack<T, P> d = LoadPack<P>(dr + p * P), xs = LoadPack<P>(xr + p * P);
+    const Pack<T, P> ws = LoadPack<P>(w + p * P), bs = LoadPack<P>(br + p * P);
+    Pack<T, P> out;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      out.v[k] = grad(ToFloat(d.v[k]), ToFloat(xs.v[k]), ToFloat(ws.v[k]),
+                      ToFloat(bs.v[k]));
+    }
+    StorePack<P>(dxr + p * P, out);
+  }
+  for (int64_t c = tail + lane; c < C; c += 32) {
+    dxr[c] =
+        grad(ToFloat(dr[c]), ToFloat(xr[c]), ToFloat(w[c]), ToFloat(br[c]));
   }
 }
 
@@ -262,13 +291,17 @@ void AddLayerNormForward(Elem t, const void* a, const void* b, const void* w,
 
 void LayerNormBackwardInput(Elem t, const void* dout, const void* x,
                             const void* w, const float* mean, const float* rstd,
-                            int64_t N, int64_t C, void* dx) {
+                            int64_t N, int64_t C, const void* base, void* dx) {
   if (N == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
-    LayerNormBackwardInputKernel<<<RowBlocks(N), kThreads>>>(
-        static_cast<const T*>(dout), static_cast<const T*>(x),
-        static_cast<const T*>(w), mean, rstd, N, C, static_cast<T*>(dx));
+    WithRowPack<T>({dout, x, w, base, dx}, C, [&](auto pack) {
+      constexpr int P = decltype(pack)::value;
+      LayerNormBackwardInputKernel<P><<<RowBlocks(N), kThreads>>>(
+          static_cast<const T*>(dout), static_cast<const T*>(x),
+          static_cast<const T*>(w), mean, rstd, N, C,
+          static_cast<const T*>(base), static_cast<T*>(dx));
+    });
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }

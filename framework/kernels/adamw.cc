@@ -5,6 +5,7 @@
 
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
+#include "framework/kernels/elementwise.h"
 
 namespace trellis {
 namespace {
@@ -61,6 +62,25 @@ void AdamWStep(const AdamWHyper& hyper, const Tensor& grad, Tensor& param,
     AdamWCpu(hyper, grad.data<T>(), param.numel(), param.data<T>(), m.data<T>(),
              v.data<T>());
   });
+}
+
+void AdamWStepMany(const AdamWHyper& hyper,
+                   const std::vector<AdamWTensors>& params) {
+  if (params.empty()) return;
+  const AdamWTensors& first = params.front();
+  TRELLIS_CUDA_DISPATCH(cuda::AdamWStepMany(hyper, params), first.grad,
+                        first.param, first.m, first.v);
+  const int64_t count = static_cast<int64_t>(params.size());
+  trellis_cpu_launches.set_launches(static_cast<int>(
+      (count + kAdamWTensorsPerLaunch - 1) / kAdamWTensorsPerLaunch));
+  for (const AdamWTensors& p : params) {
+    TRELLIS_CHECK(p.grad && p.param && p.m && p.v)
+        << "AdamWStepMany: an entry lacks a tensor";
+    AdamWHyper h = hyper;
+    h.weight_decay = p.weight_decay;
+    AdamWStep(h, *p.grad, *p.param, *p.m, *p.v);
+    if (p.refresh != nullptr) Convert(*p.param, *p.refresh);
+  }
 }
 
 }  // namespace trellis

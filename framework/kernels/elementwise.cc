@@ -6,6 +6,7 @@
 #include "framework/float16.h"
 #include "framework/host_sync.h"
 #include "framework/kernels/cpu_common.h"
+#include "framework/kernels/layernorm.h"
 
 namespace trellis {
 namespace {
@@ -148,6 +149,8 @@ double SumOfSquares(const std::vector<const Tensor*>& xs) {
   if (xs.empty()) return 0.0;
   TRELLIS_CUDA_DISPATCH(cuda::SumOfSquares(xs), xs.front());
   CountHostWait();
+  // A partial pass per tensor and one finishing pass.
+  trellis_cpu_launches.set_launches(static_cast<int>(xs.size()) + 1);
   double total = 0;
   for (const Tensor* x : xs) total += SumOfSquaresCpu(*x);
   return total;
@@ -173,6 +176,24 @@ void Convert(const Tensor& src, Tensor& dst) {
       << "Convert: " << DTypeName(src.dtype()) << " to "
       << DTypeName(dst.dtype());
   ConvertElements(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel());
+}
+
+void ColumnSumsMany(const std::vector<ColumnSumJob>& jobs) {
+  if (jobs.empty()) return;
+  TRELLIS_CUDA_DISPATCH(cuda::ColumnSumsMany(jobs), jobs.front().dout,
+                        jobs.front().db);
+  for (const ColumnSumJob& job : jobs) {
+    TRELLIS_CHECK(job.dout != nullptr && job.db != nullptr)
+        << "ColumnSumsMany: a job lacks dout or db";
+    if (job.x == nullptr) {
+      BiasBackward(*job.dout, *job.db);
+    } else {
+      TRELLIS_CHECK(job.mean && job.rstd && job.dw)
+          << "ColumnSumsMany: a LayerNorm job lacks mean, rstd or dw";
+      LayerNormBackwardWeight(*job.dout, *job.x, *job.mean, *job.rstd, *job.dw,
+                              *job.db);
+    }
+  }
 }
 
 }  // namespace trellis

@@ -18,6 +18,26 @@ void Scale(Tensor& x, double s);
 void AddBias(const Tensor& bias, Tensor& out);
 // dbias (M) += column sums of dout (N, M).
 void BiasBackward(const Tensor& dout, Tensor& dbias);
+// One job of ColumnSumsMany. A bias gradient: db (M) += column sums of
+// dout (N, M), x, mean, rstd and dw null. A LayerNorm's weight and bias
+// gradients: also x (N, M), mean (N), rstd (N) and dw (M), with
+// dw += column sums of dout · (x - mean) · rstd.
+struct ColumnSumJob {
+  const Tensor* dout = nullptr;
+  const Tensor* x = nullptr;
+  const Tensor* mean = nullptr;
+  const Tensor* rstd = nullptr;
+  Tensor* dw = nullptr;
+  Tensor* db = nullptr;
+};
+// Every job, as BiasBackward or LayerNormBackwardWeight would do it (on the
+// CPU, exactly those calls), all with the same row count N. On CUDA one
+// launch for up to kColumnSumJobs jobs (a block's four bias gradients and
+// two LayerNorms' fit), summed in a fixed order: each block of columns and
+// rows writes a partial, and the last block of a column strip to finish
+// (counted on a per-device counter) adds the strip's partials in order.
+inline constexpr int kColumnSumJobs = 8;
+void ColumnSumsMany(const std::vector<ColumnSumJob>& jobs);
 // Sum of squares of all elements, accumulated in double.
 double SumOfSquares(const Tensor& x);
 // The sum over `xs` (one device) of SumOfSquares, added in order. On CUDA

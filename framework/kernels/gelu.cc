@@ -49,8 +49,8 @@ void GeluForwardCpu(const T* x, int64_t n, T* out) {
 }
 
 // dx (n) += dout · (0.5·(1 + t) + 0.5·x·(1 - t²)·sqrt(2/π)·(1 +
-// 3·0.044715·x²)).
-template <typename T>
+// 3·0.044715·x²)), or = when !kAccumulate (then dx may alias dout).
+template <bool kAccumulate, typename T>
 void GeluBackwardCpu(const T* x, const T* dout, int64_t n, T* dx) {
   const T k = SqrtTwoOverPi<T>(), c3 = static_cast<T>(3 * kGeluCube);
   T t[kChunk];
@@ -64,7 +64,11 @@ void GeluBackwardCpu(const T* x, const T* dout, int64_t n, T* dx) {
       const T du = k * (T{1} + c3 * xi[j] * xi[j]);
       const T local =
           T{0.5} * (T{1} + t[j]) + T{0.5} * xi[j] * (T{1} - t[j] * t[j]) * du;
-      gi[j] += local * di[j];
+      if constexpr (kAccumulate) {
+        gi[j] += local * di[j];
+      } else {
+        gi[j] = local * di[j];
+      }
     }
   }
 }
@@ -93,7 +97,24 @@ void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx) {
       << ShapeString(dout.shape()) << ", dx " << ShapeString(dx.shape());
   DispatchFloat("GeluBackward", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    GeluBackwardCpu(x.data<T>(), dout.data<T>(), x.numel(), dx.data<T>());
+    GeluBackwardCpu<true>(x.data<T>(), dout.data<T>(), x.numel(), dx.data<T>());
+  });
+}
+
+void GeluBackwardWrite(const Tensor& x, const Tensor& dout, Tensor& dx) {
+  const char* kernel = "GeluBackwardWrite";
+  TRELLIS_CUDA_DISPATCH(cuda::GeluBackwardWrite(x, dout, dx), &x, &dout, &dx);
+  RequireCpu(kernel, {&x, &dout, &dx});
+  RequireDType(kernel, x.dtype(), {&dout, &dx});
+  TRELLIS_CHECK(x.shape() == dout.shape() && x.shape() == dx.shape())
+      << kernel << ": x " << ShapeString(x.shape()) << ", dout "
+      << ShapeString(dout.shape()) << ", dx " << ShapeString(dx.shape());
+  TRELLIS_CHECK(x.numel() == 0 || x.raw() != dx.raw())
+      << kernel << ": dx would overwrite x";
+  DispatchFloat(kernel, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    GeluBackwardCpu<false>(x.data<T>(), dout.data<T>(), x.numel(),
+                           dx.data<T>());
   });
 }
 

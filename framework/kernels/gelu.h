@@ -10,6 +10,8 @@ namespace trellis {
 void GeluForward(const Tensor& x, Tensor& out);
 // dx += gelu'(x) · dout.
 void GeluBackward(const Tensor& x, const Tensor& dout, Tensor& dx);
+// dx = gelu'(x) · dout, overwriting dx, which may alias dout (not x).
+void GeluBackwardWrite(const Tensor& x, const Tensor& dout, Tensor& dx);
 
 }  // namespace trellis
 

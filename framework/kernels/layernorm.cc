@@ -71,14 +71,17 @@ void AddLayerNormForwardCpu(const T* a, const T* b, const T* w, const T* bias,
   }
 }
 
-// dx (N, C) += rstd · (g - mean(g) - xhat · mean(g · xhat)), g = dout · w.
+// dx (N, C) = base + rstd · (g - mean(g) - xhat · mean(g · xhat)),
+// g = dout · w; base (N, C) is dx itself to accumulate, or a residual
+// gradient (which may alias dx).
 template <typename T>
 void LayerNormBackwardInputCpu(const T* dout, const T* x, const T* w,
                                const T* mean, const T* rstd, int64_t N,
-                               int64_t C, T* dx) {
+                               int64_t C, const T* base, T* dx) {
   for (int64_t i = 0; i < N; ++i) {
     const T* di = dout + i * C;
     const T* xi = x + i * C;
+    const T* bi = base + i * C;
     T* dxi = dx + i * C;
     const T m = mean[i], s = rstd[i];
     T sum_g[kLanes] = {}, sum_gx[kLanes] = {};
@@ -103,7 +106,7 @@ void LayerNormBackwardInputCpu(const T* dout, const T* x, const T* w,
     gx_mean /= static_cast<T>(C);
     for (int64_t k = 0; k < C; ++k) {
       const T xhat = (xi[k] - m) * s;
-      dxi[k] += s * (di[k] * w[k] - g_mean - xhat * gx_mean);
+      dxi[k] = bi[k] + s * (di[k] * w[k] - g_mean - xhat * gx_mean);
     }
   }
 }
@@ -204,7 +207,32 @@ void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
     using T = decltype(tag);
     LayerNormBackwardInputCpu(dout.data<T>(), x.data<T>(), w.data<T>(),
                               mean.data<T>(), rstd.data<T>(), Rows(x, C), C,
-                              dx.data<T>());
+                              dx.data<T>(), dx.data<T>());
+  });
+}
+
+void LayerNormBackwardInputResidual(const Tensor& dout, const Tensor& x,
+                                    const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& residual,
+                                    Tensor& dx) {
+  const char* kernel = "LayerNormBackwardInputResidual";
+  TRELLIS_CUDA_DISPATCH(cuda::LayerNormBackwardInputResidual(
+                            dout, x, w, mean, rstd, residual, dx),
+                        &dout, &x, &w, &mean, &rstd, &residual, &dx);
+  RequireCpu(kernel, {&dout, &x, &w, &mean, &rstd, &residual, &dx});
+  RequireDType(kernel, x.dtype(), {&dout, &w, &mean, &rstd, &residual, &dx});
+  const int64_t C = CheckShapes(kernel, x, dout, w, mean, rstd);
+  TRELLIS_CHECK(dx.shape() == x.shape() && residual.shape() == x.shape())
+      << kernel << " dx " << ShapeString(dx.shape()) << ", residual "
+      << ShapeString(residual.shape());
+  TRELLIS_CHECK(dx.numel() == 0 ||
+                (dx.raw() != dout.raw() && dx.raw() != x.raw()))
+      << kernel << ": dx aliases dout or x";
+  DispatchFloat(kernel, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    LayerNormBackwardInputCpu(dout.data<T>(), x.data<T>(), w.data<T>(),
+                              mean.data<T>(), rstd.data<T>(), Rows(x, C), C,
+                              residual.data<T>(), dx.data<T>());
   });
 }
 

@@ -24,6 +24,15 @@ void AddLayerNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
 void LayerNormBackwardInput(const Tensor& dout, const Tensor& x,
                             const Tensor& w, const Tensor& mean,
                             const Tensor& rstd, Tensor& dx);
+// dx = residual + dL/dx, OVERWRITING dx: the gradient flowing past the
+// LayerNorm on the residual path plus the one through it, in one pass
+// instead of a copy and an accumulate (the same numbers as
+// dx.CopyFrom(residual) then LayerNormBackwardInput). residual (N, C) may
+// alias dx; neither may alias dout or x.
+void LayerNormBackwardInputResidual(const Tensor& dout, const Tensor& x,
+                                    const Tensor& w, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& residual,
+                                    Tensor& dx);
 // dw += sum(dout * xhat), db += sum(dout), over rows.
 void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
                              const Tensor& mean, const Tensor& rstd, Tensor& dw,

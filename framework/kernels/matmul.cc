@@ -113,21 +113,42 @@ void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,
 }
 
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
-                         WeightLayout layout) {
+                         WeightLayout layout, GradWrite write) {
   const char* kernel = "MatmulBackwardInput";
-  TRELLIS_CUDA_DISPATCH(cuda::MatmulBackwardInput(dout, w, dx, layout), &dout,
-                        &w, &dx);
+  TRELLIS_CUDA_DISPATCH(cuda::MatmulBackwardInput(dout, w, dx, layout, write),
+                        &dout, &w, &dx);
   RequireCpu(kernel, {&dout, &w, &dx});
   RequireDType(kernel, dx.dtype(), {&dout, &w});
   const Dims d = CheckWeight(kernel, dx, w, layout);
   CheckRows(kernel, dx, dout, d);
   const bool in_out = layout == WeightLayout::kInOut;
+  const bool accumulate = write == GradWrite::kAccumulate;
   DispatchFloat(kernel, dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    // dx (N, K) += dout (N, M) @ w^T, w^T being (M, K).
+    // dx (N, K) (+)= dout (N, M) @ w^T, w^T being (M, K).
     Gemm<T>(false, in_out, d.N, d.K, d.M, 1, dout.data<T>(), d.M, w.data<T>(),
-            in_out ? d.M : d.K, 1, dx.data<T>(), d.K);
+            in_out ? d.M : d.K, accumulate ? 1 : 0, dx.data<T>(), d.K);
   });
+}
+
+void MatmulBackwardInputGelu(const Tensor& dout, const Tensor& w,
+                             const Tensor& pre_gelu, Tensor& dpre,
+                             WeightLayout layout) {
+  const char* kernel = "MatmulBackwardInputGelu";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::MatmulBackwardInputGelu(dout, w, pre_gelu, dpre, layout), &dout, &w,
+      &pre_gelu, &dpre);
+  RequireCpu(kernel, {&dout, &w, &pre_gelu, &dpre});
+  RequireDType(kernel, dpre.dtype(), {&dout, &w, &pre_gelu});
+  TRELLIS_CHECK(pre_gelu.shape() == dpre.shape())
+      << kernel << ": pre_gelu " << ShapeString(pre_gelu.shape()) << ", dpre "
+      << ShapeString(dpre.shape());
+  TRELLIS_CHECK(dpre.numel() == 0 || dpre.raw() != pre_gelu.raw())
+      << kernel << ": dpre would overwrite pre_gelu";
+  // Two passes on the CPU: the GEMM writes dout @ w^T into dpre, which the
+  // GELU derivative then scales in place.
+  MatmulBackwardInput(dout, w, dpre, layout, GradWrite::kWrite);
+  GeluBackwardWrite(pre_gelu, dpre, dpre);
 }
 
 void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
@@ -135,6 +156,8 @@ void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
   const char* kernel = "MatmulBackwardWeight";
   TRELLIS_CUDA_DISPATCH(cuda::MatmulBackwardWeight(dout, x, dw, dbias, layout),
                         &dout, &x, &dw, &dbias);
+  // The GEMM, and the add of its epilogue's bias gradient.
+  trellis_cpu_launches.set_launches(dbias.defined() ? 2 : 1);
   RequireCpu(kernel, {&dout, &x, &dw, &dbias});
   RequireDType(kernel, x.dtype(), {&dout, &dw, &dbias});
   const Dims d = CheckWeight(kernel, x, dw, layout);

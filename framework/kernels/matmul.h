@@ -20,11 +20,29 @@ void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
 void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,
                        Tensor& pre_gelu, Tensor& out,
                        WeightLayout layout = WeightLayout::kInOut);
-// dx (N, K) += dout (N, M) @ w^T.
+// Whether a backward GEMM adds into its output (beta = 1, the kernels'
+// convention) or overwrites it (beta = 0): a caller whose gradient buffer
+// holds nothing yet asks for kWrite instead of zero-filling it first.
+enum class GradWrite { kAccumulate, kWrite };
+
+// dx (N, K) += dout (N, M) @ w^T, or = with GradWrite::kWrite (then dx's
+// previous content, even NaN, is ignored).
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
-                         WeightLayout layout = WeightLayout::kInOut);
+                         WeightLayout layout = WeightLayout::kInOut,
+                         GradWrite write = GradWrite::kAccumulate);
+// The input gradient of a layer whose output went through GELU:
+// dpre (N, K) = (dout (N, M) @ w^T) · gelu'(pre_gelu), pre_gelu (N, K) being
+// what MatmulForwardGelu kept. OVERWRITES dpre (pre_gelu and dpre distinct).
+// Equals MatmulBackwardInput into a zeroed buffer then GeluBackward into a
+// zeroed dpre. CPU: the GEMM with beta 0, then the GELU derivative in place.
+// CUDA: cuBLASLt's DGELU epilogue (the unfused pair where it does not
+// apply).
+void MatmulBackwardInputGelu(const Tensor& dout, const Tensor& w,
+                             const Tensor& pre_gelu, Tensor& dpre,
+                             WeightLayout layout = WeightLayout::kInOut);
 // dw += x^T @ dout (or its transpose for kOutIn); dbias (may be undefined)
-// += column sums of dout.
+// += column sums of dout. CUDA: the bias gradient comes from the GEMM's
+// epilogue (cuBLASLt BGRADA/BGRADB) into float32 scratch, then one add.
 void MatmulBackwardWeight(const Tensor& dout, const Tensor& x, Tensor& dw,
                           Tensor& dbias,
                           WeightLayout layout = WeightLayout::kInOut);

@@ -50,19 +50,25 @@ StepReport Optimizer::Step(Communicator& tp, Communicator& pp) {
     scale = config_.grad_clip / (report.grad_norm + 1e-6);
   }
   ++step_;
+  AdamWHyper hyper;
+  hyper.lr = report.lr;
+  hyper.beta1 = config_.beta1;
+  hyper.beta2 = config_.beta2;
+  hyper.eps = config_.eps;
+  hyper.step = step_;
+  hyper.grad_scale = scale;
+  // One multi-tensor step, which also rounds each float32 master into its
+  // bfloat16 value (RefreshFromMaster's work).
   const std::vector<Parameter*>& all = params_.all();
+  std::vector<AdamWTensors> tensors;
+  tensors.reserve(all.size());
   for (size_t i = 0; i < all.size(); ++i) {
-    AdamWHyper hyper;
-    hyper.lr = report.lr;
-    hyper.beta1 = config_.beta1;
-    hyper.beta2 = config_.beta2;
-    hyper.eps = config_.eps;
-    hyper.weight_decay = all[i]->decay ? config_.weight_decay : 0.0;
-    hyper.step = step_;
-    hyper.grad_scale = scale;
-    AdamWStep(hyper, all[i]->grad, all[i]->weights(), m_[i], v_[i]);
-    RefreshFromMaster(*all[i]);
+    Parameter& p = *all[i];
+    tensors.push_back(AdamWTensors{&p.grad, &p.weights(), &m_[i], &v_[i],
+                                   p.decay ? config_.weight_decay : 0.0,
+                                   p.master.defined() ? &p.value : nullptr});
   }
+  AdamWStepMany(hyper, tensors);
   return report;
 }
 

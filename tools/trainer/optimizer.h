@@ -8,7 +8,8 @@
 // not reduced over dp. Weight decay applies to 2-D weights only.
 //
 // AdamW steps each parameter's full-precision weights (the float32 master
-// of a bfloat16 value, which is then refreshed from it).
+// of a bfloat16 value, which is then refreshed from it), all parameters in
+// one multi-tensor call (AdamWStepMany: one launch per 256 on a GPU).
 // Moments are float32 and follow the parameters' shapes (and so the layout);
 // checkpoints store them whole under the parameters' logical names.
 #ifndef TRELLIS_TOOLS_TRAINER_OPTIMIZER_H_
