@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config git
+  build-essential cmake ninja-build pkg-config git ccache
   libabsl-dev libgtest-dev libgmock-dev
   libhdf5-dev hdf5-tools
   libopenmpi-dev openmpi-bin
