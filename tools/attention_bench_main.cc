@@ -52,6 +52,7 @@
 
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
+#include "tools/trainer/program_help.h"
 #endif
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
@@ -434,6 +435,10 @@ int main(int argc, char** argv) {
       "trellis-attention-bench [--device=cuda --paths=simt,mma "
       "--shapes=gpt2-124m,8x1024x12x64 --json=FILE]: times causal attention "
       "forward and forward+backward per path");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr,

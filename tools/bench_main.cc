@@ -32,6 +32,7 @@
 #include "tools/bench/bench_config.h"
 #include "tools/bench/bench_device.h"
 #include "tools/bench/bench_report.h"
+#include "tools/trainer/program_help.h"
 #include "tools/trainer/trainer.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
@@ -240,6 +241,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trellis-bench [--device=cpu|cuda --preset=gpt2-124m ...]: times a "
       "training step against the device's GEMM rate and peak");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   const absl::Status status =
       trellis::Bench(trellis::FlagsFromCommandLine(positional));

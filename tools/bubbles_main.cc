@@ -26,6 +26,7 @@
 #include "tools/bubbles/analysis.h"
 #include "tools/bubbles/report.h"
 #include "tools/bubbles/trace_file.h"
+#include "tools/trainer/program_help.h"
 
 ABSL_FLAG(bool, json, false, "print the figures as JSON");
 ABSL_FLAG(std::string, svg, "",
@@ -118,6 +119,10 @@ int Main(int argc, char** argv) {
       "  trellis-bubbles TRACE_DIR [--json] [--svg=FILE]\n"
       "  trellis-bubbles --plan --schedule=S --pp=P --microbatches=M "
       "[--virtual_stages=V] [--costs=F,B,W] [--json] [--svg=FILE]");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   auto fail = [](const absl::Status& status) {
     std::fprintf(stderr, "trellis-bubbles: error: %s\n",

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/optimizer.h"
+#include "tools/trainer/program_help.h"
 #include "transformer/gpt_parameters.h"
 
 ABSL_FLAG(int64_t, n_layer, 24, "transformer blocks");
@@ -95,6 +96,10 @@ void Clear(const ParameterSet& params, Optimizer& optimizer) {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trellis-checkpoint_bench --dir=SCRATCH [--flagfile=configs/...]");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) {

@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/convert/convert.h"
+#include "tools/trainer/program_help.h"
 
 ABSL_FLAG(std::string, input, "",
           "a Hugging Face directory (model.safetensors + config.json), an "
@@ -101,6 +102,10 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "converts GPT-2 checkpoints: trellis-convert --input IN --to "
       "hf|llmc|trellis|shards --output OUT");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<ConvertOptions> options = OptionsFromFlags();
   absl::StatusOr<ConvertSummary> summary =

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/bootstrap.h"
 #include "tools/trainer/option_flags.h"
+#include "tools/trainer/program_help.h"
 #include "tools/trainer/trainer.h"
 
 ABSL_FLAG(std::string, load, "",
@@ -83,6 +84,10 @@ int Main(int argc, char** argv) {
   MpiRuntime runtime(&argc, &argv);
   absl::SetProgramUsageMessage(
       "trellis-eval --load CKPT --data FILE.h5 [--max_windows N]");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   int64_t windows = 0;
   const absl::StatusOr<double> loss = Evaluate(runtime, &windows);

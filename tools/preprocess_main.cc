@@ -45,6 +45,7 @@
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "framework/status.h"
+#include "tools/trainer/program_help.h"
 
 ABSL_FLAG(std::string, input, "",
           "comma-separated text files to tokenize, in order");
@@ -504,6 +505,10 @@ int main(int argc, char** argv) {
       "tokenizes text into a token file for trellis-train.\n"
       "  trellis-preprocess --input=a.txt,b.txt --output=data.h5 "
       "--tokenizer=gpt2 [--split=file|line|blank_line]");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
     std::fprintf(stderr,

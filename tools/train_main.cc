@@ -16,6 +16,7 @@
 #include "parallel/bootstrap.h"
 #include "tools/trainer/layout_report.h"
 #include "tools/trainer/option_flags.h"
+#include "tools/trainer/program_help.h"
 #include "tools/trainer/stop_signals.h"
 #include "tools/trainer/trainer.h"
 
@@ -56,6 +57,10 @@ int Main(int argc, char** argv) {
   MpiRuntime runtime(&argc, &argv);
   absl::SetProgramUsageMessage(
       "trains a GPT; see README.md. Launch under mpirun for dp/tp/pp > 1.");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
   absl::ParseCommandLine(argc, argv);
   const bool root = runtime.world_rank() == 0;
   auto fail = [&](const absl::Status& status, bool agreed) {

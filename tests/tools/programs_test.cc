@@ -26,6 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 struct ProgramResult {
@@ -345,6 +346,42 @@ TEST_F(ProgramsTest, PreprocessBadInput) {
   // None of the failures left an output file behind.
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+// Every program's --help lists its own flags with their defaults and
+// descriptions, grouped, and exits 0; trellis-train's lists every option.
+TEST_F(ProgramsTest, EveryProgramExplainsItsFlags) {
+  struct Case {
+    const char* program;
+    std::vector<std::string> shown;
+  };
+  const std::vector<Case> cases = {
+      {"train",
+       {"model:", "data:", "batch:", "optimization:", "checkpoints:",
+        "logging:", "layout:", "device:", "this program:", "--n_layer=4",
+        "--global_batch_size=32", "--beta2=0.95", "--resume=''",
+        "--trace_steps=''", "--schedule=1f1b", "--attention=cudnn",
+        "--stop_signals=USR1,TERM", "peak learning rate"}},
+      {"eval", {"--load=''", "--max_windows=0", "--tp=1", "layout:"}},
+      {"bench", {"--preset=''", "--profile=false", "--steps=5"}},
+      {"preprocess", {"--input", "--output", "--tokenizer"}},
+      {"convert", {"--from", "--to"}},
+      {"bubbles", {"--plan"}},
+      {"checkpoint-bench", {"--dir"}},
+      {"attention-bench", {"--paths", "--shapes"}},
+  };
+  for (const Case& c : cases) {
+    for (const char* ask : {"--help", "-h"}) {
+      const ProgramResult r = RunProgram(c.program, {ask}, dir_);
+      const std::string what = Describe(c.program, {ask}, r);
+      EXPECT_TRUE(r.exited && r.exit_code == 0) << what;
+      EXPECT_THAT(r.out, Not(HasSubstr("No flags matched"))) << what;
+      EXPECT_THAT(r.out, HasSubstr("--flagfile=FILE")) << what;
+      for (const std::string& text : c.shown) {
+        EXPECT_THAT(r.out, HasSubstr(text)) << what;
+      }
+    }
+  }
 }
 
 }  // namespace
