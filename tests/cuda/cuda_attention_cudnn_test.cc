@@ -40,9 +40,8 @@ using cuda_test::Rounded;
 using cuda_test::ToDevice;
 using cuda_test::ToHost;
 
-struct Case {
-  int64_t B, T, H, D;
-};
+using Case = cuda_test::AttentionCase;
+using cuda_test::ReferenceLse;
 
 // Whether the current device can run cuDNN's fused attention at all.
 bool CudnnCapableDevice() {
@@ -54,25 +53,6 @@ bool CudnnCapableDevice() {
     return false;
   }
   return major >= 8;
-}
-
-// log Σ_{j <= t} exp(q_t · k_j / sqrt(D)) for one (b, h, t), in float64.
-double ReferenceLse(const Tensor& qkv, const Case& c, int64_t b, int64_t h,
-                    int64_t t) {
-  const float* x = qkv.data<float>();
-  const int64_t C = c.H * c.D;
-  const float* q = x + (b * c.T + t) * 3 * C + h * c.D;
-  std::vector<double> s(t + 1);
-  for (int64_t j = 0; j <= t; ++j) {
-    const float* k = x + (b * c.T + j) * 3 * C + C + h * c.D;
-    double dot = 0;
-    for (int64_t d = 0; d < c.D; ++d) dot += double{q[d]} * k[d];
-    s[j] = dot / std::sqrt(static_cast<double>(c.D));
-  }
-  const double m = *std::max_element(s.begin(), s.end());
-  double sum = 0;
-  for (double v : s) sum += std::exp(v - m);
-  return m + std::log(sum);
 }
 
 // max |scale_a · a - b| / max |b| over columns [part·C, (part + 1)·C) of

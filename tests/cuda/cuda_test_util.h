@@ -11,8 +11,11 @@
 #ifndef TRELLIS_TESTS_CUDA_CUDA_TEST_UTIL_H_
 #define TRELLIS_TESTS_CUDA_CUDA_TEST_UTIL_H_
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "framework/cuda/cuda_device.h"
 #include "framework/cuda/cuda_kernels.h"
@@ -98,6 +101,32 @@ class DTypeTest : public ::testing::TestWithParam<DType> {
   Tensor DevEmpty(Shape shape) { return Tensor::Empty(shape, dtype(), Gpu()); }
   Tensor F32(Shape shape) { return Tensor::Empty(shape, DType::kF32, Gpu()); }
 };
+
+// One causal attention problem: batch, sequence, heads, head width.
+struct AttentionCase {
+  int64_t B, T, H, D;
+};
+
+// log Σ_{j <= t} exp(q_t · k_j / sqrt(D)) for one (b, h, t) of a packed
+// (B, T, 3·H·D) float32 CPU qkv, in float64: the row log-sum-exp every
+// attention path saves.
+inline double ReferenceLse(const Tensor& qkv, const AttentionCase& c, int64_t b,
+                           int64_t h, int64_t t) {
+  const float* x = qkv.data<float>();
+  const int64_t C = c.H * c.D;
+  const float* q = x + (b * c.T + t) * 3 * C + h * c.D;
+  std::vector<double> s(t + 1);
+  for (int64_t j = 0; j <= t; ++j) {
+    const float* k = x + (b * c.T + j) * 3 * C + C + h * c.D;
+    double dot = 0;
+    for (int64_t d = 0; d < c.D; ++d) dot += double{q[d]} * k[d];
+    s[j] = dot / std::sqrt(static_cast<double>(c.D));
+  }
+  const double m = *std::max_element(s.begin(), s.end());
+  double sum = 0;
+  for (double v : s) sum += std::exp(v - m);
+  return m + std::log(sum);
+}
 
 }  // namespace cuda_test
 }  // namespace trellis
