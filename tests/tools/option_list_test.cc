@@ -74,6 +74,7 @@ TrainOptions Unusual() {
   o.loss_chunk_rows = 77;
   o.gpu_comm = DeviceTransport::kHostStaged;
   o.memory_budget_gb = 1.5;
+  o.peak_tflops = 123.5;
   return o;
 }
 
@@ -93,7 +94,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     EXPECT_NE(line_a, line_b) << "an option kept its default";
     ++lines;
   }
-  EXPECT_EQ(lines, 42);  // 4 model + 23 run + 15 layout and device options
+  EXPECT_EQ(lines, 43);  // 4 model + 23 run + 16 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -139,18 +139,4 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   return c;
 }
 
-std::optional<double> KnownPeakTflops(const std::string& device_name) {
-  const auto has = [&](const char* part) {
-    return absl::StrContains(device_name, part);
-  };
-  // NVL boards and the Grace Hopper superchip run at other clocks and
-  // power limits; their peaks are not in this table.
-  if (has("NVL") || has("GH200")) return std::nullopt;
-  if (has("H100") && has("PCIe")) return 756;
-  // "NVIDIA H100 80GB HBM3" is the SXM5 board.
-  if (has("H100") && (has("SXM") || has("HBM3"))) return 989;
-  if (has("H200")) return 989;
-  return std::nullopt;
-}
-
 }  // namespace trellis

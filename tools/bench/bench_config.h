@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/trainer/options.h"
+#include "tools/trainer/peak_flops.h"
 
 namespace trellis {
 
@@ -58,12 +59,6 @@ struct BenchConfig {
 //    on CUDA.
 // The training options are validated as the trainer will (one rank).
 absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& flags);
-
-// The dense (no sparsity) bfloat16 tensor-core peak of a GPU, in TFLOP/s,
-// from its CUDA device name: H100 SXM 989, H100 PCIe 756, H200 989.
-// nullopt for any other device (H100 NVL, H200 NVL and GH200 included),
-// whose peak the user must give.
-std::optional<double> KnownPeakTflops(const std::string& device_name);
 
 }  // namespace trellis
 

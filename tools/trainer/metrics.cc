@@ -13,8 +13,12 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
       "step %5d/%d | loss %.4f | lr %.2e | grad_norm %.3f | %.1f ms | "
       "%.0f tok/s",
       m.step, total_steps, m.loss, m.lr, m.grad_norm, m.ms, m.tokens_per_s);
-  if (m.mfu > 0)
+  if (m.model_tflops > 0) {
+    absl::StrAppend(&line, absl::StrFormat(" | %.3g TFLOP/s", m.model_tflops));
+  }
+  if (m.mfu > 0) {
     absl::StrAppend(&line, absl::StrFormat(" | mfu %.1f%%", 100 * m.mfu));
+  }
   if (m.bubble_theory > 0 || m.bubble > 0) {
     absl::StrAppend(&line,
                     absl::StrFormat(" | bubble %.1f%% (theory %.1f%%)",
@@ -51,6 +55,7 @@ void MetricsWriter::Write(const StepMetrics& m) {
                       {"grad_norm", m.grad_norm},
                       {"tokens_per_s", m.tokens_per_s},
                       {"ms", m.ms},
+                      {"model_tflops", m.model_tflops},
                       {"mfu", m.mfu},
                       {"bubble", m.bubble},
                       {"bubble_theory", m.bubble_theory},

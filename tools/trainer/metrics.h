@@ -19,8 +19,9 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;
-  double ms = 0;      // Wall time of the step.
-  double mfu = 0;     // Model FLOPs utilization, 0 when no peak is known.
+  double ms = 0;            // Wall time of the step.
+  double model_tflops = 0;  // Model FLOPs of the step / its time, all ranks.
+  double mfu = 0;     // model_tflops / (ranks × peak per rank); 0: no peak.
   double bubble = 0;  // Measured pipeline bubble (worst stage).
   double bubble_theory = 0;
   double dp_wait_ms = 0;  // Time spent waiting on data-parallel buckets.

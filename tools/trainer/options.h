@@ -97,7 +97,11 @@ namespace trellis {
     "host memory over MPI; ranks may share a GPU)")                          \
   X(Device, double, memory_budget_gb, 0,                                     \
     "GiB the run may allocate on its device (0: the device's free memory, "  \
-    "or physical memory on CPU)")
+    "or physical memory on CPU)")                                            \
+  X(Device, double, peak_tflops, 0,                                          \
+    "per-rank peak in TFLOP/s that MFU is measured against (0: the dense "   \
+    "bf16 peak of an H100, H200 or A100; on cpu a float32 GEMM measured at " \
+    "start)")
 
 struct TrainOptions {
   // Model (vocab_size comes from the data file).

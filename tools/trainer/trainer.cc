@@ -10,6 +10,7 @@
 #include "framework/device_info.h"
 #include "framework/memory_arena.h"
 #include "parallel/schedule.h"
+#include "tools/trainer/peak_flops.h"
 
 namespace trellis {
 namespace {
@@ -106,6 +107,7 @@ absl::Status Trainer::Build(DType dtype) {
       dtype = DType::kBF16;
     }
   }
+  MeasurePeak();
   // Kernels run after the host queued them: time the pipeline on the device.
   device_clock_ = NewDeviceTraceClock(device_);
   if (!o.trace_dir.empty()) {
@@ -161,6 +163,24 @@ absl::Status Trainer::Build(DType dtype) {
     TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file));
   }
   return absl::OkStatus();
+}
+
+void Trainer::MeasurePeak() {
+  const PeakFlops peak = PeakFlopsOf(device_, options_.peak_tflops);
+  // A rank that knows no peak turns MFU off for all; otherwise the mean
+  // (CPU ranks each measure their own share of the machine).
+  const double mean =
+      AllReduceScalar(*groups_.world, peak.flops_per_s, ReduceOp::kAvg);
+  const bool unknown =
+      AllReduceScalar(*groups_.world, peak.flops_per_s > 0 ? 0.0 : 1.0,
+                      ReduceOp::kMax) > 0;
+  peak_flops_per_rank_ = unknown ? 0.0 : mean;
+  if (groups_.world->rank() == 0) {
+    std::printf("mfu against: %s (rank 0); %.2f TFLOP/s per rank (mean)%s\n",
+                peak.what.c_str(), peak_flops_per_rank_ / 1e12,
+                unknown ? ", not reported: a rank knows no peak" : "");
+    std::fflush(stdout);
+  }
 }
 
 absl::Status Trainer::PlanMemory(size_t available,
@@ -298,6 +318,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   m.tokens_per_s =
       static_cast<double>(options_.global_batch_size * options_.model.seq_len) /
       (m.ms / 1e3);
+  const double model_flops =
+      options_.model.TrainingFlopsPerToken() *
+      static_cast<double>(options_.global_batch_size * options_.model.seq_len);
+  m.model_tflops = model_flops / (m.ms / 1e3) / 1e12;
+  m.mfu = peak_flops_per_rank_ > 0
+              ? model_flops / (m.ms / 1e3) /
+                    (peak_flops_per_rank_ * groups_.world->size())
+              : 0.0;
   losses_.push_back(m.loss);
   if (trace != nullptr) TRELLIS_RETURN_IF_ERROR(tracer_->EndStep(start));
   return m;

@@ -91,6 +91,9 @@ class Trainer {
   absl::Status Resume(const std::string& dir);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
+  // Sets peak_flops_per_rank_ (PeakFlopsOf, agreed over the ranks) and
+  // says on rank 0 what MFU is measured against.
+  void MeasurePeak();
 
   TrainOptions options_;
   ProcessGroups groups_;
@@ -113,6 +116,8 @@ class Trainer {
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<Optimizer> optimizer_;
   MetricsWriter metrics_;
+  // MFU's yardstick: FLOP/s of one rank's device; 0 when unknown.
+  double peak_flops_per_rank_ = 0;
   std::vector<double> losses_;
   std::function<bool()> stop_check_;
 };
