@@ -14,7 +14,7 @@ namespace {
 
 constexpr char kTag[] = "xsum64";
 constexpr int64_t kMinChunk = int64_t{1} << 20;
-constexpr int64_t kMaxSums = 4096;
+constexpr int64_t kMaxSums = 2048;
 
 // SplitMix64's finalizer: every input bit reaches every output bit.
 uint64_t Mix(uint64_t x) {

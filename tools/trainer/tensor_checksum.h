@@ -38,8 +38,8 @@ struct TensorChecksum {
   std::vector<uint64_t> sums;  // One per chunk.
 
   // All zero sums, for a tensor of `elements` elements: the chunk is 2^20
-  // elements, larger for tensors over 2^32 elements so the attribute stays
-  // under 4096 sums.
+  // elements, larger for tensors over 2^31 elements so the attribute stays
+  // under 2048 sums.
   static TensorChecksum Zero(int64_t elements);
   // Adds the terms of `count` stored elements of type `stored` (kF32, kF16
   // or kBF16) whose first logical index is `first`.
