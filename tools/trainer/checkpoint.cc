@@ -58,22 +58,6 @@ struct Checksums {
   std::vector<TensorChecksum> model, exp_avg, exp_avg_sq;
 };
 
-std::vector<TensorChecksum> ChecksumsOf(const std::vector<TensorShard>& shards,
-                                        DType stored) {
-  std::vector<TensorChecksum> sums;
-  for (const TensorShard& s : shards) {
-    sums.push_back(ShardChecksum(s.spec, s.tensor, stored));
-  }
-  return sums;
-}
-
-// Computed before the writers take their turns, so they hash at once.
-Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype) {
-  return {ChecksumsOf(mine.model, model_dtype),
-          ChecksumsOf(mine.exp_avg, DType::kF32),
-          ChecksumsOf(mine.exp_avg_sq, DType::kF32)};
-}
-
 absl::StatusOr<hdf5::File> OpenForDefining(const fs::path& path, bool create) {
   if (!create) {
     return hdf5::File::Open(path.string(), hdf5::OpenMode::kReadWrite);
@@ -314,6 +298,29 @@ absl::Status ParallelReads(size_t n,
   worker();
   for (std::thread& t : threads) t.join();
   return first;
+}
+
+// This rank's checksum parts, computed before the writers take their turns
+// (so all writers hash at once), on the read threads.
+Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype) {
+  Checksums sums;
+  std::vector<std::tuple<const TensorShard*, DType, TensorChecksum*>> work;
+  for (const auto& [shards, out, stored] :
+       {std::tuple(&mine.model, &sums.model, model_dtype),
+        std::tuple(&mine.exp_avg, &sums.exp_avg, DType::kF32),
+        std::tuple(&mine.exp_avg_sq, &sums.exp_avg_sq, DType::kF32)}) {
+    out->resize(shards->size());
+    for (size_t i = 0; i < shards->size(); ++i) {
+      work.emplace_back(&(*shards)[i], stored, &(*out)[i]);
+    }
+  }
+  const absl::Status done = ParallelReads(work.size(), [&](size_t k) {
+    const auto& [shard, stored, out] = work[k];
+    *out = ShardChecksum(shard->spec, shard->tensor, stored);
+    return absl::OkStatus();
+  });
+  TRELLIS_CHECK(done.ok()) << done;
+  return sums;
 }
 
 // Counts in *unverified the tensors read that carry no checksums.
