@@ -7,9 +7,10 @@
 // ones before. eval_loss is the mean over all predicted tokens of the first
 // --max_windows windows (all windows when 0). It prints `eval_loss <value>`
 // and one JSON line. Under mpirun it evaluates in any --dp/--tp/--pp layout
-// and gives the same value.
+// and gives the same value. A loss that is NaN or infinite exits 1.
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -104,6 +105,16 @@ int Main(int argc, char** argv) {
                               {"checkpoint", absl::GetFlag(FLAGS_load)},
                               {"data", absl::GetFlag(FLAGS_data)}};
     std::printf("%s\n", j.dump().c_str());
+  }
+  if (!std::isfinite(*loss)) {
+    // Every rank holds the same reduced loss, so all exit together.
+    if (runtime.world_rank() == 0) {
+      std::fprintf(stderr,
+                   "trellis-eval: error: the loss is %f, not finite; the "
+                   "weights or the data hold NaN or infinity\n",
+                   *loss);
+    }
+    return 1;
   }
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tests/tools/tools_test_util.h"
+#include "tools/trainer/shard_io.h"
 
 extern char** environ;
 
@@ -258,6 +259,46 @@ TEST_F(ProgramsTest, EvalSucceedsThenRefusesBadFiles) {
   const std::string text = dir_ + "/text.h5";
   std::ofstream(text) << "plain text\n";
   ExpectError("eval", {"--load=" + ckpt, "--data=" + text}, {text});
+}
+
+// Flips one byte in the middle of tensor `path`'s data in `file`.
+void FlipTensorByte(const std::string& file, const std::string& path) {
+  int64_t at = 0;
+  {
+    absl::StatusOr<TensorFileReader> r = TensorFileReader::Open(file);
+    ASSERT_TRUE(r.ok()) << r.status();
+    absl::StatusOr<TensorLocation> where = r->Locate(path);
+    ASSERT_TRUE(where.ok() && where->offset > 0) << where.status();
+    at = where->offset + NumElements(where->shape) * 2 + 1;
+  }
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(at);
+  const char c = static_cast<char>(f.get() ^ 0x10);
+  f.seekp(at);
+  f.put(c);
+}
+
+// A corrupt tensor stops eval, resume and convert, naming the tensor.
+TEST_F(ProgramsTest, CorruptCheckpointTensorsAreRefusedByName) {
+  const std::string step = MakeCheckpoint() + "/step_00000002";
+  const std::string model = step + "/model.h5";
+  const std::string copy = dir_ + "/model.h5.good";
+  fs::copy_file(model, copy);
+  FlipTensorByte(model, "h.0.mlp.c_fc.weight");
+  const std::vector<std::string> names = {model, "h.0.mlp.c_fc.weight",
+                                          "checksum"};
+  ExpectError("eval", {"--load=" + step, "--data=" + byte_data_}, names);
+  Train({"--resume=" + step}, names);
+  ExpectError("convert",
+              {"--input=" + step, "--output=" + dir_ + "/hf", "--to=hf"},
+              names);
+  fs::copy_file(copy, model, fs::copy_options::overwrite_existing);
+  const std::string opt = step + "/optimizer.h5";
+  FlipTensorByte(opt, "exp_avg_sq/wte");
+  Train({"--resume=" + step}, {opt, "exp_avg_sq/wte"});
+  ExpectError("convert",
+              {"--input=" + step, "--output=" + dir_ + "/t", "--to=trellis"},
+              {opt, "exp_avg_sq/wte"});
 }
 
 TEST_F(ProgramsTest, TrainNonsenseFlags) {

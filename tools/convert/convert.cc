@@ -99,6 +99,7 @@ absl::StatusOr<Input> ReadTrellis(const ConvertOptions& o, bool moments,
   for (size_t i = 0; i < all.size(); ++i) {
     // One tensor at a time, so the bar moves.
     CheckpointShards one;
+    one.note_unverified = i == 0;  // Said once for the file, not per tensor.
     const ShardSpec spec = ShardSpec::Replicated(all[i].shape);
     one.model.push_back(
         {all[i].name, spec, Tensor::Empty(all[i].shape, DType::kF32)});

@@ -53,6 +53,11 @@ struct Locations {
   std::vector<TensorLocation> model, exp_avg, exp_avg_sq;
 };
 
+// This rank's parts of the checksums of the tensors it writes, by shard.
+struct Checksums {
+  std::vector<TensorChecksum> model, exp_avg, exp_avg_sq;
+};
+
 absl::StatusOr<hdf5::File> OpenForDefining(const fs::path& path, bool create) {
   if (!create) {
     return hdf5::File::Open(path.string(), hdf5::OpenMode::kReadWrite);
@@ -63,14 +68,18 @@ absl::StatusOr<hdf5::File> OpenForDefining(const fs::path& path, bool create) {
 }
 
 // Defines the datasets of this rank's shards (this rank's turn).
+// and adds this rank's parts to their checksums.
 absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
-                          DType model_dtype, bool create, Locations* out) {
+                          const Checksums& sums, DType model_dtype, bool create,
+                          Locations* out) {
   TRELLIS_ASSIGN_OR_RETURN(hdf5::File model,
                            OpenForDefining(dir / kModelFile, create));
-  for (const TensorShard& s : mine.model) {
+  for (size_t i = 0; i < mine.model.size(); ++i) {
+    const TensorShard& s = mine.model[i];
     TRELLIS_ASSIGN_OR_RETURN(
         TensorLocation where,
         DefineTensor(model, s.name, s.spec.logical_shape, model_dtype));
+    TRELLIS_RETURN_IF_ERROR(AddChecksum(model, where, sums.model[i]));
     out->model.push_back(std::move(where));
   }
   TRELLIS_RETURN_IF_ERROR(model.Close());
@@ -83,13 +92,16 @@ absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
   }
   // All first moments, then all second moments: the order they are written
   // and read in, so the file is walked sequentially.
-  for (const auto& [kind, shards, locations] :
-       {std::tuple("exp_avg", &mine.exp_avg, &out->exp_avg),
-        std::tuple("exp_avg_sq", &mine.exp_avg_sq, &out->exp_avg_sq)}) {
-    for (const TensorShard& s : *shards) {
+  for (const auto& [kind, shards, partial, locations] :
+       {std::tuple("exp_avg", &mine.exp_avg, &sums.exp_avg, &out->exp_avg),
+        std::tuple("exp_avg_sq", &mine.exp_avg_sq, &sums.exp_avg_sq,
+                   &out->exp_avg_sq)}) {
+    for (size_t i = 0; i < shards->size(); ++i) {
+      const TensorShard& s = (*shards)[i];
       TRELLIS_ASSIGN_OR_RETURN(TensorLocation where,
                                DefineTensor(opt, MomentPath(kind, s.name),
                                             s.spec.logical_shape, DType::kF32));
+      TRELLIS_RETURN_IF_ERROR(AddChecksum(opt, where, (*partial)[i]));
       locations->push_back(std::move(where));
     }
   }
@@ -288,8 +300,33 @@ absl::Status ParallelReads(size_t n,
   return first;
 }
 
+// This rank's checksum parts, computed before the writers take their turns
+// (so all writers hash at once), on the read threads.
+Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype) {
+  Checksums sums;
+  std::vector<std::tuple<const TensorShard*, DType, TensorChecksum*>> work;
+  for (const auto& [shards, out, stored] :
+       {std::tuple(&mine.model, &sums.model, model_dtype),
+        std::tuple(&mine.exp_avg, &sums.exp_avg, DType::kF32),
+        std::tuple(&mine.exp_avg_sq, &sums.exp_avg_sq, DType::kF32)}) {
+    out->resize(shards->size());
+    for (size_t i = 0; i < shards->size(); ++i) {
+      work.emplace_back(&(*shards)[i], stored, &(*out)[i]);
+    }
+  }
+  const absl::Status done = ParallelReads(work.size(), [&](size_t k) {
+    const auto& [shard, stored, out] = work[k];
+    *out = ShardChecksum(shard->spec, shard->tensor, stored);
+    return absl::OkStatus();
+  });
+  TRELLIS_CHECK(done.ok()) << done;
+  return sums;
+}
+
+// Counts in *unverified the tensors read that carry no checksums.
 absl::Status ReadShardsOf(const TensorFileReader& file,
-                          std::vector<TensorShard>& shards, const char* kind) {
+                          std::vector<TensorShard>& shards, const char* kind,
+                          int64_t* unverified) {
   // Locate every tensor first (HDF5 metadata, one thread), then read the
   // raw bytes in parallel; tensors HDF5 must read go on this thread.
   std::vector<TensorLocation> where;
@@ -305,6 +342,7 @@ absl::Status ReadShardsOf(const TensorFileReader& file,
     }
     TRELLIS_RETURN_IF_ERROR(found.status());
     where.push_back(*std::move(found));
+    if (!where.back().checksum.has_value()) ++*unverified;
     if (where.back().offset >= 0) {
       raw.push_back(i);
     } else {
@@ -356,6 +394,8 @@ absl::Status SaveShards(const std::string& save_dir_name,
   // Writers define their datasets in turns: serial HDF5 allows one writer
   // per file at a time. Defining is metadata only.
   const std::vector<bool> writers = WriterFlags(world, writer);
+  const Checksums sums =
+      writer ? ChecksumsOf(mine, options.model_dtype) : Checksums();
   Locations where;
   bool create = true;
   for (int r = 0; r < world.size(); ++r) {
@@ -363,7 +403,7 @@ absl::Status SaveShards(const std::string& save_dir_name,
     absl::Status mine_status;
     if (r == world.rank()) {
       mine_status =
-          DefineShards(tmp, mine, options.model_dtype, create, &where);
+          DefineShards(tmp, mine, sums, options.model_dtype, create, &where);
     }
     TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(world, mine_status));
     create = false;
@@ -466,7 +506,15 @@ absl::Status LoadShards(const std::string& dir, CheckpointShards& mine) {
   TRELLIS_ASSIGN_OR_RETURN(
       TensorFileReader model,
       TensorFileReader::Open((base / kModelFile).string()));
-  TRELLIS_RETURN_IF_ERROR(ReadShardsOf(model, mine.model, nullptr));
+  int64_t unverified = 0;
+  TRELLIS_RETURN_IF_ERROR(
+      ReadShardsOf(model, mine.model, nullptr, &unverified));
+  if (unverified > 0 && mine.note_unverified) {
+    std::fprintf(stderr,
+                 "checkpoint: %s has no tensor checksums (written before "
+                 "checkpoints carried them); its bytes are not verified\n",
+                 model.file_name().c_str());
+  }
   if (!mine.has_optimizer()) return absl::OkStatus();
   if (!HasOptimizerState(dir)) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -477,8 +525,10 @@ absl::Status LoadShards(const std::string& dir, CheckpointShards& mine) {
   TRELLIS_ASSIGN_OR_RETURN(
       TensorFileReader opt,
       TensorFileReader::Open((base / kOptimizerFile).string()));
-  TRELLIS_RETURN_IF_ERROR(ReadShardsOf(opt, mine.exp_avg, "exp_avg"));
-  TRELLIS_RETURN_IF_ERROR(ReadShardsOf(opt, mine.exp_avg_sq, "exp_avg_sq"));
+  TRELLIS_RETURN_IF_ERROR(
+      ReadShardsOf(opt, mine.exp_avg, "exp_avg", &unverified));
+  TRELLIS_RETURN_IF_ERROR(
+      ReadShardsOf(opt, mine.exp_avg_sq, "exp_avg_sq", &unverified));
   TRELLIS_ASSIGN_OR_RETURN(mine.optimizer_step,
                            opt.hdf5().ReadInt64Attribute("step"));
   return absl::OkStatus();

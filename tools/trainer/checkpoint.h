@@ -25,6 +25,12 @@
 // Loading: every rank reads just the slices its layout needs, of the model
 // and of the moments, so a checkpoint loads under any (dp, tp, pp).
 //
+// Integrity: each stored tensor carries checksums (tensor_checksum.h) that
+// the writers sum their slices' parts into while defining it; loading
+// verifies every checksum chunk its slices touch and rejects NaN and
+// infinity, naming the file and the tensor (DataLoss). Files without
+// checksums (older checkpoints) load with a note on stderr.
+//
 // Test hook: the environment variable TRELLIS_CHECKPOINT_WRITE_DELAY_MS
 // makes writers sleep that long before each tensor, to widen the window in
 // which a crash test can kill a rank mid-save.
@@ -78,6 +84,10 @@ struct CheckpointShards {
   // empty for weights only.
   std::vector<TensorShard> exp_avg, exp_avg_sq;
   int64_t optimizer_step = 0;
+  // Loading a checkpoint without tensor checksums prints a note to stderr
+  // when set; a caller loading one file in many calls clears it after the
+  // first.
+  bool note_unverified = true;
   bool has_optimizer() const { return !exp_avg.empty(); }
 };
 

@@ -230,7 +230,47 @@ absl::StatusOr<TensorLocation> LocateDataset(const hdf5::Container& file,
   TRELLIS_ASSIGN_OR_RETURN(where.dtype, StoredDType(dataset, &raw));
   where.offset = raw ? RawOffset(dataset) : -1;
   if (NumElements(where.shape) == 0) where.offset = 0;
+  if (dataset.HasAttribute(kChecksumAttribute)) {
+    TRELLIS_ASSIGN_OR_RETURN(std::string text,
+                             dataset.ReadStringAttribute(kChecksumAttribute));
+    absl::StatusOr<TensorChecksum> checksum = TensorChecksum::Parse(text);
+    if (!checksum.ok() || where.dtype == DType::kF64 ||
+        static_cast<int64_t>(checksum->sums.size()) !=
+            (NumElements(where.shape) + checksum->chunk - 1) /
+                checksum->chunk) {
+      return absl::DataLossError(absl::StrCat(
+          where.file, ": tensor ", path,
+          ": its checksum attribute is damaged; the file is corrupt"));
+    }
+    where.checksum = *std::move(checksum);
+  }
   return where;
+}
+
+absl::Status NonFinite(const TensorLocation& where, int64_t element,
+                       const void* value, DType dtype) {
+  double v = 0;
+  ConvertElements(value, dtype, &v, DType::kF64, 1);
+  return absl::DataLossError(absl::StrCat(
+      where.file, ": tensor ", where.path, " holds ", v, " at element ",
+      element, "; the checkpoint is corrupt or the run had diverged when it ",
+      "was saved; use an earlier checkpoint"));
+}
+
+// Checks the shard's elements of `host` (already read) are finite.
+absl::Status CheckFinite(const TensorLocation& where, const ShardSpec& spec,
+                         const Tensor& host) {
+  const char* data = static_cast<const char*>(host.raw());
+  const int64_t elem = DTypeSize(host.dtype());
+  for (const Piece& p : PiecesOf(spec)) {
+    const int64_t bad =
+        FirstNonFinite(data + p.local * elem, host.dtype(), p.count);
+    if (bad >= 0) {
+      return NonFinite(where, p.logical + bad, data + (p.local + bad) * elem,
+                       host.dtype());
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A CPU tensor to stage `local` through when it lives on another device.
@@ -354,6 +394,42 @@ absl::StatusOr<TensorLocation> DefineTensor(hdf5::File& file,
   return where;
 }
 
+TensorChecksum ShardChecksum(const ShardSpec& spec, const Tensor& local,
+                             DType stored) {
+  TensorChecksum sum = TensorChecksum::Zero(NumElements(spec.logical_shape));
+  const Tensor host = local.device().is_cpu() ? local : local.To(Device::Cpu());
+  const char* data = static_cast<const char*>(host.raw());
+  const int64_t local_elem = DTypeSize(host.dtype());
+  std::vector<char> converted;
+  for (const Piece& p : PiecesOf(spec)) {
+    for (int64_t done = 0; done < p.count; done += kStagingElements) {
+      const int64_t n = std::min(kStagingElements, p.count - done);
+      const char* source = data + (p.local + done) * local_elem;
+      if (host.dtype() != stored) {
+        converted.resize(n * DTypeSize(stored));
+        ConvertElements(source, host.dtype(), converted.data(), stored, n);
+        source = converted.data();
+      }
+      sum.Add(source, stored, p.logical + done, n);
+    }
+  }
+  return sum;
+}
+
+absl::Status AddChecksum(hdf5::File& file, const TensorLocation& where,
+                         const TensorChecksum& partial) {
+  TRELLIS_ASSIGN_OR_RETURN(hdf5::Dataset dataset, file.OpenDataset(where.path));
+  TensorChecksum total = partial;
+  if (dataset.HasAttribute(kChecksumAttribute)) {
+    TRELLIS_ASSIGN_OR_RETURN(std::string text,
+                             dataset.ReadStringAttribute(kChecksumAttribute));
+    TRELLIS_ASSIGN_OR_RETURN(TensorChecksum before,
+                             TensorChecksum::Parse(text));
+    total.Add(before);
+  }
+  return dataset.WriteStringAttribute(kChecksumAttribute, total.Format());
+}
+
 absl::StatusOr<TensorFileWriter> TensorFileWriter::Open(
     const std::string& file_name) {
   TRELLIS_ASSIGN_OR_RETURN(DirectWriter file, DirectWriter::Open(file_name));
@@ -458,11 +534,23 @@ absl::Status TensorFileReader::ReadShard(const TensorLocation& where,
                          spec.logical_shape);
   }
   TRELLIS_RETURN_IF_ERROR(CheckShardDType(where.file, where.path, local));
-  if (where.offset < 0) {
-    return trellis::ReadShard(file_, where.path, spec, local);
-  }
   Tensor host = HostOf(local);
   if (!local.device().is_cpu()) host.CopyFrom(local);
+  if (where.offset < 0) {
+    TRELLIS_RETURN_IF_ERROR(trellis::ReadShard(file_, where.path, spec, host));
+  } else if (where.checksum.has_value()) {
+    TRELLIS_RETURN_IF_ERROR(ReadVerified(where, spec, host));
+  } else {
+    TRELLIS_RETURN_IF_ERROR(ReadRaw(where, spec, host));
+  }
+  TRELLIS_RETURN_IF_ERROR(CheckFinite(where, spec, host));
+  if (!local.device().is_cpu()) local.CopyFrom(host);
+  return absl::OkStatus();
+}
+
+absl::Status TensorFileReader::ReadRaw(const TensorLocation& where,
+                                       const ShardSpec& spec,
+                                       Tensor& host) const {
   char* data = static_cast<char*>(host.raw());
   const size_t local_elem = DTypeSize(host.dtype());
   const size_t stored_elem = DTypeSize(where.dtype);
@@ -484,7 +572,56 @@ absl::Status TensorFileReader::ReadShard(const TensorLocation& where,
       }
     }
   }
-  if (!local.device().is_cpu()) local.CopyFrom(host);
+  return absl::OkStatus();
+}
+
+// Reads every checksum chunk the shard touches, whole, verifies it and
+// copies the shard's part out of it.
+absl::Status TensorFileReader::ReadVerified(const TensorLocation& where,
+                                            const ShardSpec& spec,
+                                            Tensor& host) const {
+  const TensorChecksum& stored_sums = *where.checksum;
+  const int64_t chunk = stored_sums.chunk;
+  const int64_t total = NumElements(where.shape);
+  std::vector<Piece> pieces = PiecesOf(spec);
+  std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) {
+    return a.logical < b.logical;
+  });
+  char* data = static_cast<char*>(host.raw());
+  const int64_t local_elem = DTypeSize(host.dtype());
+  const int64_t stored_elem = DTypeSize(where.dtype);
+  std::vector<char> staging;
+  TensorChecksum found{chunk, std::vector<uint64_t>(stored_sums.sums.size())};
+  size_t first = 0;  // The first piece not wholly before the chunk.
+  for (int64_t c = 0; c * chunk < total && first < pieces.size(); ++c) {
+    const int64_t begin = c * chunk, end = std::min(total, begin + chunk);
+    while (first < pieces.size() &&
+           pieces[first].logical + pieces[first].count <= begin) {
+      ++first;
+    }
+    if (first == pieces.size() || pieces[first].logical >= end) continue;
+    staging.resize((end - begin) * stored_elem);
+    TRELLIS_RETURN_IF_ERROR(ReadAt(fd_, where, staging.data(),
+                                   (end - begin) * stored_elem,
+                                   where.offset + begin * stored_elem));
+    found.sums[c] = 0;
+    found.Add(staging.data(), where.dtype, begin, end - begin);
+    if (found.sums[c] != stored_sums.sums[c]) {
+      return absl::DataLossError(absl::StrCat(
+          where.file, ": tensor ", where.path,
+          ": checksum mismatch in elements [", begin, ", ", end,
+          "); the stored bytes are corrupt; use an earlier checkpoint"));
+    }
+    for (size_t k = first; k < pieces.size() && pieces[k].logical < end; ++k) {
+      const Piece& p = pieces[k];
+      const int64_t from = std::max(begin, p.logical);
+      const int64_t to = std::min(end, p.logical + p.count);
+      ConvertElements(staging.data() + (from - begin) * stored_elem,
+                      where.dtype,
+                      data + (p.local + from - p.logical) * local_elem,
+                      host.dtype(), to - from);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -36,6 +36,7 @@
 #include "framework/tensor.h"
 #include "parallel/shard.h"
 #include "tools/trainer/direct_writer.h"
+#include "tools/trainer/tensor_checksum.h"
 
 namespace trellis {
 
@@ -58,6 +59,9 @@ struct TensorLocation {
   // Byte offset of the raw little-endian data in the file; -1 when the
   // dataset is not plain contiguous data and must be read through HDF5.
   int64_t offset = -1;
+  // The stored checksums (tensor_checksum.h); absent in files written
+  // before checkpoints carried them, and in files made elsewhere.
+  std::optional<TensorChecksum> checksum;
 };
 
 // The stored element types a checkpoint may be written in.
@@ -71,6 +75,18 @@ bool IsStorableDType(DType dtype);  // kF32, kF16, kBF16
 absl::StatusOr<TensorLocation> DefineTensor(hdf5::File& file,
                                             const std::string& path,
                                             const Shape& shape, DType stored);
+
+// This shard's part of the checksums of `spec`'s logical tensor stored as
+// `stored`: the terms of exactly the elements the shard holds (converted to
+// `stored` first, as writing does).
+TensorChecksum ShardChecksum(const ShardSpec& spec, const Tensor& local,
+                             DType stored);
+
+// Adds `partial` to the checksum attribute of the tensor `where` in `file`
+// (starting from zero when it has none). Call from one process at a time
+// per file, like DefineTensor.
+absl::Status AddChecksum(hdf5::File& file, const TensorLocation& where,
+                         const TensorChecksum& partial);
 
 // Writes shards into tensors defined by DefineTensor, by raw I/O.
 class TensorFileWriter {
@@ -115,10 +131,18 @@ class TensorFileReader {
   // (offset ≥ 0) into different `local`s. The tensor must have the logical
   // shape (InvalidArgument naming both shapes otherwise); data cut short is
   // DataLoss. Padding elements of `local` are left untouched.
+  // Verifies: when the tensor has checksums, every chunk the shard touches
+  // is read whole and checked (DataLoss naming the tensor and the elements
+  // on a mismatch); a NaN or infinity among the values read is DataLoss
+  // naming the tensor and the element.
   absl::Status ReadShard(const TensorLocation& where, const ShardSpec& spec,
                          Tensor& local) const;
 
  private:
+  absl::Status ReadRaw(const TensorLocation& where, const ShardSpec& spec,
+                       Tensor& host) const;
+  absl::Status ReadVerified(const TensorLocation& where, const ShardSpec& spec,
+                            Tensor& host) const;
   TensorFileReader(hdf5::File file, int fd, int64_t size)
       : file_(std::move(file)), fd_(fd), size_(size) {}
   hdf5::File file_;
