@@ -22,6 +22,8 @@
 // replaces `latest` atomically (write, sync, rename). A crash at any moment
 // leaves the previous checkpoint and `latest` intact.
 //
+// Resuming and pruning: checkpoint_dir.h.
+//
 // Loading: every rank reads just the slices its layout needs, of the model
 // and of the moments, so a checkpoint loads under any (dp, tp, pp).
 //
@@ -43,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
+#include "tools/trainer/checkpoint_dir.h"
 #include "tools/trainer/optimizer.h"
 #include "transformer/config.h"
 
@@ -103,40 +106,6 @@ absl::Status SaveShards(const std::string& save_dir, const TrainingState& state,
                         const CheckpointShards& mine, Communicator& world,
                         bool writer, const SaveOptions& options = {});
 
-// Where a run resumes, and a line for the log saying how it was chosen
-// ("" when `--resume` named the checkpoint outright).
-struct ResumePoint {
-  std::string dir;  // "" for a fresh start.
-  std::string note;
-};
-
-// The checkpoint `--resume` names: "" for a fresh start; "auto" means the
-// newest complete checkpoint of `save_dir` (the one `latest` names, or a
-// newer complete step_* left by a save that died before updating `latest`;
-// when `latest` is missing, empty or unreadable, the newest complete step_*),
-// else a fresh start; anything else is a checkpoint directory (or a save_dir
-// holding `latest`). A `latest` naming a missing checkpoint is DataLoss.
-// Complete: model.h5, optimizer.h5 and state.json in place (saves publish a
-// whole directory by rename, so a step_* directory lacks them only when
-// damaged or weights-only).
-absl::StatusOr<ResumePoint> FindResumePoint(const std::string& resume,
-                                            const std::string& save_dir);
-
-// FindResumePoint's directory alone.
-absl::StatusOr<std::string> ResolveResume(const std::string& resume,
-                                          const std::string& save_dir);
-
-// The steps of the step_* directories in `save_dir` (complete or not),
-// ascending; empty when it does not exist.
-std::vector<int64_t> CheckpointSteps(const std::string& save_dir);
-
-// InvalidArgument when `save_dir` holds step_* directories beyond
-// `start_step`, where a run starting there would save: a save never
-// replaces an existing checkpoint, so that run's weights would be lost.
-// The message names those steps and the flags to choose.
-absl::Status CheckNoLaterCheckpoints(const std::string& save_dir,
-                                     int64_t start_step);
-
 absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir);
 
 // Fills this rank's parameters (and moments and step, when `optimizer` is
@@ -154,13 +123,6 @@ bool HasOptimizerState(const std::string& dir);
 // The stored element type of the checkpoint's weights (that of `wte`, else
 // of the first tensor found).
 absl::StatusOr<DType> StoredModelDType(const std::string& dir);
-
-// Deletes all but the newest `keep` step_* directories (keep ≥ 1), never the
-// one `latest` names and never one beyond `saved_step` (the step the run
-// just saved): pruning removes a run's own older checkpoints, not newer ones
-// it did not write.
-absl::Status PruneCheckpoints(const std::string& save_dir, int64_t keep,
-                              int64_t saved_step = INT64_MAX);
 
 }  // namespace trellis
 
