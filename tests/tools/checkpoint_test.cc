@@ -57,6 +57,23 @@ void Save(const std::string& save_dir, int64_t step,
       SaveCheckpoint(save_dir, state, params, nullptr, world, true).ok());
 }
 
+// A training checkpoint: weights and moments (the moments hold the weights;
+// only their presence matters here).
+void SaveTraining(const std::string& save_dir, int64_t step,
+                  const ParameterSet& params) {
+  SelfCommunicator world("world");
+  TrainingState state;
+  state.step = step;
+  CheckpointShards shards;
+  for (const Parameter* p : params.all()) {
+    shards.model.push_back({p->name, p->spec, p->value});
+    shards.exp_avg.push_back({p->name, p->spec, p->value});
+    shards.exp_avg_sq.push_back({p->name, p->spec, p->value});
+  }
+  shards.optimizer_step = step;
+  ASSERT_TRUE(SaveShards(save_dir, state, shards, world, true).ok());
+}
+
 std::vector<std::string> Listing(const fs::path& dir) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -113,6 +130,74 @@ TEST(ResolveResumeTest, StaleLatestIsAClearError) {
   }
 }
 
+TEST(ResolveResumeTest, AutoWithUnreadableLatestTakesNewestComplete) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet params;
+  AddModel(params, 2);
+  SaveTraining(dir, 3, params);
+  SaveTraining(dir, 7, params);
+  // Newer, but weights only: not a checkpoint training resumes from.
+  Save(dir, 9, params);
+  for (const char* latest :
+       std::initializer_list<const char*>{"", "  \n\t", nullptr}) {
+    if (latest == nullptr) {
+      fs::remove(fs::path(dir) / "latest");
+    } else {
+      WriteText(fs::path(dir) / "latest", latest);
+    }
+    const absl::StatusOr<ResumePoint> point = FindResumePoint("auto", dir);
+    ASSERT_TRUE(point.ok()) << point.status();
+    EXPECT_EQ(point->dir, dir + "/step_00000007");
+    EXPECT_THAT(point->note, AllOf(HasSubstr(dir + "/latest"),
+                                   HasSubstr(dir + "/step_00000007")));
+  }
+}
+
+TEST(ResolveResumeTest, AutoPrefersANewerCompleteCheckpointToLatest) {
+  // A save that died after publishing its directory, before `latest`.
+  const std::string dir = test::ScratchDir();
+  ParameterSet params;
+  AddModel(params, 2);
+  SaveTraining(dir, 3, params);
+  SaveTraining(dir, 7, params);
+  WriteText(fs::path(dir) / "latest", "step_00000003\n");
+  const absl::StatusOr<ResumePoint> point = FindResumePoint("auto", dir);
+  ASSERT_TRUE(point.ok()) << point.status();
+  EXPECT_EQ(point->dir, dir + "/step_00000007");
+  EXPECT_THAT(point->note, HasSubstr("step_00000003"));
+  // Named outright, the checkpoint is taken as named.
+  EXPECT_EQ(*ResolveResume(dir + "/step_00000003", dir),
+            dir + "/step_00000003");
+}
+
+TEST(ResolveResumeTest, AutoSaysWhenItStartsFresh) {
+  const std::string dir = test::ScratchDir();
+  const absl::StatusOr<ResumePoint> point = FindResumePoint("auto", dir);
+  ASSERT_TRUE(point.ok()) << point.status();
+  EXPECT_EQ(point->dir, "");
+  EXPECT_EQ(point->note, "starting fresh: no checkpoint in " + dir);
+}
+
+TEST(CheckNoLaterCheckpointsTest, NamesTheCheckpointsAStartWouldShadow) {
+  const std::string dir = test::ScratchDir();
+  EXPECT_TRUE(CheckNoLaterCheckpoints(dir + "/absent", 0).ok());
+  ParameterSet params;
+  AddModel(params, 2);
+  for (int64_t step : {3, 7, 12}) SaveTraining(dir, step, params);
+  fs::create_directory(fs::path(dir) / ".step_00000020.tmp");
+  EXPECT_THAT(CheckpointSteps(dir), ElementsAre(3, 7, 12));
+  const absl::Status status = CheckNoLaterCheckpoints(dir, 3);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(status.message());
+  EXPECT_THAT(message, AllOf(HasSubstr("--save_dir=" + dir),
+                             HasSubstr("step_00000007, step_00000012"),
+                             HasSubstr("--resume=auto")));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("step_00000003")));
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_TRUE(CheckNoLaterCheckpoints(dir, 12).ok());
+  EXPECT_TRUE(CheckNoLaterCheckpoints("", 0).ok());
+}
+
 TEST(ResolveResumeTest, NeitherCheckpointNorSaveDirIsAClearError) {
   const std::string dir = test::ScratchDir();
   const absl::StatusOr<std::string> r = ResolveResume(dir + "/nothing", "");
@@ -148,6 +233,17 @@ TEST(PruneCheckpointsTest, KeepsTheNewest) {
   EXPECT_THAT(Listing(dir), ElementsAre(".step_00000012.tmp", "latest",
                                         "step_00000008", "step_00000010"));
   EXPECT_EQ(*ResolveResume("auto", dir), dir + "/step_00000010");
+}
+
+TEST(PruneCheckpointsTest, NeverDeletesBeyondTheStepJustSaved) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet params;
+  AddModel(params, 2);
+  for (int64_t step : {2, 4, 6, 8}) Save(dir, step, params);
+  WriteText(fs::path(dir) / "latest", "step_00000004\n");
+  ASSERT_TRUE(PruneCheckpoints(dir, 1, /*saved_step=*/4).ok());
+  EXPECT_THAT(Listing(dir), ElementsAre("latest", "step_00000004",
+                                        "step_00000006", "step_00000008"));
 }
 
 TEST(CrashedSaveTest, LeftoverTemporaryDirectoryLeavesLatestIntact) {

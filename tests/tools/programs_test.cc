@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tests/tools/tools_test_util.h"
 #include "tools/trainer/shard_io.h"
@@ -148,6 +149,15 @@ class ProgramsTest : public ::testing::Test {
     ExpectError("train", all, names);
   }
 
+  // Trains the tiny model with `args` added; expects success.
+  ProgramResult TrainOk(const std::vector<std::string>& args) {
+    std::vector<std::string> all = TinyFlags(byte_data_);
+    all.insert(all.end(), args.begin(), args.end());
+    const ProgramResult r = RunProgram("train", all, dir_);
+    EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("train", all, r);
+    return r;
+  }
+
   // Trains the tiny model for 2 steps into <dir>/ckpt; returns that dir.
   std::string MakeCheckpoint() {
     std::vector<std::string> args = TinyFlags(byte_data_);
@@ -234,6 +244,64 @@ TEST_F(ProgramsTest, TrainResumeFromDamagedCheckpoints) {
   Train({"--resume=" + step}, {model});
   std::ofstream(step + "/state.json", std::ios::trunc) << "{\"step\": 2";
   Train({"--resume=" + step}, {step + "/state.json"});
+}
+
+TEST_F(ProgramsTest, TrainResumeAutoWithUnreadableLatestTakesNewest) {
+  const std::string save = dir_ + "/ckpt";
+  const std::vector<std::string> keep = {"--save_dir=" + save,
+                                         "--keep_checkpoints=1"};
+  ProgramResult r = TrainOk({keep[0], keep[1], "--resume=auto"});
+  EXPECT_THAT(r.out,
+              HasSubstr("resume: starting fresh: no checkpoint in " + save))
+      << r.out;
+  int64_t step = 2;
+  for (const char* latest :
+       std::initializer_list<const char*>{"", " \n", nullptr}) {
+    if (latest == nullptr) {
+      fs::remove(save + "/latest");
+    } else {
+      std::ofstream(save + "/latest", std::ios::trunc) << latest;
+    }
+    const std::string from = save + "/" + absl::StrFormat("step_%08d", step);
+    step += 2;
+    r = TrainOk(
+        {keep[0], keep[1], "--resume=auto", absl::StrCat("--steps=", step)});
+    EXPECT_THAT(r.out, AllOf(HasSubstr(save + "/latest is missing or empty"),
+                             HasSubstr("resumed from " + from)))
+        << r.out;
+    // The checkpoint it resumed from was older: only the new one is kept.
+    EXPECT_FALSE(fs::exists(from));
+    EXPECT_TRUE(fs::exists(save + absl::StrFormat("/step_%08d", step)));
+  }
+}
+
+TEST_F(ProgramsTest, TrainIntoASaveDirWithLaterCheckpointsIsRefused) {
+  const std::string save = dir_ + "/ckpt";
+  TrainOk({"--save_dir=" + save, "--steps=4", "--save_every=2"});
+  // Resuming from step 2 into the same directory would save step 4 over
+  // nothing: the first run's step 4 stays and this run's weights are lost.
+  Train({"--save_dir=" + save, "--steps=4",
+         "--resume=" + save + "/step_00000002"},
+        {"--save_dir=" + save, "step_00000004", "--resume=auto"});
+  // So would a fresh start (no --resume) into it.
+  Train({"--save_dir=" + save, "--steps=4"},
+        {"step_00000002, step_00000004", "beyond step 0"});
+  EXPECT_EQ(ReadFile(save + "/latest"), "step_00000004\n");
+  EXPECT_TRUE(fs::exists(save + "/step_00000002/model.h5"));
+  // Continuing from the newest is fine.
+  const ProgramResult r =
+      TrainOk({"--save_dir=" + save, "--steps=6", "--resume=auto"});
+  EXPECT_THAT(r.out, HasSubstr("resumed from " + save + "/step_00000004"));
+  EXPECT_EQ(ReadFile(save + "/latest"), "step_00000006\n");
+}
+
+TEST_F(ProgramsTest, TrainResumeWithAnotherSeedOrBatchIsRefused) {
+  const std::string ckpt = MakeCheckpoint();
+  Train({"--resume=" + ckpt, "--steps=4", "--seed=7"},
+        {ckpt, "--seed=1337", "--seed=7"});
+  Train({"--resume=" + ckpt, "--steps=4", "--global_batch_size=8"},
+        {ckpt, "--global_batch_size=4", "--global_batch_size=8"});
+  TrainOk({"--resume=" + ckpt, "--steps=4"});
 }
 
 TEST_F(ProgramsTest, EvalWithAnotherVocabulary) {

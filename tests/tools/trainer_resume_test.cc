@@ -149,6 +149,29 @@ TEST_F(ResumeTest, ResumeWithAnotherGlobalBatchFailsClearly) {
               ::testing::HasSubstr("--global_batch_size"));
 }
 
+TEST_F(ResumeTest, ResumeWithAnotherSeedOrBatchThatFitsFailsClearly) {
+  // 80 samples consumed: a global batch of 8 would divide them, yet draw
+  // another sequence of batches than the run it continues.
+  TrainOptions o = test::TinyOptions(data_);
+  o.resume = dir_ + "/full/" + CheckpointName(5);
+  o.global_batch_size = 8;
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(o, context_.groups(), context_.coord());
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(trainer.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("--global_batch_size=16"),
+                               ::testing::HasSubstr("--global_batch_size=8")));
+  o = test::TinyOptions(data_);
+  o.resume = dir_ + "/full/" + CheckpointName(5);
+  o.seed = 7;
+  trainer = Trainer::Create(o, context_.groups(), context_.coord());
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_THAT(std::string(trainer.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("--seed=1337"),
+                               ::testing::HasSubstr("--seed=7")));
+}
+
 TEST_F(ResumeTest, LoadWeightsOfAnotherModelSizeNamesBoth) {
   TrainOptions o = test::TinyOptions(data_);
   o.model.d_model = 32;

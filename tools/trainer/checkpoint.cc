@@ -429,31 +429,6 @@ absl::Status SaveShards(const std::string& save_dir_name,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ResolveResume(const std::string& resume,
-                                          const std::string& save_dir) {
-  if (resume.empty()) return std::string();
-  const bool automatic = resume == "auto";
-  const fs::path base = automatic ? fs::path(save_dir) : fs::path(resume);
-  if (automatic && save_dir.empty()) {
-    return absl::InvalidArgumentError("--resume=auto needs --save_dir");
-  }
-  if (fs::exists(base / kStateFile)) return base.string();
-  std::ifstream latest(base / kLatest);
-  std::string name;
-  if (latest >> name) {
-    const fs::path dir = base / name;
-    if (fs::exists(dir / kStateFile)) return dir.string();
-    return absl::DataLossError(absl::StrCat(
-        (base / kLatest).string(), " names ", name,
-        ", which is missing or incomplete; point --resume at a step_* "
-        "directory"));
-  }
-  if (automatic) return std::string();
-  return absl::NotFoundError(absl::StrCat(
-      "--resume=", resume, " is neither a checkpoint directory (with ",
-      kStateFile, ") nor a save directory with a `latest` file"));
-}
-
 absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir) {
   const fs::path path = fs::path(dir) / kStateFile;
   std::ifstream in(path);
@@ -554,31 +529,6 @@ absl::StatusOr<DType> StoredModelDType(const std::string& dir) {
   }
   TRELLIS_ASSIGN_OR_RETURN(TensorLocation where, model.Locate(probe));
   return where.dtype;
-}
-
-absl::Status PruneCheckpoints(const std::string& save_dir, int64_t keep) {
-  TRELLIS_CHECK_GE(keep, 1);
-  std::string latest;
-  std::ifstream(fs::path(save_dir) / kLatest) >> latest;
-  std::vector<fs::path> steps;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(save_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step_", 0) == 0) {
-      steps.push_back(entry.path());
-    }
-  }
-  if (ec) return absl::InternalError(absl::StrCat("list ", save_dir));
-  std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; i + keep < steps.size(); ++i) {
-    if (steps[i].filename() == latest) continue;
-    fs::remove_all(steps[i], ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("remove ", steps[i].string(), ": ", ec.message()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace trellis

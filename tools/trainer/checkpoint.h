@@ -22,6 +22,8 @@
 // replaces `latest` atomically (write, sync, rename). A crash at any moment
 // leaves the previous checkpoint and `latest` intact.
 //
+// Resuming and pruning: checkpoint_dir.h.
+//
 // Loading: every rank reads just the slices its layout needs, of the model
 // and of the moments, so a checkpoint loads under any (dp, tp, pp).
 //
@@ -49,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
+#include "tools/trainer/checkpoint_dir.h"
 #include "tools/trainer/optimizer.h"
 #include "transformer/config.h"
 
@@ -113,12 +116,6 @@ absl::Status SaveShards(const std::string& save_dir, const TrainingState& state,
                         const CheckpointShards& mine, Communicator& world,
                         bool writer, const SaveOptions& options = {});
 
-// The checkpoint directory `--resume` names: "" for a fresh start; "auto"
-// means `<save_dir>/latest` when it exists, else a fresh start; anything
-// else is a checkpoint directory (or a save_dir holding `latest`).
-absl::StatusOr<std::string> ResolveResume(const std::string& resume,
-                                          const std::string& save_dir);
-
 absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir);
 
 // Fills this rank's parameters (and moments and step, when `optimizer` is
@@ -136,10 +133,6 @@ bool HasOptimizerState(const std::string& dir);
 // The stored element type of the checkpoint's weights (that of `wte`, else
 // of the first tensor found).
 absl::StatusOr<DType> StoredModelDType(const std::string& dir);
-
-// Deletes all but the newest `keep` step_* directories (keep ≥ 1), never the
-// one `latest` names.
-absl::Status PruneCheckpoints(const std::string& save_dir, int64_t keep);
 
 }  // namespace trellis
 

@@ -64,6 +64,47 @@ absl::Status CheckSaveDir(const std::string& save_dir) {
   return absl::OkStatus();
 }
 
+// A checkpoint written by trellis-train records its run's flags: the data
+// order follows --seed and --global_batch_size, so a resumed run must keep
+// them or it would silently train on another sequence of batches.
+absl::Status CheckSameRun(const std::string& dir, const TrainingState& state,
+                          const TrainOptions& o) {
+  if (state.flags.empty()) return absl::OkStatus();
+  TrainOptions recorded;
+  if (!recorded.ApplyFlagString(state.flags).ok()) return absl::OkStatus();
+  auto differs = [&](const char* flag, auto have, auto want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " was written with --", flag, "=", have, " but this run has --",
+        flag, "=", want, "; resume with --", flag, "=", have,
+        " (the data order depends on it), or start a fresh run without "
+        "--resume"));
+  };
+  if (state.seed != o.seed) return differs("seed", state.seed, o.seed);
+  if (recorded.global_batch_size != o.global_batch_size) {
+    return differs("global_batch_size", recorded.global_batch_size,
+                   o.global_batch_size);
+  }
+  return absl::OkStatus();
+}
+
+// A run starting at `resume_dir` (or from scratch) must be able to save:
+// no checkpoint beyond its start may sit in --save_dir. Every rank looks
+// (so each fails with the same message) and they agree.
+absl::Status CheckStart(const TrainOptions& o, const std::string& resume_dir,
+                        Communicator& world) {
+  absl::Status mine;
+  if (!o.save_dir.empty()) {
+    int64_t start = 0;
+    if (!resume_dir.empty()) {
+      absl::StatusOr<TrainingState> state = ReadTrainingState(resume_dir);
+      if (state.ok()) start = state->step;
+      mine = state.status();
+    }
+    if (mine.ok()) mine = CheckNoLaterCheckpoints(o.save_dir, start);
+  }
+  return AgreeOnStatus(world, mine);
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
@@ -81,11 +122,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                          static_cast<int>(options.virtual_stages)));
   TRELLIS_RETURN_IF_ERROR(CheckGroups(options, groups));
   TRELLIS_RETURN_IF_ERROR(CheckSaveDir(options.save_dir));
+  TRELLIS_ASSIGN_OR_RETURN(ResumePoint resume,
+                           FindResumePoint(options.resume, options.save_dir));
+  TRELLIS_RETURN_IF_ERROR(CheckStart(options, resume.dir, *groups.world));
   std::unique_ptr<Trainer> trainer(new Trainer(options, groups, coord));
   TRELLIS_RETURN_IF_ERROR(trainer->Build(dtype));
-  TRELLIS_ASSIGN_OR_RETURN(std::string resume,
-                           ResolveResume(options.resume, options.save_dir));
-  if (!resume.empty()) TRELLIS_RETURN_IF_ERROR(trainer->Resume(resume));
+  if (!resume.note.empty() && groups.world->rank() == 0) {
+    std::printf("resume: %s\n", resume.note.c_str());
+    std::fflush(stdout);
+  }
+  if (!resume.dir.empty()) TRELLIS_RETURN_IF_ERROR(trainer->Resume(resume.dir));
   return trainer;
 }
 
@@ -230,6 +276,7 @@ absl::Status Trainer::LoadWeights(const std::string& dir) {
 
 absl::Status Trainer::Resume(const std::string& dir) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
+  TRELLIS_RETURN_IF_ERROR(CheckSameRun(dir, state, options_));
   TRELLIS_RETURN_IF_ERROR(
       LoadCheckpoint(dir, model_->params(), optimizer_.get()));
   absl::Status position = loader_->set_samples_consumed(state.samples_consumed);
@@ -386,8 +433,8 @@ absl::Status Trainer::Save() {
                                          model_->params(), optimizer_.get(),
                                          *groups_.world, coord_.d == 0));
   if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {
-    absl::Status pruned =
-        PruneCheckpoints(options_.save_dir, options_.keep_checkpoints);
+    absl::Status pruned = PruneCheckpoints(
+        options_.save_dir, options_.keep_checkpoints, state.step);
     if (!pruned.ok()) {
       std::fprintf(stderr, "warning: %s\n", pruned.ToString().c_str());
     }

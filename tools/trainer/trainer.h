@@ -39,7 +39,10 @@ namespace trellis {
 class Trainer {
  public:
   // Validates the options against the data and the world, then builds
-  // everything (resuming when options.resume says so). `dtype` float32 for
+  // everything (resuming when options.resume says so: rank 0 prints how the
+  // checkpoint was chosen). Refuses a --save_dir holding checkpoints beyond
+  // the step the run starts from, and a resume with another --seed or
+  // --global_batch_size than the checkpoint records. `dtype` float32 for
   // training (bfloat16 with --precision=bf16); float64 serves tests. With
   // --device=cuda each rank takes the GPU of its local rank and `groups`
   // (MPI groups from ParallelContext::Create) gain device transports
