@@ -108,6 +108,7 @@ absl::Status TokenDatasetWriter::AppendTokens(
                                    metadata_.vocab_size, ")")));
     }
   }
+  for (uint32_t id : tokens) max_id_ = std::max(max_id_, id);
   StartDocumentIfNeeded();
   size_t done = 0;
   while (done < tokens.size()) {
@@ -129,6 +130,7 @@ absl::Status TokenDatasetWriter::EndDocument() {
   TRELLIS_CHECK(!finished_) << "EndDocument after Finish";
   StartDocumentIfNeeded();
   token_buffer_.push_back(static_cast<uint32_t>(metadata_.eot_token));
+  max_id_ = std::max(max_id_, static_cast<uint32_t>(metadata_.eot_token));
   ++num_tokens_;
   ++num_documents_;
   in_document_ = false;
@@ -160,6 +162,8 @@ absl::Status TokenDatasetWriter::Finish() {
   if (in_document_) TRELLIS_RETURN_IF_ERROR(EndDocument());
   finished_ = true;
   TRELLIS_RETURN_IF_ERROR(Flush());
+  TRELLIS_RETURN_IF_ERROR(
+      file_.WriteInt64Attribute("max_token_id", static_cast<int64_t>(max_id_)));
   // Datasets first: the file only really closes when nothing in it is open.
   {
     hdf5::Dataset closing_tokens = std::move(tokens_);
@@ -246,6 +250,19 @@ absl::Status TokenDataset::Validate() {
                             metadata_.vocab_size));
   }
   token_type_ = *type;
+  if (file_.HasAttribute("max_token_id")) {
+    absl::StatusOr<int64_t> max_id = file_.ReadInt64Attribute("max_token_id");
+    if (!max_id.ok())
+      return Malformed(path_, std::string(max_id.status().message()));
+    if (*max_id < 0 || *max_id >= metadata_.vocab_size) {
+      return Malformed(
+          path_,
+          absl::StrCat("max_token_id ", *max_id,
+                       " is outside the vocabulary [0, ", metadata_.vocab_size,
+                       "): the file mixes tokenizers or is damaged; "
+                       "re-create it with trellis-preprocess"));
+    }
+  }
   if (doc_offsets_.ndim() != 1 ||
       doc_offsets_.stored_type() != hdf5::StoredType::kU64) {
     return Malformed(
@@ -298,8 +315,12 @@ absl::Status TokenDataset::Validate() {
 }
 
 absl::Status TokenDataset::CheckIds(int64_t start, int64_t count) const {
-  TRELLIS_ASSIGN_OR_RETURN(Tensor ids, ReadTokens(start, count));
-  const int32_t* v = ids.data<int32_t>();
+  // ReadTokens checks every id it returns.
+  return ReadTokens(start, count).status();
+}
+
+absl::Status TokenDataset::CheckIds(int64_t start, int64_t count,
+                                    const int32_t* v) const {
   for (int64_t i = 0; i < count; ++i) {
     if (v[i] < 0 || v[i] >= metadata_.vocab_size) {
       return Malformed(path_, absl::StrCat("token ", start + i, " is ", v[i],
@@ -317,7 +338,8 @@ absl::Status TokenDataset::ReadTokens(int64_t start, int64_t count,
         absl::StrCat(path_, ": tokens [", start, ", ", start + count,
                      ") are outside [0, ", num_tokens_, ")"));
   }
-  return tokens_.Read({start}, {count}, DType::kI32, out);
+  TRELLIS_RETURN_IF_ERROR(tokens_.Read({start}, {count}, DType::kI32, out));
+  return CheckIds(start, count, out);
 }
 
 absl::StatusOr<Tensor> TokenDataset::ReadTokens(int64_t start,

@@ -10,11 +10,15 @@
 //                 ends with the EOT at doc_offsets[i + 1] - 1 (the last
 //                 document's EOT is the last token).
 //   root attributes: tokenizer (string, e.g. "gpt2"), vocab_size (int64),
-//                 eot_token (int64, < vocab_size), format_version (int64, 1).
+//                 eot_token (int64, < vocab_size), format_version (int64, 1),
+//                 max_token_id (int64, the largest id in /tokens; optional,
+//                 written by TokenDatasetWriter).
 //
 // TokenDatasetWriter streams documents into a new file in bounded memory.
 // TokenDataset opens one for reading, validates it, and reads ranges of
-// tokens as int32 tensors.
+// tokens as int32 tensors, checking every id it returns against the
+// vocabulary (so an id the sampled checks at Open missed fails its read
+// instead of reaching the model).
 //
 // Thread safety: neither class is synchronized; use each object from one
 // thread at a time (separate objects may be used from separate threads).
@@ -76,8 +80,8 @@ class TokenDatasetWriter {
   absl::Status EndDocument();
   // AppendTokens then EndDocument.
   absl::Status AppendDocument(std::span<const uint32_t> tokens);
-  // Ends an open document, writes what is buffered and closes the file.
-  // No call may follow.
+  // Ends an open document, writes what is buffered and the max_token_id
+  // attribute, and closes the file. No call may follow.
   absl::Status Finish();
 
   // Tokens so far, EOTs included (buffered ones too).
@@ -100,6 +104,7 @@ class TokenDatasetWriter {
   std::vector<int64_t> offset_buffer_;
   int64_t num_tokens_ = 0;
   int64_t num_documents_ = 0;
+  uint32_t max_id_ = 0;
   bool in_document_ = false;
   bool finished_ = false;
 };
@@ -108,9 +113,9 @@ class TokenDataset {
  public:
   // Opens and validates a token file: the datasets and attributes exist with
   // the right types, there is at least one token, doc_offsets start at 0 and
-  // stay in range, the last token is the EOT, and ids spread over the file
-  // are inside the vocabulary. Each failure is one line saying what is
-  // wrong and how to fix it.
+  // stay in range, the last token is the EOT, the max_token_id attribute
+  // (when present) and ids spread over the file are inside the vocabulary.
+  // Each failure is one line saying what is wrong and how to fix it.
   static absl::StatusOr<TokenDataset> Open(const std::string& path);
 
   const std::string& path() const { return path_; }
@@ -123,7 +128,8 @@ class TokenDataset {
   int64_t num_documents() const { return num_documents_; }
 
   // Tokens [start, start + count) as a CPU int32 tensor of shape (count).
-  // OutOfRange when the range leaves [0, num_tokens()).
+  // OutOfRange when the range leaves [0, num_tokens()); InvalidArgument
+  // naming the first id outside [0, vocab_size()).
   absl::StatusOr<Tensor> ReadTokens(int64_t start, int64_t count) const;
   // The same into caller memory holding `count` int32s.
   absl::Status ReadTokens(int64_t start, int64_t count, int32_t* out) const;
@@ -136,6 +142,7 @@ class TokenDataset {
                hdf5::Dataset doc_offsets);
   absl::Status Validate();
   absl::Status CheckIds(int64_t start, int64_t count) const;
+  absl::Status CheckIds(int64_t start, int64_t count, const int32_t* ids) const;
 
   std::string path_;
   hdf5::File file_;

@@ -1,7 +1,7 @@
-// trellis-checkpoint_bench: checkpoint save and load throughput of a model
+// trellis-checkpoint-bench: checkpoint save and load throughput of a model
 // (weights and AdamW moments) on one rank, against the disk.
 //
-//   trellis-checkpoint_bench --flagfile=configs/gpt2-350m.flags --dir=/scratch
+//   trellis-checkpoint-bench --flagfile=configs/gpt2-350m.flags --dir=/scratch
 //
 // It builds the model's parameters (initialized, no training) and moments,
 // saves a checkpoint into --dir (the same code path trellis-train takes,
@@ -12,19 +12,25 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "framework/status.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/optimizer.h"
+#include "tools/trainer/options.h"
 #include "tools/trainer/program_help.h"
 #include "transformer/gpt_parameters.h"
 
@@ -37,18 +43,19 @@ ABSL_FLAG(std::string, dir, "", "where to write (a scratch directory)");
 ABSL_FLAG(bool, keep, false, "keep the checkpoint afterwards");
 ABSL_FLAG(bool, load_only, false,
           "load the checkpoint a run with --keep left, without saving");
-// Flags of the preset flagfiles that do not matter here.
-ABSL_FLAG(int64_t, micro_batch_size, 0, "ignored");
-ABSL_FLAG(int64_t, global_batch_size, 0, "ignored");
-ABSL_FLAG(int64_t, steps, 0, "ignored");
-ABSL_FLAG(double, lr, 0, "ignored");
-ABSL_FLAG(double, min_lr, 0, "ignored");
-ABSL_FLAG(int64_t, warmup_steps, 0, "ignored");
-ABSL_FLAG(double, weight_decay, 0, "ignored");
-ABSL_FLAG(double, grad_clip, 0, "ignored");
-ABSL_FLAG(int64_t, eval_every, 0, "ignored");
-ABSL_FLAG(int64_t, eval_windows, 0, "ignored");
-ABSL_FLAG(int64_t, log_every, 0, "ignored");
+// Flags of the preset flagfiles that do not matter here; checked like
+// trellis-train's all the same, so a bad preset shows here too.
+ABSL_FLAG(int64_t, micro_batch_size, 4, "ignored");
+ABSL_FLAG(int64_t, global_batch_size, 32, "ignored");
+ABSL_FLAG(int64_t, steps, 300, "ignored");
+ABSL_FLAG(double, lr, 2e-3, "ignored");
+ABSL_FLAG(double, min_lr, 2e-4, "ignored");
+ABSL_FLAG(int64_t, warmup_steps, 30, "ignored");
+ABSL_FLAG(double, weight_decay, 0.1, "ignored");
+ABSL_FLAG(double, grad_clip, 1.0, "ignored");
+ABSL_FLAG(int64_t, eval_every, 50, "ignored");
+ABSL_FLAG(int64_t, eval_windows, 64, "ignored");
+ABSL_FLAG(int64_t, log_every, 1, "ignored");
 ABSL_FLAG(int64_t, save_every, 0, "ignored");
 
 namespace trellis {
@@ -93,25 +100,107 @@ void Clear(const ParameterSet& params, Optimizer& optimizer) {
   }
 }
 
+// The model the flags describe, every flag checked as trellis-train checks
+// it (a model too large to index is refused, not built).
+absl::StatusOr<GptConfig> ReadConfig() {
+  TrainOptions o;
+  o.data = "checkpoint-bench";  // no data file: only the checks matter
+  o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
+  o.model.n_head = absl::GetFlag(FLAGS_n_head);
+  o.model.d_model = absl::GetFlag(FLAGS_d_model);
+  o.model.seq_len = absl::GetFlag(FLAGS_seq_len);
+  o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
+  o.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
+  o.steps = absl::GetFlag(FLAGS_steps);
+  o.lr = absl::GetFlag(FLAGS_lr);
+  o.min_lr = absl::GetFlag(FLAGS_min_lr);
+  o.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  o.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  o.grad_clip = absl::GetFlag(FLAGS_grad_clip);
+  o.eval_every = absl::GetFlag(FLAGS_eval_every);
+  o.eval_windows = absl::GetFlag(FLAGS_eval_windows);
+  o.log_every = absl::GetFlag(FLAGS_log_every);
+  o.save_every = absl::GetFlag(FLAGS_save_every);
+  const int64_t vocab = absl::GetFlag(FLAGS_vocab_size);
+  if (vocab < 2 || vocab > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--vocab_size=", vocab,
+                     " is outside [2, 2^31); give the data's "
+                     "vocabulary, e.g. 50257"));
+  }
+  TRELLIS_RETURN_IF_ERROR(o.Resolve(/*world=*/1, vocab));
+  // Weights and two moments in float32 must fit in memory (estimated in
+  // double, so no size overflows).
+  const double d = static_cast<double>(o.model.d_model);
+  const double parameters =
+      12.0 * static_cast<double>(o.model.n_layer) * d * d +
+      static_cast<double>(o.model.vocab_size + o.model.seq_len) * d;
+  const double need = 3 * 4 * parameters;
+  const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                      static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (need > have) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the model %s needs about %.3g GB for weights and moments, more than "
+        "this machine's %.3g GB; choose smaller sizes",
+        o.model.DebugString(), need / 1e9, have / 1e9));
+  }
+  return o.model;
+}
+
+// Checks --dir before the model is built: the save directory can be
+// created (or, with --load_only, holds a checkpoint).
+absl::Status CheckDir(const fs::path& save_dir, bool load_only) {
+  std::error_code error;
+  if (load_only) {
+    if (!fs::is_directory(save_dir / CheckpointName(1), error)) {
+      return absl::NotFoundError(absl::StrCat("--load_only: no checkpoint in ",
+                                              save_dir.string(),
+                                              "; run once with --keep first"));
+    }
+    return absl::OkStatus();
+  }
+  fs::create_directories(save_dir, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("--dir=", save_dir.parent_path().string(),
+                     ": cannot create ", save_dir.string(), ": ",
+                     error.message(), "; give a writable scratch directory"));
+  }
+  return absl::OkStatus();
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "trellis-checkpoint-bench: error: %s\n",
+               std::string(status.message()).c_str());
+  return 1;
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "trellis-checkpoint_bench --dir=SCRATCH [--flagfile=configs/...]");
+      "trellis-checkpoint-bench --dir=SCRATCH [--flagfile=configs/...]");
   if (trellis::PrintHelpIfAsked(argc, argv,
                                 std::string(absl::ProgramUsageMessage()))) {
     return 0;
   }
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", rest[1],
+                     "' (a flagfile goes in --flagfile=PATH)")));
+  }
   const std::string dir = absl::GetFlag(FLAGS_dir);
   if (dir.empty()) {
-    std::fprintf(stderr, "trellis-checkpoint_bench: --dir is required\n");
-    return 1;
+    return Fail(absl::InvalidArgumentError(
+        "--dir is required: a scratch directory to write the checkpoint to"));
   }
-  GptConfig config;
-  config.n_layer = absl::GetFlag(FLAGS_n_layer);
-  config.n_head = absl::GetFlag(FLAGS_n_head);
-  config.d_model = absl::GetFlag(FLAGS_d_model);
-  config.seq_len = absl::GetFlag(FLAGS_seq_len);
-  config.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  const absl::StatusOr<GptConfig> checked = ReadConfig();
+  if (!checked.ok()) return Fail(checked.status());
+  const GptConfig config = *checked;
+  const fs::path save_dir = fs::path(dir) / "checkpoint_bench";
+  const bool load_only = absl::GetFlag(FLAGS_load_only);
+  if (const absl::Status status = CheckDir(save_dir, load_only); !status.ok()) {
+    return Fail(status);
+  }
   auto start = Clock::now();
   ParameterSet params;
   AddGptParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
@@ -132,8 +221,6 @@ int Main(int argc, char** argv) {
   state.step = 1;
   state.model = config;
   SelfCommunicator world("world");
-  const fs::path save_dir = fs::path(dir) / "checkpoint_bench";
-  const bool load_only = absl::GetFlag(FLAGS_load_only);
   if (!load_only) fs::remove_all(save_dir);
   start = Clock::now();
   absl::Status saved = load_only
@@ -142,8 +229,7 @@ int Main(int argc, char** argv) {
                                             &optimizer, world, true);
   const double save_s = Since(start);
   if (!saved.ok()) {
-    std::fprintf(stderr, "save failed: %s\n", saved.ToString().c_str());
-    return 1;
+    return Fail(saved);
   }
   const fs::path step = save_dir / CheckpointName(1);
   int64_t bytes = 0;
@@ -168,9 +254,10 @@ int Main(int argc, char** argv) {
                     probe_v.nbytes()) == 0 &&
         optimizer.step() == 1;
     if (!same) {
-      std::fprintf(stderr, "load failed or read wrong values: %s\n",
-                   loaded.ToString().c_str());
-      return 1;
+      return Fail(loaded.ok() ? absl::DataLossError(
+                                    "the loaded checkpoint holds other values "
+                                    "than were saved")
+                              : loaded);
     }
   }
   const double gb = bytes / 1e9;

@@ -106,8 +106,14 @@ int Main(int argc, char** argv) {
                                 std::string(absl::ProgramUsageMessage()))) {
     return 0;
   }
-  absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<ConvertOptions> options = OptionsFromFlags();
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<ConvertOptions> options =
+      positional.size() > 1
+          ? absl::InvalidArgumentError(absl::StrCat(
+                "unexpected argument '", positional[1],
+                "': trellis-convert takes only flags (files go in --input "
+                "and --output, a flagfile in --flagfile=PATH)"))
+          : OptionsFromFlags();
   absl::StatusOr<ConvertSummary> summary =
       options.ok() ? Convert(*options) : options.status();
   if (!summary.ok()) {

@@ -14,11 +14,13 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "parallel/bootstrap.h"
 #include "tools/trainer/option_flags.h"
 #include "tools/trainer/program_help.h"
@@ -81,6 +83,15 @@ absl::StatusOr<double> Evaluate(const MpiRuntime& runtime, int64_t* windows) {
   return trainer->Evaluate(starts);
 }
 
+// The trainer's checks name its own flags; eval's user knows these by
+// eval's names (--load for the checkpoint; the batch follows from
+// --micro_batch_size).
+std::string InEvalTerms(absl::string_view message) {
+  return absl::StrReplaceAll(
+      message,
+      {{"--resume", "--load"}, {"--global_batch_size", "--micro_batch_size"}});
+}
+
 int Main(int argc, char** argv) {
   MpiRuntime runtime(&argc, &argv);
   absl::SetProgramUsageMessage(
@@ -89,12 +100,18 @@ int Main(int argc, char** argv) {
                                 std::string(absl::ProgramUsageMessage()))) {
     return 0;
   }
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   int64_t windows = 0;
-  const absl::StatusOr<double> loss = Evaluate(runtime, &windows);
+  const absl::StatusOr<double> loss =
+      positional.size() > 1
+          ? absl::InvalidArgumentError(absl::StrCat(
+                "unexpected argument '", positional[1],
+                "': trellis-eval takes only flags (the checkpoint goes in "
+                "--load, the data in --data)"))
+          : Evaluate(runtime, &windows);
   if (!loss.ok()) {
     std::fprintf(stderr, "trellis-eval: error: %s\n",
-                 std::string(loss.status().message()).c_str());
+                 InEvalTerms(loss.status().message()).c_str());
     if (runtime.world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }

@@ -56,8 +56,9 @@ ABSL_FLAG(std::string, split, "file",
 ABSL_FLAG(std::string, tokenizer, "byte", "byte or gpt2");
 ABSL_FLAG(std::string, tokenizer_dir, trellis::kDefaultGpt2AssetsDir,
           "directory with GPT-2's encoder.json and vocab.bpe");
-ABSL_FLAG(int, threads, static_cast<int>(std::thread::hardware_concurrency()),
-          "tokenizer threads");
+ABSL_FLAG(int, threads,
+          static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+          "tokenizer threads (1 to 1024)");
 
 namespace trellis {
 namespace {
@@ -429,6 +430,26 @@ absl::StatusOr<int64_t> InputBytes(const std::vector<std::string>& inputs) {
   return total;
 }
 
+// Refuses an output (or its temporary) that is one of the inputs: the
+// rename at the end would replace the input with its own tokens.
+absl::Status CheckOutputIsNoInput(const std::string& output,
+                                  const std::vector<std::string>& inputs) {
+  for (const std::string& target : {output, output + ".tmp"}) {
+    for (const std::string& input : inputs) {
+      std::error_code error;
+      if (std::filesystem::equivalent(target, input, error)) {
+        const std::string what =
+            target == output ? absl::StrCat("--output ", output)
+                             : absl::StrCat("--output's temporary ", target);
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " is the input ", input,
+            ", which writing it would destroy; choose another --output"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output.empty()) return absl::InvalidArgumentError("--output is required");
@@ -440,7 +461,14 @@ absl::Status Run() {
   TRELLIS_ASSIGN_OR_RETURN(const int64_t total_bytes, InputBytes(inputs));
   TRELLIS_ASSIGN_OR_RETURN(const Split split,
                            ParseSplit(absl::GetFlag(FLAGS_split)));
-  const int threads = std::max(1, absl::GetFlag(FLAGS_threads));
+  TRELLIS_RETURN_IF_ERROR(CheckOutputIsNoInput(output, inputs));
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads < 1 || threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threads=", threads,
+                     " is outside [1, 1024]; give a positive count "
+                     "(the default is one per core)"));
+  }
   TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                            MakeTokenizer(absl::GetFlag(FLAGS_tokenizer),
                                          absl::GetFlag(FLAGS_tokenizer_dir)));

@@ -61,7 +61,7 @@ int Main(int argc, char** argv) {
                                 std::string(absl::ProgramUsageMessage()))) {
     return 0;
   }
-  absl::ParseCommandLine(argc, argv);
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   const bool root = runtime.world_rank() == 0;
   auto fail = [&](const absl::Status& status, bool agreed) {
     if (root || !agreed) {
@@ -70,6 +70,14 @@ int Main(int argc, char** argv) {
     }
     return 1;
   };
+  // Every rank sees the same command line, so all agree on this.
+  if (positional.size() > 1) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+                    "unexpected argument '", positional[1],
+                    "': trellis-train takes only flags (a flagfile goes in "
+                    "--flagfile=PATH)")),
+                true);
+  }
   const TrainOptions options = OptionsFromFlags();
   const absl::Status signals =
       InstallStopSignals(absl::GetFlag(FLAGS_stop_signals));

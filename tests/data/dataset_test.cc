@@ -230,6 +230,44 @@ TEST(TokenDatasetTest, IdsOutOfRange) {
   ExpectOpenFails(path, "token 1 is 300, outside the vocabulary");
 }
 
+// An id the 16 sampled blocks miss: Open passes, but reading the window
+// that holds it fails instead of handing the id to the model.
+TEST(TokenDatasetTest, IdOutsideTheSampledBlocksFailsItsRead) {
+  const std::string path = TempPath("ids_out_of_range_unsampled.h5");
+  std::vector<int64_t> tokens(200000, 7);
+  tokens.back() = 256;
+  tokens[8000] = 300;  // between the blocks at 0 and 13060
+  WriteRaw(path, hdf5::StoredType::kU16, tokens);
+  auto dataset = TokenDataset::Open(path);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
+  EXPECT_TRUE(dataset->ReadTokens(7000, 1000).ok());
+  auto bad = dataset->ReadTokens(7990, 20);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("token 8000 is 300, outside the vocabulary [0, 257)"));
+  std::vector<int32_t> window(9);
+  EXPECT_FALSE(dataset->ReadTokens(7995, 9, window.data()).ok());
+}
+
+TEST(TokenDatasetTest, WriterRecordsMaxIdAndReaderChecksIt) {
+  const std::string path = TempPath("max_token_id.h5");
+  WriteDocs(path, kByte, {{3, 200}, {17}});
+  {
+    auto file = hdf5::File::Open(path);
+    ASSERT_TRUE(file.ok());
+    auto max_id = file->ReadInt64Attribute("max_token_id");
+    ASSERT_TRUE(max_id.ok()) << max_id.status();
+    EXPECT_EQ(*max_id, 256);  // the EOT is the largest id here
+  }
+  WriteRaw(path, hdf5::StoredType::kU16, {1, 2, 256});
+  {
+    auto file = hdf5::File::Open(path, hdf5::OpenMode::kReadWrite);
+    ASSERT_TRUE(file.ok());
+    ASSERT_TRUE(file->WriteInt64Attribute("max_token_id", 40000).ok());
+  }
+  ExpectOpenFails(path, "max_token_id 40000 is outside the vocabulary");
+}
+
 TEST(TokenDatasetTest, LastTokenNotEot) {
   const std::string path = TempPath("no_final_eot.h5");
   WriteRaw(path, hdf5::StoredType::kU16, {1, 2});

@@ -1,5 +1,6 @@
 // Planned bubbles (trellis-bubbles --plan) against the published formulas.
 #include <string>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,6 +10,7 @@
 namespace trellis {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 ActionCosts Costs(double f, double b, double w) {
@@ -155,6 +157,23 @@ TEST(BubblesPlanTest, RejectsBadShapesAndCosts) {
                       .status()
                       .message()),
       HasSubstr("--costs F,B,W must be at least 0"));
+}
+
+// Sizes that ran out of memory or wrote a timeline of hundreds of MB are
+// refused at once, products that overflow int32 included.
+TEST(BubblesPlanTest, RejectsPlansTooLargeToDraw) {
+  for (const auto& [pp, m, v] :
+       {std::tuple{100000, 100000, 1}, std::tuple{1000, 1000, 1},
+        std::tuple{65536, 65536, 65536}, std::tuple{129, 128, 1}}) {
+    const absl::StatusOr<BubbleReport> r = AnalyzePlan(
+        v > 1 ? ScheduleKind::kInterleaved1F1B : ScheduleKind::k1F1B, pp, m, v,
+        Costs(1, 1, 1));
+    ASSERT_FALSE(r.ok()) << pp << " " << m << " " << v;
+    EXPECT_THAT(std::string(r.status().message()),
+                AllOf(HasSubstr("--pp="), HasSubstr("choose smaller sizes")));
+  }
+  EXPECT_TRUE(
+      AnalyzePlan(ScheduleKind::k1F1B, 128, 128, 1, Costs(1, 1, 1)).ok());
 }
 
 TEST(BubblesPlanTest, ReportNamesEveryFigure) {

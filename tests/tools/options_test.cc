@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -238,6 +240,83 @@ INSTANTIATE_TEST_SUITE_P(
                   o.virtual_stages = 2;
                 },
                 {"--virtual_stages", "--schedule=interleaved-1f1b"}}),
+    [](const ::testing::TestParamInfo<BadCase>& info) {
+      return info.param.name;
+    });
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Every floating-point flag must be finite (each of these trained on NaN
+// weights or never clipped), and evaluation needs held-out windows: both
+// are refused at start.
+INSTANTIATE_TEST_SUITE_P(
+    AtStart, TrainOptionsBadTest,
+    ::testing::Values(
+        BadCase{"lr_nan",
+                1,
+                [](O& o) { o.lr = std::nan(""); },
+                {"--lr=nan", "not a finite number"}},
+        BadCase{"lr_inf",
+                1,
+                [](O& o) {
+                  o.lr = kInf;
+                  o.min_lr = 0;
+                },
+                {"--lr=inf", "not a finite number"}},
+        BadCase{
+            "min_lr_inf", 1, [](O& o) { o.min_lr = kInf; }, {"--min_lr=inf"}},
+        BadCase{"weight_decay_nan",
+                1,
+                [](O& o) { o.weight_decay = std::nan(""); },
+                {"--weight_decay=nan", "not a finite number"}},
+        BadCase{"grad_clip_nan",
+                1,
+                [](O& o) { o.grad_clip = std::nan(""); },
+                {"--grad_clip=nan"}},
+        BadCase{"grad_clip_inf",
+                1,
+                [](O& o) { o.grad_clip = kInf; },
+                {"--grad_clip=inf"}},
+        BadCase{"beta1_nan",
+                1,
+                [](O& o) { o.beta1 = std::nan(""); },
+                {"--beta1=nan"}},
+        BadCase{"beta2_minus_inf",
+                1,
+                [](O& o) { o.beta2 = -kInf; },
+                {"--beta2=-inf"}},
+        BadCase{"val_fraction_nan",
+                1,
+                [](O& o) { o.val_fraction = std::nan(""); },
+                {"--val_fraction=nan"}},
+        BadCase{"bucket_inf",
+                1,
+                [](O& o) { o.dp_bucket_mb = kInf; },
+                {"--dp_bucket_mb=inf"}},
+        BadCase{"memory_budget_inf",
+                1,
+                [](O& o) { o.memory_budget_gb = kInf; },
+                {"--memory_budget_gb=inf"}},
+        BadCase{"eval_without_validation",
+                1,
+                [](O& o) {
+                  o.val_fraction = 0;
+                  o.eval_every = 50;
+                },
+                {"--eval_every=50", "--val_fraction=0", "--eval_every=0"}},
+        // Sizes whose memory plan overflowed int64.
+        BadCase{"huge_width",
+                1,
+                [](O& o) { o.model.d_model = int64_t{1} << 30; },
+                {"--d_model=1073741824", "choose smaller sizes"}},
+        BadCase{"huge_batch_and_context",
+                1,
+                [](O& o) {
+                  o.model.seq_len = int64_t{1} << 24;
+                  o.global_batch_size = int64_t{1} << 20;
+                  o.micro_batch_size = int64_t{1} << 20;
+                },
+                {"--seq_len=16777216", "choose smaller sizes"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       return info.param.name;
     });

@@ -312,6 +312,53 @@ TEST_F(ProgramsTest, EvalWithAnotherVocabulary) {
               {ckpt, "vocab_size=257", "vocab_size=50257"});
 }
 
+// Same vocabulary size, another tokenizer: the ids mean other strings.
+TEST_F(ProgramsTest, ResumeAndEvalWithAnotherTokenizer) {
+  const std::string ckpt = MakeCheckpoint();
+  const std::string other = dir_ + "/other.h5";
+  test::WriteTokenFile(other, {"other-bytes", 257, 256}, 6000);
+  Train({"--resume=" + ckpt, "--data=" + other},
+        {ckpt, "'byte'", "'other-bytes'", "--tokenizer=byte"});
+  ExpectError("eval", {"--load=" + ckpt, "--data=" + other},
+              {ckpt, "'byte'", "'other-bytes'"});
+}
+
+// Eval's errors name eval's flags, not the trainer's it shares checks with.
+TEST_F(ProgramsTest, EvalNamesItsOwnFlags) {
+  const std::string ckpt = MakeCheckpoint();
+  const std::string small = dir_ + "/small.h5";
+  test::WriteTokenFile(small, test::kByteVocab, 40);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--load=" + dir_ + "/nothing",
+                                 "--data=" + byte_data_},
+        std::vector<std::string>{"--load=" + ckpt, "--data=" + small,
+                                 "--micro_batch_size=64"}}) {
+    const ProgramResult r = RunProgram("eval", args, dir_);
+    const std::string what = Describe("eval", args, r);
+    EXPECT_TRUE(r.exited && r.exit_code != 0) << what;
+    EXPECT_THAT(r.err, StartsWith("trellis-eval: error: ")) << what;
+    EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr("--load"),
+                                        HasSubstr("--micro_batch_size")))
+        << what;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("--resume"))) << what;
+    EXPECT_THAT(r.err, ::testing::Not(HasSubstr("--global_batch_size")))
+        << what;
+  }
+  ExpectError("eval", {"--load=" + ckpt, "--data=" + byte_data_, "stray"},
+              {"'stray'"});
+}
+
+// A flagfile path without --flagfile= (or any stray word) is refused, not
+// ignored.
+TEST_F(ProgramsTest, StrayPositionalArguments) {
+  Train({"configs/gpt2-124m.flags"},
+        {"'configs/gpt2-124m.flags'", "--flagfile="});
+  ExpectError("convert",
+              {"--input=" + dir_ + "/in", "--to=hf", "--output=" + dir_ + "/o",
+               "stray"},
+              {"'stray'", "--flagfile="});
+}
+
 TEST_F(ProgramsTest, EvalSucceedsThenRefusesBadFiles) {
   const std::string ckpt = MakeCheckpoint();
   const std::vector<std::string> good = {
@@ -423,6 +470,27 @@ TEST_F(ProgramsTest, BenchBadFlags) {
   ExpectRefused("bench", {"--n_layer=some"}, "n_layer");
 }
 
+// trellis-checkpoint-bench checks its flags as trellis-train does, and its
+// --dir, before it builds a model: each fails at once, with one line.
+TEST_F(ProgramsTest, CheckpointBenchBadFlags) {
+  const std::string dir = "--dir=" + dir_;
+  ExpectError("checkpoint-bench", {dir, "--n_layer=0"}, {"--n_layer"});
+  ExpectError("checkpoint-bench", {dir, "--n_head=0"}, {"--n_head"});
+  ExpectError("checkpoint-bench", {dir, "--d_model=0"}, {"--d_model"});
+  ExpectError("checkpoint-bench", {dir, "--seq_len=-1"}, {"--seq_len"});
+  ExpectError("checkpoint-bench", {dir, "--vocab_size=0"}, {"--vocab_size=0"});
+  ExpectError("checkpoint-bench", {dir, "--steps=-3"}, {"--steps=-3"});
+  ExpectError("checkpoint-bench", {dir, "--lr=nan"}, {"--lr=nan"});
+  ExpectError("checkpoint-bench", {dir, "--d_model=1073741824"},
+              {"--d_model=1073741824", "choose smaller sizes"});
+  ExpectError("checkpoint-bench", {"--dir=/proc/x"},
+              {"--dir=/proc/x", "writable"});
+  ExpectError("checkpoint-bench", {}, {"--dir is required"});
+  ExpectError("checkpoint-bench", {dir, "--load_only"}, {"--load_only"});
+  ExpectError("checkpoint-bench", {dir, "configs/gpt2-124m.flags"},
+              {"'configs/gpt2-124m.flags'", "--flagfile="});
+}
+
 TEST_F(ProgramsTest, PreprocessBadInput) {
   const std::string text = dir_ + "/a.txt";
   std::ofstream(text) << "Some text.\n\nMore text.\n";
@@ -452,6 +520,29 @@ TEST_F(ProgramsTest, PreprocessBadInput) {
               {"--input=" + text, "--output=" + out, "--tokenizer=gpt2",
                "--tokenizer_dir=" + dir_ + "/no_assets"},
               {dir_ + "/no_assets"});
+  for (const char* threads : {"--threads=-3", "--threads=0"}) {
+    ExpectError("preprocess", {"--input=" + text, "--output=" + out, threads},
+                {threads});
+  }
+  // An output that is an input (the same file by any name) is refused and
+  // the input survives.
+  const std::string other = dir_ + "/b.txt";
+  std::ofstream(other) << "Other text.\n";
+  fs::create_hard_link(text, dir_ + "/a_link.txt");
+  for (const std::string& target :
+       {text, dir_ + "/a_link.txt", dir_ + "/./a.txt"}) {
+    ExpectError("preprocess",
+                {"--input=" + other + "," + text, "--output=" + target},
+                {"--output", "is the input " + text, "choose another"});
+  }
+  EXPECT_EQ(ReadFile(text), "Some text.\n\nMore text.\n");
+  // The same for the temporary the output is written to first.
+  const std::string temporary = dir_ + "/c.txt.tmp";
+  std::ofstream(temporary) << "Temporary text.\n";
+  ExpectError("preprocess",
+              {"--input=" + temporary, "--output=" + dir_ + "/c.txt"},
+              {"temporary", "is the input " + temporary});
+  EXPECT_EQ(ReadFile(temporary), "Temporary text.\n");
   // None of the failures left an output file behind.
   EXPECT_FALSE(fs::exists(out));
   EXPECT_FALSE(fs::exists(out + ".tmp"));

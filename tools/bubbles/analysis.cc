@@ -276,6 +276,15 @@ absl::StatusOr<BubbleReport> AnalyzePlan(ScheduleKind kind, int pp,
                                          const ActionCosts& costs) {
   TRELLIS_RETURN_IF_ERROR(
       CheckScheduleShape(kind, pp, microbatches, virtual_stages));
+  // Bounds the simulation's memory and the timeline's size (about 9 KB of
+  // SVG per chunk-microbatch); in double, so no product overflows.
+  const double work = static_cast<double>(pp) * microbatches * virtual_stages;
+  if (work > kMaxPlanWork) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pp=", pp, " × --microbatches=", microbatches, " × --virtual_stages=",
+        virtual_stages, " = ", work, " is more than ", kMaxPlanWork,
+        " chunk-microbatches a plan draws; choose smaller sizes"));
+  }
   if (costs.forward < 0 || costs.backward_input < 0 ||
       costs.backward_weight < 0 ||
       costs.forward + costs.backward_input + costs.backward_weight <= 0) {

@@ -104,7 +104,12 @@ struct BubbleReport {
 absl::StatusOr<BubbleReport> AnalyzeTraces(
     const std::vector<RankTrace>& traces);
 
+// The most pp × microbatches × virtual_stages AnalyzePlan accepts.
+inline constexpr int64_t kMaxPlanWork = 16384;
+
 // Plans `kind` on `pp` stages with unit or given costs, without a model.
+// InvalidArgument for a shape the schedule cannot take or one larger than
+// kMaxPlanWork.
 absl::StatusOr<BubbleReport> AnalyzePlan(ScheduleKind kind, int pp,
                                          int microbatches, int virtual_stages,
                                          const ActionCosts& costs);

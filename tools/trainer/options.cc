@@ -2,10 +2,12 @@
 
 #include <array>
 #include <cmath>
+#include <type_traits>
 
 #include "absl/flags/marshalling.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -26,7 +28,35 @@ absl::Status Bad(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
 
+template <typename T>
+bool NotFinite(const T& value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return !std::isfinite(value);
+  } else {
+    return false;
+  }
+}
+
+// Every floating-point option must be finite: NaN passes most comparisons
+// unnoticed and an infinite rate or clip trains on NaN weights.
+absl::Status CheckFinite(const TrainOptions& o) {
+  const TrainOptions defaults;
+  absl::Status status;
+#define TRELLIS_OPTION_FINITE(group, type, name, value, help)            \
+  if (status.ok() && NotFinite(o.name)) {                                \
+    status = Bad(absl::StrCat("--" #name "=", absl::UnparseFlag(o.name), \
+                              " is not a finite number; give one (the "  \
+                              "default is --" #name "=",                 \
+                              absl::UnparseFlag(defaults.name), ")"));   \
+  }
+  TRELLIS_RUN_OPTIONS(TRELLIS_OPTION_FINITE)
+  TRELLIS_PARALLEL_OPTIONS(TRELLIS_OPTION_FINITE)
+#undef TRELLIS_OPTION_FINITE
+  return status;
+}
+
 absl::Status CheckScalars(const TrainOptions& o) {
+  TRELLIS_RETURN_IF_ERROR(CheckFinite(o));
   if (o.data.empty()) {
     return Bad("--data is required: a token file made by trellis-preprocess");
   }
@@ -47,6 +77,12 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (!(o.val_fraction >= 0 && o.val_fraction < 1)) {
     return Bad(
         absl::StrCat("--val_fraction=", o.val_fraction, " must be in [0, 1)"));
+  }
+  if (o.eval_every > 0 && o.val_fraction == 0) {
+    return Bad(absl::StrCat("--eval_every=", o.eval_every,
+                            " needs validation windows but --val_fraction=0 "
+                            "holds none out; set --val_fraction > 0 (e.g. "
+                            "0.02) or --eval_every=0"));
   }
   if (o.save_every < 0 || o.eval_every < 0 || o.log_every < 1 ||
       o.keep_checkpoints < 0 || o.eval_windows < 1) {
@@ -89,6 +125,30 @@ absl::Status CheckScalars(const TrainOptions& o) {
           "--trace_steps entry ", step,
           " is not a step of this run (1 to --steps=", o.steps, ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// Refuses sizes whose memory no device holds, estimated generously in
+// double (weights, gradients and moments; every window of a step's
+// activations, attention scores and logits at once), so the exact int64
+// sums of the memory plan cannot overflow for sizes that pass.
+absl::Status CheckSizes(const TrainOptions& o) {
+  const GptConfig& c = o.model;
+  const double d = c.d_model, layers = c.n_layer, t = c.seq_len;
+  const double parameters = 12 * layers * d * d + (c.vocab_size + t + 13) * d;
+  const double per_token =
+      layers * (40 * d + 5 * static_cast<double>(c.n_head) * t) +
+      static_cast<double>(c.vocab_size) + d;
+  const double bytes =
+      16 * parameters +
+      4 * static_cast<double>(o.global_batch_size) * t * per_token;
+  constexpr double kMaxBytes = 1125899906842624.0;  // 2^50: 1 PiB
+  if (bytes > kMaxBytes) {
+    return Bad(absl::StrFormat(
+        "--n_layer=%d --d_model=%d --seq_len=%d --global_batch_size=%d need "
+        "about %.3g bytes, more than any device holds; choose smaller sizes",
+        c.n_layer, c.d_model, c.seq_len, o.global_batch_size, bytes));
   }
   return absl::OkStatus();
 }
@@ -161,6 +221,7 @@ absl::Status TrainOptions::Resolve(int world, int64_t vocab_size) {
   model.vocab_size = vocab_size;
   TRELLIS_RETURN_IF_ERROR(model.Validate());
   TRELLIS_RETURN_IF_ERROR(CheckScalars(*this));
+  TRELLIS_RETURN_IF_ERROR(CheckSizes(*this));
   if (dp == 0 && tp > 0 && pp > 0) {
     if (world % (tp * pp) != 0) {
       return Bad(absl::StrCat("the world size ", world,

@@ -266,6 +266,15 @@ absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
         "; use the model flags (and a data file of the vocabulary) the "
         "checkpoint was written with"));
   }
+  // Same vocabulary size, other tokenizer: every id would mean another
+  // string. Checkpoints written before the name was recorded have none.
+  const std::string& tokenizer = loader_->dataset().tokenizer();
+  if (!state.tokenizer.empty() && state.tokenizer != tokenizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " was trained on data of tokenizer '", state.tokenizer,
+        "' but --data=", options_.data, " is tokenized with '", tokenizer,
+        "'; preprocess the text with --tokenizer=", state.tokenizer));
+  }
   return state;
 }
 
