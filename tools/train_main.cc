@@ -88,10 +88,10 @@ int Main(int argc, char** argv) {
     // Every rank stopped together (Trainer::Create agrees on it).
     if (root) {
       const int signal = StopSignalReceived();
-      std::fprintf(
-          stderr, "trellis-train: stopped by %s %s\n",
-          signal != 0 ? SignalName(signal).c_str() : "a signal on another rank",
-          std::string(trainer.status().message()).c_str());
+      std::fprintf(stderr, "trellis-train: %s (%s)\n",
+                   std::string(trainer.status().message()).c_str(),
+                   signal != 0 ? SignalName(signal).c_str()
+                               : "a stop signal on another rank");
     }
     return 1;
   }

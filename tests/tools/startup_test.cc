@@ -117,7 +117,7 @@ TEST_F(StartupTest, HundredThousandLayersReachTheMemoryCheck) {
   ASSERT_TRUE(WIFEXITED(r.status)) << r.err;
   EXPECT_NE(WEXITSTATUS(r.status), 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("trellis-train: error: the run needs"));
-  EXPECT_THAT(r.err, HasSubstr("but 1.0 GiB is available"));
+  EXPECT_THAT(r.err, HasSubstr("but 1.00 GiB is available"));
   EXPECT_LT(r.seconds, kPromptSeconds);
 }
 
