@@ -19,14 +19,19 @@ void MakeTensors(Parameter& p, Device device, DType dtype, bool grad) {
 
 Parameter& ParameterSet::Register(std::string name, ShardSpec spec,
                                   bool decay) {
-  TRELLIS_CHECK(Find(name) == nullptr) << "duplicate parameter " << name;
   auto p = std::make_unique<Parameter>();
   p->name = std::move(name);
   p->spec = std::move(spec);
   p->decay = decay;
-  order_.push_back(p.get());
+  Index(p.get());
   owned_.push_back(std::move(p));
   return *order_.back();
+}
+
+void ParameterSet::Index(Parameter* p) {
+  const bool added = index_.emplace(p->name, p).second;
+  TRELLIS_CHECK(added) << "duplicate parameter " << p->name;
+  order_.push_back(p);
 }
 
 Parameter& ParameterSet::Add(std::string name, ShardSpec spec, bool decay,
@@ -52,17 +57,11 @@ void ParameterSet::Materialize(bool grads) {
   pending_.clear();
 }
 
-void ParameterSet::AddShared(Parameter* parameter) {
-  TRELLIS_CHECK(Find(parameter->name) == nullptr)
-      << "duplicate parameter " << parameter->name;
-  order_.push_back(parameter);
-}
+void ParameterSet::AddShared(Parameter* parameter) { Index(parameter); }
 
 Parameter* ParameterSet::Find(const std::string& name) const {
-  for (Parameter* p : order_) {
-    if (p->name == name) return p;
-  }
-  return nullptr;
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : it->second;
 }
 
 int64_t ParameterSet::LocalElements() const {

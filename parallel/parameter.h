@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "framework/tensor.h"
@@ -56,6 +57,11 @@ using Initializer = std::function<double(int64_t)>;
 
 // Owns parameters in registration order; lookup by name.
 //
+// Registration and Find cost O(1) expected (a hash index by name), so a
+// model of L layers registers in O(L): a --n_layer=100000 run reaches its
+// memory check in seconds. name_comparisons() counts the full name
+// comparisons the index made, the measure tests hold linear.
+//
 // Parameters are either added (their tensors made at once) or declared and
 // materialized later, so that a run can size its memory from the declared
 // shapes before allocating anything (tools/trainer/trainer.h).
@@ -80,6 +86,9 @@ class ParameterSet {
   const std::vector<Parameter*>& all() const { return order_; }
   int64_t LocalElements() const;
   void ZeroGrads();
+  // How many times lookups (Find, and the duplicate check of every
+  // registration) compared two names in full, since construction.
+  int64_t name_comparisons() const { return *comparisons_; }
 
  private:
   struct Pending {
@@ -88,10 +97,24 @@ class ParameterSet {
     DType dtype;
     Initializer init;
   };
+  // Name equality that counts its calls (shared, so moves keep it valid).
+  struct CountingEqual {
+    std::shared_ptr<int64_t> count;
+    bool operator()(const std::string& a, const std::string& b) const {
+      ++*count;
+      return a == b;
+    }
+  };
   Parameter& Register(std::string name, ShardSpec spec, bool decay);
+  // Adds `p` to order_ and index_; fails on a duplicate name.
+  void Index(Parameter* p);
 
   std::vector<std::unique_ptr<Parameter>> owned_;
   std::vector<Parameter*> order_;
+  std::shared_ptr<int64_t> comparisons_ = std::make_shared<int64_t>(0);
+  std::unordered_map<std::string, Parameter*, std::hash<std::string>,
+                     CountingEqual>
+      index_{0, std::hash<std::string>(), CountingEqual{comparisons_}};
   std::vector<Pending> pending_;
 };
 

@@ -95,7 +95,19 @@ int Main(int argc, char** argv) {
   if (!context.ok()) return fail(context.status(), true);
   const ProcessGroups& groups = context->groups();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(options, groups, context->coord());
+      Trainer::Create(options, groups, context->coord(), DType::kF32,
+                      [] { return StopSignalReceived() != 0; });
+  if (absl::IsCancelled(trainer.status())) {
+    // Every rank stopped together (Trainer::Create agrees on it).
+    if (root) {
+      const int signal = StopSignalReceived();
+      std::fprintf(stderr, "trellis-train: %s (%s)\n",
+                   std::string(trainer.status().message()).c_str(),
+                   signal != 0 ? SignalName(signal).c_str()
+                               : "a stop signal on another rank");
+    }
+    return 1;
+  }
   const absl::Status built = AgreeOnStatus(*groups.world, trainer.status());
   if (!built.ok()) {
     // Configuration errors are the same on every rank: rank 0 reports them.

@@ -16,12 +16,24 @@ static_assert(std::atomic<int>::is_always_lock_free);
 
 void OnSignal(int signal) { received.store(signal); }
 
-}  // namespace
-
-absl::Status InstallStopSignals(const std::string& names) {
-  static const std::map<std::string, int> kSignals = {
+const std::map<std::string, int>& KnownSignals() {
+  static const auto* const kSignals = new std::map<std::string, int>{
       {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM},
       {"INT", SIGINT},   {"HUP", SIGHUP},   {"CONT", SIGCONT}};
+  return *kSignals;
+}
+
+}  // namespace
+
+std::string SignalName(int signal) {
+  for (const auto& [name, number] : KnownSignals()) {
+    if (number == signal) return "SIG" + name;
+  }
+  return absl::StrCat("signal ", signal);
+}
+
+absl::Status InstallStopSignals(const std::string& names) {
+  const std::map<std::string, int>& kSignals = KnownSignals();
   for (absl::string_view piece :
        absl::StrSplit(names, ',', absl::SkipEmpty())) {
     std::string name(piece);

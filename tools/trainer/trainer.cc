@@ -109,7 +109,7 @@ absl::Status CheckStart(const TrainOptions& o, const std::string& resume_dir,
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
-    DType dtype) {
+    DType dtype, std::function<bool()> stop_check) {
   // Ranks must agree on the flags before any of them can fail alone.
   TRELLIS_RETURN_IF_ERROR(
       CheckConfigsAgree(*groups.world, options.ToFlagString()));
@@ -126,6 +126,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
                            FindResumePoint(options.resume, options.save_dir));
   TRELLIS_RETURN_IF_ERROR(CheckStart(options, resume.dir, *groups.world));
   std::unique_ptr<Trainer> trainer(new Trainer(options, groups, coord));
+  trainer->stop_check_ = std::move(stop_check);
   TRELLIS_RETURN_IF_ERROR(trainer->Build(dtype));
   if (!resume.note.empty() && groups.world->rank() == 0) {
     std::printf("resume: %s\n", resume.note.c_str());
@@ -160,7 +161,9 @@ absl::Status Trainer::Build(DType dtype) {
     tracer_ = std::make_unique<StepTracer>(o, groups_, coord_, device_clock_);
     groups_ = tracer_->groups();
   }
+  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("before declaring the model"));
   model_ = std::make_unique<StageModel>(o, groups_, coord_, device_, dtype);
+  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after declaring the model"));
   std::vector<Action> schedule = BuildSchedule(
       o.schedule, coord_.p, static_cast<int>(o.pp),
       static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
@@ -179,6 +182,7 @@ absl::Status Trainer::Build(DType dtype) {
   arena_scope_ = std::make_unique<ArenaScope>(
       MemoryArena::Create(ArenaCapacity(memory_plan_, available), device_));
   model_->Allocate();
+  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after initializing the weights"));
   BatchLoader::Config data;
   data.seq_len = o.model.seq_len;
   data.val_fraction = o.val_fraction;
@@ -227,6 +231,17 @@ void Trainer::MeasurePeak() {
                 unknown ? ", not reported: a rank knows no peak" : "");
     std::fflush(stdout);
   }
+}
+
+absl::Status Trainer::CheckStartupStop(const char* phase) {
+  const bool mine = stop_check_ && stop_check_();
+  // Every rank reaches the same phases: they agree, then stop together.
+  const double any =
+      AllReduceScalar(*groups_.world, mine ? 1.0 : 0.0, ReduceOp::kMax);
+  if (any == 0) return absl::OkStatus();
+  return absl::CancelledError(
+      absl::StrCat("stopped during start-up (", phase,
+                   "), before the first step; nothing was saved"));
 }
 
 absl::Status Trainer::PlanMemory(size_t available,

@@ -49,9 +49,12 @@ class Trainer {
   // (--gpu_comm). Prints the memory plan on rank 0 and fails on every rank
   // when it exceeds the device's free memory (or --memory_budget_gb);
   // allocates nothing before that check, then one arena for the plan.
+  // `stop_check` (e.g. a stop signal's flag) is asked between the phases of
+  // start-up; when it fires on any rank, every rank returns a Cancelled
+  // status before the first step, and Run asks it after every step.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(
       TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
-      DType dtype = DType::kF32);
+      DType dtype = DType::kF32, std::function<bool()> stop_check = {});
 
   // How a Run ended.
   enum class Outcome { kCompleted, kStopped };
@@ -89,6 +92,8 @@ class Trainer {
   Trainer(TrainOptions options, const ProcessGroups& groups, MeshCoord coord)
       : options_(std::move(options)), groups_(groups), coord_(coord) {}
   absl::Status Build(DType dtype);
+  // Cancelled on every rank when stop_check_ fired on any (collective).
+  absl::Status CheckStartupStop(const char* phase);
   absl::Status PlanMemory(size_t available,
                           const std::vector<Action>& schedule);
   absl::Status Resume(const std::string& dir);
