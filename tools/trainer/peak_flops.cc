@@ -1,9 +1,13 @@
 #include "tools/trainer/peak_flops.h"
 
+#include <cblas.h>
+
+#include <chrono>
+#include <vector>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "framework/device_info.h"
-#include "tools/bench/bench_device.h"
 
 namespace trellis {
 
@@ -39,11 +43,26 @@ PeakFlops PeakFlopsOf(Device device, double flag_tflops) {
     return {*known * 1e12,
             absl::StrFormat("%s dense bf16 peak, %g TFLOP/s", name, *known)};
   }
-  constexpr int64_t kGemm = 384;
-  const absl::StatusOr<BenchDevice> cpu = BenchDevice::Open(DeviceType::kCPU);
-  const GemmRate rate = cpu->MeasureGemm(kGemm, DType::kF32);
-  return {rate.wall, absl::StrFormat("measured %s on this rank, %.1f GFLOP/s",
-                                     rate.what, rate.wall / 1e9)};
+  // The mean over all repetitions, not the best: ranks that share cores
+  // measure at once (the trainer lines them up first), so each sees the
+  // share of the machine it will train with.
+  constexpr int kGemm = 384, kReps = 6;
+  std::vector<float> a(kGemm * kGemm, 0.25f), b(kGemm * kGemm, -0.5f),
+      c(kGemm * kGemm);
+  const auto sgemm = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kGemm, kGemm, kGemm,
+                1.0f, a.data(), kGemm, b.data(), kGemm, 0.0f, c.data(), kGemm);
+  };
+  sgemm();  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kReps; ++i) sgemm();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const double rate = kReps * 2.0 * kGemm * kGemm * kGemm / seconds;
+  return {rate, absl::StrFormat("measured sgemm %d^3 on this rank, %.1f "
+                                "GFLOP/s",
+                                kGemm, rate / 1e9)};
 }
 
 }  // namespace trellis

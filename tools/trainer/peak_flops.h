@@ -24,8 +24,9 @@ std::optional<double> KnownPeakTflops(const std::string& device_name);
 
 // What one rank on `device` is measured against, in FLOP/s, and what it is
 // (for the start-up line): `flag_tflops` when positive; on a GPU its known
-// peak (0 when unknown: MFU is then not reported); on the CPU the best rate
-// of a few float32 384×384×384 GEMMs, measured now.
+// peak (0 when unknown: MFU is then not reported); on the CPU the mean rate
+// of a few float32 384×384×384 GEMMs, measured now (ranks sharing cores
+// should measure at the same time, so each sees its share).
 struct PeakFlops {
   double flops_per_s = 0;
   std::string what;

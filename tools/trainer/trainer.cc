@@ -216,6 +216,8 @@ absl::Status Trainer::Build(DType dtype) {
 }
 
 void Trainer::MeasurePeak() {
+  // CPU ranks that share cores measure together, each its share.
+  groups_.world->Barrier();
   const PeakFlops peak = PeakFlopsOf(device_, options_.peak_tflops);
   // A rank that knows no peak turns MFU off for all; otherwise the mean
   // (CPU ranks each measure their own share of the machine).
@@ -226,7 +228,7 @@ void Trainer::MeasurePeak() {
                       ReduceOp::kMax) > 0;
   peak_flops_per_rank_ = unknown ? 0.0 : mean;
   if (groups_.world->rank() == 0) {
-    std::printf("mfu against: %s (rank 0); %.2f TFLOP/s per rank (mean)%s\n",
+    std::printf("mfu against: %s (rank 0); %.3g TFLOP/s per rank (mean)%s\n",
                 peak.what.c_str(), peak_flops_per_rank_ / 1e12,
                 unknown ? ", not reported: a rank knows no peak" : "");
     std::fflush(stdout);
