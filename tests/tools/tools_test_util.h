@@ -11,13 +11,16 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
+#include "parallel/bootstrap.h"
 #include "tools/trainer/options.h"
+#include "tools/trainer/trainer.h"
 
 namespace trellis::test {
 
@@ -93,6 +96,16 @@ inline TrainOptions TinyOptions(const std::string& data) {
   o.warmup_steps = 2;
   o.log_every = 1000;
   return o;
+}
+
+// A trainer for `o` on `context`'s ranks, or null after a test failure
+// naming why it could not be made.
+inline std::unique_ptr<Trainer> MakeTrainer(const TrainOptions& o,
+                                            const ParallelContext& context) {
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(o, context.groups(), context.coord());
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  return trainer.ok() ? std::move(*trainer) : nullptr;
 }
 
 }  // namespace trellis::test

@@ -37,10 +37,7 @@ class TrainerMemoryTest : public ::testing::Test {
   }
 
   std::unique_ptr<Trainer> Make(const TrainOptions& o) {
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-        Trainer::Create(o, context_.groups(), context_.coord());
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    return trainer.ok() ? std::move(*trainer) : nullptr;
+    return test::MakeTrainer(o, context_);
   }
 
   ParallelContext context_ = ParallelContext::Single();

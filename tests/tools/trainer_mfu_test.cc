@@ -26,11 +26,9 @@ class TrainerMfuTest : public ::testing::Test {
   }
 
   StepMetrics OneStep(const TrainOptions& o) {
-    absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-        Trainer::Create(o, context_.groups(), context_.coord());
-    EXPECT_TRUE(trainer.ok()) << trainer.status();
-    if (!trainer.ok()) return {};
-    absl::StatusOr<StepMetrics> m = (*trainer)->Step();
+    const std::unique_ptr<Trainer> trainer = test::MakeTrainer(o, context_);
+    if (trainer == nullptr) return {};
+    absl::StatusOr<StepMetrics> m = trainer->Step();
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *m : StepMetrics{};
   }

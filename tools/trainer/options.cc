@@ -104,10 +104,10 @@ absl::Status CheckScalars(const TrainOptions& o) {
     return Bad(absl::StrCat("--loss_chunk_rows=", o.loss_chunk_rows,
                             " must be ≥ 0 (0: a whole microbatch at once)"));
   }
-  if (!(o.peak_tflops >= 0) || std::isinf(o.peak_tflops)) {
+  // (CheckFinite has refused NaN and infinity already.)
+  if (o.peak_tflops < 0) {
     return Bad(absl::StrCat("--peak_tflops=", o.peak_tflops,
-                            " must be a finite value ≥ 0 (0: the device's "
-                            "known peak)"));
+                            " must be ≥ 0 (0: the device's known peak)"));
   }
   if (!(o.memory_budget_gb >= 0)) {
     return Bad(absl::StrCat("--memory_budget_gb=", o.memory_budget_gb,
