@@ -16,7 +16,7 @@
 namespace trellis {
 
 // Every option of a training run besides the model's shape
-// (TRELLIS_GPT_CONFIG_OPTIONS), each defined once: X(group, type, name,
+// (TRELLIS_MODEL_CONFIG_OPTIONS), each defined once: X(group, type, name,
 // default, help). TrainOptions' fields and defaults, trellis-train's flags,
 // the config printed at start and the flags checkpoints record all derive
 // from these lists. Two lists, because trellis-eval takes the layout and
@@ -105,7 +105,7 @@ namespace trellis {
 
 struct TrainOptions {
   // Model (vocab_size comes from the data file).
-  GptConfig model;
+  ModelConfig model;
 #define TRELLIS_TRAIN_OPTION_FIELD(group, type, name, value, help) \
   type name = value;
   TRELLIS_RUN_OPTIONS(TRELLIS_TRAIN_OPTION_FIELD)

@@ -16,6 +16,7 @@
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -99,9 +100,9 @@ TEST_F(CheckpointResumeTest, ResumesUnderAnyLayoutOnTheSameLossCurve) {
 // to float rounding relative to each tensor's scale (layouts sum gradients
 // in different orders).
 void ExpectSameTensors(const std::string& a, const std::string& b,
-                       const char* file, const GptConfig& model) {
+                       const char* file, const ModelConfig& model) {
   ParameterSet params;
-  AddGptParameters(model, ChunkPlan{0, model.n_layer, true, true}, TpPlace{}, 0,
+  AddModelParameters(model, ChunkPlan{0, model.n_layer, true, true}, TpPlace{}, 0,
                    Device::Cpu(), DType::kF32, params);
   {
     absl::StatusOr<hdf5::File> fa = hdf5::File::Open(a + file);
