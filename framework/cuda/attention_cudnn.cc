@@ -110,6 +110,11 @@ absl::Status CheckSupported(const Context& c, Elem t, const AttentionDims& d,
         "compute capability ", c.compute_major, ".", c.compute_minor,
         " (cuDNN's fused attention needs 8.0 or newer)"));
   }
+  if (d.Hkv != 0 && d.Hkv != d.H) {
+    return absl::UnavailableError(
+        absl::StrCat("grouped-query attention (", d.H, " query heads over ",
+                     d.Hkv, " key/value heads) has no cuDNN graph here"));
+  }
   if (d.D % 8 != 0 || d.D > 128) {
     return absl::UnavailableError(
         absl::StrCat("head width ", d.D,

@@ -11,7 +11,9 @@
 // Each function returns OK after launching its work on ComputeStream(), or
 // Unavailable naming why cuDNN cannot take the call, having launched
 // nothing: inputs other than bfloat16 (cuDNN's fused attention is float16 /
-// bfloat16 only), a head width that is not a multiple of 8 up to 128, a
+// bfloat16 only), grouped-query attention (d.Hkv other than 0 or d.H: the
+// graphs here are built for multi-head attention only), a head width that
+// is not a multiple of 8 up to 128, a
 // buffer not 16-byte aligned, compute capability below 8.0, cuDNN older than
 // 9.0, or no engine that finalizes a plan for the graph (the cuDNN call and
 // status named). Failures while running an already built plan abort.
