@@ -224,5 +224,23 @@ TEST_F(CudaAttentionCudnnTest, RefusesFloat32WithAReason) {
   EXPECT_EQ(cuda_internal::CudnnAttentionPlanBuilds(), start);
 }
 
+// Grouped-query calls have no cuDNN graph here: refused with a reason and
+// no plan built (AttentionPath::kCudnn then runs them on the tensor-core
+// path; cuda_llama_test.cc checks those results).
+TEST_F(CudaAttentionCudnnTest, RefusesGroupedQueryWithAReason) {
+  const cuda_launch::AttentionDims d{1, 8, 4, 64, 2};
+  Tensor qkv = Tensor::Zeros({1, 8, 8 * 64}, DType::kBF16, Gpu());
+  Tensor out = Tensor::Empty({1, 8, 4 * 64}, DType::kBF16, Gpu());
+  Tensor lse = Tensor::Empty({1, 4, 8}, DType::kF32, Gpu());
+  const int64_t start = cuda_internal::CudnnAttentionPlanBuilds();
+  const absl::Status status = cuda_internal::CudnnAttentionForward(
+      cuda_launch::Elem::kBF16, d, qkv.raw(), out.raw(), lse.data<float>());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(status.message()).find("grouped-query"),
+            std::string::npos)
+      << status;
+  EXPECT_EQ(cuda_internal::CudnnAttentionPlanBuilds(), start);
+}
+
 }  // namespace
 }  // namespace trellis
