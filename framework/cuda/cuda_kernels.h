@@ -212,8 +212,8 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
 
 // ---- attention.h: qkv, out, dout, dqkv share a dtype; saved is the row
 // log-sum-exps (B, H, T), float32. Head width at most 128. `path` as in
-// attention_path.h; grouped-query calls (n_kv_head < n_head) run on the
-// tensor-core or SIMT kernels (cuDNN's path refuses them and falls back) ----
+// attention_path.h; every path takes grouped-query calls (n_kv_head <
+// n_head) ----
 void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
                       Tensor& out, Tensor& saved, AttentionPath path);
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
