@@ -224,6 +224,21 @@ TEST_F(CudaAttentionCudnnTest, RefusesFloat32WithAReason) {
   EXPECT_EQ(cuda_internal::CudnnAttentionPlanBuilds(), start);
 }
 
+// max |a - b| / max |b| over columns [begin, end) of each row of width W
+// (float32 CPU tensors).
+double ColumnsError(const Tensor& a, const Tensor& b, int64_t W, int64_t begin,
+                    int64_t end) {
+  double diff = 0, scale = 1e-300;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const int64_t col = i % W;
+    if (col < begin || col >= end) continue;
+    diff = std::max(diff, std::abs(double{a.data<float>()[i]} -
+                                   double{b.data<float>()[i]}));
+    scale = std::max(scale, std::abs(double{b.data<float>()[i]}));
+  }
+  return diff / scale;
+}
+
 // Grouped-query attention (Hkv < H) through the cuDNN launchers directly,
 // so that a fallback cannot hide, against the CPU kernel: output 1e-2, dQ
 // 2e-2, dK and dV (sums over a group) 3e-2; row log-sum-exps 1e-4.
@@ -273,27 +288,16 @@ TEST_F(CudaAttentionCudnnTest, RunsGroupedQueryAttention) {
       double s = 0;
       for (int64_t i = 0; i < c.D; ++i) s += double{q[i]} * k[i];
       s /= std::sqrt(static_cast<double>(c.D));
-      const double expected = s - std::log(double{p[(row)*c.T + t]});
+      const double expected = s - std::log(double{p[row * c.T + t]});
       EXPECT_NEAR(lse.data<float>()[row], expected,
                   1e-4 * std::max(1.0, std::abs(expected)))
           << "lse row " << row;
     }
     const Tensor got = ToHost(d_dqkv);
     const int64_t kv = c.Hkv * c.D;
-    const auto part_error = [&](int64_t begin, int64_t end) {
-      double diff = 0, scale = 1e-300;
-      for (int64_t i = 0; i < got.numel(); ++i) {
-        const int64_t col = i % W;
-        if (col < begin || col >= end) continue;
-        diff = std::max(diff, std::abs(double{got.data<float>()[i]} -
-                                       dqkv.data<float>()[i]));
-        scale = std::max(scale, std::abs(double{dqkv.data<float>()[i]}));
-      }
-      return diff / scale;
-    };
-    EXPECT_LE(part_error(0, C), 2e-2) << "dQ";
-    EXPECT_LE(part_error(C, C + kv), 3e-2) << "dK";
-    EXPECT_LE(part_error(C + kv, W), 3e-2) << "dV";
+    EXPECT_LE(ColumnsError(got, dqkv, W, 0, C), 2e-2) << "dQ";
+    EXPECT_LE(ColumnsError(got, dqkv, W, C, C + kv), 3e-2) << "dK";
+    EXPECT_LE(ColumnsError(got, dqkv, W, C + kv, W), 3e-2) << "dV";
   }
 }
 
