@@ -67,6 +67,7 @@ TrainOptions Unusual() {
   o.virtual_stages = 2;
   o.pp_layers = {3, 4};
   o.dp_bucket_mb = 0.75;
+  o.zero = 1;
   o.device = DeviceType::kCUDA;
   o.precision = Precision::kBf16;
   o.recompute = Recompute::kSelective;
@@ -94,7 +95,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     EXPECT_NE(line_a, line_b) << "an option kept its default";
     ++lines;
   }
-  EXPECT_EQ(lines, 43);  // 4 model + 23 run + 16 layout and device options
+  EXPECT_EQ(lines, 44);  // 4 model + 23 run + 17 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -200,12 +200,13 @@ absl::Status Trainer::Build(DType dtype) {
   if (tracer_ != nullptr) tracer_->Observe(*executor_);
   // ZeRO reduce-scatters the buckets; the tied embedding gets a bucket of
   // its own so the first and last stage own the same elements of it.
-  const Parameter* wte = model_->params().Find("wte");
+  const bool zero = o.zero > 0;
+  std::vector<const Parameter*> alone;
+  if (zero) alone.push_back(model_->params().Find("wte"));
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
       static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp,
-      o.zero > 0 ? GradSync::kReduceScatter : GradSync::kAllReduce,
-      std::vector<const Parameter*>{wte});
+      zero ? GradSync::kReduceScatter : GradSync::kAllReduce, alone);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
   OptimizerConfig opt;
