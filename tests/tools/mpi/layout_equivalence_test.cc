@@ -333,9 +333,11 @@ TEST_F(LayoutEquivalenceTest, ZeroOneMatchesTheReplicatedOptimizer) {
       plans[zero] = run->trainer->memory_plan();
       dp_stats[zero] = run->context->groups().dp->stats();
     }
+    // On a GPU the two runs' kernels may also sum in other orders.
+    const double tolerance = kOnGpu ? kTolerance : 1e-6;
     for (size_t step = 0; step < losses[0].size(); ++step) {
       EXPECT_NEAR(losses[1][step], losses[0][step],
-                  1e-6 * std::abs(losses[0][step]))
+                  tolerance * std::abs(losses[0][step]))
           << "step " << step + 1;
     }
     EXPECT_LT(losses[1].back(), losses[1].front() - 0.05);
