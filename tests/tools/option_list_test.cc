@@ -67,6 +67,7 @@ TrainOptions Unusual() {
   o.virtual_stages = 2;
   o.pp_layers = {3, 4};
   o.dp_bucket_mb = 0.75;
+  o.zero = 1;
   o.device = DeviceType::kCUDA;
   o.precision = Precision::kBf16;
   o.recompute = Recompute::kSelective;
@@ -96,7 +97,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     if (line_a == "--family=gpt2") continue;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 44);  // 5 model + 23 run + 16 layout and device options
+  EXPECT_EQ(lines, 45);  // 5 model + 23 run + 17 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -115,6 +115,13 @@ absl::Status CheckScalars(const TrainOptions& o) {
                             " must be ≥ 0 (0: the device's memory)"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
+  if (o.zero == 2 || o.zero == 3) {
+    return Bad(absl::StrCat("--zero=", o.zero,
+                            " is not implemented yet; use --zero=0 or 1"));
+  }
+  if (o.zero < 0 || o.zero > 3) {
+    return Bad(absl::StrCat("--zero=", o.zero, " must be 0 or 1"));
+  }
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
     return Bad(
         "--trace_dir and --trace_steps go together, e.g. "

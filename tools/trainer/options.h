@@ -78,6 +78,9 @@ namespace trellis {
     "layers per pipeline stage, e.g. 3,5,5,3 (default: an even split)")      \
   X(Layout, double, dp_bucket_mb, 25.0,                                      \
     "data-parallel gradient bucket size in MiB")                             \
+  X(Layout, int64_t, zero, 0,                                                \
+    "ZeRO sharding over dp: 0 (none) or 1 (AdamW moments sharded, "          \
+    "gradients reduce-scattered, weights all-gathered)")                     \
   X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")             \
   X(Device, Precision, precision, Precision::kFp32,                          \
     "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "        \

@@ -13,6 +13,7 @@
 #include "tools/trainer/evaluator.h"
 #include "tools/trainer/peak_flops.h"
 #include "tools/trainer/rank_device.h"
+#include "tools/trainer/sharded_optimizer.h"
 
 namespace trellis {
 namespace {
@@ -167,9 +168,15 @@ absl::Status Trainer::Build(DType dtype) {
       *groups_.pp, std::move(schedule), static_cast<int>(o.virtual_stages));
   executor_->set_device_clock(device_clock_);
   if (tracer_ != nullptr) tracer_->Observe(*executor_);
+  // ZeRO reduce-scatters the buckets; the tied embedding gets a bucket of
+  // its own so the first and last stage own the same elements of it.
+  const bool zero = o.zero > 0;
+  std::vector<const Parameter*> alone;
+  if (zero) alone.push_back(model_->params().Find("wte"));
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
-      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp);
+      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp,
+      zero ? GradSync::kReduceScatter : GradSync::kAllReduce, alone);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
   OptimizerConfig opt;
@@ -178,7 +185,9 @@ absl::Status Trainer::Build(DType dtype) {
   opt.beta2 = o.beta2;
   opt.weight_decay = o.weight_decay;
   opt.grad_clip = o.grad_clip;
-  optimizer_ = std::make_unique<Optimizer>(opt, model_->params());
+  optimizer_ = o.zero > 0 ? std::make_unique<ShardedOptimizer>(
+                                opt, model_->params(), *buckets_)
+                          : std::make_unique<Optimizer>(opt, model_->params());
   if (groups_.world->rank() == 0) {
     TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file));
   }
@@ -218,7 +227,8 @@ absl::Status Trainer::CheckStartupStop(const char* phase) {
 
 absl::Status Trainer::PlanMemory(size_t available,
                                  const std::vector<Action>& schedule) {
-  memory_plan_ = model_->PlanMemory(schedule);
+  memory_plan_ =
+      ShardOverDp(model_->PlanMemory(schedule), options_.zero, options_.dp);
   const absl::Status fits =
       CheckMemoryPlan(memory_plan_, available,
                       absl::StrCat("rank ", groups_.world->rank(), " (",
@@ -256,8 +266,11 @@ absl::Status Trainer::LoadWeights(const std::string& dir) {
 absl::Status Trainer::Resume(const std::string& dir) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
   TRELLIS_RETURN_IF_ERROR(CheckSameRun(dir, state, options_));
-  TRELLIS_RETURN_IF_ERROR(
-      LoadCheckpoint(dir, model_->params(), optimizer_.get()));
+  optimizer_->BeginCheckpointIo(CheckpointIo::kLoad);
+  const absl::Status loaded =
+      LoadCheckpoint(dir, model_->params(), optimizer_.get());
+  optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
+  TRELLIS_RETURN_IF_ERROR(loaded);
   absl::Status position = loader_->set_samples_consumed(state.samples_consumed);
   if (!position.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -386,9 +399,12 @@ absl::Status Trainer::Save() {
   state.tp = options_.tp;
   state.pp = options_.pp;
   state.flags = options_.ToFlagString();
-  TRELLIS_RETURN_IF_ERROR(SaveCheckpoint(options_.save_dir, state,
-                                         model_->params(), optimizer_.get(),
-                                         *groups_.world, coord_.d == 0));
+  optimizer_->BeginCheckpointIo(CheckpointIo::kSave);
+  const absl::Status saved =
+      SaveCheckpoint(options_.save_dir, state, model_->params(),
+                     optimizer_.get(), *groups_.world, coord_.d == 0);
+  optimizer_->EndCheckpointIo(CheckpointIo::kSave);
+  TRELLIS_RETURN_IF_ERROR(saved);
   if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {
     absl::Status pruned = PruneCheckpoints(
         options_.save_dir, options_.keep_checkpoints, state.step);
