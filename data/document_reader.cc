@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -43,29 +44,36 @@ absl::StatusOr<BadLines> ParseBadLines(const std::string& name) {
 }
 
 void DocumentReader::MaybeCut(const Emit& emit) {
-  while (doc_.size() >= kPieceBytes) {
+  size_t begin = 0;  // doc_[0, begin) is emitted; erased once at the end
+  while (doc_.size() - begin >= kPieceBytes) {
+    const std::string_view rest = std::string_view(doc_).substr(begin);
+    auto cut_point = [&rest](size_t i) {
+      return IsSpace(rest[i]) && !IsSpace(rest[i - 1]);
+    };
     // The last cut point at most kPieceBytes in, else the first after it.
     size_t cut = 0;
     for (size_t i = kPieceBytes - 1; i > kPieceBytes / 2 && cut == 0; --i) {
-      if (IsSpace(doc_[i]) && !IsSpace(doc_[i - 1])) cut = i;
+      if (cut_point(i)) cut = i;
     }
-    for (size_t i = kPieceBytes; i < doc_.size() && cut == 0; ++i) {
-      if (IsSpace(doc_[i]) && !IsSpace(doc_[i - 1])) cut = i;
+    for (size_t i = kPieceBytes; i < rest.size() && cut == 0; ++i) {
+      if (cut_point(i)) cut = i;
     }
     if (cut == 0) {
-      if (doc_.size() < 4 * kPieceBytes) return;  // look further for a space
+      if (rest.size() < 4 * kPieceBytes) break;  // look further for a space
       cut = kPieceBytes;  // no space at all: cut between UTF-8 characters
       while (cut > 0 &&
-             (static_cast<unsigned char>(doc_[cut]) & 0xC0) == 0x80) {
+             (static_cast<unsigned char>(rest[cut]) & 0xC0) == 0x80) {
         --cut;
       }
     }
-    emit(Piece{doc_.substr(0, cut), false});
-    doc_.erase(0, cut);
+    emit(Piece{std::string(rest.substr(0, cut)), false});
+    begin += cut;
     doc_emitted_ = true;
-    if (cut > line_start_) line_cut_ = true;
-    line_start_ = cut > line_start_ ? 0 : line_start_ - cut;
   }
+  if (begin == 0) return;
+  doc_.erase(0, begin);
+  if (begin > line_start_) line_cut_ = true;
+  line_start_ = begin > line_start_ ? 0 : line_start_ - begin;
 }
 
 void DocumentReader::EndDocument(const Emit& emit) {

@@ -372,7 +372,7 @@ absl::Status Run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   std::fprintf(stderr,
-               "wrote %s: %lld documents, %lld tokens, %.1f MB of text in "
+               "wrote %s: %lld documents, %lld tokens, %.1f MB of input in "
                "%.2f s (%.2fM tokens/s)\n",
                output.c_str(), static_cast<long long>(documents),
                static_cast<long long>(tokens), total_bytes / 1e6, seconds,
