@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -39,6 +41,10 @@ std::optional<double> ParseWeight(const std::string& text) {
 }  // namespace
 
 absl::StatusOr<std::vector<BlendSource>> ParseBlend(const std::string& spec) {
+  std::error_code error;
+  if (std::filesystem::is_regular_file(spec, error)) {
+    return std::vector<BlendSource>{{spec, 1.0}};
+  }
   std::vector<BlendSource> sources;
   for (absl::string_view item_view : absl::StrSplit(spec, ',')) {
     const std::string item(item_view);

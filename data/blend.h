@@ -4,8 +4,9 @@
 // Spec: a comma list of items `weight:path` (weight a positive finite
 // number; the weights need not sum to 1, they are normalized) or `path`
 // (weight 1). An item whose text before the first ':' is not a number is a
-// path. One item is a single source: it keeps the single-file sampler
-// (sampler.h), bit for bit, whatever its weight.
+// path. A spec that names an existing file is that one file, so a path
+// holding ',' or ':' keeps its meaning. One item is a single source: it keeps
+// the single-file sampler (sampler.h), bit for bit, whatever its weight.
 //
 // Order (BlendSampler, two or more sources): training draws samples one at
 // a time, n = 0, 1, 2, ...; sample n comes from the source k that maximizes

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -41,6 +42,16 @@ TEST(ParseBlendTest, SinglePathAndWeightedItems) {
   EXPECT_EQ((*two)[2].weight, 1.0);
   // A prefix that is no number belongs to the path.
   EXPECT_EQ(ParseBlend("run:1.h5")->at(0).path, "run:1.h5");
+  // An existing file is one source whatever its name holds.
+  const std::string odd =
+      (std::filesystem::path(::testing::TempDir()) / "0.5:odd,name.h5")
+          .string();
+  std::ofstream(odd) << "x";
+  absl::StatusOr<std::vector<BlendSource>> file = ParseBlend(odd);
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->size(), 1u);
+  EXPECT_EQ((*file)[0].path, odd);
+  std::filesystem::remove(odd);
 
   for (const char* bad : {"", "a.h5,", "0:a.h5,1:b.h5", "-1:a.h5", "inf:a.h5",
                           "nan:a.h5", "0.5:"}) {
