@@ -29,6 +29,12 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
   }
   if (m.val_loss) {
     absl::StrAppend(&line, absl::StrFormat(" | val_loss %.4f", *m.val_loss));
+    for (size_t i = 0; i < m.val_loss_by_source.size(); ++i) {
+      absl::StrAppend(&line, i == 0 ? " (" : ", ",
+                      m.val_loss_by_source[i].first,
+                      absl::StrFormat(" %.4f", m.val_loss_by_source[i].second),
+                      i + 1 == m.val_loss_by_source.size() ? ")" : "");
+    }
   }
   return line;
 }
@@ -61,6 +67,9 @@ void MetricsWriter::Write(const StepMetrics& m) {
                       {"bubble_theory", m.bubble_theory},
                       {"dp_wait_ms", m.dp_wait_ms}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  for (const auto& [source, loss] : m.val_loss_by_source) {
+    j["val_loss_by_source"][source] = loss;
+  }
   out_ << j.dump() << "\n";
   out_.flush();
 }

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -15,7 +17,10 @@ namespace trellis {
 struct StepMetrics {
   int64_t step = 0;  // 1-based: the step just taken.
   double loss = 0;   // Mean training loss over the global batch.
+  // For a blend, the sources' validation losses weighted by the blend.
   std::optional<double> val_loss;
+  // Each blended source's validation loss, by its path (empty for one file).
+  std::vector<std::pair<std::string, double>> val_loss_by_source;
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;
