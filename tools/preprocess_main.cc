@@ -53,9 +53,12 @@ ABSL_FLAG(std::string, output, "", "token file to write (HDF5, e.g. data.h5)");
 ABSL_FLAG(std::string, split, "file",
           "what a document is: file (a whole file), line (one non-blank "
           "line) or blank_line (lines up to a blank line)");
-ABSL_FLAG(std::string, tokenizer, "byte", "byte or gpt2");
+ABSL_FLAG(std::string, tokenizer, "byte",
+          "byte, gpt2, hf:PATH/tokenizer.json (a Hugging Face BPE "
+          "tokenizer) or sentencepiece:PATH.model");
 ABSL_FLAG(std::string, tokenizer_dir, trellis::kDefaultGpt2AssetsDir,
-          "directory with GPT-2's encoder.json and vocab.bpe");
+          "directory with GPT-2's encoder.json and vocab.bpe (for "
+          "--tokenizer=gpt2)");
 ABSL_FLAG(int, threads,
           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
           "tokenizer threads (1 to 1024)");
