@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "data/hf_json_util.h"
 #include "data/regex.h"
 #include "data/utf8.h"
 #include "framework/status.h"
@@ -12,74 +13,20 @@
 namespace trellis::hf {
 namespace {
 
-using nlohmann::json;
+using internal::Field;
+using internal::json;
+using internal::Malformed;
+using internal::MetaspaceScheme;
+using internal::ParseList;
+using internal::Pattern;
+using internal::ReplaceAll;
+using internal::TypeOf;
 
-// GPT-2's pre-tokenization pattern, `\s` spelled as Unicode White_Space.
 std::string Gpt2Pattern() {
   const std::string ws = kUnicodeWhiteSpaceClass;
   return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws +
          "\\p{L}\\p{N}]+|[" + ws + "]+(?![^" + ws + "])|[" + ws + "]+";
 }
-
-absl::Status Malformed(const std::string& path, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("tokenizer.json: ", path, ": ", what));
-}
-
-absl::StatusOr<std::string> TypeOf(const json& j, const std::string& path) {
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-    return Malformed(path, "expected an object with a string \"type\"");
-  }
-  return j["type"].get<std::string>();
-}
-
-template <typename T>
-absl::StatusOr<T> Field(const json& j, const char* key, const std::string& path,
-                        T fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    return Malformed(absl::StrCat(path, ".", key), "has the wrong JSON type");
-  }
-}
-
-// A Split/Replace pattern: {"String": "..."} or {"Regex": "..."}.
-class Pattern {
- public:
-  static absl::StatusOr<Pattern> Parse(const json& j, const std::string& path) {
-    Pattern p;
-    if (j.is_object() && j.contains("String") && j["String"].is_string()) {
-      p.literal_ = j["String"].get<std::string>();
-      if (p.literal_.empty()) return Malformed(path, "empty String pattern");
-      return p;
-    }
-    if (j.is_object() && j.contains("Regex") && j["Regex"].is_string()) {
-      absl::StatusOr<std::string> pcre =
-          FromOniguruma(j["Regex"].get<std::string>());
-      if (!pcre.ok()) return Malformed(path, pcre.status().message());
-      absl::StatusOr<std::unique_ptr<Regex>> regex = Regex::Compile(*pcre);
-      if (!regex.ok()) return Malformed(path, regex.status().message());
-      p.regex_ = std::shared_ptr<Regex>(std::move(regex).value());
-      return p;
-    }
-    return Malformed(path, "expected {\"String\": ...} or {\"Regex\": ...}");
-  }
-
-  // Calls on_match(start, end) for each match, left to right.
-  void ForEachMatch(std::string_view text,
-                    const std::function<void(size_t, size_t)>& on_match) const {
-    if (regex_ != nullptr) return regex_->ForEachMatch(text, on_match);
-    for (size_t pos = text.find(literal_); pos != std::string_view::npos;
-         pos = text.find(literal_, pos + literal_.size())) {
-      on_match(pos, pos + literal_.size());
-    }
-  }
-
- private:
-  std::string literal_;
-  std::shared_ptr<const Regex> regex_;
-};
 
 // ---- normalizers ----
 
@@ -105,19 +52,6 @@ class Prepend final : public Normalizer {
  private:
   std::string prefix_;
 };
-
-std::string ReplaceAll(std::string_view text, const Pattern& pattern,
-                       std::string_view content) {
-  std::string out;
-  size_t last = 0;
-  pattern.ForEachMatch(text, [&](size_t start, size_t end) {
-    out.append(text.substr(last, start - last));
-    out.append(content);
-    last = end;
-  });
-  out.append(text.substr(last));
-  return out;
-}
 
 class ReplaceNormalizer final : public Normalizer {
  public:
@@ -282,184 +216,6 @@ class MetaspacePreTokenizer final : public PreTokenizer {
   bool split_;
 };
 
-// ---- decoders ----
-
-class DecoderSequence final : public Decoder {
- public:
-  explicit DecoderSequence(std::vector<std::unique_ptr<Decoder>> steps)
-      : steps_(std::move(steps)) {}
-  void Apply(std::vector<std::string>& tokens) const override {
-    for (const auto& step : steps_) step->Apply(tokens);
-  }
-
- private:
-  std::vector<std::unique_ptr<Decoder>> steps_;
-};
-
-class ByteLevelDecoder final : public Decoder {
- public:
-  void Apply(std::vector<std::string>& tokens) const override {
-    const std::vector<char32_t>& alphabet = ByteLevelAlphabet();
-    std::vector<int> byte_of(0x144, -1);
-    for (int b = 0; b < 256; ++b) byte_of[alphabet[b]] = b;
-    for (std::string& token : tokens) {
-      std::string bytes;
-      bool ok = true;
-      for (size_t pos = 0; pos < token.size() && ok;) {
-        char32_t c;
-        ok = NextUtf8(token, pos, c) && c < byte_of.size() && byte_of[c] >= 0;
-        if (ok) bytes.push_back(static_cast<char>(byte_of[c]));
-      }
-      if (ok) token = std::move(bytes);  // else: kept as it is, like HF
-    }
-  }
-};
-
-// "<0xAB>" -> 0xAB, or -1.
-int FallbackByte(std::string_view token) {
-  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') {
-    return -1;
-  }
-  int value = 0;
-  for (char c : token.substr(3, 2)) {
-    const int digit = c >= '0' && c <= '9'   ? c - '0'
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                             : -1;
-    if (digit < 0) return -1;
-    value = value * 16 + digit;
-  }
-  return value;
-}
-
-class ByteFallbackDecoder final : public Decoder {
- public:
-  // Runs of <0xXX> tokens become their bytes when those are valid UTF-8,
-  // else one U+FFFD per byte, as Hugging Face's ByteFallback does.
-  void Apply(std::vector<std::string>& tokens) const override {
-    std::vector<std::string> out;
-    std::string run;
-    size_t run_length = 0;
-    const auto flush = [&] {
-      if (run_length == 0) return;
-      if (IsValidUtf8(run)) {
-        out.push_back(run);
-      } else {
-        for (size_t i = 0; i < run_length; ++i) out.push_back("\xEF\xBF\xBD");
-      }
-      run.clear();
-      run_length = 0;
-    };
-    for (std::string& token : tokens) {
-      const int byte = FallbackByte(token);
-      if (byte >= 0) {
-        run.push_back(static_cast<char>(byte));
-        ++run_length;
-        continue;
-      }
-      flush();
-      out.push_back(std::move(token));
-    }
-    flush();
-    tokens = std::move(out);
-  }
-};
-
-class FuseDecoder final : public Decoder {
- public:
-  void Apply(std::vector<std::string>& tokens) const override {
-    std::string all;
-    for (const std::string& token : tokens) all += token;
-    tokens.assign(1, std::move(all));
-  }
-};
-
-class StripDecoder final : public Decoder {
- public:
-  StripDecoder(std::string content, int start, int stop)
-      : content_(std::move(content)), start_(start), stop_(stop) {}
-  void Apply(std::vector<std::string>& tokens) const override {
-    for (std::string& token : tokens) {
-      std::string_view t = token;
-      for (int i = 0; i < start_ && t.starts_with(content_); ++i) {
-        t.remove_prefix(content_.size());
-      }
-      for (int i = 0; i < stop_ && t.ends_with(content_); ++i) {
-        t.remove_suffix(content_.size());
-      }
-      token = std::string(t);
-    }
-  }
-
- private:
-  std::string content_;
-  int start_, stop_;
-};
-
-class ReplaceDecoder final : public Decoder {
- public:
-  ReplaceDecoder(Pattern pattern, std::string content)
-      : pattern_(std::move(pattern)), content_(std::move(content)) {}
-  void Apply(std::vector<std::string>& tokens) const override {
-    for (std::string& token : tokens) {
-      token = ReplaceAll(token, pattern_, content_);
-    }
-  }
-
- private:
-  Pattern pattern_;
-  std::string content_;
-};
-
-class MetaspaceDecoder final : public Decoder {
- public:
-  MetaspaceDecoder(std::string replacement, bool strip_first)
-      : replacement_(std::move(replacement)), strip_first_(strip_first) {}
-  void Apply(std::vector<std::string>& tokens) const override {
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = absl::StrReplaceAll(tokens[i], {{replacement_, " "}});
-      if (i == 0 && strip_first_ && tokens[i].starts_with(' ')) {
-        tokens[i].erase(0, 1);
-      }
-    }
-  }
-
- private:
-  std::string replacement_;
-  bool strip_first_;
-};
-
-template <typename T, typename ParseOne>
-absl::StatusOr<std::vector<std::unique_ptr<T>>> ParseList(
-    const json& j, const char* key, const std::string& path, ParseOne parse) {
-  if (!j.contains(key) || !j[key].is_array()) {
-    return Malformed(path, absl::StrCat("expected an array \"", key, "\""));
-  }
-  std::vector<std::unique_ptr<T>> steps;
-  for (size_t i = 0; i < j[key].size(); ++i) {
-    TRELLIS_ASSIGN_OR_RETURN(
-        std::unique_ptr<T> step,
-        parse(j[key][i], absl::StrCat(path, ".", key, "[", i, "]")));
-    if (step != nullptr) steps.push_back(std::move(step));
-  }
-  return steps;
-}
-
-absl::StatusOr<std::string> MetaspaceScheme(const json& j,
-                                            const std::string& path) {
-  if (j.contains("prepend_scheme") && j["prepend_scheme"].is_string()) {
-    std::string scheme = j["prepend_scheme"].get<std::string>();
-    if (scheme != "always" && scheme != "first" && scheme != "never") {
-      return Malformed(path,
-                       absl::StrCat("unknown prepend_scheme '", scheme, "'"));
-    }
-    return scheme;
-  }
-  TRELLIS_ASSIGN_OR_RETURN(const bool add,
-                           Field<bool>(j, "add_prefix_space", path, true));
-  return std::string(add ? "always" : "never");
-}
-
 }  // namespace
 
 absl::Status Unsupported(absl::string_view component, absl::string_view type,
@@ -563,44 +319,6 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(
                                                    std::move(scheme), split);
   }
   return Unsupported("pre_tokenizer", type, path);
-}
-
-absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j,
-                                                      const std::string& path) {
-  if (j.is_null()) return nullptr;
-  TRELLIS_ASSIGN_OR_RETURN(const std::string type, TypeOf(j, path));
-  if (type == "Sequence") {
-    TRELLIS_ASSIGN_OR_RETURN(
-        auto steps, ParseList<Decoder>(j, "decoders", path, ParseDecoder));
-    return std::make_unique<DecoderSequence>(std::move(steps));
-  }
-  if (type == "ByteLevel") return std::make_unique<ByteLevelDecoder>();
-  if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
-  if (type == "Fuse") return std::make_unique<FuseDecoder>();
-  if (type == "Strip") {
-    TRELLIS_ASSIGN_OR_RETURN(std::string content,
-                             Field<std::string>(j, "content", path, " "));
-    TRELLIS_ASSIGN_OR_RETURN(const int start, Field<int>(j, "start", path, 0));
-    TRELLIS_ASSIGN_OR_RETURN(const int stop, Field<int>(j, "stop", path, 0));
-    return std::make_unique<StripDecoder>(std::move(content), start, stop);
-  }
-  if (type == "Replace") {
-    TRELLIS_ASSIGN_OR_RETURN(
-        Pattern pattern,
-        Pattern::Parse(j.value("pattern", json()), path + ".pattern"));
-    TRELLIS_ASSIGN_OR_RETURN(std::string content,
-                             Field<std::string>(j, "content", path, ""));
-    return std::make_unique<ReplaceDecoder>(std::move(pattern),
-                                            std::move(content));
-  }
-  if (type == "Metaspace") {
-    TRELLIS_ASSIGN_OR_RETURN(std::string replacement,
-                             Field<std::string>(j, "replacement", path, "▁"));
-    TRELLIS_ASSIGN_OR_RETURN(std::string scheme, MetaspaceScheme(j, path));
-    return std::make_unique<MetaspaceDecoder>(std::move(replacement),
-                                              scheme != "never");
-  }
-  return Unsupported("decoder", type, path);
 }
 
 namespace {
