@@ -61,10 +61,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> MakeTokenizer(
 
 // What makes two tokenizers interchangeable for training data.
 struct TokenizerIdentity {
-  std::string kind;  // Tokenizer::name()
+  std::string kind = {};  // Tokenizer::name()
   int64_t vocab_size = 0;
   int64_t eot_token = 0;
-  std::string sha256;  // Tokenizer::source_sha256(); "" when not recorded
+  std::string sha256 = {};  // Tokenizer::source_sha256(); "" if not recorded
 
   static TokenizerIdentity Of(const Tokenizer& tokenizer);
   // "kind=hf vocab_size=50257 eot=50256 sha256=ab12..."

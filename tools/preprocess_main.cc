@@ -486,9 +486,10 @@ absl::Status Run() {
   const auto start = std::chrono::steady_clock::now();
   const std::string temporary = output + ".tmp";
   absl::StatusOr<std::unique_ptr<TokenDatasetWriter>> writer =
-      TokenDatasetWriter::Create(
-          temporary, {tokenizer->name(), tokenizer->vocab_size(),
-                      static_cast<int64_t>(tokenizer->eot_token())});
+      TokenDatasetWriter::Create(temporary,
+                                 {tokenizer->name(), tokenizer->vocab_size(),
+                                  static_cast<int64_t>(tokenizer->eot_token()),
+                                  tokenizer->source_sha256()});
   if (!writer.ok()) {
     return absl::PermissionDeniedError(absl::StrCat(
         "cannot write --output ", output, ": ", writer.status().message()));

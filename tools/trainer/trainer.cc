@@ -286,6 +286,18 @@ absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
   // Same vocabulary size, other tokenizer: every id would mean another
   // string. Checkpoints written before the name was recorded have none.
   const std::string& tokenizer = loader_->dataset().tokenizer();
+  const TokenizerIdentity data = loader_->dataset().tokenizer_identity();
+  const std::string differs =
+      state.tokenizer_identity.kind.empty()
+          ? ""
+          : IdentityMismatch(state.tokenizer_identity, data);
+  if (!differs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " was trained on data of tokenizer ",
+        state.tokenizer_identity.ToString(), " but --data=", options_.data,
+        " is tokenized with ", data.ToString(), " (", differs,
+        "); preprocess the text with the checkpoint's tokenizer"));
+  }
   if (!state.tokenizer.empty() && state.tokenizer != tokenizer) {
     return absl::InvalidArgumentError(absl::StrCat(
         dir, " was trained on data of tokenizer '", state.tokenizer,
@@ -451,6 +463,7 @@ absl::Status Trainer::Save() {
   state.seed = options_.seed;
   state.model = options_.model;
   state.tokenizer = loader_->dataset().tokenizer();
+  state.tokenizer_identity = loader_->dataset().tokenizer_identity();
   state.dp = options_.dp;
   state.tp = options_.tp;
   state.pp = options_.pp;
