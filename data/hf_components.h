@@ -71,6 +71,9 @@ struct SpecialTokenTemplate {
   std::vector<uint32_t> suffix;
 };
 
+// The byte a byte-fallback token such as "<0xAB>" stands for, or -1.
+int FallbackByte(std::string_view token);
+
 // GPT-2's byte-to-unicode table: byte b stands for code point table[b].
 const std::vector<char32_t>& ByteLevelAlphabet();
 

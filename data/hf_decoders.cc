@@ -54,23 +54,6 @@ class ByteLevelDecoder final : public Decoder {
   }
 };
 
-// "<0xAB>" -> 0xAB, or -1.
-int FallbackByte(std::string_view token) {
-  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') {
-    return -1;
-  }
-  int value = 0;
-  for (char c : token.substr(3, 2)) {
-    const int digit = c >= '0' && c <= '9'   ? c - '0'
-                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                             : -1;
-    if (digit < 0) return -1;
-    value = value * 16 + digit;
-  }
-  return value;
-}
-
 class ByteFallbackDecoder final : public Decoder {
  public:
   // Runs of <0xXX> tokens become their bytes when those are valid UTF-8,
@@ -169,6 +152,22 @@ class MetaspaceDecoder final : public Decoder {
 };
 
 }  // namespace
+
+int FallbackByte(std::string_view token) {
+  if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') {
+    return -1;
+  }
+  int value = 0;
+  for (char c : token.substr(3, 2)) {
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                             : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
 
 absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j,
                                                       const std::string& path) {

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "data/hf_json_util.h"
 #include "data/piece_cache.h"
 #include "data/sha256.h"
 #include "data/utf8.h"
@@ -127,8 +128,19 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(
   if (!root.is_object() || !root.contains("model")) {
     return Malformed("(root)", "expected an object with a \"model\"");
   }
+  try {
+    return FromJson(root, Sha256Hex(json_text));
+  } catch (const json::exception& e) {
+    // A field of an unexpected JSON type that no check above caught.
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": a field has an unexpected JSON type (", e.what(), ")"));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(
+    const json& root, std::string sha256) {
   std::unique_ptr<HfTokenizer> t(new HfTokenizer());
-  t->sha256_ = Sha256Hex(json_text);
+  t->sha256_ = std::move(sha256);
   TRELLIS_ASSIGN_OR_RETURN(
       t->normalizer_,
       hf::ParseNormalizer(root.value("normalizer", json()), "normalizer"));
@@ -154,7 +166,7 @@ absl::Status HfTokenizer::ParseModel(const json& model) {
   const std::string type = model.is_object() ? model.value("type", "") : "";
   if (type != "BPE") return hf::Unsupported("model", type, "model");
   if (model.contains("dropout") && !model["dropout"].is_null() &&
-      model["dropout"].get<double>() != 0) {
+      !(model["dropout"].is_number() && model["dropout"].get<double>() == 0)) {
     return hf::Unsupported("BPE option", "dropout", "model.dropout");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -163,9 +175,14 @@ absl::Status HfTokenizer::ParseModel(const json& model) {
       return hf::Unsupported("BPE option", key, absl::StrCat("model.", key));
     }
   }
-  byte_fallback_ = model.value("byte_fallback", false);
-  fuse_unk_ = model.value("fuse_unk", false);
-  ignore_merges_ = model.value("ignore_merges", false);
+  TRELLIS_ASSIGN_OR_RETURN(
+      byte_fallback_,
+      hf::internal::Field<bool>(model, "byte_fallback", "model", false));
+  TRELLIS_ASSIGN_OR_RETURN(
+      fuse_unk_, hf::internal::Field<bool>(model, "fuse_unk", "model", false));
+  TRELLIS_ASSIGN_OR_RETURN(
+      ignore_merges_,
+      hf::internal::Field<bool>(model, "ignore_merges", "model", false));
   if (!model.contains("vocab") || !model["vocab"].is_object()) {
     return Malformed("model.vocab", "expected an object of token -> id");
   }
@@ -201,10 +218,8 @@ absl::Status HfTokenizer::ParseModel(const json& model) {
       }
     }
     if (!model_space.empty()) vocab_.insert_or_assign(model_space, id);
-    const int fallback = token.size() == 6 && token.starts_with("<0x")
-                             ? std::stoi(token.substr(3, 2), nullptr, 16)
-                             : -1;
-    if (fallback >= 0 && token[5] == '>') fallback_ids_[fallback] = id;
+    const int fallback = hf::FallbackByte(token);
+    if (fallback >= 0) fallback_ids_[fallback] = id;
   }
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     const std::string unk = model["unk_token"].get<std::string>();

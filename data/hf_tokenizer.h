@@ -76,7 +76,8 @@ class HfTokenizer final : public Tokenizer {
   // Encode between the post-processor's tokens for a single sequence.
   void EncodeWithSpecialTokens(std::string_view text,
                                std::vector<uint32_t>& out) const;
-  // The id of a vocabulary or added token, by its tokenizer.json string.
+  // The id of a vocabulary or added token, by its tokenizer.json string
+  // (a linear scan: for tests and tools).
   std::optional<uint32_t> TokenId(std::string_view token) const;
 
  private:
@@ -88,6 +89,8 @@ class HfTokenizer final : public Tokenizer {
   class AddedTokenMatcher;
 
   HfTokenizer();
+  static absl::StatusOr<std::unique_ptr<HfTokenizer>> FromJson(
+      const nlohmann::json& root, std::string sha256);
   absl::Status ParseModel(const nlohmann::json& model);
   absl::Status ParseMerges(const nlohmann::json& merges);
   absl::Status ParseAddedTokens(const nlohmann::json& added);

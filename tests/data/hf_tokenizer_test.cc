@@ -154,6 +154,28 @@ TEST(HfTokenizerTest, UnsupportedComponentIsNamedWithItsPath) {
                                               "normalizer.normalizers[0]"));
 }
 
+TEST(HfTokenizerTest, MalformedFieldsAreErrorsNotCrashes) {
+  json root = json::parse(hf_testing::Llama2StyleJson());
+  root["model"]["byte_fallback"] = "yes";
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t =
+      HfTokenizer::Parse(root.dump(), "test");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("model.byte_fallback"));
+
+  root = json::parse(hf_testing::Llama2StyleJson());
+  root["model"]["vocab"]["<0xZZ>"] = 5000;  // not a byte token
+  root["added_tokens"][0]["lstrip"] = 3;
+  t = HfTokenizer::Parse(root.dump(), "test");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("unexpected JSON type"));
+
+  root = json::parse(hf_testing::Llama2StyleJson());
+  root["model"]["merges"][0] = "▁ t x";
+  t = HfTokenizer::Parse(root.dump(), "test");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("model.merges[0]"));
+}
+
 TEST(HfTokenizerTest, MakeTokenizerReadsHfAndRejectsUnknownSpecs) {
   const std::string path =
       hf_testing::WriteTemp("llama3.json", hf_testing::Llama3StyleJson());
