@@ -286,6 +286,14 @@ absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
   // Same vocabulary size, other tokenizer: every id would mean another
   // string. Checkpoints written before the name was recorded have none.
   const std::string& tokenizer = loader_->dataset().tokenizer();
+  if (!state.tokenizer.empty() && state.tokenizer != tokenizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " was trained on data of tokenizer '", state.tokenizer,
+        "' but --data=", options_.data, " is tokenized with '", tokenizer,
+        "'; preprocess the text with --tokenizer=", state.tokenizer));
+  }
+  // Same kind, another vocabulary, end-of-text or tokenizer file.
+  // Checkpoints written before the identity was recorded have none.
   const TokenizerIdentity data = loader_->dataset().tokenizer_identity();
   const std::string differs =
       state.tokenizer_identity.kind.empty()
@@ -296,13 +304,7 @@ absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
         dir, " was trained on data of tokenizer ",
         state.tokenizer_identity.ToString(), " but --data=", options_.data,
         " is tokenized with ", data.ToString(), " (", differs,
-        "); preprocess the text with the checkpoint's tokenizer"));
-  }
-  if (!state.tokenizer.empty() && state.tokenizer != tokenizer) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, " was trained on data of tokenizer '", state.tokenizer,
-        "' but --data=", options_.data, " is tokenized with '", tokenizer,
-        "'; preprocess the text with --tokenizer=", state.tokenizer));
+        "); preprocess the text with the checkpoint's tokenizer file"));
   }
   return state;
 }
