@@ -20,6 +20,9 @@
 // stage here ever sees GPT-2's byte-to-unicode alphabet except the ByteLevel
 // decoder, which undoes it.
 //
+// The decoders live in hf_decoders.cc, the JSON helpers all of them share
+// in hf_json_util.h.
+//
 // Thread safety: every stage is immutable after parsing; Apply/Split/Decode
 // may run on many threads at once.
 #ifndef TRELLIS_DATA_HF_COMPONENTS_H_

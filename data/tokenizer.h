@@ -43,12 +43,13 @@ class Tokenizer {
   // SHA-256 (hex) of the file that defines the tokenizer (tokenizer.json,
   // the .model), or "" for tokenizers fixed by their name (byte, gpt2).
   virtual std::string source_sha256() const { return ""; }
-  // Appends the ids of `text` to `out`. Never emits eot_token() for text.
+  // Appends the ids of `text` to `out`. Never emits eot_token() for text
+  // (text that spells the end-of-text token is ordinary text).
   virtual void Encode(std::string_view text,
                       std::vector<uint32_t>& out) const = 0;
-  // The bytes the ids stand for. gpt2 and hf decode eot_token() to its text
-  // ("<|endoftext|>"); byte and sentencepiece to nothing. Fails on an id
-  // outside the vocabulary.
+  // The bytes the ids stand for. byte, gpt2 and hf decode eot_token() to
+  // its text ("<|endoftext|>", or the hf file's token); sentencepiece to
+  // nothing. Fails on an id outside the vocabulary.
   virtual absl::StatusOr<std::string> Decode(
       std::span<const uint32_t> ids) const = 0;
 };
