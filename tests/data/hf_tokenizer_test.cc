@@ -9,6 +9,7 @@
 
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/gpt2_tokenizer_json.h"
@@ -128,6 +129,49 @@ TEST(HfTokenizerTest, Llama2StyleByteFallbackAndDecoders) {
   for (const std::string& text : hf_testing::MixedTexts(100, {})) {
     ExpectRoundTrip(*t, text);
   }
+}
+
+TEST(HfTokenizerTest, MetaspaceSplitKeepsEachWordApart) {
+  json root = json::parse(hf_testing::Llama2StyleJson());
+  root["normalizer"] = nullptr;
+  root["pre_tokenizer"] = {{"type", "Metaspace"},
+                           {"replacement", "▁"},
+                           {"prepend_scheme", "always"},
+                           {"split", true}};
+  const auto split = Parse(root.dump());
+  root["pre_tokenizer"]["split"] = false;
+  const auto whole = Parse(root.dump());
+  ASSERT_NE(split, nullptr);
+  ASSERT_NE(whole, nullptr);
+  const uint32_t space = split->TokenId("▁").value();
+  const uint32_t two_spaces = split->TokenId("▁▁").value();
+  // "a  x": "▁a", "▁", "▁x" when split; unsplit, "▁ ▁" merges.
+  EXPECT_THAT(EncodeWith(*split, "a  x"), Not(Contains(two_spaces)));
+  EXPECT_THAT(EncodeWith(*split, "a  x"), Contains(space));
+  EXPECT_THAT(EncodeWith(*whole, "a  x"), Contains(two_spaces));
+}
+
+TEST(HfTokenizerTest, ConcurrentEncodersAgree) {
+  const auto t = Parse(hf_testing::Llama3StyleJson());
+  ASSERT_NE(t, nullptr);
+  const std::vector<std::string> texts = hf_testing::MixedTexts(200, {});
+  std::vector<std::vector<uint32_t>> expected;
+  for (const std::string& text : texts) {
+    expected.push_back(EncodeWith(*t, text));
+  }
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 0; round < 5; ++round) {
+        for (size_t i = w; i < texts.size(); i += 1 + w) {
+          if (EncodeWith(*t, texts[i]) != expected[i]) ++mismatches[w];
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_THAT(mismatches, ::testing::Each(0));
 }
 
 TEST(HfTokenizerTest, UnsupportedComponentIsNamedWithItsPath) {
