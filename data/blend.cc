@@ -79,13 +79,17 @@ absl::StatusOr<std::vector<BlendSource>> ParseBlend(const std::string& spec) {
 absl::Status CheckSameTokenizer(const TokenDataset& a, const TokenDataset& b) {
   const TokenFileMetadata& x = a.metadata();
   const TokenFileMetadata& y = b.metadata();
+  // Files that record their tokenizer file's hash must agree on it too.
+  const bool same_file = x.tokenizer_sha256.empty() ||
+                         y.tokenizer_sha256.empty() ||
+                         x.tokenizer_sha256 == y.tokenizer_sha256;
   if (x.tokenizer == y.tokenizer && x.vocab_size == y.vocab_size &&
-      x.eot_token == y.eot_token) {
+      x.eot_token == y.eot_token && same_file) {
     return absl::OkStatus();
   }
   auto describe = [](const TokenDataset& d) {
-    return absl::StrCat(d.path(), " (tokenizer ", d.tokenizer(), ", vocab ",
-                        d.vocab_size(), ", eot ", d.eot_token(), ")");
+    return absl::StrCat(d.path(), " (tokenizer ",
+                        d.tokenizer_identity().ToString(), ")");
   };
   return absl::InvalidArgumentError(absl::StrCat(
       "one --data blend mixes tokenizers: ", describe(a), " and ", describe(b),

@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
+#include "data/piece_cache.h"
 #include "data/utf8.h"
 #include "framework/status.h"
 
@@ -24,7 +24,6 @@ namespace {
 constexpr char kEndOfText[] = "<|endoftext|>";
 constexpr char kFetchHint[] =
     "run scripts/fetch-gpt2-assets.sh or pass --tokenizer_dir";
-constexpr uint32_t kDeadSymbol = 0xFFFFFFFFu;
 
 // Unicode White_Space, which is what `\s` means in the Python `regex` module
 // that GPT-2's encoder.py uses.
@@ -78,10 +77,6 @@ absl::Status Malformed(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrCat("gpt2 tokenizer: ", path, " is malformed: ", what,
                    "; re-run scripts/fetch-gpt2-assets.sh after deleting it"));
-}
-
-uint64_t PairKey(uint32_t left, uint32_t right) {
-  return (static_cast<uint64_t>(left) << 32) | right;
 }
 
 }  // namespace
@@ -157,51 +152,7 @@ class Gpt2Tokenizer::Splitter {
   bool jit_;
 };
 
-// Piece -> ids, sharded by hash so concurrent Encode calls rarely contend.
-// A shard that grows past its bound is emptied, which keeps memory bounded
-// on text with endless distinct pieces.
-class Gpt2Tokenizer::Cache {
- public:
-  static constexpr size_t kMaxPieceBytes = 128;
-
-  // Appends the cached ids of `piece` to `out`; false when not cached.
-  bool Find(std::string_view piece, std::vector<uint32_t>& out) const {
-    const size_t hash = Hash{}(piece);
-    const Shard& shard = shards_[hash % kShards];
-    absl::ReaderMutexLock lock(&shard.mu);
-    const auto it = shard.map.find(piece);
-    if (it == shard.map.end()) return false;
-    out.insert(out.end(), it->second.begin(), it->second.end());
-    return true;
-  }
-
-  void Insert(std::string_view piece, std::span<const uint32_t> ids) {
-    const size_t hash = Hash{}(piece);
-    Shard& shard = shards_[hash % kShards];
-    absl::MutexLock lock(&shard.mu);
-    if (shard.map.size() >= kMaxEntriesPerShard) shard.map.clear();
-    shard.map.try_emplace(std::string(piece), ids.begin(), ids.end());
-  }
-
- private:
-  static constexpr size_t kShards = 64;
-  static constexpr size_t kMaxEntriesPerShard = 8192;
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const {
-      return std::hash<std::string_view>{}(s);
-    }
-  };
-  struct Shard {
-    mutable absl::Mutex mu;
-    std::unordered_map<std::string, std::vector<uint32_t>, Hash,
-                       std::equal_to<>>
-        map;
-  };
-  std::array<Shard, kShards> shards_;
-};
-
-Gpt2Tokenizer::Gpt2Tokenizer() : cache_(std::make_unique<Cache>()) {}
+Gpt2Tokenizer::Gpt2Tokenizer() : cache_(std::make_unique<PieceCache>()) {}
 Gpt2Tokenizer::~Gpt2Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(
@@ -290,7 +241,6 @@ absl::Status Gpt2Tokenizer::LoadMerges(
     const std::unordered_map<std::string, uint32_t>& token_ids) {
   TRELLIS_ASSIGN_OR_RETURN(const std::string text, ReadAssetFile(path));
   std::string_view rest = text;
-  uint32_t rank = 0;
   for (size_t line_number = 1; !rest.empty(); ++line_number) {
     const size_t newline = std::min(rest.find('\n'), rest.size());
     std::string_view line = rest.substr(0, newline);
@@ -323,8 +273,7 @@ absl::Status Gpt2Tokenizer::LoadMerges(
     }
     // As in encoder.py's dict(zip(merges, ranks)), a repeated pair keeps
     // its last rank.
-    merges_.insert_or_assign(PairKey(left_id->second, right_id->second),
-                             Merge{rank++, merged_id->second});
+    merges_.Add(left_id->second, right_id->second, merged_id->second);
   }
   if (merges_.empty()) return Malformed(path, "no merges");
   return absl::OkStatus();
@@ -350,7 +299,7 @@ void Gpt2Tokenizer::EncodePiece(std::string_view piece,
     out.push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
     return;
   }
-  if (piece.size() > Cache::kMaxPieceBytes) {
+  if (piece.size() > PieceCache::kMaxPieceBytes) {
     Bpe(piece, out);
     return;
   }
@@ -360,72 +309,13 @@ void Gpt2Tokenizer::EncodePiece(std::string_view piece,
   cache_->Insert(piece, std::span<const uint32_t>(out).subspan(start));
 }
 
-// Symbols form a linked list over the piece's bytes; a merge keeps the left
-// symbol and kills the right one. Candidate pairs wait in a min-heap by rank.
-// All candidates of the lowest rank are merged as one left-to-right pass,
-// which is exactly encoder.py's "merge every occurrence of the best bigram";
-// stale candidates are recognised by their ids no longer matching.
 void Gpt2Tokenizer::Bpe(std::string_view piece,
                         std::vector<uint32_t>& out) const {
-  struct Symbol {
-    uint32_t id;
-    int prev;
-    int next;
-  };
-  struct Candidate {
-    uint32_t rank;
-    int pos;  // the left symbol
-    uint32_t left, right, merged;
-  };
-  const int n = static_cast<int>(piece.size());
-  std::vector<Symbol> symbols(n);
-  for (int i = 0; i < n; ++i) {
-    symbols[i] = {byte_ids_[static_cast<unsigned char>(piece[i])], i - 1,
-                  i + 1 < n ? i + 1 : -1};
+  std::vector<uint32_t> symbols(piece.size());
+  for (size_t i = 0; i < piece.size(); ++i) {
+    symbols[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
   }
-  std::vector<Candidate> heap;
-  const auto later = [](const Candidate& a, const Candidate& b) {
-    return a.rank > b.rank;
-  };
-  const auto push_pair = [&](int pos) {
-    const int next = symbols[pos].next;
-    if (next < 0) return;
-    const uint32_t left = symbols[pos].id, right = symbols[next].id;
-    const auto it = merges_.find(PairKey(left, right));
-    if (it == merges_.end()) return;
-    heap.push_back({it->second.rank, pos, left, right, it->second.merged_id});
-    std::push_heap(heap.begin(), heap.end(), later);
-  };
-  for (int i = 0; i + 1 < n; ++i) push_pair(i);
-
-  std::vector<Candidate> pass;
-  while (!heap.empty()) {
-    const uint32_t rank = heap.front().rank;
-    pass.clear();
-    while (!heap.empty() && heap.front().rank == rank) {
-      std::pop_heap(heap.begin(), heap.end(), later);
-      pass.push_back(heap.back());
-      heap.pop_back();
-    }
-    std::sort(
-        pass.begin(), pass.end(),
-        [](const Candidate& a, const Candidate& b) { return a.pos < b.pos; });
-    for (const Candidate& c : pass) {
-      Symbol& left = symbols[c.pos];
-      if (left.id != c.left || left.next < 0 ||
-          symbols[left.next].id != c.right) {
-        continue;  // stale, or overlapped by a merge just made
-      }
-      Symbol& right = symbols[left.next];
-      left.id = c.merged;
-      left.next = right.next;
-      if (right.next >= 0) symbols[right.next].prev = c.pos;
-      right.id = kDeadSymbol;
-      if (left.prev >= 0) push_pair(left.prev);
-      push_pair(c.pos);
-    }
-  }
-  for (int i = 0; i >= 0; i = symbols[i].next) out.push_back(symbols[i].id);
+  merges_.Apply(symbols, out);
 }
 
 absl::StatusOr<std::string> Gpt2Tokenizer::Decode(

@@ -39,9 +39,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "data/bpe.h"
 #include "data/tokenizer.h"
 
 namespace trellis {
+
+class PieceCache;
 
 class Gpt2Tokenizer final : public Tokenizer {
  public:
@@ -66,12 +69,6 @@ class Gpt2Tokenizer final : public Tokenizer {
 
  private:
   class Splitter;
-  class Cache;
-  struct Merge {
-    uint32_t rank;
-    uint32_t merged_id;
-  };
-
   Gpt2Tokenizer();
   absl::Status LoadEncoder(
       const std::string& path,
@@ -84,9 +81,8 @@ class Gpt2Tokenizer final : public Tokenizer {
   void Bpe(std::string_view piece, std::vector<uint32_t>& out) const;
 
   std::unique_ptr<Splitter> splitter_;
-  std::unique_ptr<Cache> cache_;
-  // (left id << 32 | right id) -> rank and merged id.
-  std::unordered_map<uint64_t, Merge> merges_;
+  std::unique_ptr<PieceCache> cache_;
+  BpeMerges merges_;
   std::array<uint32_t, 256> byte_ids_{};  // the id of each single byte
   std::vector<std::string> id_bytes_;     // the bytes each id stands for
   std::vector<bool> id_known_;            // false for holes in the id range

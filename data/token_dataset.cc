@@ -74,6 +74,10 @@ absl::StatusOr<std::unique_ptr<TokenDatasetWriter>> TokenDatasetWriter::Create(
       file.WriteInt64Attribute("eot_token", metadata.eot_token));
   TRELLIS_RETURN_IF_ERROR(
       file.WriteInt64Attribute("format_version", kTokenFormatVersion));
+  if (!metadata.tokenizer_sha256.empty()) {
+    TRELLIS_RETURN_IF_ERROR(file.WriteStringAttribute(
+        "tokenizer_sha256", metadata.tokenizer_sha256));
+  }
   TRELLIS_ASSIGN_OR_RETURN(hdf5::Dataset tokens,
                            file.CreateExtendableDataset(
                                "tokens", TokenStoredType(metadata.vocab_size),
@@ -229,6 +233,13 @@ absl::Status TokenDataset::Validate() {
     if (!status.ok()) return Malformed(path_, std::string(status.message()));
   }
   metadata_ = TokenFileMetadata{*tokenizer, *vocab, *eot};
+  if (file_.HasAttribute("tokenizer_sha256")) {  // absent in older files
+    absl::StatusOr<std::string> sha256 =
+        file_.ReadStringAttribute("tokenizer_sha256");
+    if (!sha256.ok())
+      return Malformed(path_, std::string(sha256.status().message()));
+    metadata_.tokenizer_sha256 = *sha256;
+  }
   TRELLIS_RETURN_IF_ERROR(CheckMetadata(path_, metadata_));
   if (file_.HasAttribute("format_version")) {
     absl::StatusOr<int64_t> version =

@@ -12,7 +12,9 @@
 //   root attributes: tokenizer (string, e.g. "gpt2"), vocab_size (int64),
 //                 eot_token (int64, < vocab_size), format_version (int64, 1),
 //                 max_token_id (int64, the largest id in /tokens; optional,
-//                 written by TokenDatasetWriter).
+//                 written by TokenDatasetWriter), tokenizer_sha256 (string,
+//                 the SHA-256 of the tokenizer's file for hf and
+//                 sentencepiece; optional, absent in older files).
 //
 // TokenDatasetWriter streams documents into a new file in bounded memory.
 // TokenDataset opens one for reading, validates it, and reads ranges of
@@ -33,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "data/tokenizer.h"
 #include "framework/hdf5.h"
 #include "framework/tensor.h"
 
@@ -45,6 +48,11 @@ struct TokenFileMetadata {
   std::string tokenizer;
   int64_t vocab_size = 0;
   int64_t eot_token = 0;
+  std::string tokenizer_sha256 = {};  // "" when not recorded
+
+  TokenizerIdentity identity() const {
+    return {tokenizer, vocab_size, eot_token, tokenizer_sha256};
+  }
 };
 
 // uint16 when every id < vocab_size fits in 16 bits, else uint32.
@@ -121,6 +129,8 @@ class TokenDataset {
   const std::string& path() const { return path_; }
   const TokenFileMetadata& metadata() const { return metadata_; }
   const std::string& tokenizer() const { return metadata_.tokenizer; }
+  // What the trainer compares with a checkpoint's tokenizer.
+  TokenizerIdentity tokenizer_identity() const { return metadata_.identity(); }
   int64_t vocab_size() const { return metadata_.vocab_size; }
   int64_t eot_token() const { return metadata_.eot_token; }
   hdf5::StoredType token_type() const { return token_type_; }

@@ -10,8 +10,9 @@ packages=(
   libhdf5-dev hdf5-tools
   libopenmpi-dev openmpi-bin
   libopenblas-dev
-  nlohmann-json3-dev libpcre2-dev
+  nlohmann-json3-dev libpcre2-dev libssl-dev
   libzstd-dev zlib1g-dev
+  libsentencepiece-dev sentencepiece
   bible-kjv
   clang-format
   slurm-wlm munge libpmix2

@@ -57,9 +57,12 @@ ABSL_FLAG(std::string, output, "", "token file to write (HDF5, e.g. data.h5)");
 ABSL_FLAG(std::string, split, "file",
           "what a document is: file (a whole file), line (one non-blank "
           "line) or blank_line (lines up to a blank line)");
-ABSL_FLAG(std::string, tokenizer, "byte", "byte or gpt2");
+ABSL_FLAG(std::string, tokenizer, "byte",
+          "byte, gpt2, hf:PATH/tokenizer.json (a Hugging Face BPE "
+          "tokenizer) or sentencepiece:PATH.model");
 ABSL_FLAG(std::string, tokenizer_dir, trellis::kDefaultGpt2AssetsDir,
-          "directory with GPT-2's encoder.json and vocab.bpe");
+          "directory with GPT-2's encoder.json and vocab.bpe (for "
+          "--tokenizer=gpt2)");
 ABSL_FLAG(int, threads,
           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
           "tokenizer threads (1 to 1024)");
@@ -336,9 +339,10 @@ absl::Status Run() {
   const auto start = std::chrono::steady_clock::now();
   const std::string temporary = output + ".tmp";
   absl::StatusOr<std::unique_ptr<TokenDatasetWriter>> writer =
-      TokenDatasetWriter::Create(
-          temporary, {tokenizer->name(), tokenizer->vocab_size(),
-                      static_cast<int64_t>(tokenizer->eot_token())});
+      TokenDatasetWriter::Create(temporary,
+                                 {tokenizer->name(), tokenizer->vocab_size(),
+                                  static_cast<int64_t>(tokenizer->eot_token()),
+                                  tokenizer->source_sha256()});
   if (!writer.ok()) {
     return absl::PermissionDeniedError(absl::StrCat(
         "cannot write --output ", output, ": ", writer.status().message()));

@@ -5,6 +5,7 @@
 // tests/data/tokenizer_reference.js. Skips when node or Encoder.js is absent.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -148,8 +149,10 @@ std::vector<std::string> VariedTexts() {
 // `error` set.
 std::string RunReference(const std::vector<std::string>& texts,
                          std::string& error) {
+  // Per process: ctest runs this binary's tests in parallel.
   const std::filesystem::path dir =
-      std::filesystem::path(::testing::TempDir()) / "tokenizer_reference";
+      std::filesystem::path(::testing::TempDir()) /
+      ("tokenizer_reference." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string input = (dir / "in.json").string();
   const std::string output = (dir / "out.json").string();

@@ -32,11 +32,12 @@ std::vector<uint32_t> EncodeWith(const Tokenizer& tokenizer,
 }
 
 TEST(MakeTokenizerTest, UnknownNameSaysWhichExist) {
-  auto tokenizer = MakeTokenizer("sentencepiece", "");
+  auto tokenizer = MakeTokenizer("sentencepiece", "");  // no model path
   ASSERT_FALSE(tokenizer.ok());
   EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(tokenizer.status().message(),
-            "unknown tokenizer 'sentencepiece'; use byte or gpt2");
+            "unknown tokenizer 'sentencepiece'; use byte, gpt2, "
+            "hf:PATH/tokenizer.json or sentencepiece:PATH.model");
 }
 
 TEST(MakeTokenizerTest, ByteNeedsNoAssets) {

@@ -565,6 +565,7 @@ TEST_F(ProgramsTest, EveryProgramExplainsItsFlags) {
       {"eval", {"--load=''", "--max_windows=0", "--tp=1", "layout:"}},
       {"bench", {"--preset=''", "--profile=false", "--steps=5"}},
       {"preprocess", {"--input", "--output", "--tokenizer"}},
+      {"tokenizer-bench", {"--tokenizer", "--input", "--passes"}},
       {"convert", {"--from", "--to"}},
       {"bubbles", {"--plan"}},
       {"checkpoint-bench", {"--dir"}},

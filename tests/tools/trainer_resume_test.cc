@@ -186,6 +186,48 @@ TEST_F(ResumeTest, LoadWeightsOfAnotherModelSizeNamesBoth) {
                                ::testing::HasSubstr("d_model=32")));
 }
 
+// Same kind, vocabulary and end-of-text, another tokenizer file: every id
+// would mean another string, so resuming or loading weights must refuse.
+TEST(TokenizerIdentityResumeTest, DataOfAnotherTokenizerFileFailsClearly) {
+  const std::string dir = test::ScratchDir();
+  const std::string sha_a(64, 'a'), sha_b(64, 'b');
+  const std::string data_a = dir + "/a.h5", data_b = dir + "/b.h5";
+  test::WriteTokenFile(data_a, {"hf", 257, 256, sha_a});
+  test::WriteTokenFile(data_b, {"hf", 257, 256, sha_b});
+  ParallelContext context = ParallelContext::Single();
+  TrainOptions o = test::TinyOptions(data_a);
+  o.save_dir = dir + "/run";
+  o.save_every = 5;
+  o.steps = 5;
+  std::unique_ptr<Trainer> first = MakeTrainer(o, context);
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->Run().ok());
+  const std::string ckpt = o.save_dir + "/" + CheckpointName(5);
+  absl::StatusOr<TrainingState> state = ReadTrainingState(ckpt);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->tokenizer_identity.sha256, sha_a);
+
+  TrainOptions resume = test::TinyOptions(data_b);
+  resume.resume = ckpt;
+  absl::StatusOr<std::unique_ptr<Trainer>> resumed =
+      Trainer::Create(resume, context.groups(), context.coord());
+  ASSERT_FALSE(resumed.ok());
+  const std::string message(resumed.status().message());
+  EXPECT_THAT(message, ::testing::AllOf(::testing::HasSubstr(sha_a),
+                                        ::testing::HasSubstr(sha_b),
+                                        ::testing::HasSubstr(data_b)));
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+
+  std::unique_ptr<Trainer> other =
+      MakeTrainer(test::TinyOptions(data_b), context);
+  ASSERT_NE(other, nullptr);
+  EXPECT_THAT(std::string(other->LoadWeights(ckpt).message()),
+              ::testing::HasSubstr(sha_b));
+  // The same tokenizer resumes.
+  resume.data = data_a;
+  EXPECT_NE(MakeTrainer(resume, context), nullptr);
+}
+
 // Runs `steps` optimizer steps in float64; returns losses and parameters.
 struct RunResult {
   std::vector<double> losses;

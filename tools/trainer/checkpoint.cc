@@ -174,6 +174,13 @@ nlohmann::json StateToJson(const TrainingState& s) {
                        {"weight", d.weight},
                        {"samples_consumed", d.samples_consumed}});
   }
+  if (!s.tokenizer_identity.kind.empty()) {
+    const TokenizerIdentity& t = s.tokenizer_identity;
+    j["tokenizer_identity"] = {{"kind", t.kind},
+                               {"vocab_size", t.vocab_size},
+                               {"eot_token", t.eot_token},
+                               {"sha256", t.sha256}};
+  }
   return j;
 }
 
@@ -454,6 +461,12 @@ absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir) {
     }
     s.model = *model;
     s.tokenizer = j.value("tokenizer", "");
+    if (j.contains("tokenizer_identity")) {
+      const nlohmann::json& t = j.at("tokenizer_identity");
+      s.tokenizer_identity = {
+          t.at("kind").get<std::string>(), t.at("vocab_size").get<int64_t>(),
+          t.at("eot_token").get<int64_t>(), t.at("sha256").get<std::string>()};
+    }
     const nlohmann::json& layout = j.at("layout");
     s.dp = layout.at("dp").get<int64_t>();
     s.tp = layout.at("tp").get<int64_t>();

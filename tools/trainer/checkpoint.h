@@ -50,6 +50,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "data/tokenizer.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
 #include "tools/trainer/checkpoint_dir.h"
@@ -73,6 +74,9 @@ struct TrainingState {
   uint64_t seed = 0;
   ModelConfig model;
   std::string tokenizer;
+  // The data's tokenizer in full; kind "" in checkpoints written before it
+  // was recorded (then only `tokenizer` is compared).
+  TokenizerIdentity tokenizer_identity;
   int64_t dp = 1, tp = 1, pp = 1;  // The layout it was written with.
   std::string flags;               // The run's flags, for the record.
   // Where a converted checkpoint came from (format, file, dtype, ...), so a

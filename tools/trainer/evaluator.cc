@@ -13,7 +13,7 @@ namespace trellis {
 absl::Status CheckCheckpointMatches(const std::string& dir,
                                     const TrainingState& state,
                                     const ModelConfig& model,
-                                    const std::string& tokenizer,
+                                    const TokenDataset& data,
                                     const std::string& data_path) {
   if (state.model != model) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -24,11 +24,26 @@ absl::Status CheckCheckpointMatches(const std::string& dir,
   }
   // Same vocabulary size, other tokenizer: every id would mean another
   // string. Checkpoints written before the name was recorded have none.
+  const std::string& tokenizer = data.tokenizer();
   if (!state.tokenizer.empty() && state.tokenizer != tokenizer) {
     return absl::InvalidArgumentError(absl::StrCat(
         dir, " was trained on data of tokenizer '", state.tokenizer,
         "' but --data=", data_path, " is tokenized with '", tokenizer,
         "'; preprocess the text with --tokenizer=", state.tokenizer));
+  }
+  // Same kind, another vocabulary, end-of-text or tokenizer file.
+  // Checkpoints written before the identity was recorded have none.
+  const TokenizerIdentity identity = data.tokenizer_identity();
+  const std::string differs =
+      state.tokenizer_identity.kind.empty()
+          ? ""
+          : IdentityMismatch(state.tokenizer_identity, identity);
+  if (!differs.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " was trained on data of tokenizer ",
+        state.tokenizer_identity.ToString(), " but --data=", data_path,
+        " is tokenized with ", identity.ToString(), " (", differs,
+        "); preprocess the text with the checkpoint's tokenizer file"));
   }
   return absl::OkStatus();
 }
@@ -74,8 +89,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
       options.Resolve(groups.world->size(), data.vocab_size()));
   // The data's vocabulary (Resolve took it) and tokenizer must be the
   // checkpoint's.
-  TRELLIS_RETURN_IF_ERROR(CheckCheckpointMatches(
-      dir, state, options.model, data.tokenizer(), options.data));
+  TRELLIS_RETURN_IF_ERROR(
+      CheckCheckpointMatches(dir, state, options.model, data, options.data));
   if (groups.tp->size() != options.tp || groups.dp->size() != options.dp ||
       groups.pp->size() != options.pp) {
     return absl::InvalidArgumentError(

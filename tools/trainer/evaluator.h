@@ -71,12 +71,13 @@ absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
                                        int source = 0);
 
 // OK when checkpoint `dir` (its training state `state`) holds the model
-// `model` and was trained on data of `tokenizer` (the tokenizer of
-// `data_path`); else InvalidArgument naming what differs and the fix.
+// `model` and was trained on data of `data`'s tokenizer (name, and the
+// identity where the checkpoint records one); else InvalidArgument naming
+// what differs and the fix. `data_path` names the data in messages.
 absl::Status CheckCheckpointMatches(const std::string& dir,
                                     const TrainingState& state,
                                     const ModelConfig& model,
-                                    const std::string& tokenizer,
+                                    const TokenDataset& data,
                                     const std::string& data_path);
 
 }  // namespace trellis

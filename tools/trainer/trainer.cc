@@ -253,9 +253,8 @@ absl::Status Trainer::PlanMemory(size_t available,
 absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
     const std::string& dir) const {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
-  TRELLIS_RETURN_IF_ERROR(CheckCheckpointMatches(dir, state, options_.model,
-                                                 loader_->dataset().tokenizer(),
-                                                 options_.data));
+  TRELLIS_RETURN_IF_ERROR(CheckCheckpointMatches(
+      dir, state, options_.model, loader_->dataset(), options_.data));
   return state;
 }
 
@@ -421,6 +420,7 @@ absl::Status Trainer::Save() {
   state.seed = options_.seed;
   state.model = options_.model;
   state.tokenizer = loader_->dataset().tokenizer();
+  state.tokenizer_identity = loader_->dataset().tokenizer_identity();
   state.dp = options_.dp;
   state.tp = options_.tp;
   state.pp = options_.pp;
