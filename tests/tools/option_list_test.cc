@@ -49,6 +49,8 @@ TrainOptions Unusual() {
   o.beta1 = 0.85;
   o.beta2 = 0.999;
   o.seed = 18446744073709551615ull;
+  o.max_skipped_steps = 4;
+  o.skip_spike_zscore = 6.5;
   o.save_dir = "ckpt dir";
   o.save_every = 5;
   o.resume = "auto";
@@ -94,7 +96,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     EXPECT_NE(line_a, line_b) << "an option kept its default";
     ++lines;
   }
-  EXPECT_EQ(lines, 43);  // 4 model + 23 run + 16 layout and device options
+  EXPECT_EQ(lines, 45);  // 4 model + 25 run + 16 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -30,6 +30,16 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
   if (m.val_loss) {
     absl::StrAppend(&line, absl::StrFormat(" | val_loss %.4f", *m.val_loss));
   }
+  if (!m.skipped.empty()) {
+    absl::StrAppend(
+        &line,
+        absl::StrFormat(" | SKIPPED (%s): no update; %d in a row, "
+                        "%d in all",
+                        m.skipped, m.consecutive_skips, m.skipped_steps));
+  } else if (m.skipped_steps > 0) {
+    absl::StrAppend(&line,
+                    absl::StrFormat(" | skipped %d in all", m.skipped_steps));
+  }
   return line;
 }
 
@@ -59,8 +69,10 @@ void MetricsWriter::Write(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"bubble", m.bubble},
                       {"bubble_theory", m.bubble_theory},
-                      {"dp_wait_ms", m.dp_wait_ms}};
+                      {"dp_wait_ms", m.dp_wait_ms},
+                      {"skipped_steps", m.skipped_steps}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (!m.skipped.empty()) j["skipped"] = m.skipped;
   out_ << j.dump() << "\n";
   out_.flush();
 }

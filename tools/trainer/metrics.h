@@ -25,6 +25,11 @@ struct StepMetrics {
   double bubble = 0;  // Measured pipeline bubble (worst stage).
   double bubble_theory = 0;
   double dp_wait_ms = 0;  // Time spent waiting on data-parallel buckets.
+  // Why the step's update was skipped (StepGuard); empty: it was applied.
+  // A skipped step reports the step it attempted, which the next repeats.
+  std::string skipped;
+  int64_t skipped_steps = 0;      // Skipped by this run so far, all told.
+  int64_t consecutive_skips = 0;  // Ending with this step.
 };
 
 std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);

@@ -42,8 +42,12 @@ double Optimizer::GlobalGradNorm(Communicator& tp, Communicator& pp) const {
 }
 
 StepReport Optimizer::Step(Communicator& tp, Communicator& pp) {
+  return Apply(GlobalGradNorm(tp, pp));
+}
+
+StepReport Optimizer::Apply(double grad_norm) {
   StepReport report;
-  report.grad_norm = GlobalGradNorm(tp, pp);
+  report.grad_norm = grad_norm;
   report.lr = LearningRate(config_.schedule, step_);
   double scale = 1.0;
   if (config_.grad_clip > 0 && report.grad_norm > config_.grad_clip) {

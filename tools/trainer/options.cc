@@ -114,6 +114,11 @@ absl::Status CheckScalars(const TrainOptions& o) {
                             " must be ≥ 0 (0: the device's memory)"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
+  if (o.max_skipped_steps < 0 || o.skip_spike_zscore < 0) {
+    return Bad(absl::StrCat("--max_skipped_steps=", o.max_skipped_steps,
+                            " and --skip_spike_zscore=", o.skip_spike_zscore,
+                            " must be ≥ 0 (0: off)"));
+  }
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
     return Bad(
         "--trace_dir and --trace_steps go together, e.g. "

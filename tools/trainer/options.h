@@ -44,6 +44,12 @@ namespace trellis {
   X(Optimization, double, beta1, 0.9, "AdamW beta1")                          \
   X(Optimization, double, beta2, 0.95, "AdamW beta2")                         \
   X(Optimization, uint64_t, seed, 1337, "initialization and data order seed") \
+  X(Optimization, int64_t, max_skipped_steps, 10,                             \
+    "consecutive skipped steps (non-finite loss or gradient norm, or a "      \
+    "spike) after which the run saves and exits with status 1 (0: never)")    \
+  X(Optimization, double, skip_spike_zscore, 0,                               \
+    "also skip steps whose loss or gradient norm lies this many standard "    \
+    "deviations above the last 100 steps' (0: off)")                          \
   X(Checkpoints, std::string, save_dir, "", "checkpoint directory")           \
   X(Checkpoints, int64_t, save_every, 0,                                      \
     "steps between checkpoints (0: only at the end, when --save_dir is set)") \

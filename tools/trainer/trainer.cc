@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -209,6 +210,11 @@ absl::Status Trainer::Build(DType dtype) {
   opt.weight_decay = o.weight_decay;
   opt.grad_clip = o.grad_clip;
   optimizer_ = std::make_unique<Optimizer>(opt, model_->params());
+  StepGuardConfig guard{o.max_skipped_steps, o.skip_spike_zscore};
+  const char* inject = std::getenv("TRELLIS_TEST_INJECT_NAN");
+  TRELLIS_RETURN_IF_ERROR(
+      ParseInjectNan(inject != nullptr ? inject : "", guard));
+  guard_ = std::make_unique<StepGuard>(guard, groups_.world->rank());
   if (groups_.world->rank() == 0) {
     TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file));
   }
@@ -367,15 +373,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     groups_.embed->AllReduce(model_->params().Find("wte")->grad,
                              ReduceOp::kSum);
   }
-  StepReport report;
   {
     const ScopedTraceSpan span = phase("optimizer");
-    report = optimizer_->Step(*groups_.tp, *groups_.pp);
+    GuardedUpdate(m);
   }
-  m.step = optimizer_->step();
-  m.loss = ReduceLoss(model_->StepLoss());
-  m.lr = report.lr;
-  m.grad_norm = report.grad_norm;
   // Waits for the device to finish the pipeline (the optimizer's kernels
   // may still be running).
   if (device_clock_ != nullptr) pipeline.ResolveDeviceTime(*device_clock_);
@@ -402,6 +403,42 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   losses_.push_back(m.loss);
   if (trace != nullptr) TRELLIS_RETURN_IF_ERROR(tracer_->EndStep(start));
   return m;
+}
+
+void Trainer::GuardedUpdate(StepMetrics& m) {
+  guard_->MaybeInjectNan(optimizer_->step() + 1, model_->params());
+  // Both agreed by every rank (the norm over tp and pp of dp-averaged
+  // gradients, the loss over pp and dp); the guard agrees on the verdict.
+  const double norm = optimizer_->GlobalGradNorm(*groups_.tp, *groups_.pp);
+  m.loss = ReduceLoss(model_->StepLoss());
+  const SkipReason skip = guard_->Judge(m.loss, norm, *groups_.world);
+  m.grad_norm = norm;
+  if (skip == SkipReason::kNone) {
+    m.lr = optimizer_->Apply(norm).lr;
+    m.step = optimizer_->step();
+  } else {
+    m.lr = optimizer_->next_lr();
+    m.step = optimizer_->step() + 1;
+    m.skipped = SkipReasonName(skip);
+  }
+  m.skipped_steps = guard_->skipped_total();
+  m.consecutive_skips = guard_->consecutive_skips();
+}
+
+absl::Status Trainer::GiveUp(const StepMetrics& m) {
+  std::string saved = "nothing saved (no --save_dir)";
+  if (!options_.save_dir.empty()) {
+    TRELLIS_RETURN_IF_ERROR(Save());
+    saved = absl::StrCat("saved step ", optimizer_->step(), " in ",
+                         options_.save_dir, " (the bad batches consumed)");
+  }
+  give_up_message_ = absl::StrCat(
+      m.consecutive_skips, " consecutive steps skipped (", m.skipped,
+      ", last at step ", m.step, ", sample ", loader_->samples_consumed(),
+      "); ", saved,
+      "; check the data there, lower --lr or raise --max_skipped_steps, "
+      "then resume with --resume=auto");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> Trainer::Evaluate(const std::vector<int64_t>& starts) {
@@ -472,18 +509,24 @@ absl::StatusOr<Trainer::Outcome> Trainer::Run() {
   const bool root = groups_.world->rank() == 0;
   while (optimizer_->step() < options_.steps) {
     TRELLIS_ASSIGN_OR_RETURN(StepMetrics m, Step());
-    const bool last = m.step == options_.steps;
-    if (options_.eval_every > 0 &&
+    const bool skipped = !m.skipped.empty();
+    const bool last = !skipped && m.step == options_.steps;
+    if (!skipped && options_.eval_every > 0 &&
         (m.step % options_.eval_every == 0 || last)) {
       TRELLIS_ASSIGN_OR_RETURN(double val, Validate());
       m.val_loss = val;
     }
-    if (root && (m.step % options_.log_every == 0 || last || m.val_loss)) {
+    if (root &&
+        (m.step % options_.log_every == 0 || last || m.val_loss || skipped)) {
       std::printf("%s\n", FormatLogLine(m, options_.steps).c_str());
       std::fflush(stdout);
       metrics_.Write(m);
     }
-    if (!options_.save_dir.empty() && options_.save_every > 0 &&
+    if (skipped && guard_->GaveUp()) {
+      TRELLIS_RETURN_IF_ERROR(GiveUp(m));
+      return Outcome::kGaveUp;
+    }
+    if (!skipped && !options_.save_dir.empty() && options_.save_every > 0 &&
         m.step % options_.save_every == 0) {
       TRELLIS_RETURN_IF_ERROR(Save());
     }
