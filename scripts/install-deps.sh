@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libpcre2-dev
   bible-kjv
   clang-format
+  python3-protobuf protobuf-compiler
   slurm-wlm munge libpmix2
 )
 

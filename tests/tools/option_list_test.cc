@@ -59,6 +59,7 @@ TrainOptions Unusual() {
   o.eval_windows = 8;
   o.log_every = 2;
   o.metrics_file = "m.jsonl";
+  o.tensorboard_dir = "tb";
   o.trace_dir = "traces";
   o.trace_steps = {2, 3};
   o.dp = 3;
@@ -96,7 +97,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     EXPECT_NE(line_a, line_b) << "an option kept its default";
     ++lines;
   }
-  EXPECT_EQ(lines, 45);  // 4 model + 25 run + 16 layout and device options
+  EXPECT_EQ(lines, 46);  // 4 model + 26 run + 16 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

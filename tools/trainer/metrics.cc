@@ -1,5 +1,6 @@
 #include "tools/trainer/metrics.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -43,7 +44,31 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
   return line;
 }
 
-absl::Status MetricsWriter::Open(const std::string& path) {
+Scalars TensorBoardScalars(const StepMetrics& m) {
+  Scalars s = {{"train/loss", m.loss},
+               {"train/lr", m.lr},
+               {"train/grad_norm", m.grad_norm},
+               {"perf/tokens_per_s", m.tokens_per_s},
+               {"perf/ms", m.ms},
+               {"perf/model_tflops", m.model_tflops},
+               {"pipeline/bubble", m.bubble},
+               {"pipeline/bubble_theory", m.bubble_theory},
+               {"perf/dp_wait_ms", m.dp_wait_ms},
+               {"health/skipped_steps", static_cast<double>(m.skipped_steps)},
+               {"health/skipped", m.skipped.empty() ? 0.0 : 1.0}};
+  if (m.mfu > 0) s.emplace_back("perf/mfu", m.mfu);
+  if (m.val_loss) s.emplace_back("val/loss", *m.val_loss);
+  return s;
+}
+
+absl::Status MetricsWriter::Open(const std::string& path,
+                                 const std::string& tensorboard_dir) {
+  if (!tensorboard_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tensorboard =
+        TensorBoardWriter::Open(tensorboard_dir);
+    if (!tensorboard.ok()) return tensorboard.status();
+    tensorboard_ = *std::move(tensorboard);
+  }
   if (path.empty()) return absl::OkStatus();
   const std::filesystem::path parent =
       std::filesystem::path(path).parent_path();
@@ -58,6 +83,15 @@ absl::Status MetricsWriter::Open(const std::string& path) {
 }
 
 void MetricsWriter::Write(const StepMetrics& m) {
+  if (tensorboard_ != nullptr) {
+    const absl::Status written =
+        tensorboard_->Write(m.step, TensorBoardScalars(m));
+    if (!written.ok()) {
+      std::fprintf(stderr, "warning: %s; no further TensorBoard events\n",
+                   std::string(written.message()).c_str());
+      tensorboard_.reset();
+    }
+  }
   if (!out_.is_open()) return;
   nlohmann::json j = {{"step", m.step},
                       {"loss", m.loss},

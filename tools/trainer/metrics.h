@@ -1,14 +1,17 @@
-// Per-step metrics: one readable log line, and one JSON object per logged
-// step in the --metrics_file (JSON Lines).
+// Per-step metrics: one readable log line, one JSON object per logged step
+// in the --metrics_file (JSON Lines), and the same as TensorBoard scalars
+// in --tensorboard_dir.
 #ifndef TRELLIS_TOOLS_TRAINER_METRICS_H_
 #define TRELLIS_TOOLS_TRAINER_METRICS_H_
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "tools/trainer/tensorboard_writer.h"
 
 namespace trellis {
 
@@ -34,15 +37,27 @@ struct StepMetrics {
 
 std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);
 
+// The TensorBoard scalars of a step: train/loss, val/loss (when evaluated),
+// train/lr, train/grad_norm, perf/tokens_per_s, perf/ms, perf/model_tflops,
+// perf/mfu (when a peak is known), pipeline/bubble and bubble_theory,
+// perf/dp_wait_ms, health/skipped_steps and health/skipped (1 on a skipped
+// step, else 0).
+Scalars TensorBoardScalars(const StepMetrics& m);
+
 class MetricsWriter {
  public:
-  // An empty path writes nothing. Appends to an existing file (a resumed
-  // run continues its metrics).
-  absl::Status Open(const std::string& path);
+  // Empty paths write nothing. Appends to an existing metrics file (a
+  // resumed run continues its metrics); the TensorBoard directory gets a
+  // new event file.
+  absl::Status Open(const std::string& path,
+                    const std::string& tensorboard_dir = "");
+  // A TensorBoard write that fails is reported once on stderr and ends the
+  // event file; training goes on.
   void Write(const StepMetrics& m);
 
  private:
   std::ofstream out_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace trellis

@@ -63,6 +63,8 @@ namespace trellis {
   X(Logging, int64_t, log_every, 1, "steps between log lines")                \
   X(Logging, std::string, metrics_file, "",                                   \
     "write one JSON line of metrics per logged step here")                    \
+  X(Logging, std::string, tensorboard_dir, "",                                \
+    "write the logged steps' metrics as TensorBoard scalars here (rank 0)")   \
   X(Logging, std::string, trace_dir, "",                                      \
     "write Chrome traces of --trace_steps here, one file per rank (read "     \
     "them with trellis-bubbles)")                                             \

@@ -216,7 +216,7 @@ absl::Status Trainer::Build(DType dtype) {
       ParseInjectNan(inject != nullptr ? inject : "", guard));
   guard_ = std::make_unique<StepGuard>(guard, groups_.world->rank());
   if (groups_.world->rank() == 0) {
-    TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file));
+    TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file, o.tensorboard_dir));
   }
   return absl::OkStatus();
 }
