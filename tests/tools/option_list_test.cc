@@ -60,6 +60,8 @@ TrainOptions Unusual() {
   o.log_every = 2;
   o.metrics_file = "m.jsonl";
   o.tensorboard_dir = "tb";
+  o.straggler_every = 7;
+  o.straggler_threshold = 1.5;
   o.trace_dir = "traces";
   o.trace_steps = {2, 3};
   o.dp = 3;
@@ -97,7 +99,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     EXPECT_NE(line_a, line_b) << "an option kept its default";
     ++lines;
   }
-  EXPECT_EQ(lines, 46);  // 4 model + 26 run + 16 layout and device options
+  EXPECT_EQ(lines, 48);  // 4 model + 28 run + 16 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -58,6 +58,9 @@ Scalars TensorBoardScalars(const StepMetrics& m) {
                {"health/skipped", m.skipped.empty() ? 0.0 : 1.0}};
   if (m.mfu > 0) s.emplace_back("perf/mfu", m.mfu);
   if (m.val_loss) s.emplace_back("val/loss", *m.val_loss);
+  if (m.straggler_ratio > 0) {
+    s.emplace_back("health/slowest_over_median", m.straggler_ratio);
+  }
   return s;
 }
 
@@ -107,6 +110,11 @@ void MetricsWriter::Write(const StepMetrics& m) {
                       {"skipped_steps", m.skipped_steps}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (!m.skipped.empty()) j["skipped"] = m.skipped;
+  if (m.straggler_ratio > 0) j["slowest_over_median"] = m.straggler_ratio;
+  if (m.straggler_rank >= 0) {
+    j["straggler_rank"] = m.straggler_rank;
+    j["straggler"] = m.straggler;
+  }
   out_ << j.dump() << "\n";
   out_.flush();
 }

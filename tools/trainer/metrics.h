@@ -33,6 +33,12 @@ struct StepMetrics {
   std::string skipped;
   int64_t skipped_steps = 0;      // Skipped by this run so far, all told.
   int64_t consecutive_skips = 0;  // Ending with this step.
+  // On a step that compared the ranks' compute times (StragglerMonitor):
+  // the slowest's over the median, and the rank (-1: none) past
+  // --straggler_threshold with its description.
+  double straggler_ratio = 0;
+  int straggler_rank = -1;
+  std::string straggler;
 };
 
 std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);

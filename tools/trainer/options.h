@@ -65,6 +65,11 @@ namespace trellis {
     "write one JSON line of metrics per logged step here")                    \
   X(Logging, std::string, tensorboard_dir, "",                                \
     "write the logged steps' metrics as TensorBoard scalars here (rank 0)")   \
+  X(Logging, int64_t, straggler_every, 10,                                    \
+    "steps between comparisons of the ranks' compute times (0: never)")       \
+  X(Logging, double, straggler_threshold, 1.2,                                \
+    "name the slowest rank when its compute time exceeds the median by this " \
+    "factor")                                                                 \
   X(Logging, std::string, trace_dir, "",                                      \
     "write Chrome traces of --trace_steps here, one file per rank (read "     \
     "them with trellis-bubbles)")                                             \

@@ -215,6 +215,11 @@ absl::Status Trainer::Build(DType dtype) {
   TRELLIS_RETURN_IF_ERROR(
       ParseInjectNan(inject != nullptr ? inject : "", guard));
   guard_ = std::make_unique<StepGuard>(guard, groups_.world->rank());
+  const char* slow = std::getenv("TRELLIS_TEST_SLOW_RANK");
+  TRELLIS_ASSIGN_OR_RETURN(
+      stragglers_, StragglerMonitor::Create(
+                       *groups_.world, coord_, o.straggler_every,
+                       o.straggler_threshold, slow != nullptr ? slow : ""));
   if (groups_.world->rank() == 0) {
     TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file, o.tensorboard_dir));
   }
@@ -350,11 +355,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (device_clock_ != nullptr) device_clock_->BeginStep(trace != nullptr);
   {
     const ScopedTraceSpan span = phase("data");
+    stragglers_->MaybeSleep();
     TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
                              loader_->NextStep());
     buckets_->StartStep();
     model_->BeginStep(microbatches);
   }
+  // This rank's own work, not its waits: data, then the pipeline's busy.
+  const double data_s = Seconds(start);
   PipelineStepStats pipeline;
   {
     const ScopedTraceSpan span = phase("pipeline");
@@ -400,6 +408,12 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
               ? model_flops / (m.ms / 1e3) /
                     (peak_flops_per_rank_ * groups_.world->size())
               : 0.0;
+  std::optional<Straggler> slow =
+      stragglers_->EndStep(data_s + pipeline.busy_seconds, &m.straggler_ratio);
+  if (slow) {
+    m.straggler_rank = slow->rank;
+    m.straggler = slow->Describe(stragglers_->every());
+  }
   losses_.push_back(m.loss);
   if (trace != nullptr) TRELLIS_RETURN_IF_ERROR(tracer_->EndStep(start));
   return m;
@@ -516,8 +530,11 @@ absl::StatusOr<Trainer::Outcome> Trainer::Run() {
       TRELLIS_ASSIGN_OR_RETURN(double val, Validate());
       m.val_loss = val;
     }
-    if (root &&
-        (m.step % options_.log_every == 0 || last || m.val_loss || skipped)) {
+    if (root && !m.straggler.empty()) {
+      std::printf("straggler: %s\n", m.straggler.c_str());
+    }
+    if (root && (m.step % options_.log_every == 0 || last || m.val_loss ||
+                 skipped || m.straggler_rank >= 0)) {
       std::printf("%s\n", FormatLogLine(m, options_.steps).c_str());
       std::fflush(stdout);
       metrics_.Write(m);

@@ -36,6 +36,7 @@
 #include "tools/trainer/stage_model.h"
 #include "tools/trainer/step_guard.h"
 #include "tools/trainer/step_tracer.h"
+#include "tools/trainer/straggler.h"
 
 namespace trellis {
 
@@ -137,6 +138,7 @@ class Trainer {
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepGuard> guard_;
+  std::unique_ptr<StragglerMonitor> stragglers_;
   std::string give_up_message_;
   MetricsWriter metrics_;
   // MFU's yardstick: FLOP/s of one rank's device; 0 when unknown.

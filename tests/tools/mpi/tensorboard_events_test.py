@@ -172,6 +172,9 @@ def main():
                 want["perf/mfu"] = line["mfu"]
             if "val_loss" in line:
                 want["val/loss"] = line["val_loss"]
+            if "slowest_over_median" in line:
+                want["health/slowest_over_median"] = line[
+                    "slowest_over_median"]
             assert set(values) == set(want), (sorted(values), sorted(want))
             for tag, value in want.items():
                 assert same(values[tag], value), (event.step, tag,
