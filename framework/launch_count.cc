@@ -24,6 +24,7 @@ constexpr Modeled kModeled[] = {
     // Two-pass deterministic column sums (device_common.cuh).
     {"BiasBackward", 2},
     {"LayerNormBackwardWeight", 2},
+    {"RmsNormBackwardWeight", 2},
     // A partial pass and a finishing pass.
     {"SumOfSquares", 2},
     {"Sum", 2},

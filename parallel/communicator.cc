@@ -36,9 +36,45 @@ const char* CommOpName(CommOp op) {
   return "?";
 }
 
+int64_t WireBytes(CommOp op, int64_t bytes, int size) {
+  switch (op) {
+    case CommOp::kAllReduce:
+      return 2 * (size - 1) * bytes / size;
+    case CommOp::kReduceScatter:
+    case CommOp::kAllGather:
+      return (size - 1) * bytes / size;
+    case CommOp::kBroadcast:
+    case CommOp::kSend:
+      return bytes;
+    case CommOp::kRecv:
+    case CommOp::kBarrier:
+    case CommOp::kCount:
+      break;
+  }
+  return 0;
+}
+
 void Communicator::Count(CommOp op, size_t bytes) {
-  stats_.calls[static_cast<int>(op)] += 1;
-  stats_.bytes[static_cast<int>(op)] += static_cast<int64_t>(bytes);
+  const int i = static_cast<int>(op);
+  stats_.calls[i] += 1;
+  stats_.bytes[i] += static_cast<int64_t>(bytes);
+  stats_.wire_bytes[i] += WireBytes(op, static_cast<int64_t>(bytes), size_);
+}
+
+void Communicator::CheckReduceScatter(const Tensor& input,
+                                      const Tensor& output) const {
+  TRELLIS_CHECK(input.dtype() == output.dtype())
+      << name_ << ": reduce-scatter of " << DTypeName(input.dtype()) << " into "
+      << DTypeName(output.dtype());
+  TRELLIS_CHECK_EQ(input.numel(), output.numel() * size_);
+}
+
+void Communicator::CheckAllGather(const Tensor& input,
+                                  const Tensor& output) const {
+  TRELLIS_CHECK(input.dtype() == output.dtype())
+      << name_ << ": all-gather of " << DTypeName(input.dtype()) << " into "
+      << DTypeName(output.dtype());
+  TRELLIS_CHECK_EQ(output.numel(), input.numel() * size_);
 }
 
 void Communicator::AllReduce(Tensor& buffer, ReduceOp op) {
@@ -54,15 +90,30 @@ std::unique_ptr<Request> Communicator::AllReduceAsync(Tensor& buffer,
 
 void Communicator::ReduceScatter(const Tensor& input, Tensor& output,
                                  ReduceOp op) {
-  TRELLIS_CHECK_EQ(input.numel(), output.numel() * size_);
+  CheckReduceScatter(input, output);
   Count(CommOp::kReduceScatter, input.nbytes());
-  DoReduceScatter(input, output, op);
+  DoReduceScatter(input, output, op, /*async=*/false)->Wait();
+}
+
+std::unique_ptr<Request> Communicator::ReduceScatterAsync(const Tensor& input,
+                                                          Tensor& output,
+                                                          ReduceOp op) {
+  CheckReduceScatter(input, output);
+  Count(CommOp::kReduceScatter, input.nbytes());
+  return DoReduceScatter(input, output, op, /*async=*/true);
 }
 
 void Communicator::AllGather(const Tensor& input, Tensor& output) {
-  TRELLIS_CHECK_EQ(output.numel(), input.numel() * size_);
+  CheckAllGather(input, output);
   Count(CommOp::kAllGather, output.nbytes());
-  DoAllGather(input, output);
+  DoAllGather(input, output, /*async=*/false)->Wait();
+}
+
+std::unique_ptr<Request> Communicator::AllGatherAsync(const Tensor& input,
+                                                      Tensor& output) {
+  CheckAllGather(input, output);
+  Count(CommOp::kAllGather, output.nbytes());
+  return DoAllGather(input, output, /*async=*/true);
 }
 
 void Communicator::Broadcast(Tensor& buffer, int root) {
@@ -129,13 +180,17 @@ std::unique_ptr<Request> SelfCommunicator::DoAllReduce(Tensor&, ReduceOp,
   return std::make_unique<DoneRequest>();
 }
 
-void SelfCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
-                                       ReduceOp) {
+std::unique_ptr<Request> SelfCommunicator::DoReduceScatter(const Tensor& input,
+                                                           Tensor& output,
+                                                           ReduceOp, bool) {
   if (input.raw() != output.raw()) output.CopyFrom(input);
+  return std::make_unique<DoneRequest>();
 }
 
-void SelfCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+std::unique_ptr<Request> SelfCommunicator::DoAllGather(const Tensor& input,
+                                                       Tensor& output, bool) {
   if (input.raw() != output.raw()) output.CopyFrom(input);
+  return std::make_unique<DoneRequest>();
 }
 
 void SelfCommunicator::DoBroadcast(Tensor&, int) {}

@@ -6,8 +6,12 @@
 //
 // Collectives are in place where that is natural (AllReduce, Broadcast). All
 // members of the group must make the same calls in the same order. Async
-// variants return a Request to Wait() on; the buffer must stay alive and
-// untouched until then.
+// variants (AllReduceAsync, ReduceScatterAsync, AllGatherAsync) return a
+// Request to Wait() on; the buffers must stay untouched until then (the
+// request keeps their storage alive), and a request destroyed unwaited waits
+// first. Reduce-scatter and all-gather are the two halves of an all-reduce:
+// reduce-scatter of (size·n) values leaves each rank its reduced block of n,
+// all-gather of those blocks gives every rank the whole reduction.
 //
 // Point-to-point transfers may rendezvous: a send need not complete until
 // its receive is posted (NCCL once a message passes its buffers; MPI's
@@ -79,12 +83,28 @@ const char* CommOpName(CommOp op);
 // Calls and payload bytes per operation kind. Bytes count the buffer each
 // call names (the full tensor for all-reduce and broadcast, the input for
 // reduce-scatter, the output for all-gather, the message for send/recv).
+//
+// Wire bytes count what one rank sends under the bandwidth-optimal (ring)
+// algorithm of a group of n, for a full buffer of B bytes (the all-reduce's
+// buffer, the reduce-scatter's input, the all-gather's output):
+// reduce-scatter and all-gather (n−1)/n·B each, all-reduce 2(n−1)/n·B (so a
+// reduce-scatter followed by an all-gather of the same buffer sends what one
+// all-reduce does), broadcast and send B, receive and barrier 0. Rounded
+// down to whole bytes per call.
 struct CommStats {
   std::array<int64_t, static_cast<int>(CommOp::kCount)> calls{};
   std::array<int64_t, static_cast<int>(CommOp::kCount)> bytes{};
+  std::array<int64_t, static_cast<int>(CommOp::kCount)> wire_bytes{};
   int64_t Calls(CommOp op) const { return calls[static_cast<int>(op)]; }
   int64_t Bytes(CommOp op) const { return bytes[static_cast<int>(op)]; }
+  int64_t WireBytes(CommOp op) const {
+    return wire_bytes[static_cast<int>(op)];
+  }
 };
+
+// What one rank of a group of `size` sends for `op` on a full buffer of
+// `bytes` (see CommStats).
+int64_t WireBytes(CommOp op, int64_t bytes, int size);
 
 class Communicator {
  public:
@@ -98,9 +118,16 @@ class Communicator {
   void AllReduce(Tensor& buffer, ReduceOp op);
   std::unique_ptr<Request> AllReduceAsync(Tensor& buffer, ReduceOp op);
   // input (size·n) -> output (n): this rank's block of the reduction.
+  // `output` may be this rank's own block of `input` (in place).
+  // REQUIRES: same dtype, input.numel() == size() · output.numel().
   void ReduceScatter(const Tensor& input, Tensor& output, ReduceOp op);
-  // input (n) -> output (size·n), blocks in rank order.
+  std::unique_ptr<Request> ReduceScatterAsync(const Tensor& input,
+                                              Tensor& output, ReduceOp op);
+  // input (n) -> output (size·n), blocks in rank order. `input` may be this
+  // rank's own block of `output` (in place).
+  // REQUIRES: same dtype, output.numel() == size() · input.numel().
   void AllGather(const Tensor& input, Tensor& output);
+  std::unique_ptr<Request> AllGatherAsync(const Tensor& input, Tensor& output);
   void Broadcast(Tensor& buffer, int root);
   // `peer` is a rank in this group; messages between two ranks with the
   // same tag arrive in order.
@@ -127,9 +154,12 @@ class Communicator {
 
   virtual std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
                                                bool async) = 0;
-  virtual void DoReduceScatter(const Tensor& input, Tensor& output,
-                               ReduceOp op) = 0;
-  virtual void DoAllGather(const Tensor& input, Tensor& output) = 0;
+  // Blocking when !async (the returned request is then already done).
+  virtual std::unique_ptr<Request> DoReduceScatter(const Tensor& input,
+                                                   Tensor& output, ReduceOp op,
+                                                   bool async) = 0;
+  virtual std::unique_ptr<Request> DoAllGather(const Tensor& input,
+                                               Tensor& output, bool async) = 0;
   virtual void DoBroadcast(Tensor& buffer, int root) = 0;
   virtual std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                           int tag) = 0;
@@ -141,7 +171,10 @@ class Communicator {
   virtual void DoBarrier() = 0;
 
  private:
+  // `bytes`: the buffer the call names, which is the full buffer.
   void Count(CommOp op, size_t bytes);
+  void CheckReduceScatter(const Tensor& input, const Tensor& output) const;
+  void CheckAllGather(const Tensor& input, const Tensor& output) const;
   std::string name_;
   int rank_;
   int size_;
@@ -158,9 +191,10 @@ class SelfCommunicator : public Communicator {
  protected:
   std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
                                        bool async) override;
-  void DoReduceScatter(const Tensor& input, Tensor& output,
-                       ReduceOp op) override;
-  void DoAllGather(const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Request> DoReduceScatter(const Tensor& input, Tensor& output,
+                                           ReduceOp op, bool async) override;
+  std::unique_ptr<Request> DoAllGather(const Tensor& input, Tensor& output,
+                                       bool async) override;
   void DoBroadcast(Tensor& buffer, int root) override;
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;

@@ -1,12 +1,18 @@
 #include "parallel/data_parallel.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace trellis {
 
 GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
-                                 int64_t bucket_bytes, Communicator& dp)
-    : dp_(dp) {
+                                 int64_t bucket_bytes, Communicator& dp,
+                                 GradSync sync,
+                                 const std::vector<const Parameter*>& alone)
+    : dp_(dp), sync_(sync) {
+  auto is_alone = [&](const Parameter* p) {
+    return std::find(alone.begin(), alone.end(), p) != alone.end();
+  };
   // Group consecutive parameters of one gradient dtype and device into
   // buckets. Gradients may not exist yet (ParameterSet::Materialize without
   // grads): their dtype follows the value's.
@@ -22,7 +28,9 @@ GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
     const bool same =
         !groups.empty() && grad_dtype(groups.back().front()) == grad_dtype(p) &&
         groups.back().front()->value.device() == p->value.device();
-    if (!(fits && same)) {
+    const bool apart =
+        is_alone(p) || (!groups.empty() && is_alone(groups.back().front()));
+    if (!(fits && same) || apart) {
       groups.emplace_back();
       bytes = 0;
     }
@@ -33,6 +41,9 @@ GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
   for (const auto& group : groups) {
     int64_t elements = 0;
     for (const Parameter* p : group) elements += p->numel();
+    if (sync_ == GradSync::kReduceScatter) {
+      elements = (elements + dp_.size() - 1) / dp_.size() * dp_.size();
+    }
     Bucket bucket;
     bucket.flat = Tensor::Zeros({elements}, grad_dtype(group.front()),
                                 group.front()->value.device());
@@ -44,8 +55,14 @@ GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
                                         p->value.shape(), bucket.flat.dtype());
       if (p->grad.defined()) view.CopyFrom(p->grad);
       p->grad = view;
+      bucket.members.push_back(Member{p, offset});
       offset += p->numel();
     }
+    const int64_t block =
+        sync_ == GradSync::kReduceScatter ? elements / dp_.size() : elements;
+    bucket.shard = sync_ == GradSync::kReduceScatter
+                       ? bucket.flat.Narrow(dp_.rank() * block, block)
+                       : bucket.flat;
     buckets_.push_back(std::move(bucket));
   }
 }
@@ -70,9 +87,19 @@ void GradientBuckets::MarkReady(const Parameter* p) {
   }
 }
 
+Tensor GradientBuckets::Shard(int b) const { return buckets_[b].shard; }
+
+int64_t GradientBuckets::elements() const {
+  int64_t n = 0;
+  for (const Bucket& b : buckets_) n += b.flat.numel();
+  return n;
+}
+
 void GradientBuckets::Launch(Bucket& b) {
   if (dp_.size() == 1) return;
-  b.request = dp_.AllReduceAsync(b.flat, ReduceOp::kAvg);
+  b.request = sync_ == GradSync::kReduceScatter
+                  ? dp_.ReduceScatterAsync(b.flat, b.shard, ReduceOp::kAvg)
+                  : dp_.AllReduceAsync(b.flat, ReduceOp::kAvg);
 }
 
 double GradientBuckets::Wait() {

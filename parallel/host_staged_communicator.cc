@@ -13,6 +13,13 @@ Tensor Stage(const Tensor& t) {
   return t.device().is_cpu() ? t : t.To(Device::Cpu());
 }
 
+// Where a host result for `t` lands: `t` itself on the host, else a fresh
+// host buffer (its old contents are overwritten anyway).
+Tensor Landing(const Tensor& t) {
+  TRELLIS_CHECK(t.defined()) << "undefined communication buffer";
+  return t.device().is_cpu() ? t : Tensor::Empty(t.shape(), t.dtype());
+}
+
 // Copies the host result back into `t` when it was staged.
 void Unstage(const Tensor& host, Tensor& t) {
   if (host.raw() != t.raw()) t.CopyFrom(host);
@@ -66,19 +73,28 @@ std::unique_ptr<Request> HostStagedCommunicator::DoAllReduce(Tensor& buffer,
   return std::make_unique<StagedRequest>(std::move(inner), host, buffer);
 }
 
-void HostStagedCommunicator::DoReduceScatter(const Tensor& input,
-                                             Tensor& output, ReduceOp op) {
-  const Tensor host_input = Stage(input);
-  Tensor host_output = Stage(output);
-  mpi_->ReduceScatter(host_input, host_output, op);
-  Unstage(host_output, output);
+// Reduce-scatter and all-gather run asynchronously on host copies (separate
+// from each other even when the device buffers overlap); a blocking call
+// waits at once.
+std::unique_ptr<Request> HostStagedCommunicator::DoReduceScatter(
+    const Tensor& input, Tensor& output, ReduceOp op, bool async) {
+  Tensor host_output = Landing(output);
+  auto request = std::make_unique<StagedRequest>(
+      mpi_->ReduceScatterAsync(Stage(input), host_output, op), host_output,
+      output);
+  if (async) return request;
+  request->Wait();
+  return std::make_unique<DoneRequest>();
 }
 
-void HostStagedCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
-  const Tensor host_input = Stage(input);
-  Tensor host_output = Stage(output);
-  mpi_->AllGather(host_input, host_output);
-  Unstage(host_output, output);
+std::unique_ptr<Request> HostStagedCommunicator::DoAllGather(
+    const Tensor& input, Tensor& output, bool async) {
+  Tensor host_output = Landing(output);
+  auto request = std::make_unique<StagedRequest>(
+      mpi_->AllGatherAsync(Stage(input), host_output), host_output, output);
+  if (async) return request;
+  request->Wait();
+  return std::make_unique<DoneRequest>();
 }
 
 void HostStagedCommunicator::DoBroadcast(Tensor& buffer, int root) {

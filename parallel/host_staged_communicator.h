@@ -8,7 +8,8 @@
 // Semantics are MpiCommunicator's (types, kAvg, tags, errors). Copies are
 // synchronous (Tensor::CopyFrom), so a staged call sees every kernel issued
 // before it, and its result is on the device when it returns; for
-// AllReduceAsync and Recv, when Wait() returns. Send copies out before
+// AllReduceAsync, ReduceScatterAsync, AllGatherAsync and Recv, when Wait()
+// returns (the input is copied out at the call). Send copies out before
 // returning, so the device buffer may be reused at once. BatchSendRecv
 // stages each op so and posts them as one batch of the MPI communicator.
 //
@@ -37,9 +38,10 @@ class HostStagedCommunicator : public Communicator {
  protected:
   std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
                                        bool async) override;
-  void DoReduceScatter(const Tensor& input, Tensor& output,
-                       ReduceOp op) override;
-  void DoAllGather(const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Request> DoReduceScatter(const Tensor& input, Tensor& output,
+                                           ReduceOp op, bool async) override;
+  std::unique_ptr<Request> DoAllGather(const Tensor& input, Tensor& output,
+                                       bool async) override;
   void DoBroadcast(Tensor& buffer, int root) override;
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;

@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 
 #include "framework/status.h"
@@ -84,16 +85,20 @@ bool Overlap(const Tensor& a, const Tensor& b) {
   return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
 }
 
-// An MPI request; completes an average or checks a received size on Wait.
+// An MPI request; completes an average or checks a received size on Wait,
+// then runs `then` (copies a result out of a scratch block).
 class MpiRequest : public Request {
  public:
   MpiRequest(MPI_Request request, Tensor buffer, ReduceOp op, int group_size,
-             bool is_recv)
+             bool is_recv, std::vector<Tensor> keep = {},
+             std::function<void()> then = nullptr)
       : request_(request),
         buffer_(std::move(buffer)),
         op_(op),
         group_size_(group_size),
-        is_recv_(is_recv) {}
+        is_recv_(is_recv),
+        keep_(std::move(keep)),
+        then_(std::move(then)) {}
   ~MpiRequest() override { Wait(); }
 
   void Wait() override {
@@ -124,6 +129,8 @@ class MpiRequest : public Request {
     } else {
       FinishAverage(buffer_, op_, group_size_);
     }
+    if (then_) then_();
+    keep_.clear();
   }
 
   MPI_Request request_;
@@ -131,8 +138,16 @@ class MpiRequest : public Request {
   ReduceOp op_;
   int group_size_;
   bool is_recv_;
+  std::vector<Tensor> keep_;  // other buffers MPI uses
+  std::function<void()> then_;
   bool done_ = false;
 };
+
+// Completes a blocking call: waits at once and returns a finished request.
+std::unique_ptr<Request> Completed(std::unique_ptr<Request> request) {
+  request->Wait();
+  return std::make_unique<DoneRequest>();
+}
 
 // Every transfer of a kRendezvous communicator uses this tag.
 constexpr int kRendezvousTag = 0;
@@ -249,42 +264,55 @@ std::unique_ptr<Request> MpiCommunicator::DoAllReduce(Tensor& buffer,
                                       /*is_recv=*/false);
 }
 
-void MpiCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
-                                      ReduceOp op) {
+std::unique_ptr<Request> MpiCommunicator::DoReduceScatter(const Tensor& input,
+                                                          Tensor& output,
+                                                          ReduceOp op,
+                                                          bool async) {
   WaitForPendingBatch();
   CheckCpu(input);
   CheckCpu(output);
-  TRELLIS_CHECK(input.dtype() == output.dtype())
-      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
-  // MPI forbids overlapping buffers; reduce into a fresh block then.
-  Tensor result = Overlap(input, output)
-                      ? Tensor::Empty(output.shape(), output.dtype())
-                      : output;
-  TRELLIS_MPI_CHECK(MPI_Reduce_scatter_block(
+  // MPI forbids overlapping buffers; reduce into a scratch block then and
+  // copy it out once complete.
+  const bool scratch = Overlap(input, output);
+  const Tensor result =
+      scratch ? Tensor::Empty(output.shape(), output.dtype()) : output;
+  MPI_Request request;
+  TRELLIS_MPI_CHECK(MPI_Ireduce_scatter_block(
       input.raw(), result.raw(), ElementCount(output), MpiType(input.dtype()),
-      MpiOp(op, input.dtype()), comm_));
-  FinishAverage(result, op, size());
-  if (result.raw() != output.raw()) output.CopyFrom(result);
+      MpiOp(op, input.dtype()), comm_, &request));
+  std::function<void()> then;
+  if (scratch) then = [result, output] { Tensor(output).CopyFrom(result); };
+  auto pending = std::make_unique<MpiRequest>(
+      request, result, op, size(), /*is_recv=*/false,
+      std::vector<Tensor>{input, output}, std::move(then));
+  return async ? std::move(pending) : Completed(std::move(pending));
 }
 
-void MpiCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+std::unique_ptr<Request> MpiCommunicator::DoAllGather(const Tensor& input,
+                                                      Tensor& output,
+                                                      bool async) {
   WaitForPendingBatch();
   CheckCpu(input);
   CheckCpu(output);
-  TRELLIS_CHECK(input.dtype() == output.dtype())
-      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
   const int count = ElementCount(input);
   const MPI_Datatype type = MpiType(input.dtype());
   const char* own_block =
       static_cast<const char*>(output.raw()) + input.nbytes() * rank();
+  MPI_Request request;
+  Tensor source = input;
   if (input.raw() == own_block) {
-    TRELLIS_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
-                                    output.raw(), count, type, comm_));
-    return;
+    TRELLIS_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
+                                     output.raw(), count, type, comm_,
+                                     &request));
+  } else {
+    if (Overlap(input, output)) source = input.Clone();
+    TRELLIS_MPI_CHECK(MPI_Iallgather(source.raw(), count, type, output.raw(),
+                                     count, type, comm_, &request));
   }
-  const Tensor source = Overlap(input, output) ? input.Clone() : input;
-  TRELLIS_MPI_CHECK(MPI_Allgather(source.raw(), count, type, output.raw(),
-                                  count, type, comm_));
+  auto pending = std::make_unique<MpiRequest>(request, output, ReduceOp::kSum,
+                                              size(), /*is_recv=*/false,
+                                              std::vector<Tensor>{source});
+  return async ? std::move(pending) : Completed(std::move(pending));
 }
 
 void MpiCommunicator::DoBroadcast(Tensor& buffer, int root) {

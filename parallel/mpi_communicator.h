@@ -4,9 +4,12 @@
 // Element types map to MPI types (f32, f64, i32, i64, u16, u32; bf16 and f16
 // have no MPI reduction and are an invariant failure). ReduceOp::kAvg sums,
 // then divides by the group size; it is defined for floating types only.
-// AllReduceAsync uses MPI_Iallreduce, Send and Recv use MPI_Isend and
-// MPI_Irecv; the returned Request keeps the buffer's storage alive, and
-// destroying a Request that was not waited on waits first.
+// AllReduceAsync uses MPI_Iallreduce, ReduceScatter(Async) and
+// AllGather(Async) MPI_Ireduce_scatter_block and MPI_Iallgather (a blocking
+// call waits at once), Send and Recv use MPI_Isend and MPI_Irecv; the
+// returned Request keeps the buffers' storage alive, and destroying a
+// Request that was not waited on waits first. A reduce-scatter whose output
+// overlaps its input reduces into a scratch block, copied out on Wait.
 //
 // Point-to-point modes (MpiP2P). kEager, the default, is MPI's: a posted
 // transfer never holds up the next, and BatchSendRecv posts its ops one by
@@ -93,9 +96,10 @@ class MpiCommunicator : public Communicator {
  protected:
   std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
                                        bool async) override;
-  void DoReduceScatter(const Tensor& input, Tensor& output,
-                       ReduceOp op) override;
-  void DoAllGather(const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Request> DoReduceScatter(const Tensor& input, Tensor& output,
+                                           ReduceOp op, bool async) override;
+  std::unique_ptr<Request> DoAllGather(const Tensor& input, Tensor& output,
+                                       bool async) override;
   void DoBroadcast(Tensor& buffer, int root) override;
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;

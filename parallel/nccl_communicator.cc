@@ -107,7 +107,8 @@ class SharedEvent {
 // one batch share their event.
 class NcclRequest : public Request {
  public:
-  NcclRequest(int device, std::shared_ptr<SharedEvent> done, Tensor keep)
+  NcclRequest(int device, std::shared_ptr<SharedEvent> done,
+              std::vector<Tensor> keep)
       : device_(device), done_(std::move(done)), keep_(std::move(keep)) {}
   ~NcclRequest() override { Wait(); }
 
@@ -116,13 +117,13 @@ class NcclRequest : public Request {
     CudaDeviceGuard guard(device_);
     TRELLIS_CUDA_CHECK(cudaStreamWaitEvent(ComputeStream(), done_->get(), 0));
     waited_ = true;
-    keep_ = Tensor();
+    keep_.clear();
   }
 
  private:
   int device_;
   std::shared_ptr<SharedEvent> done_;
-  Tensor keep_;
+  std::vector<Tensor> keep_;
   bool waited_ = false;
 };
 
@@ -187,7 +188,8 @@ void NcclCommunicator::AfterCompute() {
   TRELLIS_CUDA_CHECK(cudaEventDestroy(ready));  // released once it fires
 }
 
-std::unique_ptr<Request> NcclCommunicator::Finish(Tensor keep, bool async) {
+std::unique_ptr<Request> NcclCommunicator::Finish(std::vector<Tensor> keep,
+                                                  bool async) {
   cudaEvent_t done = NewEvent();
   TRELLIS_CUDA_CHECK(cudaEventRecord(done, stream_));
   auto request = std::make_unique<NcclRequest>(
@@ -210,21 +212,22 @@ std::unique_ptr<Request> NcclCommunicator::DoAllReduce(Tensor& buffer,
   TRELLIS_NCCL_CHECK(ncclAllReduce(buffer.raw(), buffer.raw(),
                                    static_cast<size_t>(buffer.numel()), type,
                                    nccl_op, comm_, stream_));
-  return Finish(buffer, async);
+  return Finish({buffer}, async);
 }
 
-void NcclCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
-                                       ReduceOp op) {
+std::unique_ptr<Request> NcclCommunicator::DoReduceScatter(const Tensor& input,
+                                                           Tensor& output,
+                                                           ReduceOp op,
+                                                           bool async) {
   CheckBuffer(input);
   CheckBuffer(output);
-  TRELLIS_CHECK(input.dtype() == output.dtype())
-      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
   const ncclDataType_t type = NcclType(input.dtype());
   const ncclRedOp_t nccl_op = NcclOp(op, input.dtype());
   CudaDeviceGuard guard(device_);
   AfterCompute();
   // NCCL's in-place form is output == input's own block; other overlaps
-  // reduce into a fresh block first.
+  // reduce into a scratch block, copied out on the communication stream and
+  // kept alive by the request until the compute stream is ordered after it.
   const bool in_place =
       static_cast<const char*>(output.raw()) ==
       static_cast<const char*>(input.raw()) + output.nbytes() * rank();
@@ -239,16 +242,15 @@ void NcclCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
     TRELLIS_CUDA_CHECK(cudaMemcpyAsync(output.raw(), result.raw(),
                                        output.nbytes(),
                                        cudaMemcpyDeviceToDevice, stream_));
-    TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `result` goes
   }
-  Finish(output, /*async=*/false);
+  return Finish({input, output, result}, async);
 }
 
-void NcclCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
+std::unique_ptr<Request> NcclCommunicator::DoAllGather(const Tensor& input,
+                                                       Tensor& output,
+                                                       bool async) {
   CheckBuffer(input);
   CheckBuffer(output);
-  TRELLIS_CHECK(input.dtype() == output.dtype())
-      << DTypeName(input.dtype()) << " vs " << DTypeName(output.dtype());
   CudaDeviceGuard guard(device_);
   AfterCompute();
   const bool in_place =
@@ -263,10 +265,7 @@ void NcclCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
   }
   TRELLIS_NCCL_CHECK(ncclAllGather(source.raw(), output.raw(), input.nbytes(),
                                    ncclUint8, comm_, stream_));
-  if (source.raw() != input.raw()) {
-    TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before `source` goes
-  }
-  Finish(output, /*async=*/false);
+  return Finish({input, output, source}, async);
 }
 
 void NcclCommunicator::DoBroadcast(Tensor& buffer, int root) {
@@ -275,7 +274,7 @@ void NcclCommunicator::DoBroadcast(Tensor& buffer, int root) {
   AfterCompute();
   TRELLIS_NCCL_CHECK(ncclBroadcast(buffer.raw(), buffer.raw(), buffer.nbytes(),
                                    ncclUint8, root, comm_, stream_));
-  Finish(buffer, /*async=*/false);
+  Finish({buffer}, /*async=*/false);
 }
 
 std::unique_ptr<Request> NcclCommunicator::DoSend(const Tensor& buffer,
@@ -314,7 +313,8 @@ std::vector<std::unique_ptr<Request>> NcclCommunicator::DoBatchSendRecv(
   std::vector<std::unique_ptr<Request>> requests;
   requests.reserve(ops.size());
   for (const P2POp& op : ops) {
-    requests.push_back(std::make_unique<NcclRequest>(device_, done, op.buffer));
+    requests.push_back(
+        std::make_unique<NcclRequest>(device_, done, std::vector{op.buffer}));
   }
   return requests;
 }

@@ -15,9 +15,13 @@
 // finished data; on completion the compute stream is made to wait for it.
 // "Returns" therefore means "ordered": AllReduce, ReduceScatter, AllGather
 // and Broadcast return at once, and later kernels and copies on the compute
-// stream see their results. Async requests (AllReduceAsync, Send, Recv)
-// order the compute stream on Wait(), so the work between the call and
-// Wait() overlaps the transfer. Barrier() waits on the host.
+// stream see their results. Async requests (AllReduceAsync,
+// ReduceScatterAsync, AllGatherAsync, Send, Recv) order the compute stream
+// on Wait(), so the work between the call and Wait() overlaps the transfer;
+// they keep every buffer the call uses (scratch blocks for overlapping
+// reduce-scatter and all-gather buffers included) alive until then. Lone
+// collectives need no group; only batched transfers are grouped (below).
+// Barrier() waits on the host.
 //
 // Types: reductions take float32, float64, bfloat16, float16, int32, int64
 // and uint32 (kAvg the floating ones, through ncclAvg); broadcast, gathers
@@ -79,9 +83,10 @@ class NcclCommunicator : public Communicator {
  protected:
   std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
                                        bool async) override;
-  void DoReduceScatter(const Tensor& input, Tensor& output,
-                       ReduceOp op) override;
-  void DoAllGather(const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Request> DoReduceScatter(const Tensor& input, Tensor& output,
+                                           ReduceOp op, bool async) override;
+  std::unique_ptr<Request> DoAllGather(const Tensor& input, Tensor& output,
+                                       bool async) override;
   void DoBroadcast(Tensor& buffer, int root) override;
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;
@@ -99,7 +104,7 @@ class NcclCommunicator : public Communicator {
   // Records the end of the work just issued; the returned request orders
   // the compute stream after it (at once unless `async`) and keeps `keep`
   // alive until then.
-  std::unique_ptr<Request> Finish(Tensor keep, bool async);
+  std::unique_ptr<Request> Finish(std::vector<Tensor> keep, bool async);
 
   ncclComm_t comm_;
   int device_;

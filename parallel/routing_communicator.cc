@@ -29,13 +29,21 @@ std::unique_ptr<Request> RoutingCommunicator::DoAllReduce(Tensor& buffer,
   return std::make_unique<DoneRequest>();
 }
 
-void RoutingCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
-                                          ReduceOp op) {
-  For(input).ReduceScatter(input, output, op);
+std::unique_ptr<Request> RoutingCommunicator::DoReduceScatter(
+    const Tensor& input, Tensor& output, ReduceOp op, bool async) {
+  Communicator& c = For(input);
+  if (async) return c.ReduceScatterAsync(input, output, op);
+  c.ReduceScatter(input, output, op);
+  return std::make_unique<DoneRequest>();
 }
 
-void RoutingCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
-  For(input).AllGather(input, output);
+std::unique_ptr<Request> RoutingCommunicator::DoAllGather(const Tensor& input,
+                                                          Tensor& output,
+                                                          bool async) {
+  Communicator& c = For(input);
+  if (async) return c.AllGatherAsync(input, output);
+  c.AllGather(input, output);
+  return std::make_unique<DoneRequest>();
 }
 
 void RoutingCommunicator::DoBroadcast(Tensor& buffer, int root) {

@@ -26,9 +26,10 @@ class RoutingCommunicator : public Communicator {
  protected:
   std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
                                        bool async) override;
-  void DoReduceScatter(const Tensor& input, Tensor& output,
-                       ReduceOp op) override;
-  void DoAllGather(const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Request> DoReduceScatter(const Tensor& input, Tensor& output,
+                                           ReduceOp op, bool async) override;
+  std::unique_ptr<Request> DoAllGather(const Tensor& input, Tensor& output,
+                                       bool async) override;
   void DoBroadcast(Tensor& buffer, int root) override;
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;

@@ -162,6 +162,16 @@ std::vector<std::vector<Action>> BuildAllSchedules(ScheduleKind kind,
                                                    int num_microbatches,
                                                    int virtual_stages = 1);
 
+// Forward-only schedules of every stage (evaluation): each (virtual stage,
+// microbatch) has one F and no B or W. Stages run microbatches in groups of
+// num_stages, each group through its virtual stages in order (Megatron's
+// interleaved order; the plain order with one virtual stage), with the
+// transfers placed by PlaceTransfers, so they cannot deadlock under
+// rendezvous. Any num_microbatches ≥ 1 works. REQUIRES: num_stages ≥ 1,
+// virtual_stages ≥ 1, num_microbatches ≥ 1.
+std::vector<std::vector<Action>> BuildForwardOnlySchedules(
+    int num_stages, int num_microbatches, int virtual_stages = 1);
+
 // Checks the schedules of all stages (per_stage[s] for stage s) together:
 //  - every (virtual stage, microbatch) has exactly one F, B and W on every
 //    stage, F before B before W;

@@ -16,6 +16,55 @@ void ReduceFromTp::Forward(Communicator& tp, Tensor& x) {
   if (tp.size() > 1) tp.AllReduce(x, ReduceOp::kSum);
 }
 
+ShardSpec ColumnParallelLinear::WeightSpec(int64_t in, int64_t out,
+                                           int64_t parts, int64_t index,
+                                           int64_t groups) {
+  return ShardSpec::Split({in, out}, 1, parts, index, groups);
+}
+
+ShardSpec ColumnParallelLinear::BiasSpec(int64_t out, int64_t parts,
+                                         int64_t index, int64_t groups) {
+  return ShardSpec::Split({out}, 0, parts, index, groups);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(Parameter& weight, Parameter& bias)
+    : weight_(weight), bias_(bias) {
+  const ShardSpec& w = weight.spec;
+  const ShardSpec& b = bias.spec;
+  TRELLIS_CHECK(w.logical_shape.size() == 2 && w.split_dim == 1)
+      << "column-parallel layer given " << weight.name << " split as "
+      << w.DebugString() << "; its weight must be split along columns (dim 1)";
+  TRELLIS_CHECK(b.logical_shape.size() == 1 && b.split_dim == 0 &&
+                b.parts == w.parts && b.index == w.index &&
+                b.groups == w.groups &&
+                b.logical_shape[0] == w.logical_shape[1])
+      << "column-parallel layer given bias " << bias.name << " split as "
+      << b.DebugString() << " for weight " << w.DebugString()
+      << "; the bias must be split like the weight's columns";
+}
+
+ShardSpec RowParallelLinear::WeightSpec(int64_t in, int64_t out, int64_t parts,
+                                        int64_t index) {
+  return ShardSpec::Split({in, out}, 0, parts, index);
+}
+
+ShardSpec RowParallelLinear::BiasSpec(int64_t out) {
+  return ShardSpec::Replicated({out});
+}
+
+RowParallelLinear::RowParallelLinear(Parameter& weight, Parameter& bias)
+    : weight_(weight), bias_(bias) {
+  const ShardSpec& w = weight.spec;
+  const ShardSpec& b = bias.spec;
+  TRELLIS_CHECK(w.logical_shape.size() == 2 && w.split_dim == 0)
+      << "row-parallel layer given " << weight.name << " split as "
+      << w.DebugString() << "; its weight must be split along rows (dim 0)";
+  TRELLIS_CHECK(b.replicated() && b.logical_shape.size() == 1 &&
+                b.logical_shape[0] == w.logical_shape[1])
+      << "row-parallel layer given bias " << bias.name << " split as "
+      << b.DebugString() << "; the bias must be replicated";
+}
+
 void ColumnParallelLinear::Forward(const Tensor& x, Tensor& y) const {
   MatmulForward(x, weight_.value, bias_.value, y);
 }

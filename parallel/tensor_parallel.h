@@ -37,11 +37,26 @@ struct ReduceFromTp {
   static void Backward(Communicator& tp, Tensor& dx) {}
 };
 
+// Each layer states how its parameters are split over the tp group (the
+// *Spec functions: a model declares its parameters with them) and checks at
+// construction that the parameters it is given are split that way, so a
+// weight cut along the wrong dimension fails when the layer is built
+// instead of computing a wrong answer.
+
 // y (N, M/tp) = x (N, K) @ W[:, shard] + b[shard]. Weight (K, M/tp).
 class ColumnParallelLinear {
  public:
-  ColumnParallelLinear(Parameter& weight, Parameter& bias)
-      : weight_(weight), bias_(bias) {}
+  // The weight's columns are split over `parts` ranks (this is rank
+  // `index`); with `groups` > 1 they are `groups` equal blocks split each
+  // (c_attn's [Q | K | V]: each rank takes its heads from every block).
+  static ShardSpec WeightSpec(int64_t in, int64_t out, int64_t parts,
+                              int64_t index, int64_t groups = 1);
+  // The bias is split like the weight's columns.
+  static ShardSpec BiasSpec(int64_t out, int64_t parts, int64_t index,
+                            int64_t groups = 1);
+  // REQUIRES (checked): weight and bias split as WeightSpec and BiasSpec
+  // state, into the same parts.
+  ColumnParallelLinear(Parameter& weight, Parameter& bias);
   void Forward(const Tensor& x, Tensor& y) const;
   // pre (N, M) = x @ W + b and out = gelu(pre), fused where the backend can
   // (cuBLASLt's GELU epilogue).
@@ -60,8 +75,14 @@ class ColumnParallelLinear {
 // the bias is replicated and added once, after the reduction.
 class RowParallelLinear {
  public:
-  RowParallelLinear(Parameter& weight, Parameter& bias)
-      : weight_(weight), bias_(bias) {}
+  // The weight's rows are split over `parts` ranks.
+  static ShardSpec WeightSpec(int64_t in, int64_t out, int64_t parts,
+                              int64_t index);
+  // The bias is replicated.
+  static ShardSpec BiasSpec(int64_t out);
+  // REQUIRES (checked): weight and bias split as WeightSpec and BiasSpec
+  // state.
+  RowParallelLinear(Parameter& weight, Parameter& bias);
   void Forward(Communicator& tp, const Tensor& x, Tensor& y) const;
   // dx (N, K/tp) += dy @ W^T. No communication.
   void BackwardInput(const Tensor& dy, Tensor& dx) const;

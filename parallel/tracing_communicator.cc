@@ -94,15 +94,28 @@ std::unique_ptr<Request> TracingCommunicator::DoAllReduce(Tensor& buffer,
   return std::make_unique<DoneRequest>();
 }
 
-void TracingCommunicator::DoReduceScatter(const Tensor& input, Tensor& output,
-                                          ReduceOp op) {
-  Traced("reduce_scatter", {{"bytes", static_cast<int64_t>(input.nbytes())}},
+std::unique_ptr<Request> TracingCommunicator::DoReduceScatter(
+    const Tensor& input, Tensor& output, ReduceOp op, bool async) {
+  const TraceArgs args = {{"bytes", static_cast<int64_t>(input.nbytes())}};
+  if (async) {
+    return Wrap(inner_.ReduceScatterAsync(input, output, op),
+                "wait reduce_scatter", args, -1, -1);
+  }
+  Traced("reduce_scatter", args,
          [&] { inner_.ReduceScatter(input, output, op); });
+  return std::make_unique<DoneRequest>();
 }
 
-void TracingCommunicator::DoAllGather(const Tensor& input, Tensor& output) {
-  Traced("all_gather", {{"bytes", static_cast<int64_t>(output.nbytes())}},
-         [&] { inner_.AllGather(input, output); });
+std::unique_ptr<Request> TracingCommunicator::DoAllGather(const Tensor& input,
+                                                          Tensor& output,
+                                                          bool async) {
+  const TraceArgs args = {{"bytes", static_cast<int64_t>(output.nbytes())}};
+  if (async) {
+    return Wrap(inner_.AllGatherAsync(input, output), "wait all_gather", args,
+                -1, -1);
+  }
+  Traced("all_gather", args, [&] { inner_.AllGather(input, output); });
+  return std::make_unique<DoneRequest>();
 }
 
 void TracingCommunicator::DoBroadcast(Tensor& buffer, int root) {

@@ -2,11 +2,12 @@
 // one and, while its TraceRecorder is active, records a span per call.
 //
 // Blocking calls (AllReduce, ReduceScatter, AllGather, Broadcast, Barrier)
-// are recorded from call to return. Non-blocking ones (AllReduceAsync, Send,
-// Recv, and each transfer of a BatchSendRecv, which is forwarded as one
-// batch) return a request whose Wait() is recorded instead ("wait
-// all_reduce", "wait send", "wait recv"): posting costs nothing, the wait is
-// where a rank loses time. Spans have the group's name as category (so "dp",
+// are recorded from call to return. Non-blocking ones (AllReduceAsync,
+// ReduceScatterAsync, AllGatherAsync, Send, Recv, and each transfer of a
+// BatchSendRecv, which is forwarded as one batch) return a request whose
+// Wait() is recorded instead ("wait all_reduce", "wait reduce_scatter",
+// "wait all_gather", "wait send", "wait recv"): posting costs nothing, the wait
+// is where a rank loses time. Spans have the group's name as category (so "dp",
 // "tp", "pp", ...), lie on the lane given at construction and carry the
 // payload bytes, and for transfers the peer and tag.
 //
@@ -51,9 +52,10 @@ class TracingCommunicator : public Communicator {
  protected:
   std::unique_ptr<Request> DoAllReduce(Tensor& buffer, ReduceOp op,
                                        bool async) override;
-  void DoReduceScatter(const Tensor& input, Tensor& output,
-                       ReduceOp op) override;
-  void DoAllGather(const Tensor& input, Tensor& output) override;
+  std::unique_ptr<Request> DoReduceScatter(const Tensor& input, Tensor& output,
+                                           ReduceOp op, bool async) override;
+  std::unique_ptr<Request> DoAllGather(const Tensor& input, Tensor& output,
+                                       bool async) override;
   void DoBroadcast(Tensor& buffer, int root) override;
   std::unique_ptr<Request> DoSend(const Tensor& buffer, int peer,
                                   int tag) override;

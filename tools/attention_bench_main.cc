@@ -120,7 +120,7 @@ absl::StatusOr<Shape4> ParseShape(const std::string& text,
         "--shapes: '", text,
         "' is neither BxTxHxD nor a preset: ", config.status().message()));
   }
-  const GptConfig& m = config->train.model;
+  const ModelConfig& m = config->train.model;
   s.name = text;
   s.B = config->train.micro_batch_size;
   s.T = m.seq_len;

@@ -33,6 +33,7 @@
 #include "tools/trainer/options.h"
 #include "tools/trainer/program_help.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 ABSL_FLAG(int64_t, n_layer, 24, "transformer blocks");
 ABSL_FLAG(int64_t, n_head, 16, "attention heads");
@@ -102,7 +103,7 @@ void Clear(const ParameterSet& params, Optimizer& optimizer) {
 
 // The model the flags describe, every flag checked as trellis-train checks
 // it (a model too large to index is refused, not built).
-absl::StatusOr<GptConfig> ReadConfig() {
+absl::StatusOr<ModelConfig> ReadConfig() {
   TrainOptions o;
   o.data = "checkpoint-bench";  // no data file: only the checks matter
   o.model.n_layer = absl::GetFlag(FLAGS_n_layer);
@@ -193,9 +194,9 @@ int Main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         "--dir is required: a scratch directory to write the checkpoint to"));
   }
-  const absl::StatusOr<GptConfig> checked = ReadConfig();
+  const absl::StatusOr<ModelConfig> checked = ReadConfig();
   if (!checked.ok()) return Fail(checked.status());
-  const GptConfig config = *checked;
+  const ModelConfig config = *checked;
   const fs::path save_dir = fs::path(dir) / "checkpoint_bench";
   const bool load_only = absl::GetFlag(FLAGS_load_only);
   if (const absl::Status status = CheckDir(save_dir, load_only); !status.ok()) {
@@ -203,7 +204,7 @@ int Main(int argc, char** argv) {
   }
   auto start = Clock::now();
   ParameterSet params;
-  AddGptParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
+  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
                    1337, Device::Cpu(), DType::kF32, params);
   // Gradients play no part: free them, so memory holds what a checkpoint
   // holds and the page cache keeps its room.

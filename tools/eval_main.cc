@@ -7,7 +7,9 @@
 // ones before. eval_loss is the mean over all predicted tokens of the first
 // --max_windows windows (all windows when 0). It prints `eval_loss <value>`
 // and one JSON line. Under mpirun it evaluates in any --dp/--tp/--pp layout
-// and gives the same value. A loss that is NaN or infinite exits 1.
+// and gives the same value, running forward-only pipeline schedules with
+// no optimizer state or gradients (tools/trainer/evaluator.h). A loss that
+// is NaN or infinite exits 1.
 #include <mpi.h>
 
 #include <cmath>
@@ -22,9 +24,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "parallel/bootstrap.h"
+#include "tools/trainer/evaluator.h"
 #include "tools/trainer/option_flags.h"
 #include "tools/trainer/program_help.h"
-#include "tools/trainer/trainer.h"
 
 ABSL_FLAG(std::string, load, "",
           "checkpoint directory (a step_* directory, or a save directory "
@@ -43,21 +45,19 @@ absl::StatusOr<double> Evaluate(const MpiRuntime& runtime, int64_t* windows) {
     return absl::InvalidArgumentError("--load is required: a checkpoint");
   }
   TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(load, ""));
-  TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
   TrainOptions o;
   ReadParallelFlags(o);
-  o.model = state.model;
   o.data = absl::GetFlag(FLAGS_data);
   o.val_fraction = 0;
   o.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
   o.eval_every = 0;
   o.steps = 1;
-  o.seed = state.seed;
-  // One step's batch: the sampler needs one global batch of windows.
-  o.global_batch_size =
-      o.micro_batch_size *
-      (o.dp > 0 ? o.dp
-                : runtime.world_size() / std::max<int64_t>(1, o.tp * o.pp));
+  // pp microbatches per data-parallel rank per step: enough to fill the
+  // pipeline (and a multiple of pp, as interleaved schedules need).
+  const int64_t dp =
+      o.dp > 0 ? o.dp
+               : runtime.world_size() / std::max<int64_t>(1, o.tp * o.pp);
+  o.global_batch_size = o.micro_batch_size * dp * std::max<int64_t>(1, o.pp);
   TRELLIS_ASSIGN_OR_RETURN(
       Mesh mesh, Mesh::Create(runtime.world_size(), static_cast<int>(o.dp),
                               static_cast<int>(o.tp), static_cast<int>(o.pp),
@@ -65,11 +65,10 @@ absl::StatusOr<double> Evaluate(const MpiRuntime& runtime, int64_t* windows) {
   TRELLIS_ASSIGN_OR_RETURN(ParallelContext context,
                            ParallelContext::Create(runtime, mesh));
   TRELLIS_ASSIGN_OR_RETURN(
-      std::unique_ptr<Trainer> trainer,
-      Trainer::Create(o, context.groups(), context.coord()));
-  TRELLIS_RETURN_IF_ERROR(trainer->LoadWeights(dir));
+      std::unique_ptr<Evaluator> evaluator,
+      Evaluator::Create(o, context.groups(), context.coord(), dir));
   TRELLIS_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open(o.data));
-  const int64_t window = o.model.seq_len + 1;
+  const int64_t window = evaluator->options().model.seq_len + 1;
   int64_t n = data.num_tokens() / window;
   const int64_t max_windows = absl::GetFlag(FLAGS_max_windows);
   if (max_windows > 0) n = std::min(n, max_windows);
@@ -80,7 +79,7 @@ absl::StatusOr<double> Evaluate(const MpiRuntime& runtime, int64_t* windows) {
   std::vector<int64_t> starts(n);
   for (int64_t i = 0; i < n; ++i) starts[i] = i * window;
   *windows = n;
-  return trainer->Evaluate(starts);
+  return evaluator->Evaluate(starts);
 }
 
 // The trainer's checks name its own flags; eval's user knows these by

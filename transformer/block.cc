@@ -20,18 +20,6 @@ enum class Place { kState, kWorkspace, kUnused };
 
 }  // namespace
 
-absl::StatusOr<Recompute> ParseRecompute(const std::string& name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--recompute=", name, " is not none, selective or full"));
-}
-
-DType StatsDType(DType dtype) {
-  return dtype == DType::kF64 ? DType::kF64 : DType::kF32;
-}
-
 struct Block::Slot {
   Tensor Tensors::*member;
   Shape shape;
@@ -39,7 +27,7 @@ struct Block::Slot {
   Place place;
 };
 
-Block::Block(const GptConfig& config, int64_t layer, TpPlace tp,
+Block::Block(const ModelConfig& config, int64_t layer, TpPlace tp,
              const ParameterSet& params, BlockOptions options)
     : options_(options),
       layer_(layer),

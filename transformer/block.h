@@ -38,33 +38,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "framework/kernels/attention_path.h"
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
 #include "parallel/tensor_parallel.h"
+#include "transformer/chunk_options.h"
 #include "transformer/config.h"
 #include "transformer/gpt_parameters.h"
 
 namespace trellis {
-
-enum class Recompute { kNone, kSelective, kFull };
-// "none", "selective" or "full".
-absl::StatusOr<Recompute> ParseRecompute(const std::string& name);
-
-struct BlockOptions {
-  Recompute recompute = Recompute::kNone;
-  bool defer_weight_grads = true;
-  // Not read by Block: rows per chunk of the LM head (GptChunk), which
-  // forms the (rows, Vl) logits of one chunk at a time; 0: all N rows at
-  // once.
-  int64_t loss_chunk_rows = 1024;
-  // Which kernels run attention on CUDA (framework/kernels/attention_path.h).
-  AttentionPath attention = kDefaultAttentionPath;
-};
-
-// The dtype of saved statistics for activations of `dtype`.
-DType StatsDType(DType dtype);
 
 class Block {
  public:
@@ -94,7 +76,7 @@ class Block {
     Tensor datt;     // (N, Cl)
   };
 
-  Block(const GptConfig& config, int64_t layer, TpPlace tp,
+  Block(const ModelConfig& config, int64_t layer, TpPlace tp,
         const ParameterSet& params, BlockOptions options = {});
 
   State NewState(int64_t batch, DType dtype, Device device) const;

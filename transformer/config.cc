@@ -1,43 +1,74 @@
 #include "transformer/config.h"
 
 #include "absl/strings/str_cat.h"
+#include "parallel/parameter.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
+namespace {
 
-int64_t GptConfig::NumParameters() const {
-  const int64_t c = d_model;
-  const int64_t per_layer = 2 * 2 * c            // ln_1, ln_2
-                            + c * 3 * c + 3 * c  // c_attn
-                            + c * c + c          // attn.c_proj
-                            + c * 4 * c + 4 * c  // c_fc
-                            + 4 * c * c + c;     // mlp.c_proj
-  return vocab_size * c + seq_len * c + n_layer * per_layer + 2 * c;
+std::string OptionText(int64_t value) { return absl::StrCat(value); }
+std::string OptionText(ModelFamilyKind value) { return ModelFamilyName(value); }
+
+// Logical elements of the parameters `plan`'s part of the model declares.
+int64_t DeclaredElements(const ModelConfig& config, const ChunkPlan& plan) {
+  ParameterSet params;
+  FamilyOf(config).DeclareParameters(config, plan, TpPlace{}, /*seed=*/0,
+                                     Device::Cpu(), DType::kF32, params);
+  int64_t n = 0;
+  for (const Parameter* p : params.all())
+    n += NumElements(p->spec.logical_shape);
+  return n;
 }
 
-double GptConfig::TrainingFlopsPerToken() const {
+}  // namespace
+
+const char* ModelFamilyName(ModelFamilyKind kind) {
+  switch (kind) {
+    case ModelFamilyKind::kGpt2:
+      return "gpt2";
+  }
+  return "?";
+}
+
+absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name) {
+  if (name == "gpt2") return ModelFamilyKind::kGpt2;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--family=", name, " is not a model family: use gpt2"));
+}
+
+int64_t ModelConfig::NumParameters() const {
+  // The ends of the model, then one layer (every layer has the same
+  // parameters): O(1) in n_layer.
+  const int64_t ends = DeclaredElements(*this, ChunkPlan{0, 0, true, true});
+  const int64_t with_layer =
+      DeclaredElements(*this, ChunkPlan{0, 1, true, true});
+  return ends + n_layer * (with_layer - ends);
+}
+
+double ModelConfig::TrainingFlopsPerToken() const {
   return 6.0 * static_cast<double>(NumParameters()) +
          6.0 * static_cast<double>(n_layer * d_model * seq_len);
 }
 
-absl::Status GptConfig::Validate() const {
+absl::Status ModelConfig::Validate() const {
   if (n_layer < 1 || n_head < 1 || d_model < 1 || seq_len < 1 ||
       vocab_size < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model sizes must be positive: ", DebugString(),
         "; set --n_layer, --n_head, --d_model, --seq_len to positive values"));
   }
-  if (d_model % n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--d_model=", d_model, " is not divisible by --n_head=", n_head,
-        "; choose d_model a multiple of n_head"));
-  }
-  return absl::OkStatus();
+  return FamilyOf(*this).Validate(*this);
 }
 
-std::string GptConfig::DebugString() const {
-  return absl::StrCat("n_layer=", n_layer, " n_head=", n_head,
-                      " d_model=", d_model, " seq_len=", seq_len,
-                      " vocab_size=", vocab_size);
+std::string ModelConfig::DebugString() const {
+  std::string out;
+#define TRELLIS_MODEL_CONFIG_TEXT(group, type, name, value, help) \
+  absl::StrAppend(&out, out.empty() ? "" : " ", #name "=", OptionText(name));
+  TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_MODEL_CONFIG_TEXT)
+#undef TRELLIS_MODEL_CONFIG_TEXT
+  absl::StrAppend(&out, " vocab_size=", vocab_size);
+  return out;
 }
 
 int64_t PaddedVocab(int64_t vocab_size, int64_t tp) {

@@ -24,7 +24,7 @@ struct GptChunk::State {
   bool has_dlnf = false;
 };
 
-GptChunk::GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
+GptChunk::GptChunk(const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
                    Communicator& tp_comm, const ParameterSet& params,
                    int64_t micro_batch, Device device, DType dtype,
                    BlockOptions options)

@@ -2,14 +2,9 @@
 // on one rank: optionally the embedding, a run of blocks, optionally the
 // final LayerNorm, the tied LM head and the loss.
 //
-// Per microbatch:
-//   Forward(mb)         first chunk: tokens (B, T) -> hidden (N, C);
-//                       other chunks: hidden in -> hidden out; the last
-//                       chunk ends in the mean next-token loss instead.
-//   BackwardInput(mb)   d(output hidden) -> d(input hidden): the B action.
-//   BackwardWeight(mb)  parameter gradients (+=), then frees mb's state: W.
-// Unless BlockOptions::defer_weight_grads, BackwardInput already accumulates
-// the parameter gradients and BackwardWeight only reports and frees (see
+// It keeps ModelChunk's contract (model_family.h). Unless
+// BlockOptions::defer_weight_grads, BackwardInput already accumulates the
+// parameter gradients and BackwardWeight only reports and frees (see
 // block.h, which also describes activation recomputation).
 //
 // The LM head is fused with its loss and its gradient: the last chunk's
@@ -44,72 +39,43 @@
 #include "transformer/block.h"
 #include "transformer/config.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 
-class GptChunk {
+class GptChunk : public ModelChunk {
  public:
-  // `params` must already hold the chunk's parameters (AddGptParameters).
-  GptChunk(const GptConfig& config, const ChunkPlan& plan, TpPlace tp,
+  // `params` must already hold the chunk's parameters (DeclareGptParameters,
+  // materialized).
+  GptChunk(const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
            Communicator& tp_comm, const ParameterSet& params,
            int64_t micro_batch, Device device, DType dtype,
            BlockOptions options = {});
-  ~GptChunk();
+  ~GptChunk() override;
 
-  // Allocates the buffers every microbatch shares (WorkspaceBytes); the
-  // first Forward does it otherwise. The constructor allocates nothing.
-  void AllocateWorkspace();
-
-  const ChunkPlan& plan() const { return plan_; }
-  // Rows of the hidden tensors this chunk sends and receives: B·T.
-  int64_t rows() const { return micro_batch_ * config_.seq_len; }
-
-  // `tokens` (B, T) int32 on the first chunk, else `input` (N, C); the last
-  // chunk reads `targets` (B, T) int32 and computes the per-token losses
-  // (TokenLosses), adding their mean to `loss_sum` when given (one float64
-  // element on the chunk's device, AccumulateSum: the host does not wait);
-  // other chunks write `output` (N, C). Tokens and targets may be on the
-  // host or the chunk's device (a device copy does not block the host). On
-  // the last chunk a `loss_scale` > 0 starts backward: the loss gradient is
-  // loss_scale · d(mean loss), wte's gradient accumulates here and
-  // BackwardInput may follow; 0 computes only the losses (evaluation:
-  // no gradient is touched, and only Release may follow). Other chunks
-  // ignore it.
+  // ModelChunk. The last chunk's Forward with a loss scale also accumulates
+  // wte's gradient from the head (see above); WeightGroups are the head
+  // (ln_f; wte unless this chunk also embeds), the blocks top down, the
+  // embedding (wte, wpe), and a parameter may appear in several chunks'
+  // groups. The last chunk's state does not grow with the vocabulary; its
+  // workspace holds one row chunk's logits.
+  void AllocateWorkspace() override;
+  const ChunkPlan& plan() const override { return plan_; }
+  int64_t rows() const override { return micro_batch_ * config_.seq_len; }
+  int64_t width() const override { return config_.d_model; }
   void Forward(int mb, const Tensor& tokens, const Tensor& input,
                const Tensor& targets, double loss_scale, Tensor* output,
-               Tensor* loss_sum = nullptr);
-  // The last chunk's mean loss of microbatch `mb`, read to the host (one
-  // host wait; for tests and tools, not the training step). Valid while
-  // TokenLosses(mb) is.
-  double MeanLoss(int mb) const;
-  // `doutput` (N, C) on non-last chunks (the last chunk's loss gradient
-  // comes from Forward). Writes `dinput` (N, C) on non-first chunks.
-  void BackwardInput(int mb, const Tensor& doutput, Tensor* dinput);
-  // Reports each group of parameters as its gradient work for `mb` ends,
-  // in the order of WeightGroups() (so data-parallel buckets can launch).
-  using WeightsDone = std::function<void(const std::vector<Parameter*>&)>;
-  void BackwardWeight(int mb, const WeightsDone& done = nullptr);
-  // The last chunk's per-token losses (N) of microbatch `mb`, rows in
-  // order; valid until mb's BackwardWeight or Release.
-  const Tensor& TokenLosses(int mb) const;
-  // Frees mb's state after a forward-only pass (evaluation).
-  void Release(int mb);
-  // The parameter groups BackwardWeight reports, in its order: the head
-  // (ln_f; wte unless this chunk also embeds), the blocks top down, the
-  // embedding (wte, wpe). A parameter may appear in several chunks' groups.
-  // A report means mb's contributions are done: the head's wte part was
-  // added in mb's Forward, which precedes its BackwardWeight.
-  std::vector<std::vector<Parameter*>> WeightGroups() const;
-
-  // Bytes of one microbatch's state and of the chunk's shared buffers
-  // (exactly what the chunk allocates; the last chunk's state does not grow
-  // with the vocabulary, its workspace holds one row chunk's logits).
-  size_t StateBytes() const;
-  size_t WorkspaceBytes() const;
-
-  int InFlight() const { return static_cast<int>(live_.size()); }
-  // Microbatch states allocated so far (the pool's high-water mark).
-  int StatesAllocated() const { return states_allocated_; }
+               Tensor* loss_sum = nullptr) override;
+  double MeanLoss(int mb) const override;
+  void BackwardInput(int mb, const Tensor& doutput, Tensor* dinput) override;
+  void BackwardWeight(int mb, const WeightsDone& done = nullptr) override;
+  const Tensor& TokenLosses(int mb) const override;
+  void Release(int mb) override;
+  std::vector<std::vector<Parameter*>> WeightGroups() const override;
+  size_t StateBytes() const override;
+  size_t WorkspaceBytes() const override;
+  int InFlight() const override { return static_cast<int>(live_.size()); }
+  int StatesAllocated() const override { return states_allocated_; }
 
  private:
   struct State;
@@ -130,7 +96,7 @@ class GptChunk {
   // Rows per head chunk: min(loss_chunk_rows, N), or N for 0.
   int64_t HeadChunkRows() const;
 
-  GptConfig config_;
+  ModelConfig config_;
   ChunkPlan plan_;
   TpPlace tp_;
   Communicator& tp_comm_;

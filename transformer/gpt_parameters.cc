@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "framework/rng.h"
+#include "parallel/tensor_parallel.h"
 
 namespace trellis {
 namespace {
@@ -32,16 +33,27 @@ struct Adder {
     return Add(name, ShardSpec::Replicated(std::move(shape)), decay, init_std,
                init_const);
   }
-  Parameter& Split(const std::string& name, Shape shape, int dim,
-                   int64_t groups, double init_std) {
-    const bool decay = shape.size() == 2;
-    return Add(
-        name, ShardSpec::Split(std::move(shape), dim, tp.size, tp.rank, groups),
-        decay, init_std, 0.0);
+  // The linear layers' parameters, split as their layers state.
+  void Column(const std::string& prefix, int64_t in, int64_t out,
+              int64_t groups, double init_std) {
+    Add(prefix + ".weight",
+        ColumnParallelLinear::WeightSpec(in, out, tp.size, tp.rank, groups),
+        /*decay=*/true, init_std, 0.0);
+    Add(prefix + ".bias",
+        ColumnParallelLinear::BiasSpec(out, tp.size, tp.rank, groups),
+        /*decay=*/false, 0, 0.0);
+  }
+  void Row(const std::string& prefix, int64_t in, int64_t out,
+           double init_std) {
+    Add(prefix + ".weight",
+        RowParallelLinear::WeightSpec(in, out, tp.size, tp.rank),
+        /*decay=*/true, init_std, 0.0);
+    Add(prefix + ".bias", RowParallelLinear::BiasSpec(out), /*decay=*/false, 0,
+        0.0);
   }
 };
 
-void AddLayer(const GptConfig& config, int64_t layer, Adder& add) {
+void AddLayer(const ModelConfig& config, int64_t layer, Adder& add) {
   const int64_t c = config.d_model;
   const double std = 0.02;
   const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
@@ -50,16 +62,13 @@ void AddLayer(const GptConfig& config, int64_t layer, Adder& add) {
   };
   add.Replicated(name("ln_1.weight"), {c}, false, 0, 1.0);
   add.Replicated(name("ln_1.bias"), {c}, false, 0);
-  add.Split(name("attn.c_attn.weight"), {c, 3 * c}, 1, 3, std);
-  add.Split(name("attn.c_attn.bias"), {3 * c}, 0, 3, 0);
-  add.Split(name("attn.c_proj.weight"), {c, c}, 0, 1, proj_std);
-  add.Replicated(name("attn.c_proj.bias"), {c}, false, 0);
+  // c_attn's columns are [Q | K | V]: each rank takes its heads from each.
+  add.Column(name("attn.c_attn"), c, 3 * c, 3, std);
+  add.Row(name("attn.c_proj"), c, c, proj_std);
   add.Replicated(name("ln_2.weight"), {c}, false, 0, 1.0);
   add.Replicated(name("ln_2.bias"), {c}, false, 0);
-  add.Split(name("mlp.c_fc.weight"), {c, 4 * c}, 1, 1, std);
-  add.Split(name("mlp.c_fc.bias"), {4 * c}, 0, 1, 0);
-  add.Split(name("mlp.c_proj.weight"), {4 * c, c}, 0, 1, proj_std);
-  add.Replicated(name("mlp.c_proj.bias"), {c}, false, 0);
+  add.Column(name("mlp.c_fc"), c, 4 * c, 1, std);
+  add.Row(name("mlp.c_proj"), 4 * c, c, proj_std);
 }
 
 }  // namespace
@@ -68,7 +77,7 @@ std::string LayerParameterName(int64_t layer, const char* suffix) {
   return absl::StrCat("h.", layer, ".", suffix);
 }
 
-void DeclareGptParameters(const GptConfig& config, const ChunkPlan& plan,
+void DeclareGptParameters(const ModelConfig& config, const ChunkPlan& plan,
                           TpPlace tp, uint64_t seed, Device device, DType dtype,
                           ParameterSet& params) {
   Adder add{params, tp, seed, device, dtype};
@@ -95,13 +104,6 @@ void DeclareGptParameters(const GptConfig& config, const ChunkPlan& plan,
     add.Replicated("ln_f.weight", {c}, false, 0, 1.0);
     add.Replicated("ln_f.bias", {c}, false, 0);
   }
-}
-
-void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
-                      TpPlace tp, uint64_t seed, Device device, DType dtype,
-                      ParameterSet& params) {
-  DeclareGptParameters(config, plan, tp, seed, device, dtype, params);
-  params.Materialize(/*grads=*/true);
 }
 
 }  // namespace trellis

@@ -14,35 +14,17 @@
 #include <string>
 
 #include "parallel/parameter.h"
+#include "transformer/chunk_options.h"
 #include "transformer/config.h"
 
 namespace trellis {
 
-// Which part of the model a chunk holds. Pipeline stage p holds one chunk
-// (or several with virtual stages).
-struct ChunkPlan {
-  int64_t first_layer = 0;
-  int64_t num_layers = 0;
-  bool has_embedding = true;  // wte lookup + wpe: the model's first chunk.
-  bool has_head = true;       // ln_f + tied LM head + loss: the last chunk.
-};
-
-// This rank's place in its tensor-parallel group.
-struct TpPlace {
-  int64_t size = 1;
-  int64_t rank = 0;
-};
-
 // Declares the chunk's parameters in `params` (reusing "wte" when this rank
 // already holds it, so a rank with both ends of the model ties one tensor);
 // ParameterSet::Materialize allocates and initializes them.
-void DeclareGptParameters(const GptConfig& config, const ChunkPlan& plan,
+void DeclareGptParameters(const ModelConfig& config, const ChunkPlan& plan,
                           TpPlace tp, uint64_t seed, Device device, DType dtype,
                           ParameterSet& params);
-// Declares and materializes them, gradients included.
-void AddGptParameters(const GptConfig& config, const ChunkPlan& plan,
-                      TpPlace tp, uint64_t seed, Device device, DType dtype,
-                      ParameterSet& params);
 
 // "h.<layer>.<suffix>".
 std::string LayerParameterName(int64_t layer, const char* suffix);

@@ -14,6 +14,11 @@
 // Each pair (i, j) costs 7·D multiply-adds across the two kernels against
 // the 5·D of a fused kernel with atomic dQ updates.
 //
+// Grouped-query attention: query head h reads key/value head h / (H / Hkv);
+// the dK/dV kernel takes one key/value head per block row and walks the
+// query heads of its group in order, so its sums stay in registers (with
+// Hkv = H the same sums in the same order as multi-head attention).
+//
 // Head widths are padded up to kD ∈ {32, 64, 128} (zeros beyond D), so that
 // per-thread rows live in registers; arithmetic is float32 for float32 and
 // bfloat16 inputs alike.
@@ -42,12 +47,19 @@ constexpr int kRows = 64;     // query rows per block: forward and dQ
 constexpr int kKeyTile = 32;  // keys per shared-memory tile: forward and dQ
 constexpr int kKeys = 32;     // key rows per block: dK/dV
 
-// Where row t of batch b, head h lives: q at Qkv(), k at Qkv() + C, v at
-// Qkv() + 2C; out/dout at Out(); lse at Lse().
+// Where row t of batch b, query head h lives: q at Qkv(), its key head at
+// Key() and value head Hkv·D further; out/dout at Out(); lse at Lse(). A qkv
+// row is W = (H + 2·Hkv)·D wide; kv head g's key at C + g·D.
 struct Layout {
-  int64_t T, H, D, C;
+  int64_t T, H, D, C, Hkv, W;
   __device__ int64_t Qkv(int64_t b, int64_t t, int64_t h) const {
-    return (b * T + t) * 3 * C + h * D;
+    return (b * T + t) * W + h * D;
+  }
+  __device__ int64_t KvKey(int64_t b, int64_t t, int64_t g) const {
+    return (b * T + t) * W + C + g * D;
+  }
+  __device__ int64_t Key(int64_t b, int64_t t, int64_t h) const {
+    return KvKey(b, t, h / (H / Hkv));
   }
   __device__ int64_t Out(int64_t b, int64_t t, int64_t h) const {
     return (b * T + t) * C + h * D;
@@ -57,8 +69,9 @@ struct Layout {
   }
 };
 
-// Loads keys (and values) [j0, j0 + kKeyTile) of one head into shared
-// tiles, zeros past T and past D. Called by all kRows threads.
+// Loads keys (and values) [j0, j0 + kKeyTile) of query head h's key/value
+// head into shared tiles, zeros past T and past D. Called by all kRows
+// threads.
 template <typename T, int kD>
 __device__ void LoadKeyTile(const Layout& L, const T* qkv, int64_t b, int64_t h,
                             int64_t j0, float (*ks)[kD], float (*vs)[kD]) {
@@ -66,9 +79,9 @@ __device__ void LoadKeyTile(const Layout& L, const T* qkv, int64_t b, int64_t h,
     const int jj = idx / kD, d = idx % kD;
     const int64_t j = j0 + jj;
     const bool in = j < L.T && d < L.D;
-    const int64_t at = in ? L.Qkv(b, j, h) + d : 0;
-    ks[jj][d] = in ? ToFloat(qkv[at + L.C]) : 0.f;
-    vs[jj][d] = in ? ToFloat(qkv[at + 2 * L.C]) : 0.f;
+    const int64_t at = in ? L.Key(b, j, h) + d : 0;
+    ks[jj][d] = in ? ToFloat(qkv[at]) : 0.f;
+    vs[jj][d] = in ? ToFloat(qkv[at + L.Hkv * L.D]) : 0.f;
   }
 }
 
@@ -181,8 +194,9 @@ __global__ void __launch_bounds__(kRows)
   }
 }
 
-// dK, dV: one thread per key row j, queries [j, T) in shared tiles. The
-// thread's own k and v rows sit in padded shared rows (no bank conflicts).
+// dK, dV: one thread per key row j of key/value head g, queries [j, T) of
+// each query head of g's group in shared tiles. The thread's own k and v
+// rows sit in padded shared rows (no bank conflicts).
 template <typename T, int kD>
 __global__ void __launch_bounds__(kKeys)
     BackwardKeyKernel(Layout L, float scale, const T* dout, const T* qkv,
@@ -195,64 +209,67 @@ __global__ void __launch_bounds__(kKeys)
   __shared__ float gs[kQueryTile][kD];
   __shared__ float lse_s[kQueryTile];
   __shared__ float di_s[kQueryTile];
-  const int64_t b = blockIdx.y / L.H, h = blockIdx.y % L.H;
+  const int64_t b = blockIdx.y / L.Hkv, g = blockIdx.y % L.Hkv;
   const int64_t key0 = blockIdx.x * int64_t{kKeys};
   const int64_t j = key0 + threadIdx.x;
   const bool active = j < L.T;
   for (int idx = threadIdx.x; idx < kKeys * kD; idx += kKeys) {
     const int jj = idx / kD, d = idx % kD;
     const bool in = key0 + jj < L.T && d < L.D;
-    const int64_t at = in ? L.Qkv(b, key0 + jj, h) + d : 0;
-    k_own[jj][d] = in ? ToFloat(qkv[at + L.C]) : 0.f;
-    v_own[jj][d] = in ? ToFloat(qkv[at + 2 * L.C]) : 0.f;
+    const int64_t at = in ? L.KvKey(b, key0 + jj, g) + d : 0;
+    k_own[jj][d] = in ? ToFloat(qkv[at]) : 0.f;
+    v_own[jj][d] = in ? ToFloat(qkv[at + L.Hkv * L.D]) : 0.f;
   }
   float dk[kD], dv[kD];
 #pragma unroll
   for (int d = 0; d < kD; ++d) dk[d] = dv[d] = 0.f;
-  for (int64_t i0 = key0; i0 < L.T; i0 += kQueryTile) {
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kQueryTile * kD; idx += kKeys) {
-      const int ii = idx / kD, d = idx % kD;
-      const bool in = i0 + ii < L.T && d < L.D;
-      qs[ii][d] = in ? ToFloat(qkv[L.Qkv(b, i0 + ii, h) + d]) : 0.f;
-      gs[ii][d] = in ? ToFloat(dout[L.Out(b, i0 + ii, h) + d]) : 0.f;
-    }
-    if (threadIdx.x < kQueryTile) {
-      const int64_t i = i0 + threadIdx.x;
-      float di = 0.f;
-      if (i < L.T) {
-        const int64_t at = L.Out(b, i, h);
-        for (int64_t d = 0; d < L.D; ++d) {
-          di += ToFloat(dout[at + d]) * ToFloat(out[at + d]);
+  const int64_t group = L.H / L.Hkv;
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    for (int64_t i0 = key0; i0 < L.T; i0 += kQueryTile) {
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < kQueryTile * kD; idx += kKeys) {
+        const int ii = idx / kD, d = idx % kD;
+        const bool in = i0 + ii < L.T && d < L.D;
+        qs[ii][d] = in ? ToFloat(qkv[L.Qkv(b, i0 + ii, h) + d]) : 0.f;
+        gs[ii][d] = in ? ToFloat(dout[L.Out(b, i0 + ii, h) + d]) : 0.f;
+      }
+      if (threadIdx.x < kQueryTile) {
+        const int64_t i = i0 + threadIdx.x;
+        float di = 0.f;
+        if (i < L.T) {
+          const int64_t at = L.Out(b, i, h);
+          for (int64_t d = 0; d < L.D; ++d) {
+            di += ToFloat(dout[at + d]) * ToFloat(out[at + d]);
+          }
         }
+        di_s[threadIdx.x] = di;
+        lse_s[threadIdx.x] = i < L.T ? lse[L.Lse(b, i, h)] : 0.f;
       }
-      di_s[threadIdx.x] = di;
-      lse_s[threadIdx.x] = i < L.T ? lse[L.Lse(b, i, h)] : 0.f;
-    }
-    __syncthreads();
-    if (!active) continue;
-    const int rows = static_cast<int>(min(int64_t{kQueryTile}, L.T - i0));
+      __syncthreads();
+      if (!active) continue;
+      const int rows = static_cast<int>(min(int64_t{kQueryTile}, L.T - i0));
 #pragma unroll 1
-    for (int ii = 0; ii < rows; ++ii) {
-      if (i0 + ii < j) continue;  // query i sees key j only when i >= j
-      float s = 0.f, dp = 0.f;
+      for (int ii = 0; ii < rows; ++ii) {
+        if (i0 + ii < j) continue;  // query i sees key j only when i >= j
+        float s = 0.f, dp = 0.f;
 #pragma unroll
-      for (int d = 0; d < kD; ++d) {
-        s += qs[ii][d] * k_own[threadIdx.x][d];
-        dp += gs[ii][d] * v_own[threadIdx.x][d];
-      }
-      const float p = expf(s * scale - lse_s[ii]);
-      const float ds = p * (dp - di_s[ii]);
+        for (int d = 0; d < kD; ++d) {
+          s += qs[ii][d] * k_own[threadIdx.x][d];
+          dp += gs[ii][d] * v_own[threadIdx.x][d];
+        }
+        const float p = expf(s * scale - lse_s[ii]);
+        const float ds = p * (dp - di_s[ii]);
 #pragma unroll
-      for (int d = 0; d < kD; ++d) {
-        dv[d] += p * gs[ii][d];
-        dk[d] += ds * qs[ii][d];
+        for (int d = 0; d < kD; ++d) {
+          dv[d] += p * gs[ii][d];
+          dk[d] += ds * qs[ii][d];
+        }
       }
     }
   }
   if (!active) return;
-  T* dk_row = dqkv + L.Qkv(b, j, h) + L.C;
-  T* dv_row = dk_row + L.C;
+  T* dk_row = dqkv + L.KvKey(b, j, g);
+  T* dv_row = dk_row + L.Hkv * L.D;
 #pragma unroll
   for (int d = 0; d < kD; ++d) {
     if (d < L.D) {
@@ -263,17 +280,18 @@ __global__ void __launch_bounds__(kKeys)
 }
 
 Layout MakeLayout(const AttentionDims& d) {
-  return Layout{d.T, d.H, d.D, d.H * d.D};
+  return Layout{d.T, d.H, d.D, d.H * d.D, d.Hkv, (d.H + 2 * d.Hkv) * d.D};
 }
 
 float Scale(const AttentionDims& d) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.D)));
 }
 
-dim3 Grid(const AttentionDims& d, int rows_per_block) {
+// Blocks of rows_per_block rows for each of the B · heads (batch, head).
+dim3 Grid(const AttentionDims& d, int rows_per_block, int64_t heads) {
   return dim3(
       static_cast<unsigned>((d.T + rows_per_block - 1) / rows_per_block),
-      static_cast<unsigned>(d.B * d.H));
+      static_cast<unsigned>(d.B * heads));
 }
 
 // Calls fn(std::integral_constant<int, kD>{}) for the padded head width.
@@ -290,14 +308,15 @@ void DispatchHeadDim(int64_t D, Fn&& fn) {
 
 }  // namespace
 
-void SimtAttentionForward(Elem t, const AttentionDims& d, const void* qkv,
+void SimtAttentionForward(Elem t, const AttentionDims& dims, const void* qkv,
                           void* out, float* lse) {
+  const AttentionDims d = WithKvHeads(dims);
   if (d.B * d.H * d.T == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
     DispatchHeadDim(d.D, [&](auto width) {
       constexpr int kD = decltype(width)::value;
-      ForwardKernel<T, kD><<<Grid(d, kRows), kRows>>>(
+      ForwardKernel<T, kD><<<Grid(d, kRows, d.H), kRows>>>(
           MakeLayout(d), Scale(d), static_cast<const T*>(qkv),
           static_cast<T*>(out), lse);
     });
@@ -305,9 +324,10 @@ void SimtAttentionForward(Elem t, const AttentionDims& d, const void* qkv,
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
 
-void SimtAttentionBackward(Elem t, const AttentionDims& d, const void* dout,
+void SimtAttentionBackward(Elem t, const AttentionDims& dims, const void* dout,
                            const void* qkv, const void* out, const float* lse,
                            void* dqkv) {
+  const AttentionDims d = WithKvHeads(dims);
   if (d.B * d.H * d.T == 0) return;
   DispatchElem(t, [&](auto tag) {
     using T = decltype(tag);
@@ -316,10 +336,10 @@ void SimtAttentionBackward(Elem t, const AttentionDims& d, const void* dout,
       const auto* g = static_cast<const T*>(dout);
       const auto* x = static_cast<const T*>(qkv);
       const auto* o = static_cast<const T*>(out);
-      BackwardQueryKernel<T, kD><<<Grid(d, kRows), kRows>>>(
+      BackwardQueryKernel<T, kD><<<Grid(d, kRows, d.H), kRows>>>(
           MakeLayout(d), Scale(d), g, x, o, lse, static_cast<T*>(dqkv));
       TRELLIS_CUDA_CHECK_LAUNCH();
-      BackwardKeyKernel<T, kD><<<Grid(d, kKeys), kKeys>>>(
+      BackwardKeyKernel<T, kD><<<Grid(d, kKeys, d.Hkv), kKeys>>>(
           MakeLayout(d), Scale(d), g, x, o, lse, static_cast<T*>(dqkv));
     });
   });

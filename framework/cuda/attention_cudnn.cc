@@ -40,10 +40,10 @@ constexpr size_t kAlign = 256;  // workspace pieces start on this boundary
 struct PlanKey {
   bool backward;
   Elem t;
-  int64_t B, T, H, D;
+  int64_t B, T, H, D, Hkv;
   bool operator<(const PlanKey& o) const {
-    return std::tie(backward, t, B, T, H, D) <
-           std::tie(o.backward, o.t, o.B, o.T, o.H, o.D);
+    return std::tie(backward, t, B, T, H, D, Hkv) <
+           std::tie(o.backward, o.t, o.B, o.T, o.H, o.D, o.Hkv);
   }
 };
 
@@ -116,7 +116,7 @@ absl::Status CheckSupported(const Context& c, Elem t, const AttentionDims& d,
                      " (cuDNN's fused attention takes multiples of 8 up to "
                      "128)"));
   }
-  bool aligned = (d.H * d.D * kBf16Bytes) % 16 == 0;
+  bool aligned = (d.D * kBf16Bytes) % 16 == 0;
   for (const void* p : pointers) aligned = aligned && Aligned(p);
   if (!aligned) {
     return absl::UnavailableError(
@@ -187,7 +187,8 @@ absl::StatusOr<const Plan*> PlanFor(Context& c, const PlanKey& key) {
   auto it = c.plans.find(key);
   if (it == c.plans.end()) {
     ++c.plan_builds;
-    const ca::GraphShape shape{key.B, key.T, key.H, key.D, CUDNN_DATA_BFLOAT16};
+    const ca::GraphShape shape{key.B,  key.T, key.H, key.D, CUDNN_DATA_BFLOAT16,
+                               key.Hkv};
     absl::StatusOr<BackendDescriptor> graph =
         key.backward ? ca::BuildBackwardGraph(c.handle, shape)
                      : ca::BuildForwardGraph(c.handle, shape);
@@ -247,6 +248,10 @@ void Execute(Context& c, const Plan& plan,
       cudnnBackendExecute(c.handle, plan.plan.get(), pack->get()));
 }
 
+// Where a qkv row's K and V heads start (attention_cudnn_layout.h).
+int64_t KeyOffset(const AttentionDims& d) { return d.H * d.D; }
+int64_t ValueOffset(const AttentionDims& d) { return (d.H + d.Hkv) * d.D; }
+
 // Byte pointer to element offset `elements` (bfloat16) of p.
 void* At(const void* p, int64_t elements) {
   return const_cast<char*>(static_cast<const char*>(p)) + elements * kBf16Bytes;
@@ -254,21 +259,21 @@ void* At(const void* p, int64_t elements) {
 
 }  // namespace
 
-absl::Status CudnnAttentionForward(Elem t, const AttentionDims& d,
+absl::Status CudnnAttentionForward(Elem t, const AttentionDims& dims,
                                    const void* qkv, void* out, float* lse) {
+  const AttentionDims d = cuda_launch::WithKvHeads(dims);
   if (d.B * d.H * d.T == 0) return absl::OkStatus();
   const int device = CurrentDevice();
   Context& c = ContextFor(device);
   TRELLIS_RETURN_IF_ERROR(CheckSupported(c, t, d, {qkv, out, lse}));
   TRELLIS_ASSIGN_OR_RETURN(const Plan* plan,
-                           PlanFor(c, {false, t, d.B, d.T, d.H, d.D}));
+                           PlanFor(c, {false, t, d.B, d.T, d.H, d.D, d.Hkv}));
   Scalars s(d.D);
-  const int64_t C = d.H * d.D;
   const Tensor workspace = Workspace(device, plan->workspace_bytes);
   Execute(c, *plan,
           {{ca::kQ, At(qkv, 0)},
-           {ca::kKt, At(qkv, C)},
-           {ca::kV, At(qkv, 2 * C)},
+           {ca::kKt, At(qkv, KeyOffset(d))},
+           {ca::kV, At(qkv, ValueOffset(d))},
            {ca::kO, out},
            {ca::kStats, lse},
            {ca::kScale, &s.scale},
@@ -277,19 +282,19 @@ absl::Status CudnnAttentionForward(Elem t, const AttentionDims& d,
   return absl::OkStatus();
 }
 
-absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& d,
+absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& dims,
                                     const void* dout, const void* qkv,
                                     const void* out, const float* lse,
                                     void* dqkv) {
+  const AttentionDims d = cuda_launch::WithKvHeads(dims);
   if (d.B * d.H * d.T == 0) return absl::OkStatus();
   const int device = CurrentDevice();
   Context& c = ContextFor(device);
   TRELLIS_RETURN_IF_ERROR(CheckSupported(c, t, d, {dout, qkv, out, lse, dqkv}));
   TRELLIS_ASSIGN_OR_RETURN(const Plan* plan,
-                           PlanFor(c, {true, t, d.B, d.T, d.H, d.D}));
+                           PlanFor(c, {true, t, d.B, d.T, d.H, d.D, d.Hkv}));
   Scalars s(d.D);
-  const int64_t C = d.H * d.D;
-  const int64_t n_qkv = d.B * d.T * 3 * C;
+  const int64_t n_qkv = d.B * d.T * (d.H + 2 * d.Hkv) * d.D;
   // [plan workspace | dQ float32 | Di float32 | dqkv scratch bfloat16]
   const size_t plan_bytes = RoundUp(plan->workspace_bytes);
   const size_t accum_bytes = RoundUp(sizeof(float) * d.B * d.H * d.T * d.D);
@@ -305,14 +310,14 @@ absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& d,
   TRELLIS_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, ComputeStream()));
   Execute(c, *plan,
           {{ca::kQ, At(qkv, 0)},
-           {ca::kKt, At(qkv, C)},
-           {ca::kV, At(qkv, 2 * C)},
+           {ca::kKt, At(qkv, KeyOffset(d))},
+           {ca::kV, At(qkv, ValueOffset(d))},
            {ca::kO, const_cast<void*>(out)},
            {ca::kDO, const_cast<void*>(dout)},
            {ca::kStats, const_cast<float*>(lse)},
            {ca::kDQ, At(scratch, 0)},
-           {ca::kDK, At(scratch, C)},
-           {ca::kDV, At(scratch, 2 * C)},
+           {ca::kDK, At(scratch, KeyOffset(d))},
+           {ca::kDV, At(scratch, ValueOffset(d))},
            {ca::kDqAccum, accum},
            {ca::kSoftmaxSum, sum},
            {ca::kScale, &s.scale},

@@ -2,7 +2,7 @@
 // attention, built with the backend (graph) API (attention_cudnn_graph.h).
 //
 // Same contract as cuda_launch::AttentionForward / AttentionBackward: qkv
-// (B, T, 3·H·D) is read in place as strided Q, K, V views
+// (B, T, (H + 2·Hkv)·D) is read in place as strided Q, K, V views
 // (attention_cudnn_layout.h), out (B, T, H·D) is written, lse (B, H, T)
 // float32 gets the natural-log row log-sum-exps of the scaled scores, and
 // backward ADDS the gradients onto dqkv (cuDNN writes them into a bfloat16
@@ -17,11 +17,12 @@
 // status named). Failures while running an already built plan abort.
 //
 // Execution plans and their workspace sizes are cached per (pass, B, T, H, D,
-// type) on each thread and device; the strides are a function of those (the
-// packed layouts), so they need no key of their own. A failure to build is
+// Hkv, type) on each thread and device; the strides are a function of those
+// (the packed layouts), so they need no key of their own. A failure to build is
 // cached as well, so it costs one attempt. Workspace (the plan's, plus for
 // backward the float32 dQ accumulator (B·H·T·D·4 bytes), the dO·O row sums
-// (B·H·T·4) and the bfloat16 gradient scratch (B·T·3·H·D·2)) comes from the
+// (B·H·T·4) and the bfloat16 gradient scratch (B·T·(H + 2·Hkv)·D·2)) comes
+// from the
 // run's allocator (Tensor::Empty: the memory arena while one is in scope)
 // for the duration of a call.
 //

@@ -242,6 +242,27 @@ absl::StatusOr<BackendDescriptor> GraphBuilder::Finish() {
   return graph;
 }
 
+// Part p of the (grouped-query) packed qkv or dqkv.
+View QkvView(const GraphShape& s, QkvPart part) {
+  return GroupedQkvView(s.B, s.T, s.H, s.KvHeads(), s.D, part);
+}
+
+// out (the K or V part of dqkv) = a·b: one matmul into `out` for multi-head
+// attention; for grouped-query attention a matmul into a virtual
+// per-query-head (B, H, T, D) tensor of the io type, then its sum over each
+// group of heads into `out`.
+void KeyValueGradient(GraphBuilder& g, const GraphShape& s, int64_t a,
+                      int64_t b, int64_t out, QkvPart part) {
+  g.Real(out, QkvView(s, part), s.io);
+  if (s.KvHeads() == s.H) {
+    g.Matmul(a, b, out);
+    return;
+  }
+  const int64_t full = g.Virtual(DenseView(s.B, s.H, s.T, s.D), s.io);
+  g.Matmul(a, b, full);
+  g.Reduce(CUDNN_REDUCE_TENSOR_ADD, full, out);
+}
+
 // The causal mask on scores s (shaped like `scores`): column > row becomes
 // kMaskValue. Returns the masked scores.
 int64_t CausalMask(GraphBuilder& g, int64_t s, const View& scores) {
@@ -259,8 +280,8 @@ int64_t CausalMask(GraphBuilder& g, int64_t s, const View& scores) {
 // The inputs both passes read: Q, Kᵀ, the scalars; returns the scaled
 // scores S = scale · Q·Kᵀ, (B, H, T, T), virtual.
 int64_t ScaledScores(GraphBuilder& g, const GraphShape& s) {
-  g.Real(kQ, PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kQ), s.io);
-  g.Real(kKt, Transposed(PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kK)), s.io);
+  g.Real(kQ, QkvView(s, QkvPart::kQ), s.io);
+  g.Real(kKt, Transposed(QkvView(s, QkvPart::kK)), s.io);
   g.Scalar(kScale);
   g.Scalar(kMaskValue);
   const View scores = DenseView(s.B, s.H, s.T, s.T);
@@ -277,7 +298,7 @@ absl::StatusOr<BackendDescriptor> BuildForwardGraph(cudnnHandle_t handle,
   const View scores = DenseView(s.B, s.H, s.T, s.T);
   const View rows = DenseView(s.B, s.H, s.T, 1);
   const int64_t masked = CausalMask(g, ScaledScores(g, s), scores);
-  g.Real(kV, PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kV), s.io);
+  g.Real(kV, QkvView(s, QkvPart::kV), s.io);
   const int64_t max = g.Virtual(rows, kF32);
   g.Reduce(CUDNN_REDUCE_TENSOR_MAX, masked, max);
   const int64_t shifted = g.Pw(CUDNN_POINTWISE_SUB, masked, max, scores);
@@ -325,12 +346,11 @@ absl::StatusOr<BackendDescriptor> BuildBackwardGraph(cudnnHandle_t handle,
       g.Pw(CUDNN_POINTWISE_EXP, CausalMask(g, shifted, scores), -1, scores);
   const int64_t p_t = g.Virtual(scores_t, s.io);
   g.Reshape(p, p_t);
-  g.Real(kDV, PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kV), s.io);
-  g.Matmul(p_t, kDO, kDV);
+  KeyValueGradient(g, s, p_t, kDO, kDV, QkvPart::kV);
 
   // dS = P ⊙ (dO·Vᵀ - Di) · scale; dK = dSᵀ·Q. Backward reads V only
   // transposed, (B, H, D, T).
-  g.Real(kV, Transposed(PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kV)), s.io);
+  g.Real(kV, Transposed(QkvView(s, QkvPart::kV)), s.io);
   const int64_t dp = g.Virtual(scores, kF32);
   g.Matmul(kDO, kV, dp);
   const int64_t dp_di = g.Pw(CUDNN_POINTWISE_SUB, dp, kSoftmaxSum, scores);
@@ -338,16 +358,14 @@ absl::StatusOr<BackendDescriptor> BuildBackwardGraph(cudnnHandle_t handle,
   const int64_t ds = g.Pw(CUDNN_POINTWISE_MUL, ds_unscaled, kScale, scores);
   const int64_t ds_t = g.Virtual(scores_t, s.io);
   g.Reshape(ds, ds_t);
-  g.Real(kDK, PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kK), s.io);
-  g.Matmul(ds_t, kQ, kDK);
+  KeyValueGradient(g, s, ds_t, kQ, kDK, QkvPart::kK);
 
   // dQ = dS·K in float32, then to the io type.
-  const int64_t k =
-      g.Virtual(PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kK), s.io);
+  const int64_t k = g.Virtual(QkvView(s, QkvPart::kK), s.io);
   g.Reshape(kKt, k);
   g.Real(kDqAccum, heads, kF32);
   g.Matmul(ds, k, kDqAccum);
-  g.Real(kDQ, PackedQkvView(s.B, s.T, s.H, s.D, QkvPart::kQ), s.io);
+  g.Real(kDQ, QkvView(s, QkvPart::kQ), s.io);
   g.Pointwise(CUDNN_POINTWISE_IDENTITY, kDqAccum, -1, -1, kDQ);
   return g.Finish();
 }

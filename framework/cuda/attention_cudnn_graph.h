@@ -12,6 +12,11 @@
 //   Di = rowsum(dO ⊙ O) (stored: kSoftmaxSum); P = exp(masked S - stats);
 //   dV = Pᵀ·dO; dS = P ⊙ (dO·Vᵀ - Di) · scale; dK = dSᵀ·Q;
 //   dQ = dS·K, accumulated in float32 (kDqAccum) and converted to io type.
+// Grouped-query attention (Hkv < H): K and V are (B, Hkv, ...) views that
+// the products broadcast over each group of H / Hkv query heads; dK and dV
+// are formed per query head in virtual (B, H, T, D) tensors and reduced
+// (summed) over each group into the (B, Hkv, T, D) outputs, the pattern of
+// cuDNN's SDPA backward for fewer key/value heads.
 //
 // Tensor uids (the variant pack's keys) are the TensorId values; by-value
 // scalars (scale, the mask value, one) are passed as host floats.
@@ -51,6 +56,8 @@ enum TensorId : int64_t {
 struct GraphShape {
   int64_t B, T, H, D;
   cudnnDataType_t io;  // CUDNN_DATA_BFLOAT16 (or CUDNN_DATA_HALF)
+  int64_t Hkv = 0;     // key/value heads; 0 means H
+  int64_t KvHeads() const { return Hkv > 0 ? Hkv : H; }
 };
 
 // The finalized operation graph of the forward or backward pass; Unavailable

@@ -4,6 +4,9 @@
 //   qkv (B, T, 3C), C = H·D: head h of Q at column h·D, K at C + h·D, V at
 //     2C + h·D; element (b, h, t, d) of part p at
 //     b·T·3C + t·3C + p·C + h·D + d.
+//   Grouped-query qkv (B, T, W), W = (H + 2·Hkv)·D: H Q heads at column 0,
+//     Hkv K heads at H·D, Hkv V heads at (H + Hkv)·D; with Hkv = H it is
+//     the packed layout above.
 //   out, dout (B, T, C): (b, h, t, d) at b·T·C + t·C + h·D + d.
 //   stats (B, H, T), trellis's saved row log-sum-exps: (b, h, t) at
 //     b·H·T + h·T + t, as cuDNN's (B, H, T, 1) stats tensor.
@@ -31,12 +34,22 @@ struct View {
 
 enum class QkvPart : int { kQ = 0, kK = 1, kV = 2 };
 
+// Part p of a grouped-query qkv (or dqkv) buffer: (B, H, T, D) for Q,
+// (B, Hkv, T, D) for K and V.
+inline View GroupedQkvView(int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                           int64_t D, QkvPart part) {
+  const int64_t W = (H + 2 * Hkv) * D;
+  const int64_t heads = part == QkvPart::kQ ? H : Hkv;
+  const int64_t offset = part == QkvPart::kQ   ? 0
+                         : part == QkvPart::kK ? H * D
+                                               : (H + Hkv) * D;
+  return View{{B, heads, T, D}, {T * W, D, W, 1}, offset};
+}
+
 // Part p of the packed qkv (or dqkv) buffer, (B, H, T, D).
 inline View PackedQkvView(int64_t B, int64_t T, int64_t H, int64_t D,
                           QkvPart part) {
-  const int64_t C = H * D;
-  return View{
-      {B, H, T, D}, {T * 3 * C, D, 3 * C, 1}, static_cast<int64_t>(part) * C};
+  return GroupedQkvView(B, T, H, H, D, part);
 }
 
 // out or dout (B, T, C) as (B, H, T, D).

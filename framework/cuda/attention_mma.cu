@@ -23,6 +23,12 @@
 //   dP, then dQ += dS·K.
 // dQ and dK take the factor scale at the end. Gradients are added onto dqkv.
 //
+// Grouped-query attention (Hkv < H key/value heads): query head h reads
+// key/value head h / (H / Hkv); the dK/dV kernel takes one key/value head
+// per block row and walks the query heads of its group in order, keeping
+// the sums in its accumulator fragments (with Hkv = H, the multi-head
+// arithmetic unchanged).
+//
 // Rounding, against the SIMT kernels (float32 throughout): P is rounded to
 // bf16 before P·V and P, dS before the backward products (relative 2^-9
 // each); S, dP, O and the gradients accumulate in float32.
@@ -85,8 +91,8 @@ __global__ void __launch_bounds__(kThreads)
   // Key tiles 0 .. row0: the last is the diagonal tile (row0 < T).
   for (int64_t j0 = 0; j0 <= row0; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous K, V
-    LoadTile<kD>(qkv + hd.q + hd.C, hd.qkv_stride, j0, hd.T, ks);
-    LoadTile<kD>(qkv + hd.q + 2 * hd.C, hd.qkv_stride, j0, hd.T, vs);
+    LoadTile<kD>(qkv + hd.k, hd.qkv_stride, j0, hd.T, ks);
+    LoadTile<kD>(qkv + hd.v, hd.qkv_stride, j0, hd.T, vs);
     __syncthreads();
     WarpProductTransposed<kD>(qs + wrow * S::kHalf, S::kHalf, ks, S::kHalf, s_w,
                               S::kScore);
@@ -172,7 +178,8 @@ __global__ void RowDotKernel(AttentionDims d, const bf16* dout, const bf16* out,
   }
 }
 
-// dK, dV of one 64-key tile, over the query tiles from the diagonal on.
+// dK, dV of one 64-key tile of key/value head g, over the query tiles from
+// the diagonal on of each query head of g's group.
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     MmaBackwardKeyKernel(AttentionDims d, float scale, const bf16* dout,
@@ -196,7 +203,9 @@ __global__ void __launch_bounds__(kThreads)
   float* lse_s = carve.Take<float>(B::kRowVector);
   float* di_s = carve.Take<float>(B::kRowVector);
 
-  const Head hd(d, blockIdx.y / d.H, blockIdx.y % d.H);
+  const int64_t b = blockIdx.y / d.Hkv, group = d.H / d.Hkv;
+  const int64_t h0 = blockIdx.y % d.Hkv * group;  // the group's first head
+  const Head kv(d, b, h0);
   // Blocks in order: the first key tiles see the most queries.
   const int64_t key0 = blockIdx.x * int64_t{kTile};
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -208,52 +217,55 @@ __global__ void __launch_bounds__(kThreads)
   bf16* pt_w = pts + wrow * S::kProb;
   bf16* dst_w = dsts + wrow * S::kProb;
 
-  LoadTile<kD>(qkv + hd.q + hd.C, hd.qkv_stride, key0, hd.T, ks);
-  LoadTile<kD>(qkv + hd.q + 2 * hd.C, hd.qkv_stride, key0, hd.T, vs);
+  LoadTile<kD>(qkv + kv.k, kv.qkv_stride, key0, kv.T, ks);
+  LoadTile<kD>(qkv + kv.v, kv.qkv_stride, key0, kv.T, vs);
   FragAcc dk[kD / kFrag], dv[kD / kFrag];
 #pragma unroll
   for (int n = 0; n < kD / kFrag; ++n) {
     wmma::fill_fragment(dk[n], 0.f);
     wmma::fill_fragment(dv[n], 0.f);
   }
-  for (int64_t i0 = key0; i0 < hd.T; i0 += kTile) {
-    __syncthreads();  // every warp is done with the previous Q, dO
-    LoadTile<kD>(qkv + hd.q, hd.qkv_stride, i0, hd.T, qs);
-    LoadTile<kD>(dout + hd.o, hd.C, i0, hd.T, gs);
-    if (threadIdx.x < kTile) {
-      const int64_t i = i0 + threadIdx.x;
-      lse_s[threadIdx.x] = i < hd.T ? lse[hd.stat + i] : 0.f;
-      di_s[threadIdx.x] = i < hd.T ? di[hd.stat + i] : 0.f;
-    }
-    __syncthreads();
-    // Sᵀ (16 keys, kTile queries) = K_w·Qᵀ; dPᵀ = V_w·dOᵀ.
-    WarpProductTransposed<kD>(ks + wrow * S::kHalf, S::kHalf, qs, S::kHalf,
-                              st_w, S::kScore);
-    WarpProductTransposed<kD>(vs + wrow * S::kHalf, S::kHalf, gs, S::kHalf,
-                              dpt_w, S::kScore);
-    __syncwarp();
-    // Query i sees key j when j <= i; both must be real rows.
+  for (int64_t h = h0; h < h0 + group; ++h) {
+    const Head hd(d, b, h);
+    for (int64_t i0 = key0; i0 < hd.T; i0 += kTile) {
+      __syncthreads();  // every warp is done with the previous Q, dO
+      LoadTile<kD>(qkv + hd.q, hd.qkv_stride, i0, hd.T, qs);
+      LoadTile<kD>(dout + hd.o, hd.C, i0, hd.T, gs);
+      if (threadIdx.x < kTile) {
+        const int64_t i = i0 + threadIdx.x;
+        lse_s[threadIdx.x] = i < hd.T ? lse[hd.stat + i] : 0.f;
+        di_s[threadIdx.x] = i < hd.T ? di[hd.stat + i] : 0.f;
+      }
+      __syncthreads();
+      // Sᵀ (16 keys, kTile queries) = K_w·Qᵀ; dPᵀ = V_w·dOᵀ.
+      WarpProductTransposed<kD>(ks + wrow * S::kHalf, S::kHalf, qs, S::kHalf,
+                                st_w, S::kScore);
+      WarpProductTransposed<kD>(vs + wrow * S::kHalf, S::kHalf, gs, S::kHalf,
+                                dpt_w, S::kScore);
+      __syncwarp();
+      // Query i sees key j when j <= i; both must be real rows.
 #pragma unroll 4
-    for (int c = half; c < kTile; c += 2) {
-      const int64_t i = i0 + c;
-      const bool visible = j <= i && i < hd.T && j < hd.T;
-      const float p =
-          visible ? expf(st_w[r * S::kScore + c] * scale - lse_s[c]) : 0.f;
-      const float ds = visible ? p * (dpt_w[r * S::kScore + c] - di_s[c]) : 0.f;
-      pt_w[r * S::kProb + c] = FromFloat<bf16>(p);
-      dst_w[r * S::kProb + c] = FromFloat<bf16>(ds);
+      for (int c = half; c < kTile; c += 2) {
+        const int64_t i = i0 + c;
+        const bool visible = j <= i && i < hd.T && j < hd.T;
+        const float p =
+            visible ? expf(st_w[r * S::kScore + c] * scale - lse_s[c]) : 0.f;
+        const float ds =
+            visible ? p * (dpt_w[r * S::kScore + c] - di_s[c]) : 0.f;
+        pt_w[r * S::kProb + c] = FromFloat<bf16>(p);
+        dst_w[r * S::kProb + c] = FromFloat<bf16>(ds);
+      }
+      __syncwarp();
+      WarpProductAccumulate<kD>(pt_w, S::kProb, gs, S::kHalf, dv);
+      WarpProductAccumulate<kD>(dst_w, S::kProb, qs, S::kHalf, dk);
     }
-    __syncwarp();
-    WarpProductAccumulate<kD>(pt_w, S::kProb, gs, S::kHalf, dv);
-    WarpProductAccumulate<kD>(dst_w, S::kProb, qs, S::kHalf, dk);
   }
   __syncthreads();  // every warp is done with Q, dO, whose space `stage` takes
-  bf16* dk_rows = dqkv + hd.q + hd.C;
   float* stage_w = stage + wrow * S::kAcc;
-  WarpAddRows<kD>(dk, scale, stage_w, dk_rows, hd.qkv_stride, key0 + wrow,
-                  hd.T);
-  WarpAddRows<kD>(dv, 1.f, stage_w, dk_rows + hd.C, hd.qkv_stride, key0 + wrow,
-                  hd.T);
+  WarpAddRows<kD>(dk, scale, stage_w, dqkv + kv.k, kv.qkv_stride, key0 + wrow,
+                  kv.T);
+  WarpAddRows<kD>(dv, 1.f, stage_w, dqkv + kv.v, kv.qkv_stride, key0 + wrow,
+                  kv.T);
 #else
   __trap();
 #endif
@@ -299,8 +311,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int n = 0; n < kD / kFrag; ++n) wmma::fill_fragment(dq[n], 0.f);
   for (int64_t j0 = 0; j0 <= row0; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous K, V
-    LoadTile<kD>(qkv + hd.q + hd.C, hd.qkv_stride, j0, hd.T, ks);
-    LoadTile<kD>(qkv + hd.q + 2 * hd.C, hd.qkv_stride, j0, hd.T, vs);
+    LoadTile<kD>(qkv + hd.k, hd.qkv_stride, j0, hd.T, ks);
+    LoadTile<kD>(qkv + hd.v, hd.qkv_stride, j0, hd.T, vs);
     __syncthreads();
     // S (16 queries, kTile keys) = Q_w·Kᵀ; dP = dO_w·Vᵀ.
     WarpProductTransposed<kD>(qs + wrow * S::kHalf, S::kHalf, ks, S::kHalf, s_w,
@@ -332,19 +344,20 @@ float Scale(const AttentionDims& d) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.D)));
 }
 
-dim3 TileGrid(const AttentionDims& d) {
+// 64-row tiles of each of the B · heads (batch, head).
+dim3 TileGrid(const AttentionDims& d, int64_t heads) {
   return dim3(static_cast<unsigned>((d.T + kTile - 1) / kTile),
-              static_cast<unsigned>(d.B * d.H));
+              static_cast<unsigned>(d.B * heads));
 }
 
-// Launches kernel with `bytes` of dynamic shared memory (above the default
-// 48 KiB only after opting in).
+// Launches kernel over the tiles of `heads` heads with `bytes` of dynamic
+// shared memory (above the default 48 KiB only after opting in).
 template <typename Kernel, typename... Args>
 void LaunchTiles(Kernel kernel, int bytes, const AttentionDims& d,
-                 Args... args) {
+                 int64_t heads, Args... args) {
   TRELLIS_CUDA_CHECK(cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  kernel<<<TileGrid(d), kThreads, bytes>>>(args...);
+  kernel<<<TileGrid(d, heads), kThreads, bytes>>>(args...);
   TRELLIS_CUDA_CHECK_LAUNCH();
 }
 
@@ -404,19 +417,21 @@ bool MmaAttentionSupported(Elem t, const AttentionDims& d,
   return compiled && shared >= needed;
 }
 
-void MmaAttentionForward(const AttentionDims& d, const void* qkv, void* out,
+void MmaAttentionForward(const AttentionDims& dims, const void* qkv, void* out,
                          float* lse) {
+  const AttentionDims d = WithKvHeads(dims);
   if (d.B * d.H * d.T == 0) return;
   DispatchMmaHeadDim(d.D, [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    LaunchTiles(MmaForwardKernel<kD>, Bytes<kD>::kForward, d, d, Scale(d),
+    LaunchTiles(MmaForwardKernel<kD>, Bytes<kD>::kForward, d, d.H, d, Scale(d),
                 static_cast<const bf16*>(qkv), static_cast<bf16*>(out), lse);
   });
 }
 
-void MmaAttentionBackward(const AttentionDims& d, const void* dout,
+void MmaAttentionBackward(const AttentionDims& dims, const void* dout,
                           const void* qkv, const void* out, const float* lse,
                           void* dqkv) {
+  const AttentionDims d = WithKvHeads(dims);
   if (d.B * d.H * d.T == 0) return;
   const auto* g = static_cast<const bf16*>(dout);
   const auto* x = static_cast<const bf16*>(qkv);
@@ -428,10 +443,10 @@ void MmaAttentionBackward(const AttentionDims& d, const void* dout,
   TRELLIS_CUDA_CHECK_LAUNCH();
   DispatchMmaHeadDim(d.D, [&](auto width) {
     constexpr int kD = decltype(width)::value;
-    LaunchTiles(MmaBackwardKeyKernel<kD>, Bytes<kD>::kKeyValue, d, d, Scale(d),
-                g, x, lse, static_cast<const float*>(di.get()), dx);
-    LaunchTiles(MmaBackwardQueryKernel<kD>, Bytes<kD>::kQuery, d, d, Scale(d),
-                g, x, lse, static_cast<const float*>(di.get()), dx);
+    LaunchTiles(MmaBackwardKeyKernel<kD>, Bytes<kD>::kKeyValue, d, d.Hkv, d,
+                Scale(d), g, x, lse, static_cast<const float*>(di.get()), dx);
+    LaunchTiles(MmaBackwardQueryKernel<kD>, Bytes<kD>::kQuery, d, d.H, d,
+                Scale(d), g, x, lse, static_cast<const float*>(di.get()), dx);
   });
 }
 

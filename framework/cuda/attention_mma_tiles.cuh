@@ -93,17 +93,22 @@ class SharedCarver {
   unsigned char* at_;
 };
 
-// Where (batch b, head h)'s rows live: Q row t at q + t·qkv_stride, K and V
-// C and 2C further; out/dout row t at o + t·C; lse and Di at (b·H + h)·T + t.
+// Where (batch b, query head h)'s rows live: Q row t at q + t·qkv_stride,
+// its key/value head's K and V rows at k and v + t·qkv_stride (qkv rows are
+// [H q heads | Hkv k heads | Hkv v heads], query head h reading key/value
+// head h / (H / Hkv)); out/dout row t at o + t·C; lse and Di at
+// (b·H + h)·T + t. REQUIRES: d.Hkv filled in (WithKvHeads).
 struct Head {
   int64_t T, C, qkv_stride;
-  int64_t q, o, stat;  // element offsets of row 0
+  int64_t q, k, v, o, stat;  // element offsets of row 0
   __device__ Head(const AttentionDims& d, int64_t b, int64_t h)
       : T(d.T),
         C(d.H * d.D),
-        qkv_stride(3 * d.H * d.D),
-        q(b * d.T * 3 * d.H * d.D + h * d.D),
-        o(b * d.T * d.H * d.D + h * d.D),
+        qkv_stride((d.H + 2 * d.Hkv) * d.D),
+        q(b * d.T * qkv_stride + h * d.D),
+        k(b * d.T * qkv_stride + C + h / (d.H / d.Hkv) * d.D),
+        v(k + d.Hkv * d.D),
+        o(b * d.T * C + h * d.D),
         stat((b * d.H + h) * d.T) {}
 };
 

@@ -14,7 +14,8 @@
 //  - activations, weights and gradients: float32 or bfloat16 (DType::kBF16),
 //    arithmetic in float32; tensors of one role share a dtype (see each
 //    group below);
-//  - saved statistics (LayerNorm mean/rstd, attention row log-sum-exps,
+//  - saved statistics (LayerNorm mean/rstd, RMSNorm rstd, attention row
+//    log-sum-exps,
 //    cross-entropy row max/sumexp/target logit/losses) and AdamW moments:
 //    always float32;
 //  - ids and targets: int32.
@@ -138,6 +139,35 @@ void LayerNormBackwardWeight(const Tensor& dout, const Tensor& x,
                              const Tensor& mean, const Tensor& rstd, Tensor& dw,
                              Tensor& db);
 
+// ---- rmsnorm.h: x, w, out, dout, dx, residual (and a, b, sum) share a
+// dtype; dw float32 or bfloat16; rstd float32. One warp per row; the weight
+// gradient through the deterministic column sums (two launches) ----
+void RmsNormForward(const Tensor& x, const Tensor& w, double eps, Tensor& out,
+                    Tensor& rstd);
+void AddRmsNormForward(const Tensor& a, const Tensor& b, const Tensor& w,
+                       double eps, Tensor& sum, Tensor& out, Tensor& rstd);
+void RmsNormBackwardInput(const Tensor& dout, const Tensor& x, const Tensor& w,
+                          const Tensor& rstd, Tensor& dx);
+void RmsNormBackwardInputResidual(const Tensor& dout, const Tensor& x,
+                                  const Tensor& w, const Tensor& rstd,
+                                  const Tensor& residual, Tensor& dx);
+void RmsNormBackwardWeight(const Tensor& dout, const Tensor& x,
+                           const Tensor& rstd, Tensor& dw);
+
+// ---- swiglu.h: gate_up, out, dout, dgate_up share a dtype ----
+void SwiGluForward(const Tensor& gate_up, Tensor& out);
+void SwiGluBackward(const Tensor& gate_up, const Tensor& dout,
+                    Tensor& dgate_up);
+void SwiGluBackwardWrite(const Tensor& gate_up, const Tensor& dout,
+                         Tensor& dgate_up);
+
+// ---- rope.h: qkv float32 or bfloat16 (rotated in float32, rounded once);
+// cos, sin float32 on the same device ----
+void RopeForward(Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                 const Tensor& cos, const Tensor& sin);
+void RopeBackward(Tensor& dqkv, int64_t n_head, int64_t n_kv_head,
+                  const Tensor& cos, const Tensor& sin);
+
 // ---- matmul.h, through cuBLASLt: x and w (forward), dout and w (backward
 // input), dout and x (backward weight) share a dtype; out, dx, dw float32 or
 // bfloat16; bias of out's dtype, dbias float32 or bfloat16 (its gradient
@@ -182,12 +212,13 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
 
 // ---- attention.h: qkv, out, dout, dqkv share a dtype; saved is the row
 // log-sum-exps (B, H, T), float32. Head width at most 128. `path` as in
-// attention_path.h ----
-void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
-                      Tensor& saved, AttentionPath path);
+// attention_path.h; every path takes grouped-query calls (n_kv_head <
+// n_head) ----
+void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                      Tensor& out, Tensor& saved, AttentionPath path);
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                       const Tensor& saved, int64_t n_head, Tensor& dqkv,
-                       AttentionPath path);
+                       const Tensor& saved, int64_t n_head, int64_t n_kv_head,
+                       Tensor& dqkv, AttentionPath path);
 
 }  // namespace cuda
 }  // namespace trellis

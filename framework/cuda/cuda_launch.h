@@ -131,6 +131,40 @@ void LayerNormBackwardWeight(Elem t, const void* dout, const void* x,
                              const float* mean, const float* rstd, int64_t N,
                              int64_t C, Elem w_type, void* dw, void* db);
 
+// ---- rmsnorm.cu: one warp per row ----
+
+// x, w, out of type t; rstd (N) float32.
+void RmsNormForward(Elem t, const void* x, const void* w, int64_t N, int64_t C,
+                    float eps, void* out, float* rstd);
+// sum (N, C) = a + b rounded to t (sum may alias a or b), then
+// RmsNormForward of the stored sum.
+void AddRmsNormForward(Elem t, const void* a, const void* b, const void* w,
+                       int64_t N, int64_t C, float eps, void* sum, void* out,
+                       float* rstd);
+// dx (N, C) = base + rstd · (g - xhat · mean(g · xhat)), g = dout · w; base
+// is dx to accumulate, or a residual gradient (which may alias dx).
+void RmsNormBackwardInput(Elem t, const void* dout, const void* x,
+                          const void* w, const float* rstd, int64_t N,
+                          int64_t C, const void* base, void* dx);
+// dw (C) += column sums of dout · x · rstd.
+void RmsNormBackwardWeight(Elem t, const void* dout, const void* x,
+                           const float* rstd, int64_t N, int64_t C, Elem w_type,
+                           void* dw);
+
+// ---- llama_elementwise.cu: SwiGLU and RoPE ----
+
+// out (N, F) = silu(gate) · up over gate_up (N, 2F) = [gate | up].
+void SwiGluForward(Elem t, const void* gate_up, int64_t N, int64_t F,
+                   void* out);
+// dgate_up (N, 2F) += (or = when !accumulate) the SwiGLU gradient.
+void SwiGluBackward(Elem t, const void* gate_up, const void* dout, int64_t N,
+                    int64_t F, void* dgate_up, bool accumulate);
+// Rotates, in place, the first `heads` heads (width D) of each of the
+// `rows` rows (row stride W) of x by the angles of position row mod T:
+// sign = 1 forward, -1 backward. cos, sin (>= T, D/2) float32.
+void Rope(Elem t, void* x, int64_t rows, int64_t W, int64_t T, int64_t heads,
+          int64_t D, const float* cos, const float* sin, float sign);
+
 // ---- cross_entropy.cu ----  logits (N, Vl) of type t, statistics float32.
 
 void CrossEntropyRowMax(Elem t, const void* logits, int64_t N, int64_t Vl,
@@ -150,16 +184,26 @@ void CrossEntropyBackward(Elem t, const void* logits, const int32_t* targets,
 
 // ---- attention.cu ----
 
+// H query heads and Hkv key/value heads (grouped-query attention: query
+// head h reads key/value head h / (H / Hkv)); 0 means Hkv = H, so that the
+// four-field aggregate {B, T, H, D} keeps meaning multi-head attention.
+// Every launcher takes either; WithKvHeads fills Hkv in.
 struct AttentionDims {
   int64_t B, T, H, D;
+  int64_t Hkv = 0;
 };
+inline AttentionDims WithKvHeads(AttentionDims d) {
+  if (d.Hkv == 0) d.Hkv = d.H;
+  return d;
+}
 // The largest head width the attention kernels take.
 inline constexpr int64_t kAttentionMaxHeadDim = 128;
-// qkv (B, T, 3·H·D), out (B, T, H·D) of type t; lse (B, H, T) float32, the
-// log-sum-exp of each row's scaled scores.
+// qkv (B, T, (H + 2·Hkv)·D), out (B, T, H·D) of type t; lse (B, H, T)
+// float32, the log-sum-exp of each row's scaled scores.
 void AttentionForward(Elem t, const AttentionDims& d, const void* qkv,
                       void* out, float* lse);
-// dqkv (B, T, 3·H·D) += gradients, probabilities recomputed from lse.
+// dqkv (B, T, (H + 2·Hkv)·D) += gradients, probabilities recomputed from
+// lse; a key/value head's gradients summed over its group.
 void AttentionBackward(Elem t, const AttentionDims& d, const void* dout,
                        const void* qkv, const void* out, const float* lse,
                        void* dqkv);

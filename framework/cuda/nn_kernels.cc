@@ -66,16 +66,20 @@ void CheckTargets(const char* kernel, const Tensor& targets) {
       << ", not int32";
 }
 
-// Checks qkv (B, T, 3C) with C = n_head·D, `rows` (B, T, C), saved (B, H, T)
+// Checks qkv (B, T, (H + 2·Hkv)·D), `rows` (B, T, H·D), saved (B, H, T)
 // float32, and the kernels' limits.
 cuda_launch::AttentionDims CheckAttention(
-    const char* kernel, const Tensor& qkv, int64_t n_head,
+    const char* kernel, const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
     std::initializer_list<const Tensor*> rows, const Tensor& saved) {
-  TRELLIS_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * n_head) == 0)
+  TRELLIS_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0)
+      << kernel << ": " << n_head << " query heads in groups over " << n_kv_head
+      << " key/value heads";
+  const int64_t parts = n_head + 2 * n_kv_head;
+  TRELLIS_CHECK(qkv.ndim() == 3 && qkv.dim(2) % parts == 0)
       << kernel << ": qkv " << ShapeString(qkv.shape()) << ", " << n_head
-      << " heads";
+      << " heads, " << n_kv_head << " kv heads";
   const cuda_launch::AttentionDims d{qkv.dim(0), qkv.dim(1), n_head,
-                                     qkv.dim(2) / (3 * n_head)};
+                                     qkv.dim(2) / parts, n_kv_head};
   const Shape row_shape{d.B, d.T, d.H * d.D};
   for (const Tensor* r : rows) {
     TRELLIS_CHECK(r->shape() == row_shape)
@@ -259,26 +263,26 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
       static_cast<float>(scale), dlogits.raw());
 }
 
-void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
-                      Tensor& saved, AttentionPath path) {
+void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                      Tensor& out, Tensor& saved, AttentionPath path) {
   const char* kernel = "AttentionForward";
   CudaDeviceGuard guard(CommonDevice(kernel, {&qkv, &out, &saved}));
   RequireDType(kernel, qkv.dtype(), {&out});
   const cuda_launch::AttentionDims d =
-      CheckAttention(kernel, qkv, n_head, {&out}, saved);
+      CheckAttention(kernel, qkv, n_head, n_kv_head, {&out}, saved);
   cuda_internal::RunAttentionForward(path, ElemOf(kernel, qkv), d, qkv.raw(),
                                      out.raw(), saved.data<float>());
 }
 
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                       const Tensor& saved, int64_t n_head, Tensor& dqkv,
-                       AttentionPath path) {
+                       const Tensor& saved, int64_t n_head, int64_t n_kv_head,
+                       Tensor& dqkv, AttentionPath path) {
   const char* kernel = "AttentionBackward";
   CudaDeviceGuard guard(
       CommonDevice(kernel, {&dout, &qkv, &out, &saved, &dqkv}));
   RequireDType(kernel, qkv.dtype(), {&dout, &out, &dqkv});
   const cuda_launch::AttentionDims d =
-      CheckAttention(kernel, qkv, n_head, {&dout, &out}, saved);
+      CheckAttention(kernel, qkv, n_head, n_kv_head, {&dout, &out}, saved);
   TRELLIS_CHECK(dqkv.shape() == qkv.shape())
       << kernel << ": dqkv " << ShapeString(dqkv.shape()) << ", qkv "
       << ShapeString(qkv.shape());

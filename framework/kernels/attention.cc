@@ -1,8 +1,11 @@
 // CPU attention, one (batch, head) at a time, with BLAS doing the products:
 // S = scale · Q K^T, causal softmax in place in `saved`, O = P V. Q, K and V
-// are read straight out of qkv (row stride 3·H·D), O written straight into
-// out (row stride H·D). Rows go in blocks of kBlock so that the products skip
-// the blocks above the diagonal: for a row block, only columns up to its end.
+// are read straight out of qkv (row stride (H + 2·Hkv)·D; query head h reads
+// key/value head h / (H / Hkv)), O written straight into out (row stride
+// H·D). A key/value head's dK, dV accumulate over its group's query heads
+// (the backward gemms add, beta = 1). Rows go in blocks of kBlock so that the
+// products skip the blocks above the diagonal: for a row block, only columns up
+// to its end.
 #include "framework/kernels/attention.h"
 
 #include <algorithm>
@@ -30,8 +33,12 @@ using kernels_internal::RequireDType;
 constexpr int64_t kBlock = 32;
 
 struct Dims {
-  int64_t B, T, H, D;
+  int64_t B, T, H, D, Hkv;
   int64_t C() const { return H * D; }
+  int64_t Width() const { return (H + 2 * Hkv) * D; }  // qkv's row
+  // Element offsets in a qkv row of query head h's K and V heads.
+  int64_t KeyOffset(int64_t h) const { return H * D + h / (H / Hkv) * D; }
+  int64_t ValueOffset(int64_t h) const { return KeyOffset(h) + Hkv * D; }
 };
 
 // One head's operands: Q, K, V (T, D) with row stride ld; O or dO (T, D) with
@@ -117,16 +124,19 @@ void HeadBackward(const Head<T>& h, const T* p, const T* dout, T* ds, T* dq,
   }
 }
 
-// Head h of batch b, read out of qkv (B, T, 3C).
+// Query head h of batch b and its key/value head, read out of qkv
+// (B, T, (H + 2·Hkv)·D).
 template <typename T>
 Head<T> MakeHead(const Dims& d, const T* qkv, int64_t b, int64_t h) {
-  const int64_t C = d.C();
-  const T* q = qkv + b * d.T * 3 * C + h * d.D;
-  return Head<T>{
-      q,         q + C,
-      q + 2 * C, 3 * C,
-      C,         d.T,
-      d.D,       static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.D)))};
+  const T* row = qkv + b * d.T * d.Width();
+  return Head<T>{row + h * d.D,
+                 row + d.KeyOffset(h),
+                 row + d.ValueOffset(h),
+                 d.Width(),
+                 d.C(),
+                 d.T,
+                 d.D,
+                 static_cast<T>(1.0 / std::sqrt(static_cast<double>(d.D)))};
 }
 
 template <typename T>
@@ -148,23 +158,27 @@ void AttentionBackwardCpu(const Dims& d, const T* dout, const T* qkv,
   }
   const int64_t C = d.C();
   for (int64_t b = 0; b < d.B; ++b) {
+    T* row = dqkv + b * d.T * d.Width();
     for (int64_t h = 0; h < d.H; ++h) {
-      T* dq = dqkv + b * d.T * 3 * C + h * d.D;
       HeadBackward(MakeHead(d, qkv, b, h), probs + (b * d.H + h) * d.T * d.T,
-                   dout + b * d.T * C + h * d.D, scratch.data(), dq, dq + C,
-                   dq + 2 * C);
+                   dout + b * d.T * C + h * d.D, scratch.data(), row + h * d.D,
+                   row + d.KeyOffset(h), row + d.ValueOffset(h));
     }
   }
 }
 
-// Checks qkv (B, T, 3C) with C = n_head·D, `rows` (B, T, C) and `saved`.
+// Checks qkv (B, T, (H + 2·Hkv)·D), `rows` (B, T, H·D) and `saved`.
 Dims CheckShapes(const char* kernel, const Tensor& qkv, int64_t n_head,
-                 std::initializer_list<const Tensor*> rows,
+                 int64_t n_kv_head, std::initializer_list<const Tensor*> rows,
                  const Tensor& saved) {
-  TRELLIS_CHECK(qkv.ndim() == 3 && n_head > 0 && qkv.dim(2) % (3 * n_head) == 0)
+  TRELLIS_CHECK(n_head > 0 && n_kv_head > 0 && n_head % n_kv_head == 0)
+      << kernel << ": " << n_head << " query heads in groups over " << n_kv_head
+      << " key/value heads";
+  const int64_t parts = n_head + 2 * n_kv_head;
+  TRELLIS_CHECK(qkv.ndim() == 3 && qkv.dim(2) % parts == 0)
       << kernel << ": qkv " << ShapeString(qkv.shape()) << ", " << n_head
-      << " heads";
-  const Dims d{qkv.dim(0), qkv.dim(1), n_head, qkv.dim(2) / (3 * n_head)};
+      << " heads, " << n_kv_head << " kv heads";
+  const Dims d{qkv.dim(0), qkv.dim(1), n_head, qkv.dim(2) / parts, n_kv_head};
   const Shape row_shape{d.B, d.T, d.C()};
   for (const Tensor* r : rows) {
     TRELLIS_CHECK(r->shape() == row_shape)
@@ -185,14 +199,15 @@ Shape AttentionSavedShape(Device device, int64_t B, int64_t T, int64_t n_head) {
   return {B, n_head, T, T};
 }
 
-void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
-                      Tensor& saved, AttentionPath path) {
+void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                      Tensor& out, Tensor& saved, AttentionPath path) {
   const char* kernel = "AttentionForward";
-  TRELLIS_CUDA_DISPATCH(cuda::AttentionForward(qkv, n_head, out, saved, path),
-                        &qkv, &out, &saved);
+  TRELLIS_CUDA_DISPATCH(
+      cuda::AttentionForward(qkv, n_head, n_kv_head, out, saved, path), &qkv,
+      &out, &saved);
   RequireCpu(kernel, {&qkv, &out, &saved});
   RequireDType(kernel, qkv.dtype(), {&out, &saved});
-  const Dims d = CheckShapes(kernel, qkv, n_head, {&out}, saved);
+  const Dims d = CheckShapes(kernel, qkv, n_head, n_kv_head, {&out}, saved);
   DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     AttentionForwardCpu(d, qkv.data<T>(), out.data<T>(), saved.data<T>());
@@ -200,15 +215,16 @@ void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
 }
 
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                       const Tensor& saved, int64_t n_head, Tensor& dqkv,
-                       AttentionPath path) {
+                       const Tensor& saved, int64_t n_head, int64_t n_kv_head,
+                       Tensor& dqkv, AttentionPath path) {
   const char* kernel = "AttentionBackward";
-  TRELLIS_CUDA_DISPATCH(
-      cuda::AttentionBackward(dout, qkv, out, saved, n_head, dqkv, path), &dout,
-      &qkv, &out, &saved, &dqkv);
+  TRELLIS_CUDA_DISPATCH(cuda::AttentionBackward(dout, qkv, out, saved, n_head,
+                                                n_kv_head, dqkv, path),
+                        &dout, &qkv, &out, &saved, &dqkv);
   RequireCpu(kernel, {&dout, &qkv, &out, &saved, &dqkv});
   RequireDType(kernel, qkv.dtype(), {&dout, &out, &saved, &dqkv});
-  const Dims d = CheckShapes(kernel, qkv, n_head, {&dout, &out}, saved);
+  const Dims d =
+      CheckShapes(kernel, qkv, n_head, n_kv_head, {&dout, &out}, saved);
   TRELLIS_CHECK(dqkv.shape() == qkv.shape())
       << kernel << ": dqkv " << ShapeString(dqkv.shape()) << ", qkv "
       << ShapeString(qkv.shape());
@@ -217,6 +233,17 @@ void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
     AttentionBackwardCpu(d, dout.data<T>(), qkv.data<T>(), saved.data<T>(),
                          dqkv.data<T>());
   });
+}
+
+void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
+                      Tensor& saved, AttentionPath path) {
+  AttentionForward(qkv, n_head, n_head, out, saved, path);
+}
+
+void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                       const Tensor& saved, int64_t n_head, Tensor& dqkv,
+                       AttentionPath path) {
+  AttentionBackward(dout, qkv, out, saved, n_head, n_head, dqkv, path);
 }
 
 }  // namespace trellis

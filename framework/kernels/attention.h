@@ -1,8 +1,13 @@
-// Causal multi-head self-attention, scale 1/sqrt(D).
+// Causal multi-head self-attention, scale 1/sqrt(D), with grouped-query
+// attention (GQA): Hkv key/value heads, each shared by H / Hkv query heads.
 //
-// qkv (B, T, 3·H·D) holds, per token, [Q | K | V], each H heads of D channels
-// (head h at columns h·D of its third), as c_attn of GPT-2 produces it; H is
-// the number of heads on this rank. out (B, T, H·D), heads side by side.
+// qkv (B, T, (H + 2·Hkv)·D) holds, per token, [H q heads | Hkv k heads |
+// Hkv v heads] of D channels each; query head h reads key/value head
+// h / (H / Hkv). H and Hkv are the heads on this rank. With Hkv = H (the
+// overloads without n_kv_head) this is [Q | K | V], each H heads, as c_attn
+// of GPT-2 produces it, and the results are those of the multi-head kernels
+// bit for bit. out (B, T, H·D), heads side by side.
+// REQUIRES: n_kv_head > 0 and n_head % n_kv_head == 0.
 // `saved` is what backward needs, its shape from AttentionSavedShape: on CPU
 // the softmax probabilities (B, H, T, T); on CUDA the row log-sum-exps
 // (B, H, T), so that no T×T matrix is stored.
@@ -21,10 +26,21 @@ namespace trellis {
 
 Shape AttentionSavedShape(Device device, int64_t B, int64_t T, int64_t n_head);
 
+// saved: AttentionSavedShape(device, B, T, n_head), per query head.
+void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                      Tensor& out, Tensor& saved,
+                      AttentionPath path = kDefaultAttentionPath);
+// dqkv += dL/dqkv. `out` is the forward output (CUDA backward needs it). A
+// key/value head's dK and dV are summed over the query heads of its group.
+void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                       const Tensor& saved, int64_t n_head, int64_t n_kv_head,
+                       Tensor& dqkv,
+                       AttentionPath path = kDefaultAttentionPath);
+
+// Multi-head attention: n_kv_head = n_head.
 void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,
                       Tensor& saved,
                       AttentionPath path = kDefaultAttentionPath);
-// dqkv += dL/dqkv. `out` is the forward output (CUDA backward needs it).
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                        const Tensor& saved, int64_t n_head, Tensor& dqkv,
                        AttentionPath path = kDefaultAttentionPath);

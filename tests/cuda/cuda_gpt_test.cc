@@ -16,14 +16,15 @@
 #include "tests/cuda/cuda_test_util.h"
 #include "transformer/gpt_chunk.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
 
 constexpr int64_t kBatch = 2;
 
-GptConfig Config() {
-  GptConfig c;
+ModelConfig Config() {
+  ModelConfig c;
   c.n_layer = 2;
   c.n_head = 2;
   c.d_model = 64;
@@ -32,7 +33,7 @@ GptConfig Config() {
   return c;
 }
 
-Tensor Tokens(const GptConfig& c, uint64_t stream) {
+Tensor Tokens(const ModelConfig& c, uint64_t stream) {
   Tensor x = Tensor::Empty({kBatch, c.seq_len}, DType::kI32);
   for (int64_t i = 0; i < x.numel(); ++i) {
     x.data<int32_t>()[i] =
@@ -48,10 +49,10 @@ struct PassResult {
 };
 
 PassResult RunModel(Device device, int passes) {
-  const GptConfig config = Config();
+  const ModelConfig config = Config();
   const ChunkPlan plan{0, config.n_layer, true, true};
   ParameterSet params;
-  AddGptParameters(config, plan, TpPlace{}, /*seed=*/1234, device, DType::kF32,
+  AddModelParameters(config, plan, TpPlace{}, /*seed=*/1234, device, DType::kF32,
                    params);
   SelfCommunicator tp("tp");
   // 128 rows in head chunks of 48, 48 and 32.

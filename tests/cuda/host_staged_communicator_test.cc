@@ -125,6 +125,43 @@ TEST_P(HostStagedTest, BatchSendRecvExchanges) {
   EXPECT_EQ(comm_->mpi().stats().Calls(CommOp::kRecv), 1);
 }
 
+// Async reduce-scatter and all-gather, in place and not, started together
+// and waited on out of order; their halves add up to one all-reduce.
+TEST_P(HostStagedTest, AsyncScatterAndGather) {
+  const float r = static_cast<float>(rank_);
+  // Sum over ranks of (k + 1)(1 + r) for element k: 3(k + 1).
+  const Tensor input = Make({1 + r, 2 + 2 * r, 3 + 3 * r, 4 + 4 * r});
+  Tensor block = Make({0, 0});
+  Tensor whole = Make({1 + r, 2 + 2 * r, 3 + 3 * r, 4 + 4 * r});
+  Tensor own = whole.Narrow(2 * rank_, 2);
+  auto scatter = comm_->ReduceScatterAsync(input, block, ReduceOp::kAvg);
+  auto scatter_in_place = comm_->ReduceScatterAsync(whole, own, ReduceOp::kSum);
+  scatter_in_place->Wait();
+  scatter->Wait();
+  const float b = static_cast<float>(2 * rank_);
+  EXPECT_EQ(Read(block), (std::vector<float>{1.5f * (b + 1), 1.5f * (b + 2)}));
+  EXPECT_EQ(Read(own), (std::vector<float>{3 * (b + 1), 3 * (b + 2)}));
+  EXPECT_EQ(block.device(), device_);
+
+  Tensor gathered = Make({-1, -1, -1, -1});
+  auto gather = comm_->AllGatherAsync(own, gathered);
+  auto gather_in_place = comm_->AllGatherAsync(own, whole);
+  gather->Wait();
+  gather_in_place->Wait();
+  EXPECT_EQ(Read(gathered), (std::vector<float>{3, 6, 9, 12}));
+  EXPECT_EQ(Read(whole), (std::vector<float>{3, 6, 9, 12}));
+
+  Tensor reduced = Make({1 + r, 2 + 2 * r, 3 + 3 * r, 4 + 4 * r});
+  comm_->AllReduce(reduced, ReduceOp::kSum);
+  EXPECT_EQ(Read(reduced), Read(whole));
+  const CommStats& stats = comm_->stats();
+  EXPECT_EQ(stats.Calls(CommOp::kReduceScatter), 2);
+  EXPECT_EQ(stats.Calls(CommOp::kAllGather), 2);
+  EXPECT_EQ(stats.WireBytes(CommOp::kReduceScatter), 2 * 8);
+  EXPECT_EQ(stats.WireBytes(CommOp::kAllGather), 2 * 8);
+  EXPECT_EQ(stats.WireBytes(CommOp::kAllReduce), 16);
+}
+
 INSTANTIATE_TEST_SUITE_P(Buffers, HostStagedTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Gpu" : "Cpu";

@@ -110,6 +110,45 @@ TEST_F(NcclCommunicatorTest, GatherScatterBroadcastAndBarrier) {
   EXPECT_EQ(stats.Calls(CommOp::kBarrier), 1);
 }
 
+TEST_F(NcclCommunicatorTest, AsyncScatterAndGatherAreOrderedWithKernels) {
+  // Kernel, async collectives, wait, kernel: each sees the one before.
+  Tensor whole = Tensor::Empty({1 << 20}, DType::kF32, Gpu());
+  whole.Fill(3.0);
+  Scale(whole, 2.0);
+  Tensor block = Tensor::Zeros({1 << 20}, DType::kF32, Gpu());
+  auto scatter = world_->ReduceScatterAsync(whole, block, ReduceOp::kAvg);
+  auto in_place = world_->AllGatherAsync(whole, whole);
+  // Buffers that overlap without being in place (views of one buffer,
+  // shifted by half) go through a scratch block the request keeps alive.
+  Tensor base = Ramp(144, 1.0f);
+  const Tensor input = base.Narrow(0, 96);
+  Tensor shifted = base.Narrow(48, 96);
+  auto overlapping = world_->ReduceScatterAsync(input, shifted, ReduceOp::kSum);
+  Tensor gather_base = Ramp(144, 2.0f);
+  const Tensor gather_input = gather_base.Narrow(48, 96);
+  Tensor gather_output = gather_base.Narrow(0, 96);
+  auto gather = world_->AllGatherAsync(gather_input, gather_output);
+  gather->Wait();
+  overlapping->Wait();
+  scatter->Wait();
+  in_place->Wait();
+  Scale(block, 0.5);
+  const Tensor host = block.To(Device::Cpu());
+  for (int64_t i = 0; i < host.numel(); i += 4099) {
+    ASSERT_EQ(host.data<float>()[i], 3.0f) << i;
+  }
+  ExpectRamp(shifted, 1.0f);  // what the input held, element by element
+  const Tensor gathered = cuda_test::ToHost(gather_output);
+  for (int64_t i = 0; i < 96; ++i) {
+    ASSERT_EQ(gathered.data<float>()[i], RampAt(48 + i, 2.0f)) << i;
+  }
+  const CommStats& stats = world_->stats();
+  EXPECT_EQ(stats.Calls(CommOp::kReduceScatter), 2);
+  EXPECT_EQ(stats.Calls(CommOp::kAllGather), 2);
+  EXPECT_EQ(stats.Bytes(CommOp::kReduceScatter), (1 << 20) * 4 + 96 * 4);
+  EXPECT_EQ(stats.WireBytes(CommOp::kAllGather), 0);  // a group of one
+}
+
 TEST_F(NcclCommunicatorTest, SplitMakesGroupsAndSkipsNoColor) {
   std::unique_ptr<NcclCommunicator> tp = world_->Split("tp", 0, 0);
   ASSERT_NE(tp, nullptr);

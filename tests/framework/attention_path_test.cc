@@ -18,6 +18,7 @@ namespace trellis {
 namespace {
 
 using cudnn_attention::ElementAt;
+using cudnn_attention::GroupedQkvView;
 using cudnn_attention::PackedQkvView;
 using cudnn_attention::QkvPart;
 using cudnn_attention::RowsView;
@@ -75,6 +76,40 @@ TEST(AttentionCudnnLayoutTest, QkvViewsAddressThePackedColumns) {
         }
       }
     }
+  }
+}
+
+// Grouped-query qkv rows [H q | Hkv k | Hkv v] heads: K and V have Hkv
+// heads, and head g of each is where the CPU kernel reads key/value head g.
+TEST(AttentionCudnnLayoutTest, GroupedQkvViewsAddressTheirHeads) {
+  constexpr int64_t Hkv = 2, W = (H + 2 * Hkv) * D;
+  const View q = GroupedQkvView(B, T, H, Hkv, D, QkvPart::kQ);
+  const View k = GroupedQkvView(B, T, H, Hkv, D, QkvPart::kK);
+  const View v = GroupedQkvView(B, T, H, Hkv, D, QkvPart::kV);
+  EXPECT_EQ(q.dims, (std::array<int64_t, 4>{B, H, T, D}));
+  EXPECT_EQ(k.dims, (std::array<int64_t, 4>{B, Hkv, T, D}));
+  EXPECT_EQ(v.dims, (std::array<int64_t, 4>{B, Hkv, T, D}));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t row = (b * T + t) * W;
+      for (int64_t d = 0; d < D; ++d) {
+        for (int64_t h = 0; h < H; ++h) {
+          ASSERT_EQ(ElementAt(q, b, h, t, d), row + h * D + d);
+        }
+        for (int64_t g = 0; g < Hkv; ++g) {
+          ASSERT_EQ(ElementAt(k, b, g, t, d), row + H * D + g * D + d);
+          ASSERT_EQ(ElementAt(v, b, g, t, d), row + (H + Hkv) * D + g * D + d);
+        }
+      }
+    }
+  }
+  // With Hkv = H, the packed multi-head views.
+  for (QkvPart part : {QkvPart::kQ, QkvPart::kK, QkvPart::kV}) {
+    const View a = GroupedQkvView(B, T, H, H, D, part);
+    const View p = PackedQkvView(B, T, H, D, part);
+    EXPECT_EQ(a.dims, p.dims);
+    EXPECT_EQ(a.strides, p.strides);
+    EXPECT_EQ(a.offset, p.offset);
   }
 }
 

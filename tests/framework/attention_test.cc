@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "tests/framework/kernel_test_util.h"
@@ -160,6 +162,141 @@ TEST(AttentionDeathTest, ChecksShapes) {
   EXPECT_DEATH(AttentionForward(qkv, d.H, out, saved), "saved");
   Tensor saved_ok = Tensor::Empty({d.B, d.H, d.T, d.T}, DType::kF64);
   EXPECT_DEATH(AttentionForward(qkv, 4, out, saved_ok), "4 heads");
+}
+
+// ---- Grouped-query attention: Hkv key/value heads, H / Hkv query heads
+// each; qkv rows [H q heads | Hkv k heads | Hkv v heads] ----
+
+struct GqaDims {
+  int64_t B, T, H, Hkv, D;
+  int64_t Width() const { return (H + 2 * Hkv) * D; }
+  Dims Mha() const { return Dims{B, T, H, D}; }
+};
+
+// The multi-head qkv (B, T, 3·H·D) whose K and V heads repeat each
+// key/value head of `gqa` for every query head of its group.
+Tensor RepeatKv(const Tensor& gqa, const GqaDims& g) {
+  const int64_t C = g.H * g.D, group = g.H / g.Hkv;
+  Tensor mha = Tensor::Empty({g.B, g.T, 3 * C}, gqa.dtype());
+  for (int64_t r = 0; r < g.B * g.T; ++r) {
+    for (int64_t c = 0; c < C; ++c) {  // Q as is
+      Set(mha, r * 3 * C + c, Get(gqa, r * g.Width() + c));
+    }
+    for (int64_t h = 0; h < g.H; ++h) {
+      const int64_t kv = h / group;
+      for (int64_t i = 0; i < g.D; ++i) {
+        const int64_t src = r * g.Width() + C + kv * g.D + i;
+        Set(mha, r * 3 * C + C + h * g.D + i, Get(gqa, src));
+        Set(mha, r * 3 * C + 2 * C + h * g.D + i, Get(gqa, src + g.Hkv * g.D));
+      }
+    }
+  }
+  return mha;
+}
+
+// The gradient of the grouped qkv from that of the repeated one: dQ as is,
+// a key/value head's dK, dV summed over its group.
+Tensor SumKvGradients(const Tensor& dmha, const GqaDims& g) {
+  const int64_t C = g.H * g.D, group = g.H / g.Hkv;
+  Tensor out = Tensor::Zeros({g.B, g.T, g.Width()}, DType::kF64);
+  for (int64_t r = 0; r < g.B * g.T; ++r) {
+    for (int64_t c = 0; c < C; ++c) {
+      Set(out, r * g.Width() + c, Get(dmha, r * 3 * C + c));
+    }
+    for (int64_t h = 0; h < g.H; ++h) {
+      for (int64_t i = 0; i < g.D; ++i) {
+        const int64_t dst = r * g.Width() + C + h / group * g.D + i;
+        Set(out, dst, Get(out, dst) + Get(dmha, r * 3 * C + C + h * g.D + i));
+        const int64_t vdst = dst + g.Hkv * g.D;
+        Set(out, vdst,
+            Get(out, vdst) + Get(dmha, r * 3 * C + 2 * C + h * g.D + i));
+      }
+    }
+  }
+  return out;
+}
+
+Forward RunGqa(const Tensor& qkv, const GqaDims& g) {
+  Forward f{Tensor::Empty({g.B, g.T, g.H * g.D}, qkv.dtype()),
+            Tensor::Empty(AttentionSavedShape(Device::Cpu(), g.B, g.T, g.H),
+                          qkv.dtype())};
+  AttentionForward(qkv, g.H, g.Hkv, f.out, f.saved);
+  return f;
+}
+
+class GqaTest : public ::testing::TestWithParam<GqaDims> {};
+
+TEST_P(GqaTest, ForwardEqualsMhaOnRepeatedKv) {
+  const GqaDims g = GetParam();
+  const Tensor qkv = Random({g.B, g.T, g.Width()}, 1, DType::kF64, -2, 2);
+  const Forward gqa = RunGqa(qkv, g);
+  const Forward mha = RunAttention(RepeatKv(qkv, g), g.Mha());
+  EXPECT_LT(RelError(gqa.out, mha.out), 1e-14);
+  EXPECT_LT(RelError(gqa.saved, mha.saved), 1e-14);
+}
+
+TEST_P(GqaTest, BackwardEqualsSummedMhaGradients) {
+  const GqaDims g = GetParam();
+  const Tensor qkv = Random({g.B, g.T, g.Width()}, 1, DType::kF64, -2, 2);
+  const Tensor dout = Random({g.B, g.T, g.H * g.D}, 2);
+  const Forward gqa = RunGqa(qkv, g);
+  Tensor dqkv = Tensor::Zeros(qkv.shape(), DType::kF64);
+  AttentionBackward(dout, qkv, gqa.out, gqa.saved, g.H, g.Hkv, dqkv);
+
+  const Tensor mha_qkv = RepeatKv(qkv, g);
+  const Forward mha = RunAttention(mha_qkv, g.Mha());
+  Tensor dmha = Tensor::Zeros(mha_qkv.shape(), DType::kF64);
+  AttentionBackward(dout, mha_qkv, mha.out, mha.saved, g.H, dmha);
+  EXPECT_LT(RelError(dqkv, SumKvGradients(dmha, g)), 1e-13);
+
+  // Accumulates: a second call adds the same again.
+  const Tensor once = dqkv.Clone();
+  AttentionBackward(dout, qkv, gqa.out, gqa.saved, g.H, g.Hkv, dqkv);
+  EXPECT_LT(RelError(dqkv, Scaled(once, 2)), 1e-15);
+}
+
+TEST_P(GqaTest, BackwardMatchesFiniteDifferences) {
+  GqaDims g = GetParam();
+  g.T = std::min<int64_t>(g.T, 6);  // finite differences cost T² per element
+  Tensor qkv = Random({g.B, g.T, g.Width()}, 1, DType::kF64, -1.5, 1.5);
+  const Tensor dout = Random({g.B, g.T, g.H * g.D}, 2);
+  const Forward f = RunGqa(qkv, g);
+  Tensor dqkv = Tensor::Zeros(qkv.shape(), DType::kF64);
+  AttentionBackward(dout, qkv, f.out, f.saved, g.H, g.Hkv, dqkv);
+  auto loss = [&] { return Dot(RunGqa(qkv, g).out, dout); };
+  EXPECT_LT(RelError(dqkv, NumericGradient(loss, qkv)), 1e-7);
+}
+
+// Groups of 2 and 4 (and multi-query, Hkv = 1); T = 70 spans three of the
+// kernel's row blocks.
+INSTANTIATE_TEST_SUITE_P(Shapes, GqaTest,
+                         ::testing::Values(GqaDims{2, 5, 4, 2, 3},
+                                           GqaDims{1, 70, 4, 1, 4},
+                                           GqaDims{2, 37, 8, 2, 2}));
+
+// The overloads without n_kv_head are the n_kv_head = n_head call.
+TEST(AttentionTest, MhaOverloadsEqualEqualKvHeads) {
+  const Dims d{2, 40, 3, 4};
+  const Tensor qkv = Random({d.B, d.T, 3 * d.C()}, 1, DType::kF32);
+  const Tensor dout = Random({d.B, d.T, d.C()}, 2, DType::kF32);
+  const Forward a = RunAttention(qkv, d);
+  const Forward b = RunGqa(qkv, GqaDims{d.B, d.T, d.H, d.H, d.D});
+  ASSERT_EQ(std::memcmp(a.out.raw(), b.out.raw(), a.out.nbytes()), 0);
+  Tensor da = Tensor::Zeros(qkv.shape(), DType::kF32);
+  Tensor db = Tensor::Zeros(qkv.shape(), DType::kF32);
+  AttentionBackward(dout, qkv, a.out, a.saved, d.H, da);
+  AttentionBackward(dout, qkv, b.out, b.saved, d.H, d.H, db);
+  EXPECT_EQ(std::memcmp(da.raw(), db.raw(), da.nbytes()), 0);
+}
+
+TEST(AttentionDeathTest, ChecksGroups) {
+  const GqaDims g{1, 4, 3, 2, 2};  // 3 query heads do not split over 2
+  Tensor qkv = Random({g.B, g.T, g.Width()}, 1);
+  Tensor out = Tensor::Empty({g.B, g.T, g.H * g.D}, DType::kF64);
+  Tensor saved = Tensor::Empty({g.B, g.H, g.T, g.T}, DType::kF64);
+  EXPECT_DEATH(AttentionForward(qkv, g.H, g.Hkv, out, saved),
+               "3 query heads in groups over 2");
+  EXPECT_DEATH(AttentionForward(qkv, 4, 0, out, saved), "key/value heads");
 }
 
 }  // namespace

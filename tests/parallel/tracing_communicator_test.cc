@@ -34,11 +34,15 @@ class FakeCommunicator : public Communicator {
     calls.push_back(async ? "all_reduce_async" : "all_reduce");
     return std::make_unique<SlowRequest>(1000);
   }
-  void DoReduceScatter(const Tensor&, Tensor&, ReduceOp) override {
-    calls.push_back("reduce_scatter");
+  std::unique_ptr<Request> DoReduceScatter(const Tensor&, Tensor&, ReduceOp,
+                                           bool async) override {
+    calls.push_back(async ? "reduce_scatter_async" : "reduce_scatter");
+    return std::make_unique<SlowRequest>(1000);
   }
-  void DoAllGather(const Tensor&, Tensor&) override {
-    calls.push_back("all_gather");
+  std::unique_ptr<Request> DoAllGather(const Tensor&, Tensor&,
+                                       bool async) override {
+    calls.push_back(async ? "all_gather_async" : "all_gather");
+    return std::make_unique<SlowRequest>(1000);
   }
   void DoBroadcast(Tensor&, int) override { calls.push_back("broadcast"); }
   std::unique_ptr<Request> DoSend(const Tensor&, int, int tag) override {
@@ -104,6 +108,39 @@ TEST(TracingCommunicatorTest, RecordsBlockingCallsAndWaits) {
   EXPECT_EQ(recorder.spans()[0].args, (TraceArgs{{"bytes", 16}}));
   EXPECT_EQ(recorder.spans()[2].args,
             (TraceArgs{{"bytes", 16}, {"peer", 1}, {"tag", 9}}));
+}
+
+TEST(TracingCommunicatorTest, RecordsAsyncGatherAndScatterAtTheirWaits) {
+  FakeCommunicator inner;
+  TraceRecorder recorder(0);
+  recorder.set_active(true);
+  TracingCommunicator traced(inner, recorder, 2);
+  Tensor block = Tensor::Zeros({4}, DType::kF32);
+  Tensor full = Tensor::Zeros({8}, DType::kF32);
+  std::unique_ptr<Request> scatter =
+      traced.ReduceScatterAsync(full, block, ReduceOp::kSum);
+  std::unique_ptr<Request> gather = traced.AllGatherAsync(block, full);
+  EXPECT_TRUE(recorder.spans().empty());  // posting is not a span
+  gather->Wait();
+  scatter->Wait();
+  EXPECT_EQ(inner.calls, (std::vector<std::string>{"reduce_scatter_async",
+                                                   "all_gather_async"}));
+  ASSERT_EQ(recorder.spans().size(), 2u);
+  EXPECT_EQ(recorder.spans()[0].name, "wait all_gather");
+  EXPECT_EQ(recorder.spans()[1].name, "wait reduce_scatter");
+  for (const TraceSpan& s : recorder.spans()) {
+    EXPECT_EQ(s.args, (TraceArgs{{"bytes", 32}}));
+    EXPECT_GE(s.duration_us, 1000.0);
+  }
+  // Counted by both, payload and wire bytes (a group of 2 sends half).
+  for (const Communicator* c : {static_cast<Communicator*>(&inner),
+                                static_cast<Communicator*>(&traced)}) {
+    EXPECT_EQ(c->stats().Calls(CommOp::kReduceScatter), 1);
+    EXPECT_EQ(c->stats().Calls(CommOp::kAllGather), 1);
+    EXPECT_EQ(c->stats().Bytes(CommOp::kAllGather), 32);
+    EXPECT_EQ(c->stats().WireBytes(CommOp::kReduceScatter), 16);
+    EXPECT_EQ(c->stats().WireBytes(CommOp::kAllGather), 16);
+  }
 }
 
 TEST(TracingCommunicatorTest, NumbersReceivesPerTagForTheNamer) {

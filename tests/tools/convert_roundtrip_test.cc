@@ -24,6 +24,7 @@
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/optimizer.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -363,11 +364,11 @@ TEST(LlmcConvertTest, TransposesWeightsAndDropsPadding) {
 }
 
 TEST(ConvertTest, LogicalTensorsAreTheModelsParameters) {
-  GptConfig config;
+  ModelConfig config;
   config.n_layer = 3;
   config.d_model = 16;
   ParameterSet params;
-  AddGptParameters(config, ChunkPlan{0, 3, true, true}, TpPlace{}, 1,
+  AddModelParameters(config, ChunkPlan{0, 3, true, true}, TpPlace{}, 1,
                    Device::Cpu(), DType::kF32, params);
   const std::vector<LogicalTensor> logical = GptLogicalTensors(config);
   ASSERT_EQ(logical.size(), params.all().size());
@@ -379,9 +380,9 @@ TEST(ConvertTest, LogicalTensorsAreTheModelsParameters) {
 
 // A training checkpoint of a tiny model with optimizer state: moments are
 // m = value/2 and v = value², step 7.
-std::string SaveTrained(const std::string& save_dir, const GptConfig& config) {
+std::string SaveTrained(const std::string& save_dir, const ModelConfig& config) {
   ParameterSet params;
-  AddGptParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
+  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
                    5, Device::Cpu(), DType::kF32, params);
   Optimizer optimizer(OptimizerConfig{}, params);
   for (size_t i = 0; i < params.all().size(); ++i) {
@@ -402,8 +403,8 @@ std::string SaveTrained(const std::string& save_dir, const GptConfig& config) {
   return save_dir + "/step_00000007";
 }
 
-GptConfig TinyConfig() {
-  GptConfig config;
+ModelConfig TinyConfig() {
+  ModelConfig config;
   config.n_layer = 2;
   config.n_head = 2;
   config.d_model = 8;
@@ -457,7 +458,7 @@ TEST(TrellisConvertTest, ChangesDtypeAndKeepsOrDropsTheOptimizer) {
 
 TEST(TrellisConvertTest, ShardsHoldEachRanksTensorsAsTheTrainerCutsThem) {
   const std::string dir = Scratch();
-  const GptConfig config = TinyConfig();
+  const ModelConfig config = TinyConfig();
   const std::string original = SaveTrained(dir + "/a", config);
   ConvertOptions o;
   o.input = original;
@@ -474,7 +475,7 @@ TEST(TrellisConvertTest, ShardsHoldEachRanksTensorsAsTheTrainerCutsThem) {
       ASSERT_TRUE(f.ok()) << f.status();
       EXPECT_EQ(*f->ReadInt64Attribute("tp_rank"), t);
       ParameterSet params;
-      AddGptParameters(config, ChunkPlan{p, 1, p == 0, p == 1}, TpPlace{2, t},
+      AddModelParameters(config, ChunkPlan{p, 1, p == 0, p == 1}, TpPlace{2, t},
                        0, Device::Cpu(), DType::kF32, params);
       absl::StatusOr<std::vector<std::string>> members = f->ListMembers();
       ASSERT_TRUE(members.ok());

@@ -72,6 +72,7 @@ TrainOptions Unusual() {
   o.virtual_stages = 2;
   o.pp_layers = {3, 4};
   o.dp_bucket_mb = 0.75;
+  o.zero = 1;
   o.device = DeviceType::kCUDA;
   o.precision = Precision::kBf16;
   o.recompute = Recompute::kSelective;
@@ -96,10 +97,12 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
   std::string line_a, line_b;
   int lines = 0;
   while (std::getline(a, line_a) && std::getline(b, line_b)) {
-    EXPECT_NE(line_a, line_b) << "an option kept its default";
     ++lines;
+    // gpt2 is the one family so far: --family has no other value to take.
+    if (line_a == "--family=gpt2") continue;
+    EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 48);  // 4 model + 28 run + 16 layout and device options
+  EXPECT_EQ(lines, 50);  // 5 model + 28 run + 17 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -1,5 +1,5 @@
 // Every step reports its model FLOP rate and MFU: the model's FLOPs per
-// token (GptConfig::TrainingFlopsPerToken) times the step's tokens over the
+// token (ModelConfig::TrainingFlopsPerToken) times the step's tokens over the
 // step's time, against --peak_tflops per rank, or on the CPU a GEMM
 // measured at start; and the GPU peak table names the boards it knows.
 #include <gtest/gtest.h>

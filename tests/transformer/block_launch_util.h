@@ -12,13 +12,14 @@
 #include "parallel/communicator.h"
 #include "transformer/block.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace block_launch {
 
 // GPT-2 small's block (12 heads of 64, d_model 768) on short sequences.
-inline GptConfig Gpt2BlockConfig() {
-  GptConfig c;
+inline ModelConfig Gpt2BlockConfig() {
+  ModelConfig c;
   c.n_layer = 1;
   c.n_head = 12;
   c.d_model = 768;
@@ -32,9 +33,9 @@ inline GptConfig Gpt2BlockConfig() {
 // (cuBLASLt plans, scratch counters) is not counted.
 inline int64_t CountBlockBackward(Device device, DType dtype,
                                   BlockOptions options, int64_t batch = 2) {
-  const GptConfig config = Gpt2BlockConfig();
+  const ModelConfig config = Gpt2BlockConfig();
   ParameterSet params;
-  AddGptParameters(config, ChunkPlan{0, 1, true, true}, TpPlace{}, 7, device,
+  AddModelParameters(config, ChunkPlan{0, 1, true, true}, TpPlace{}, 7, device,
                    dtype, params);
   const Block block(config, 0, TpPlace{}, params, options);
   SelfCommunicator tp("tp");

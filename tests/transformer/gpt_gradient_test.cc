@@ -13,12 +13,13 @@
 #include "parallel/communicator.h"
 #include "transformer/gpt_chunk.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
 
-GptConfig SmallConfig() {
-  GptConfig c;
+ModelConfig SmallConfig() {
+  ModelConfig c;
   c.n_layer = 2;
   c.n_head = 2;
   c.d_model = 8;
@@ -56,7 +57,7 @@ const Mode kModes[] = {
 class GptGradientTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
-    AddGptParameters(config_, plan_, TpPlace{}, /*seed=*/1234, Device::Cpu(),
+    AddModelParameters(config_, plan_, TpPlace{}, /*seed=*/1234, Device::Cpu(),
                      DType::kF64, params_);
     chunk_ = std::make_unique<GptChunk>(config_, plan_, TpPlace{}, tp_, params_,
                                         kBatch, Device::Cpu(), DType::kF64,
@@ -81,7 +82,7 @@ class GptGradientTest : public ::testing::TestWithParam<Mode> {
   static constexpr int64_t kBatch = 2;
   // N = kBatch · seq_len = 10 rows: head chunks of 3, 3, 3 and 1.
   static constexpr int64_t kHeadRows = 3;
-  GptConfig config_ = SmallConfig();
+  ModelConfig config_ = SmallConfig();
   ChunkPlan plan_{0, 2, true, true};
   SelfCommunicator tp_{"tp"};
   ParameterSet params_;
@@ -125,9 +126,9 @@ TEST_P(GptGradientTest, InitializationIsAFunctionOfNameAndIndexOnly) {
   // Rebuilding the parameters gives bit-identical values, and a different
   // seed gives different ones.
   ParameterSet again, other;
-  AddGptParameters(config_, plan_, TpPlace{}, 1234, Device::Cpu(), DType::kF64,
+  AddModelParameters(config_, plan_, TpPlace{}, 1234, Device::Cpu(), DType::kF64,
                    again);
-  AddGptParameters(config_, plan_, TpPlace{}, 99, Device::Cpu(), DType::kF64,
+  AddModelParameters(config_, plan_, TpPlace{}, 99, Device::Cpu(), DType::kF64,
                    other);
   for (Parameter* p : params_.all()) {
     EXPECT_EQ(MaxRelativeDifference(p->value, again.Find(p->name)->value), 0.0)
@@ -358,10 +359,10 @@ TEST_P(GptGradientTest, LastChunkStateDoesNotGrowWithTheVocabulary) {
   // The head keeps no logits per microbatch: only its workspace, one head
   // chunk of logits, grows with the vocabulary.
   auto sizes = [&](int64_t vocab) {
-    GptConfig config = config_;
+    ModelConfig config = config_;
     config.vocab_size = vocab;
     ParameterSet params;
-    AddGptParameters(config, plan_, TpPlace{}, 1234, Device::Cpu(), DType::kF64,
+    AddModelParameters(config, plan_, TpPlace{}, 1234, Device::Cpu(), DType::kF64,
                      params);
     const GptChunk chunk(config, plan_, TpPlace{}, tp_, params, kBatch,
                          Device::Cpu(), DType::kF64, Options(kHeadRows));

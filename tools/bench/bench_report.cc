@@ -172,7 +172,7 @@ nlohmann::json SummaryJson(const BenchRun& run) {
                        {"ms", k.ms},
                        {"share", kernel_ms > 0 ? k.ms / kernel_ms : 0.0}});
   }
-  const GptConfig& m = run.model;
+  const ModelConfig& m = run.model;
   nlohmann::json j = {
       {"device", run.device},
       {"device_name", run.device_name},

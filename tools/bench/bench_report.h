@@ -1,7 +1,7 @@
 // trellis-bench's figures: per timed step and over the run (median step),
 // as text lines and as one JSON object.
 //
-// Model FLOPs per token are GptConfig::TrainingFlopsPerToken():
+// Model FLOPs per token are ModelConfig::TrainingFlopsPerToken():
 // 6·N + 6·L·C·T, N the parameters (tied embedding once, so the LM head's
 // GEMM counts), L layers, C the width, T the sequence length; 6·L·C·T is
 // the attention score and value products, forward and backward, counted
@@ -36,7 +36,7 @@ struct BenchRun {
   std::string device;  // "cpu" or "cuda"
   std::string device_name;
   std::string precision, recompute, attention, preset;
-  GptConfig model;
+  ModelConfig model;
   int64_t micro_batch_size = 0, global_batch_size = 0, warmup = 0;
   GemmRate gemm;
   double peak_tflops = 0;  // 0: unknown (no MFU)

@@ -68,7 +68,7 @@ absl::StatusOr<Input> ReadHf(const ConvertOptions& o, ProgressBar& bar) {
     file = dir;
     dir = dir.parent_path();
   }
-  TRELLIS_ASSIGN_OR_RETURN(GptConfig config,
+  TRELLIS_ASSIGN_OR_RETURN(ModelConfig config,
                            ReadHfConfig((dir / "config.json").string()));
   TRELLIS_ASSIGN_OR_RETURN(SafetensorsReader reader,
                            SafetensorsReader::Open(file.string()));

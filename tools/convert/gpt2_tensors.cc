@@ -188,7 +188,7 @@ absl::Status CheckHfSemantics(const nlohmann::json& j, const std::string& path,
 
 }  // namespace
 
-std::vector<LogicalTensor> GptLogicalTensors(const GptConfig& config) {
+std::vector<LogicalTensor> GptLogicalTensors(const ModelConfig& config) {
   const int64_t c = config.d_model;
   std::vector<LogicalTensor> t = {{"wte", {config.vocab_size, c}},
                                   {"wpe", {config.seq_len, c}}};
@@ -222,7 +222,7 @@ std::string HfName(const std::string& logical) {
   return logical;
 }
 
-absl::StatusOr<GptConfig> ReadHfConfig(const std::string& path) {
+absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
     return absl::NotFoundError(
@@ -235,7 +235,7 @@ absl::StatusOr<GptConfig> ReadHfConfig(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a JSON object"));
   }
-  GptConfig config;
+  ModelConfig config;
   TRELLIS_ASSIGN_OR_RETURN(config.n_layer, ConfigInt(j, path, {"n_layer"}));
   TRELLIS_ASSIGN_OR_RETURN(config.n_head, ConfigInt(j, path, {"n_head"}));
   TRELLIS_ASSIGN_OR_RETURN(config.d_model, ConfigInt(j, path, {"n_embd"}));
@@ -252,7 +252,7 @@ absl::StatusOr<GptConfig> ReadHfConfig(const std::string& path) {
   return config;
 }
 
-std::string HfConfigJson(const GptConfig& config, DType dtype,
+std::string HfConfigJson(const ModelConfig& config, DType dtype,
                          const std::string& tokenizer) {
   const char* torch_dtype = dtype == DType::kBF16  ? "bfloat16"
                             : dtype == DType::kF16 ? "float16"
@@ -280,7 +280,7 @@ std::string HfConfigJson(const GptConfig& config, DType dtype,
 }
 
 absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
-                                       const GptConfig& config,
+                                       const ModelConfig& config,
                                        const ProgressFn& progress) {
   std::string prefix;
   for (const SafetensorsEntry& e : file.tensors()) {
@@ -409,7 +409,7 @@ absl::StatusOr<std::pair<LlmcHeader, std::vector<Tensor>>> LlmcFor(
         "not ",
         DTypeName(dtype), "; pass --dtype=float32 or bfloat16"));
   }
-  const GptConfig& g = model.config;
+  const ModelConfig& g = model.config;
   LlmcHeader h;
   h.version = dtype == DType::kBF16 ? kLlmcVersionBf16 : kLlmcVersionF32;
   h.max_seq_len = g.seq_len;

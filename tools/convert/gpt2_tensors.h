@@ -49,11 +49,11 @@ struct LogicalTensor {
 
 // Every logical tensor of the model, in model order (wte, wpe, h.0.*, …,
 // ln_f.*).
-std::vector<LogicalTensor> GptLogicalTensors(const GptConfig& config);
+std::vector<LogicalTensor> GptLogicalTensors(const ModelConfig& config);
 
 // A model held whole: float32 CPU tensors in GptLogicalTensors order.
 struct WholeModel {
-  GptConfig config;
+  ModelConfig config;
   std::vector<std::pair<std::string, Tensor>> tensors;
   DType source_dtype = DType::kF32;  // What the input stored.
   // Facts about the input a conversion back may reproduce (prefix,
@@ -77,16 +77,16 @@ std::string HfName(const std::string& logical);
 // Reads config.json (n_layer, n_head, n_embd, n_positions or n_ctx,
 // vocab_size), refusing settings trellis's GPT-2 does not compute
 // (activation, LayerNorm epsilon, n_inner, untied embeddings).
-absl::StatusOr<GptConfig> ReadHfConfig(const std::string& path);
+absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path);
 // The config.json of a model, as GPT2LMHeadModel's save_pretrained writes.
-std::string HfConfigJson(const GptConfig& config, DType dtype,
+std::string HfConfigJson(const ModelConfig& config, DType dtype,
                          const std::string& tokenizer);
 
 // Reads a safetensors file of the model `config` describes. Errors name the
 // file and the tensor (missing, wrong shape, wrong dtype, unknown tensor,
 // lm_head.weight that differs from wte).
 absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
-                                       const GptConfig& config,
+                                       const ModelConfig& config,
                                        const ProgressFn& progress);
 // The safetensors writer for `model` in `dtype` (kF32, kF16 or kBF16),
 // names prefixed by `prefix`, with lm_head.weight when `lm_head`.

@@ -7,28 +7,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "framework/hdf5.h"
+#include "tools/trainer/model_config_json.h"
 #include "tools/trainer/options.h"
 #include "tools/trainer/shard_io.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace fs = std::filesystem;
 namespace {
 
-nlohmann::json ModelJson(const GptConfig& c) {
-  return {{"n_layer", c.n_layer},
-          {"n_head", c.n_head},
-          {"d_model", c.d_model},
-          {"seq_len", c.seq_len},
-          {"vocab_size", c.vocab_size}};
-}
-
-absl::Status CheckLayout(const GptConfig& config, const ShardExport& e) {
-  if (e.tp < 1 || e.pp < 1 || config.n_head % e.tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tp=", e.tp, " must be ≥ 1 and divide n_head=", config.n_head,
-        "; --pp=", e.pp, " must be ≥ 1"));
+absl::Status CheckLayout(const ModelConfig& config, const ShardExport& e) {
+  if (e.tp < 1 || e.pp < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp=", e.tp, " and --pp=", e.pp, " must be ≥ 1"));
   }
+  TRELLIS_RETURN_IF_ERROR(FamilyOf(config).CheckTensorParallel(config, e.tp));
   const std::vector<int64_t> layers =
       StageLayers(config.n_layer, e.pp, e.pp_layers);
   const int64_t sum = std::accumulate(layers.begin(), layers.end(), int64_t{0});
@@ -73,7 +66,7 @@ absl::Status DescribeDataset(hdf5::File& file, const Parameter& p) {
 // Writes one rank's file: datasets and attributes through HDF5, then the
 // bytes; under a temporary name, renamed when complete.
 absl::Status WriteShardFile(const fs::path& path, const ParameterSet& params,
-                            const GptConfig& config, const ShardExport& e,
+                            const ModelConfig& config, const ShardExport& e,
                             int64_t t, int64_t p, const ChunkPlan& plan,
                             int64_t* bytes) {
   const std::string tmp = path.string() + ".tmp";
@@ -91,7 +84,7 @@ absl::Status WriteShardFile(const fs::path& path, const ParameterSet& params,
       TRELLIS_RETURN_IF_ERROR(file.WriteInt64Attribute(name, value));
     }
     TRELLIS_RETURN_IF_ERROR(
-        file.WriteStringAttribute("model", ModelJson(config).dump()));
+        file.WriteStringAttribute("model", ModelConfigToJson(config).dump()));
     for (const Parameter* param : params.all()) {
       TRELLIS_ASSIGN_OR_RETURN(
           TensorLocation loc,
@@ -124,7 +117,7 @@ absl::Status WriteShardFile(const fs::path& path, const ParameterSet& params,
 absl::Status ExportShards(const WholeModel& model, const ShardExport& e,
                           const ProgressFn& progress, int64_t* tensors,
                           int64_t* bytes) {
-  const GptConfig& config = model.config;
+  const ModelConfig& config = model.config;
   TRELLIS_RETURN_IF_ERROR(CheckLayout(config, e));
   std::error_code ec;
   fs::create_directories(e.dir, ec);
@@ -137,7 +130,7 @@ absl::Status ExportShards(const WholeModel& model, const ShardExport& e,
   nlohmann::json index = {{"tp", e.tp},
                           {"pp", e.pp},
                           {"dtype", DTypeName(e.dtype)},
-                          {"model", ModelJson(config)},
+                          {"model", ModelConfigToJson(config)},
                           {"files", nlohmann::json::array()}};
   int64_t first = 0;
   for (int64_t p = 0; p < e.pp; ++p) {
@@ -145,8 +138,8 @@ absl::Status ExportShards(const WholeModel& model, const ShardExport& e,
     first += layers[p];
     for (int64_t t = 0; t < e.tp; ++t) {
       ParameterSet params;
-      AddGptParameters(config, plan, TpPlace{e.tp, t}, /*seed=*/0,
-                       Device::Cpu(), DType::kF32, params);
+      AddModelParameters(config, plan, TpPlace{e.tp, t}, /*seed=*/0,
+                         Device::Cpu(), DType::kF32, params);
       Fill(model, params);
       const std::string name = absl::StrCat("shard_tp", t, "_pp", p, ".h5");
       TRELLIS_RETURN_IF_ERROR(WriteShardFile(fs::path(e.dir) / name, params,

@@ -13,8 +13,8 @@
 //                               first_layer, num_layers, model (JSON text)
 //   <dir>/shards.json           the layout and the list of files
 //
-// The cut is exactly the trainer's (AddGptParameters with the stage layers
-// of --pp/--pp_layers and one virtual stage).
+// The cut is exactly the trainer's (the model family's DeclareParameters
+// with the stage layers of --pp/--pp_layers and one virtual stage).
 //
 // Thread safety: pure function of its arguments and the files it writes.
 #ifndef TRELLIS_TOOLS_CONVERT_SHARD_EXPORT_H_

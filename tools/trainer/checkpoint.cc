@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "framework/hdf5.h"
+#include "tools/trainer/model_config_json.h"
 #include "tools/trainer/shard_io.h"
 
 namespace trellis {
@@ -161,12 +162,7 @@ nlohmann::json StateToJson(const TrainingState& s) {
   nlohmann::json j = {{"step", s.step},
                       {"samples_consumed", s.samples_consumed},
                       {"seed", s.seed},
-                      {"model",
-                       {{"n_layer", s.model.n_layer},
-                        {"n_head", s.model.n_head},
-                        {"d_model", s.model.d_model},
-                        {"seq_len", s.model.seq_len},
-                        {"vocab_size", s.model.vocab_size}}},
+                      {"model", ModelConfigToJson(s.model)},
                       {"tokenizer", s.tokenizer},
                       {"layout", {{"dp", s.dp}, {"tp", s.tp}, {"pp", s.pp}}},
                       {"flags", s.flags},
@@ -445,12 +441,12 @@ absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir) {
     s.step = j.at("step").get<int64_t>();
     s.samples_consumed = j.at("samples_consumed").get<int64_t>();
     s.seed = j.at("seed").get<uint64_t>();
-    const nlohmann::json& m = j.at("model");
-    s.model.n_layer = m.at("n_layer").get<int64_t>();
-    s.model.n_head = m.at("n_head").get<int64_t>();
-    s.model.d_model = m.at("d_model").get<int64_t>();
-    s.model.seq_len = m.at("seq_len").get<int64_t>();
-    s.model.vocab_size = m.at("vocab_size").get<int64_t>();
+    absl::StatusOr<ModelConfig> model = ModelConfigFromJson(j.at("model"));
+    if (!model.ok()) {
+      return absl::DataLossError(
+          absl::StrCat(path.string(), ": ", model.status().message()));
+    }
+    s.model = *model;
     s.tokenizer = j.value("tokenizer", "");
     const nlohmann::json& layout = j.at("layout");
     s.dp = layout.at("dp").get<int64_t>();

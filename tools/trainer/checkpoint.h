@@ -61,7 +61,7 @@ struct TrainingState {
   int64_t step = 0;              // Optimizer steps taken.
   int64_t samples_consumed = 0;  // Training windows drawn by the sampler.
   uint64_t seed = 0;
-  GptConfig model;
+  ModelConfig model;
   std::string tokenizer;
   int64_t dp = 1, tp = 1, pp = 1;  // The layout it was written with.
   std::string flags;               // The run's flags, for the record.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
+#include "framework/status.h"
 
 namespace trellis {
 
@@ -12,6 +13,16 @@ std::string Readable(size_t bytes) {
   if (b >= (1 << 30)) return absl::StrFormat("%.2f GiB", b / (1 << 30));
   if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
   return absl::StrFormat("%.1f KiB", b / (1 << 10));
+}
+
+MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp) {
+  TRELLIS_CHECK(zero == 0 || zero == 1) << "ZeRO level " << zero;
+  TRELLIS_CHECK_GE(dp, 1);
+  if (zero >= 1) {
+    const size_t ranks = static_cast<size_t>(dp);
+    plan.optimizer = (plan.optimizer + ranks - 1) / ranks;
+  }
+  return plan;
 }
 
 size_t ArenaCapacity(const MemoryPlan& plan, size_t available) {

@@ -5,6 +5,7 @@
 #define TRELLIS_TOOLS_TRAINER_MEMORY_PLAN_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -26,6 +27,13 @@ struct MemoryPlan {
   // "weights 474.2 MiB, gradients ...; total 9.31 GiB".
   std::string Format() const;
 };
+
+// `plan` (a replicated-optimizer plan) under ZeRO level `zero` over a dp
+// group of `dp`: level 1 keeps 1/dp of the AdamW moments (rounded up; the
+// buckets' padding, under dp elements each, is not counted). Weights and
+// gradients stay whole: the buckets carry the reduce-scatter and then the
+// all-gather of the updated weights. REQUIRES: zero is 0 or 1, dp ≥ 1.
+MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp);
 
 // The bytes of the arena a run reserves for `plan` when `available` bytes
 // are free: the plan plus headroom (1/32 of it, at least 8 MiB) for block

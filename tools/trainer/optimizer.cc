@@ -3,18 +3,34 @@
 #include <cmath>
 #include <vector>
 
-#include "framework/kernels/adamw.h"
 #include "framework/kernels/elementwise.h"
 
 namespace trellis {
-namespace {
-
-// float32 moments, or float64 for float64 parameters (tests).
 DType MomentType(const Parameter& p) {
   return p.weights().dtype() == DType::kF64 ? DType::kF64 : DType::kF32;
 }
 
-}  // namespace
+Optimizer::Optimizer(OptimizerConfig config, const ParameterSet& params,
+                     NoMoments)
+    : config_(config), params_(params) {}
+
+StepReport Optimizer::BeginStep(double grad_norm, AdamWHyper& hyper) {
+  StepReport report;
+  report.grad_norm = grad_norm;
+  report.lr = LearningRate(config_.schedule, step_);
+  double scale = 1.0;
+  if (config_.grad_clip > 0 && report.grad_norm > config_.grad_clip) {
+    scale = config_.grad_clip / (report.grad_norm + 1e-6);
+  }
+  ++step_;
+  hyper.lr = report.lr;
+  hyper.beta1 = config_.beta1;
+  hyper.beta2 = config_.beta2;
+  hyper.eps = config_.eps;
+  hyper.step = step_;
+  hyper.grad_scale = scale;
+  return report;
+}
 
 Optimizer::Optimizer(OptimizerConfig config, const ParameterSet& params)
     : config_(config), params_(params) {
@@ -41,26 +57,9 @@ double Optimizer::GlobalGradNorm(Communicator& tp, Communicator& pp) const {
   return std::sqrt(total.data<double>()[0]);
 }
 
-StepReport Optimizer::Step(Communicator& tp, Communicator& pp) {
-  return Apply(GlobalGradNorm(tp, pp));
-}
-
 StepReport Optimizer::Apply(double grad_norm) {
-  StepReport report;
-  report.grad_norm = grad_norm;
-  report.lr = LearningRate(config_.schedule, step_);
-  double scale = 1.0;
-  if (config_.grad_clip > 0 && report.grad_norm > config_.grad_clip) {
-    scale = config_.grad_clip / (report.grad_norm + 1e-6);
-  }
-  ++step_;
   AdamWHyper hyper;
-  hyper.lr = report.lr;
-  hyper.beta1 = config_.beta1;
-  hyper.beta2 = config_.beta2;
-  hyper.eps = config_.eps;
-  hyper.step = step_;
-  hyper.grad_scale = scale;
+  const StepReport report = BeginStep(grad_norm, hyper);
   // One multi-tensor step, which also rounds each float32 master into its
   // bfloat16 value (RefreshFromMaster's work).
   const std::vector<Parameter*>& all = params_.all();

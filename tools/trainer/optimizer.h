@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "framework/kernels/adamw.h"
 #include "framework/lr_schedule.h"
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
@@ -39,26 +40,55 @@ struct StepReport {
   double grad_norm = 0;  // Before clipping.
 };
 
+// Checkpoint I/O reads and writes whole per-parameter moments
+// (exp_avg(i), exp_avg_sq(i)); an optimizer that keeps them otherwise
+// (ShardedOptimizer, ZeRO) materializes them between BeginCheckpointIo and
+// EndCheckpointIo. Both are collective over the optimizer's groups.
+enum class CheckpointIo { kSave, kLoad };
+
 class Optimizer {
  public:
   Optimizer(OptimizerConfig config, const ParameterSet& params);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
 
   // sqrt of the sum of squares of every logical gradient element, reduced
   // over `tp` and `pp`.
-  double GlobalGradNorm(Communicator& tp, Communicator& pp) const;
+  virtual double GlobalGradNorm(Communicator& tp, Communicator& pp) const;
   // Clips, steps every parameter, advances the step count.
-  StepReport Step(Communicator& tp, Communicator& pp);
+  StepReport Step(Communicator& tp, Communicator& pp) {
+    return Apply(GlobalGradNorm(tp, pp));
+  }
   // Step's update for a norm already taken (GlobalGradNorm): the caller
   // may decide between the two not to update at all (StepGuard).
-  StepReport Apply(double grad_norm);
+  virtual StepReport Apply(double grad_norm);
 
   int64_t step() const { return step_; }
   // The learning rate the next update would use.
   double next_lr() const { return LearningRate(config_.schedule, step_); }
   void set_step(int64_t step) { step_ = step; }
-  // First and second moments of params.all()[i].
+  // First and second moments of params.all()[i], in the parameter's shape.
   Tensor& exp_avg(size_t i) { return m_[i]; }
   Tensor& exp_avg_sq(size_t i) { return v_[i]; }
+  // kSave: fills exp_avg/exp_avg_sq; kLoad: allocates them to be read into.
+  virtual void BeginCheckpointIo(CheckpointIo) {}
+  // kLoad: takes the moments read; both: releases what Begin made.
+  virtual void EndCheckpointIo(CheckpointIo) {}
+
+ protected:
+  // Without moments: a subclass keeps its own (m_, v_ stay empty until it
+  // fills them).
+  struct NoMoments {};
+  Optimizer(OptimizerConfig config, const ParameterSet& params, NoMoments);
+  // The learning rate and the clipping factor for a gradient norm; advances
+  // the step count and fills `hyper` (its grad_scale included).
+  StepReport BeginStep(double grad_norm, AdamWHyper& hyper);
+
+  const OptimizerConfig& config() const { return config_; }
+  const ParameterSet& params() const { return params_; }
+  std::vector<Tensor>& m() { return m_; }
+  std::vector<Tensor>& v() { return v_; }
 
  private:
   OptimizerConfig config_;
@@ -66,6 +96,9 @@ class Optimizer {
   std::vector<Tensor> m_, v_;
   int64_t step_ = 0;  // Steps taken.
 };
+
+// float32 moments, or float64 for float64 parameters (tests).
+DType MomentType(const Parameter& p);
 
 }  // namespace trellis
 

@@ -1,5 +1,5 @@
 // The command-line flags of TrainOptions, defined from the option lists
-// (TRELLIS_GPT_CONFIG_OPTIONS, TRELLIS_RUN_OPTIONS, TRELLIS_PARALLEL_OPTIONS)
+// (TRELLIS_MODEL_CONFIG_OPTIONS, TRELLIS_RUN_OPTIONS, TRELLIS_PARALLEL_OPTIONS)
 // so that each flag's name, type, default and help are stated once.
 //
 // Each function lives in its own translation unit with the flags it reads,

@@ -100,6 +100,14 @@ std::string AbslUnparseFlag(AttentionPath value) {
   return std::string(AttentionPathName(value));
 }
 
+bool AbslParseFlag(absl::string_view text, ModelFamilyKind* out,
+                   std::string* error) {
+  return Store(ParseModelFamily(std::string(text)), out, error);
+}
+std::string AbslUnparseFlag(ModelFamilyKind value) {
+  return ModelFamilyName(value);
+}
+
 bool AbslParseFlag(absl::string_view text, IntList* out, std::string* error) {
   IntList values;
   if (!text.empty()) {
@@ -139,6 +147,9 @@ std::ostream& operator<<(std::ostream& out, ScheduleKind value) {
 }
 std::ostream& operator<<(std::ostream& out, AttentionPath value) {
   return out << AttentionPathName(value);
+}
+std::ostream& operator<<(std::ostream& out, ModelFamilyKind value) {
+  return out << ModelFamilyName(value);
 }
 
 }  // namespace trellis

@@ -4,9 +4,10 @@
 // enum. AbslUnparseFlag gives the name back, so options print and store as
 // the flags that reproduce them.
 //
-// The names of schedules, recompute modes, GPU transports and attention
-// paths are their own layers' (ParseScheduleKind, ParseRecompute,
-// ParseDeviceTransport, ParseAttentionPath); the
+// The names of model families, schedules, recompute modes, GPU transports
+// and attention paths are their own layers' (ParseModelFamily,
+// ParseScheduleKind, ParseRecompute, ParseDeviceTransport,
+// ParseAttentionPath); the
 // device and precision names are defined here.
 #ifndef TRELLIS_TOOLS_TRAINER_OPTION_TYPES_H_
 #define TRELLIS_TOOLS_TRAINER_OPTION_TYPES_H_
@@ -22,7 +23,8 @@
 #include "framework/tensor.h"
 #include "parallel/device_groups.h"
 #include "parallel/schedule.h"
-#include "transformer/block.h"
+#include "transformer/chunk_options.h"
+#include "transformer/config.h"
 
 namespace trellis {
 
@@ -60,6 +62,9 @@ std::string AbslUnparseFlag(ScheduleKind value);
 bool AbslParseFlag(absl::string_view text, AttentionPath* out,
                    std::string* error);
 std::string AbslUnparseFlag(AttentionPath value);
+bool AbslParseFlag(absl::string_view text, ModelFamilyKind* out,
+                   std::string* error);
+std::string AbslUnparseFlag(ModelFamilyKind value);
 bool AbslParseFlag(absl::string_view text, IntList* out, std::string* error);
 std::string AbslUnparseFlag(const IntList& value);
 
@@ -70,6 +75,7 @@ std::ostream& operator<<(std::ostream& out, Recompute value);
 std::ostream& operator<<(std::ostream& out, DeviceTransport value);
 std::ostream& operator<<(std::ostream& out, ScheduleKind value);
 std::ostream& operator<<(std::ostream& out, AttentionPath value);
+std::ostream& operator<<(std::ostream& out, ModelFamilyKind value);
 
 }  // namespace trellis
 

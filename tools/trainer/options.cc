@@ -14,6 +14,7 @@
 #include "framework/status.h"
 #include "parallel/schedule.h"
 #include "transformer/config.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -124,6 +125,13 @@ absl::Status CheckScalars(const TrainOptions& o) {
                             " and --skip_spike_zscore=", o.skip_spike_zscore,
                             " must be ≥ 0 (0: off)"));
   }
+  if (o.zero == 2 || o.zero == 3) {
+    return Bad(absl::StrCat("--zero=", o.zero,
+                            " is not implemented yet; use --zero=0 or 1"));
+  }
+  if (o.zero < 0 || o.zero > 3) {
+    return Bad(absl::StrCat("--zero=", o.zero, " must be 0 or 1"));
+  }
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
     return Bad(
         "--trace_dir and --trace_steps go together, e.g. "
@@ -144,7 +152,7 @@ absl::Status CheckScalars(const TrainOptions& o) {
 // activations, attention scores and logits at once), so the exact int64
 // sums of the memory plan cannot overflow for sizes that pass.
 absl::Status CheckSizes(const TrainOptions& o) {
-  const GptConfig& c = o.model;
+  const ModelConfig& c = o.model;
   const double d = c.d_model, layers = c.n_layer, t = c.seq_len;
   const double parameters = 12 * layers * d * d + (c.vocab_size + t + 13) * d;
   const double per_token =
@@ -177,11 +185,7 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
                      world, "; launch ", o.dp * model_parallel,
                      " ranks or choose sizes whose ", "product is ", world));
   }
-  if (o.model.n_head % o.tp != 0) {
-    return Bad(absl::StrCat("--n_head=", o.model.n_head,
-                            " is not divisible by --tp=", o.tp,
-                            "; choose tp dividing the head count"));
-  }
+  TRELLIS_RETURN_IF_ERROR(FamilyOf(o.model).CheckTensorParallel(o.model, o.tp));
   const int64_t chunks = o.pp * o.virtual_stages;
   if (o.model.n_layer < chunks) {
     return Bad(absl::StrCat("--n_layer=", o.model.n_layer, " is fewer than ",
@@ -253,7 +257,7 @@ std::vector<std::array<std::string, 3>> OptionValues(const TrainOptions& o) {
   out.push_back({#group, #name, absl::UnparseFlag(o.model.name)});
 #define TRELLIS_OPTION_VALUE(group, type, name, value, help) \
   out.push_back({#group, #name, absl::UnparseFlag(o.name)});
-  TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_MODEL_VALUE)
+  TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_MODEL_VALUE)
   TRELLIS_RUN_OPTIONS(TRELLIS_OPTION_VALUE)
   TRELLIS_PARALLEL_OPTIONS(TRELLIS_OPTION_VALUE)
 #undef TRELLIS_MODEL_VALUE
@@ -277,7 +281,7 @@ absl::Status SetOption(TrainOptions& o, absl::string_view name,
     known = true;                                             \
     ok = absl::ParseFlag(value, &o.option, &error);           \
   }
-  TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_MODEL_SET)
+  TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_MODEL_SET)
   TRELLIS_RUN_OPTIONS(TRELLIS_OPTION_SET)
   TRELLIS_PARALLEL_OPTIONS(TRELLIS_OPTION_SET)
 #undef TRELLIS_MODEL_SET

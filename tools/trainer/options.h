@@ -16,7 +16,7 @@
 namespace trellis {
 
 // Every option of a training run besides the model's shape
-// (TRELLIS_GPT_CONFIG_OPTIONS), each defined once: X(group, type, name,
+// (TRELLIS_MODEL_CONFIG_OPTIONS), each defined once: X(group, type, name,
 // default, help). TrainOptions' fields and defaults, trellis-train's flags,
 // the config printed at start and the flags checkpoints record all derive
 // from these lists. Two lists, because trellis-eval takes the layout and
@@ -91,6 +91,9 @@ namespace trellis {
     "layers per pipeline stage, e.g. 3,5,5,3 (default: an even split)")      \
   X(Layout, double, dp_bucket_mb, 25.0,                                      \
     "data-parallel gradient bucket size in MiB")                             \
+  X(Layout, int64_t, zero, 0,                                                \
+    "ZeRO sharding over dp: 0 (none) or 1 (AdamW moments sharded, "          \
+    "gradients reduce-scattered, weights all-gathered)")                     \
   X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")             \
   X(Device, Precision, precision, Precision::kFp32,                          \
     "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "        \
@@ -118,7 +121,7 @@ namespace trellis {
 
 struct TrainOptions {
   // Model (vocab_size comes from the data file).
-  GptConfig model;
+  ModelConfig model;
 #define TRELLIS_TRAIN_OPTION_FIELD(group, type, name, value, help) \
   type name = value;
   TRELLIS_RUN_OPTIONS(TRELLIS_TRAIN_OPTION_FIELD)

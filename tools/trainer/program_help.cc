@@ -26,7 +26,7 @@ std::map<std::string, std::string> GroupOfOption() {
   std::map<std::string, std::string> group;
 #define TRELLIS_OPTION_GROUP(g, type, name, value, help) \
   group[#name] = absl::AsciiStrToLower(#g);
-  TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_OPTION_GROUP)
+  TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_OPTION_GROUP)
   TRELLIS_RUN_OPTIONS(TRELLIS_OPTION_GROUP)
   TRELLIS_PARALLEL_OPTIONS(TRELLIS_OPTION_GROUP)
 #undef TRELLIS_OPTION_GROUP

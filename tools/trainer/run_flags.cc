@@ -7,10 +7,11 @@
 
 // The option lists name their types as inside namespace trellis.
 using trellis::IntList;
+using trellis::ModelFamilyKind;
 
 #define TRELLIS_DEFINE_OPTION_FLAG(group, type, name, value, help) \
   ABSL_FLAG(type, name, value, help);
-TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_DEFINE_OPTION_FLAG)
+TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_DEFINE_OPTION_FLAG)
 TRELLIS_RUN_OPTIONS(TRELLIS_DEFINE_OPTION_FLAG)
 #undef TRELLIS_DEFINE_OPTION_FLAG
 
@@ -21,7 +22,7 @@ void ReadModelAndRunFlags(TrainOptions& options) {
   options.model.name = absl::GetFlag(FLAGS_##name);
 #define TRELLIS_READ_OPTION_FLAG(group, type, name, value, help) \
   options.name = absl::GetFlag(FLAGS_##name);
-  TRELLIS_GPT_CONFIG_OPTIONS(TRELLIS_READ_MODEL_FLAG)
+  TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_READ_MODEL_FLAG)
   TRELLIS_RUN_OPTIONS(TRELLIS_READ_OPTION_FLAG)
 #undef TRELLIS_READ_MODEL_FLAG
 #undef TRELLIS_READ_OPTION_FLAG

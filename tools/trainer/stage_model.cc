@@ -10,8 +10,6 @@
 namespace trellis {
 namespace {
 
-constexpr int kEvalActivationTag = 2001;
-
 // The loss total is one float64 of a block as large as the arena's
 // alignment, so that the plan counts exactly what the arena reserves.
 constexpr int64_t kLossBlock = MemoryArena::kAlignment / sizeof(double);
@@ -30,6 +28,7 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
           ? StageLayers(options.model.n_layer, options.pp, options.pp_layers)
           : StageLayers(options.model.n_layer, num_chunks(), {});
   const TpPlace tp{options.tp, coord.t};
+  const ModelFamily& family = FamilyOf(options.model);
   std::vector<ChunkPlan> plans;
   for (int64_t v = 0; v < options.virtual_stages; ++v) {
     const int64_t k = v * options.pp + coord.p;
@@ -38,8 +37,8 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
     plan.num_layers = layers[k];
     plan.has_embedding = k == 0;
     plan.has_head = k == num_chunks() - 1;
-    DeclareGptParameters(options.model, plan, tp, options.seed, device, dtype,
-                         params_);
+    family.DeclareParameters(options.model, plan, tp, options.seed, device,
+                             dtype, params_);
     plans.push_back(plan);
   }
   // Zero-bubble schedules run W apart from B: only they need the weight
@@ -50,9 +49,10 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   block.defer_weight_grads = options.schedule == ScheduleKind::kZeroBubbleH1;
   block.loss_chunk_rows = options.loss_chunk_rows;
   for (const ChunkPlan& plan : plans) {
-    chunks_.push_back(std::make_unique<GptChunk>(
-        options.model, plan, tp, *groups.tp, params_, options.micro_batch_size,
-        device, dtype, block));
+    chunks_.push_back(family.NewChunk(
+        options.model,
+        ChunkSetup{plan, tp, groups.tp, &params_, options.micro_batch_size,
+                   device, dtype, block}));
   }
   // Each W call reports each group once: a parameter is final after m
   // reports per group it appears in. The head's wte gradient is added in F,
@@ -130,6 +130,24 @@ double StageModel::StepLoss() const {
 }
 
 MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
+  std::vector<int> in_flight;
+  for (size_t v = 0; v < chunks_.size(); ++v) {
+    std::vector<Action> mine;
+    for (const Action& a : schedule) {
+      if (a.virtual_stage == static_cast<int>(v)) mine.push_back(a);
+    }
+    in_flight.push_back(PeakInFlight(mine));
+  }
+  return Plan(in_flight, /*training=*/true);
+}
+
+MemoryPlan StageModel::PlanEvalMemory() const {
+  // Each chunk frees a microbatch's state right after its forward.
+  return Plan(std::vector<int>(chunks_.size(), 1), /*training=*/false);
+}
+
+MemoryPlan StageModel::Plan(const std::vector<int>& in_flight,
+                            bool training) const {
   MemoryPlan plan;
   // From the declared shapes: the parameters need not exist yet.
   const DType master = dtype_ == DType::kBF16 ? DType::kF32 : dtype_;
@@ -137,20 +155,20 @@ MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
     const size_t n = NumElements(p->spec.LocalShape());
     plan.weights += n * DTypeSize(dtype_);
     if (master != dtype_) plan.weights += n * DTypeSize(master);
+    if (!training) continue;
     plan.gradients += n * DTypeSize(GradDType(dtype_));
     // AdamW's two moments, in the master weights' dtype.
     plan.optimizer += 2 * n * DTypeSize(master);
   }
   const int64_t m = options_.microbatches();
   const size_t hidden =
-      chunks_.front()->rows() * options_.model.d_model * DTypeSize(dtype_);
+      chunks_.front()->rows() * chunks_.front()->width() * DTypeSize(dtype_);
+  // Training receives activations and sends gradients on a chunk's input
+  // side and the reverse on its output side; evaluation only activations.
+  const int64_t per_side = training ? 2 : 1;
   for (size_t v = 0; v < chunks_.size(); ++v) {
-    const GptChunk& c = *chunks_[v];
-    std::vector<Action> mine;
-    for (const Action& a : schedule) {
-      if (a.virtual_stage == static_cast<int>(v)) mine.push_back(a);
-    }
-    plan.activations += PeakInFlight(mine) * c.StateBytes();
+    const ModelChunk& c = *chunks_[v];
+    plan.activations += in_flight[v] * c.StateBytes();
     plan.workspace += c.WorkspaceBytes();
     if (v == 0) {
       // The step's tokens and targets and the loss total (Allocate).
@@ -159,10 +177,9 @@ MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
       }
       if (last_stage()) plan.workspace += kLossBlock * DTypeSize(DType::kF64);
     }
-    // Received activations and sent gradients, and the reverse, for every
-    // microbatch of the step.
-    if (!c.plan().has_embedding) plan.pipeline += 2 * m * hidden;
-    if (!c.plan().has_head) plan.pipeline += 2 * m * hidden;
+    // Buffers for every microbatch of the step.
+    if (!c.plan().has_embedding) plan.pipeline += per_side * m * hidden;
+    if (!c.plan().has_head) plan.pipeline += per_side * m * hidden;
   }
   return plan;
 }
@@ -170,8 +187,8 @@ MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
 Tensor& StageModel::BufferFor(Buffer kind, int vstage, int mb) {
   Tensor& t = buffers_[kind][{vstage, mb}];
   if (!t.defined()) {
-    t = Tensor::Empty({chunks_[vstage]->rows(), options_.model.d_model}, dtype_,
-                      device_);
+    t = Tensor::Empty({chunks_[vstage]->rows(), chunks_[vstage]->width()},
+                      dtype_, device_);
   }
   return t;
 }
@@ -190,12 +207,13 @@ Tensor StageModel::InputGradient(int v, int mb) {
 }
 
 void StageModel::Forward(int v, int mb) {
+  if (evaluating_) return EvaluateForward(v, mb);
   // The step's loss is the mean over its m microbatches.
   RunForward(v, mb, 1.0 / static_cast<double>(microbatches_.size()));
 }
 
 void StageModel::RunForward(int v, int mb, double loss_scale) {
-  GptChunk& c = chunk(v);
+  ModelChunk& c = chunk(v);
   const MicroBatch& data = microbatches_[mb];
   Tensor input = c.plan().has_embedding ? Tensor() : BufferFor(kInAct, v, mb);
   Tensor* output = c.plan().has_head ? nullptr : &BufferFor(kOutAct, v, mb);
@@ -206,7 +224,7 @@ void StageModel::RunForward(int v, int mb, double loss_scale) {
 }
 
 void StageModel::BackwardInput(int v, int mb) {
-  GptChunk& c = chunk(v);
+  ModelChunk& c = chunk(v);
   const Tensor dout = c.plan().has_head ? Tensor() : BufferFor(kOutGrad, v, mb);
   Tensor* din = c.plan().has_embedding ? nullptr : &BufferFor(kInGrad, v, mb);
   c.BackwardInput(mb, dout, din);
@@ -223,53 +241,47 @@ void StageModel::BackwardWeight(int v, int mb) {
 std::pair<double, int64_t> StageModel::ForwardOnly(
     const std::vector<MicroBatch>& microbatches,
     const std::vector<int64_t>& rows) {
-  Communicator& pp = *groups_.pp;
-  const int64_t t = options_.model.seq_len;
-  double loss_sum = 0;
-  int64_t tokens = 0;
+  TRELLIS_CHECK_EQ(microbatches.size(), rows.size());
   std::vector<MicroBatch> saved = std::move(microbatches_);
-  // Chunks run in model order, one microbatch at a time: simple and
-  // deadlock-free (each rank only waits on its predecessor chunk). Every
-  // microbatch uses slot 0's buffers and state, so evaluation allocates
-  // nothing beyond what training planned.
-  constexpr int kSlot = 0;
-  for (size_t mb = 0; mb < microbatches.size(); ++mb) {
-    microbatches_ = {microbatches[mb]};
-    for (int64_t k = 0; k < num_chunks(); ++k) {
-      if (k % options_.pp != coord_.p) continue;
-      const int v = static_cast<int>(k / options_.pp);
-      GptChunk& c = chunk(v);
-      if (k > 0) {
-        const int prev = static_cast<int>((k - 1) % options_.pp);
-        Tensor in = BufferFor(kInAct, v, kSlot);
-        if (prev == coord_.p) {
-          in.CopyFrom(BufferFor(kOutAct, v - 1, kSlot));
-        } else {
-          pp.Recv(in, prev, kEvalActivationTag)->Wait();
-        }
-      }
-      // No loss scale: losses only, no gradient is touched.
-      RunForward(v, kSlot, 0.0);
-      if (c.plan().has_head) {
-        const Tensor& losses = c.TokenLosses(kSlot);
-        const Tensor host = ReadToHost(losses);
-        for (int64_t i = 0; i < rows[mb] * t; ++i) {
-          loss_sum += host.dtype() == DType::kF64 ? host.data<double>()[i]
-                                                  : host.data<float>()[i];
-        }
-        tokens += rows[mb] * t;
-      } else {
-        const int next = static_cast<int>((k + 1) % options_.pp);
-        if (next != coord_.p) {
-          pp.Send(BufferFor(kOutAct, v, kSlot), next, kEvalActivationTag)
-              ->Wait();
-        }
-      }
-      c.Release(kSlot);
-    }
+  eval_ = EvalTotals{};
+  // In runs of at most a training step's microbatches: they use the
+  // (virtual stage, microbatch) buffers training planned, and each chunk
+  // frees a microbatch's state right after its forward, so evaluation
+  // allocates nothing beyond the plan.
+  const size_t step = static_cast<size_t>(options_.microbatches());
+  const int pp = static_cast<int>(options_.pp);
+  const int v = static_cast<int>(options_.virtual_stages);
+  for (size_t first = 0; first < microbatches.size(); first += step) {
+    const size_t n = std::min(step, microbatches.size() - first);
+    microbatches_.assign(microbatches.begin() + first,
+                         microbatches.begin() + first + n);
+    eval_rows_.assign(rows.begin() + first, rows.begin() + first + n);
+    PipelineExecutor executor(
+        *groups_.pp,
+        BuildForwardOnlySchedules(pp, static_cast<int>(n), v)[coord_.p], v);
+    evaluating_ = true;
+    executor.Run(*this);
+    evaluating_ = false;
   }
   microbatches_ = std::move(saved);
-  return {loss_sum, tokens};
+  eval_rows_.clear();
+  return {eval_.loss_sum, eval_.tokens};
+}
+
+void StageModel::EvaluateForward(int v, int mb) {
+  ModelChunk& c = chunk(v);
+  // No loss scale: losses only, no gradient is touched.
+  RunForward(v, mb, 0.0);
+  if (c.plan().has_head) {
+    const int64_t t = options_.model.seq_len;
+    const Tensor host = ReadToHost(c.TokenLosses(mb));
+    for (int64_t i = 0; i < eval_rows_[mb] * t; ++i) {
+      eval_.loss_sum += host.dtype() == DType::kF64 ? host.data<double>()[i]
+                                                    : host.data<float>()[i];
+    }
+    eval_.tokens += eval_rows_[mb] * t;
+  }
+  c.Release(mb);
 }
 
 }  // namespace trellis

@@ -32,7 +32,7 @@
 #include "tools/trainer/batch_loader.h"
 #include "tools/trainer/memory_plan.h"
 #include "tools/trainer/options.h"
-#include "transformer/gpt_chunk.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 
@@ -70,6 +70,10 @@ class StageModel : public PipelineStageCallbacks {
   // optimizer's moments, and the microbatch states, shared buffers and
   // pipeline buffers the steps allocate. Needs no tensor to exist.
   MemoryPlan PlanMemory(const std::vector<Action>& schedule) const;
+  // The bytes evaluation alone (ForwardOnly, no optimizer) holds: weights,
+  // one microbatch state per chunk, the shared buffers, and the activation
+  // buffers between stages; no gradients or moments.
+  MemoryPlan PlanEvalMemory() const;
 
   // Sets the step's microbatches (host tensors of the loader), queueing
   // their upload to the device without waiting; loss gradients are scaled
@@ -81,8 +85,10 @@ class StageModel : public PipelineStageCallbacks {
   double StepLoss() const;
 
   // Forward-only pass over `microbatches` in which only the first `rows[i]`
-  // rows of microbatch i count. Returns {sum of token losses, tokens} on the
-  // last stage ({0, 0} elsewhere). Collective over the pp group.
+  // rows of microbatch i count, run by the pipeline executor on forward-only
+  // schedules (BuildForwardOnlySchedules) of at most a step's microbatches
+  // at a time. Returns {sum of token losses, tokens} on the last stage
+  // ({0, 0} elsewhere). Collective over the pp group. Touches no gradient.
   std::pair<double, int64_t> ForwardOnly(
       const std::vector<MicroBatch>& microbatches,
       const std::vector<int64_t>& rows);
@@ -99,10 +105,15 @@ class StageModel : public PipelineStageCallbacks {
  private:
   enum Buffer { kInAct, kOutAct, kOutGrad, kInGrad, kNumBuffers };
   Tensor& BufferFor(Buffer kind, int vstage, int mb);
+  // The plan with `in_flight[v]` microbatch states of chunk v; gradients,
+  // moments and gradient buffers between stages only when `training`.
+  MemoryPlan Plan(const std::vector<int>& in_flight, bool training) const;
+  // Evaluation's F: the losses of the counted rows, then frees the state.
+  void EvaluateForward(int vstage, int mb);
   // Forward of (vstage, mb); on the last chunk `loss_scale` > 0 also forms
   // the head's gradients (training), 0 only the losses (evaluation).
   void RunForward(int vstage, int mb, double loss_scale);
-  GptChunk& chunk(int vstage) { return *chunks_[vstage]; }
+  ModelChunk& chunk(int vstage) { return *chunks_[vstage]; }
   // (2·m, B, T): microbatch i's tokens at 2i, its targets at 2i + 1.
   Shape StepDataShape() const;
   int64_t num_chunks() const { return options_.pp * options_.virtual_stages; }
@@ -113,7 +124,7 @@ class StageModel : public PipelineStageCallbacks {
   Device device_;
   DType dtype_;
   ParameterSet params_;
-  std::vector<std::unique_ptr<GptChunk>> chunks_;  // by virtual stage
+  std::vector<std::unique_ptr<ModelChunk>> chunks_;  // by virtual stage
   std::map<std::pair<int, int>, Tensor> buffers_[kNumBuffers];
   // The step's microbatches on device_: views of step_data_ (tokens then
   // targets of each microbatch), filled by upload_.
@@ -122,6 +133,14 @@ class StageModel : public PipelineStageCallbacks {
   std::unique_ptr<StagedUpload> upload_;
   Tensor loss_sum_;  // (1) float64: the step's sum of microbatch mean losses
   std::unordered_map<const Parameter*, int> expected_, seen_;
+  // While ForwardOnly runs: F evaluates, counting eval_rows_[mb] rows of
+  // microbatch mb into eval_.
+  bool evaluating_ = false;
+  std::vector<int64_t> eval_rows_;
+  struct EvalTotals {
+    double loss_sum = 0;
+    int64_t tokens = 0;
+  } eval_;
   std::function<void(const Parameter*)> on_final_;
 };
 

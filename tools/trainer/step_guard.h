@@ -21,7 +21,8 @@
 // attempt of optimizer step STEP (1-based, as logged; with '+', on every
 // attempt of every step from STEP on), after the gradients are synchronized
 // and before the norm is taken. Only that rank's gradient is bad, so the
-// world agreement is what makes the others skip too.
+// world agreement is what makes the others skip too. (With --zero=1 the
+// norm reads the reduce-scattered blocks instead, which the hook misses.)
 //
 // Thread safety: none; one thread per rank drives it.
 #ifndef TRELLIS_TOOLS_TRAINER_STEP_GUARD_H_

@@ -11,7 +11,10 @@
 #include "framework/device_info.h"
 #include "framework/memory_arena.h"
 #include "parallel/schedule.h"
+#include "tools/trainer/evaluator.h"
 #include "tools/trainer/peak_flops.h"
+#include "tools/trainer/rank_device.h"
+#include "tools/trainer/sharded_optimizer.h"
 
 namespace trellis {
 namespace {
@@ -19,24 +22,6 @@ namespace {
 double Seconds(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
       .count();
-}
-
-// A scalar all-reduced over `group` (skipped for a group of one).
-double AllReduceScalar(Communicator& group, double value, ReduceOp op) {
-  if (group.size() == 1) return value;
-  Tensor t = Tensor::Empty({1}, DType::kF64);
-  t.data<double>()[0] = value;
-  group.AllReduce(t, op);
-  return t.data<double>()[0];
-}
-
-// On a GPU, memory the libraries take after the arena: cuBLASLt's 32 MiB
-// workspace, the stream-ordered pool of kernels' scratch, cuBLAS handles.
-constexpr size_t kCudaLibraryReserve = size_t{256} << 20;
-
-size_t UsableMemory(size_t free, Device device) {
-  const size_t reserve = device.is_cuda() ? kCudaLibraryReserve : 0;
-  return free > reserve ? free - reserve : 0;
 }
 
 // The communicators handed in must form the layout the options describe.
@@ -141,20 +126,12 @@ absl::Status Trainer::Build(DType dtype) {
   const TrainOptions& o = options_;
   // A rank without a usable device fails on every rank, before any
   // collective setup.
-  absl::StatusOr<Device> device = SelectDevice(o.device);
-  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*groups_.world, device.status()));
-  device_ = *device;
-  if (device_.is_cuda()) {
-    TRELLIS_ASSIGN_OR_RETURN(
-        device_groups_, DeviceGroups::Create(groups_, device_, o.gpu_comm));
-    groups_ = device_groups_->groups();
-    // NCCL connects lazily: its buffers must exist before free memory is
-    // measured for the arena below.
-    WarmUpGroups(groups_, device_);
-    if (o.precision == Precision::kBf16 && dtype == DType::kF32) {
-      dtype = DType::kBF16;
-    }
-  }
+  TRELLIS_ASSIGN_OR_RETURN(RankDevice rank_device,
+                           SetUpRankDevice(o, groups_, dtype));
+  device_ = rank_device.device;
+  dtype = rank_device.dtype;
+  groups_ = rank_device.groups;
+  device_groups_ = std::move(rank_device.device_groups);
   MeasurePeak();
   // Kernels run after the host queued them: time the pipeline on the device.
   device_clock_ = NewDeviceTraceClock(device_);
@@ -168,14 +145,8 @@ absl::Status Trainer::Build(DType dtype) {
   std::vector<Action> schedule = BuildSchedule(
       o.schedule, coord_.p, static_cast<int>(o.pp),
       static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
-  // What the run may hold: --memory_budget_gb, else the device's free memory
-  // now (NCCL's buffers are taken already: WarmUpGroups) less what libraries
-  // allocate later outside the arena (cuBLASLt's workspace, stream-ordered
-  // scratch).
-  const size_t available =
-      o.memory_budget_gb > 0
-          ? static_cast<size_t>(o.memory_budget_gb * (1ull << 30))
-          : UsableMemory(DeviceMemoryAvailable(device_), device_);
+  // NCCL's buffers are taken already (SetUpRankDevice warmed the groups).
+  const size_t available = AvailableMemory(o, device_);
   TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));
   // Everything the plan counts comes from one arena, allocated now: the
   // parameters, then the gradient buckets and the optimizer's moments, and
@@ -198,9 +169,15 @@ absl::Status Trainer::Build(DType dtype) {
       *groups_.pp, std::move(schedule), static_cast<int>(o.virtual_stages));
   executor_->set_device_clock(device_clock_);
   if (tracer_ != nullptr) tracer_->Observe(*executor_);
+  // ZeRO reduce-scatters the buckets; the tied embedding gets a bucket of
+  // its own so the first and last stage own the same elements of it.
+  const bool zero = o.zero > 0;
+  std::vector<const Parameter*> alone;
+  if (zero) alone.push_back(model_->params().Find("wte"));
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
-      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp);
+      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp,
+      zero ? GradSync::kReduceScatter : GradSync::kAllReduce, alone);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
   OptimizerConfig opt;
@@ -209,7 +186,9 @@ absl::Status Trainer::Build(DType dtype) {
   opt.beta2 = o.beta2;
   opt.weight_decay = o.weight_decay;
   opt.grad_clip = o.grad_clip;
-  optimizer_ = std::make_unique<Optimizer>(opt, model_->params());
+  optimizer_ = o.zero > 0 ? std::make_unique<ShardedOptimizer>(
+                                opt, model_->params(), *buckets_)
+                          : std::make_unique<Optimizer>(opt, model_->params());
   StepGuardConfig guard{o.max_skipped_steps, o.skip_spike_zscore};
   const char* inject = std::getenv("TRELLIS_TEST_INJECT_NAN");
   TRELLIS_RETURN_IF_ERROR(
@@ -259,7 +238,8 @@ absl::Status Trainer::CheckStartupStop(const char* phase) {
 
 absl::Status Trainer::PlanMemory(size_t available,
                                  const std::vector<Action>& schedule) {
-  memory_plan_ = model_->PlanMemory(schedule);
+  memory_plan_ =
+      ShardOverDp(model_->PlanMemory(schedule), options_.zero, options_.dp);
   const absl::Status fits =
       CheckMemoryPlan(memory_plan_, available,
                       absl::StrCat("rank ", groups_.world->rank(), " (",
@@ -283,26 +263,9 @@ absl::Status Trainer::PlanMemory(size_t available,
 absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
     const std::string& dir) const {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
-  const GptConfig& want = options_.model;
-  const GptConfig& have = state.model;
-  if (have.n_layer != want.n_layer || have.n_head != want.n_head ||
-      have.d_model != want.d_model || have.seq_len != want.seq_len ||
-      have.vocab_size != want.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, " holds a model with ", have.DebugString(), " but this run has ",
-        want.DebugString(),
-        "; use the model flags (and a data file of the vocabulary) the "
-        "checkpoint was written with"));
-  }
-  // Same vocabulary size, other tokenizer: every id would mean another
-  // string. Checkpoints written before the name was recorded have none.
-  const std::string& tokenizer = loader_->dataset().tokenizer();
-  if (!state.tokenizer.empty() && state.tokenizer != tokenizer) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, " was trained on data of tokenizer '", state.tokenizer,
-        "' but --data=", options_.data, " is tokenized with '", tokenizer,
-        "'; preprocess the text with --tokenizer=", state.tokenizer));
-  }
+  TRELLIS_RETURN_IF_ERROR(CheckCheckpointMatches(dir, state, options_.model,
+                                                 loader_->dataset().tokenizer(),
+                                                 options_.data));
   return state;
 }
 
@@ -314,8 +277,11 @@ absl::Status Trainer::LoadWeights(const std::string& dir) {
 absl::Status Trainer::Resume(const std::string& dir) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
   TRELLIS_RETURN_IF_ERROR(CheckSameRun(dir, state, options_));
-  TRELLIS_RETURN_IF_ERROR(
-      LoadCheckpoint(dir, model_->params(), optimizer_.get()));
+  optimizer_->BeginCheckpointIo(CheckpointIo::kLoad);
+  const absl::Status loaded =
+      LoadCheckpoint(dir, model_->params(), optimizer_.get());
+  optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
+  TRELLIS_RETURN_IF_ERROR(loaded);
   absl::Status position = loader_->set_samples_consumed(state.samples_consumed);
   if (!position.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -422,7 +388,8 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
 void Trainer::GuardedUpdate(StepMetrics& m) {
   guard_->MaybeInjectNan(optimizer_->step() + 1, model_->params());
   // Both agreed by every rank (the norm over tp and pp of dp-averaged
-  // gradients, the loss over pp and dp); the guard agrees on the verdict.
+  // gradients, with --zero=1 over dp too; the loss over pp and dp); the
+  // guard agrees on the verdict.
   const double norm = optimizer_->GlobalGradNorm(*groups_.tp, *groups_.pp);
   m.loss = ReduceLoss(model_->StepLoss());
   const SkipReason skip = guard_->Judge(m.loss, norm, *groups_.world);
@@ -456,29 +423,7 @@ absl::Status Trainer::GiveUp(const StepMetrics& m) {
 }
 
 absl::StatusOr<double> Trainer::Evaluate(const std::vector<int64_t>& starts) {
-  const int64_t b = options_.micro_batch_size;
-  std::vector<int64_t> mine;
-  for (size_t i = coord_.d; i < starts.size(); i += options_.dp) {
-    mine.push_back(starts[i]);
-  }
-  // Pad to whole microbatches; padded rows are not counted.
-  std::vector<int64_t> rows;
-  for (int64_t left = static_cast<int64_t>(mine.size()); left > 0; left -= b) {
-    rows.push_back(std::min(left, b));
-  }
-  while (mine.size() % b != 0) mine.push_back(mine.back());
-  TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
-                           loader_->Windows(mine));
-  const auto [sum, tokens] = model_->ForwardOnly(microbatches, rows);
-  Tensor totals = Tensor::Empty({2}, DType::kF64);
-  totals.data<double>()[0] = sum;
-  totals.data<double>()[1] = static_cast<double>(tokens);
-  if (groups_.dp->size() > 1) groups_.dp->AllReduce(totals, ReduceOp::kSum);
-  if (groups_.pp->size() > 1) groups_.pp->AllReduce(totals, ReduceOp::kSum);
-  if (totals.data<double>()[1] == 0) {
-    return absl::InvalidArgumentError("no windows to evaluate");
-  }
-  return totals.data<double>()[0] / totals.data<double>()[1];
+  return EvaluateWindows(*model_, *loader_, groups_, coord_, options_, starts);
 }
 
 absl::StatusOr<double> Trainer::Validate() {
@@ -506,9 +451,12 @@ absl::Status Trainer::Save() {
   state.tp = options_.tp;
   state.pp = options_.pp;
   state.flags = options_.ToFlagString();
-  TRELLIS_RETURN_IF_ERROR(SaveCheckpoint(options_.save_dir, state,
-                                         model_->params(), optimizer_.get(),
-                                         *groups_.world, coord_.d == 0));
+  optimizer_->BeginCheckpointIo(CheckpointIo::kSave);
+  const absl::Status saved =
+      SaveCheckpoint(options_.save_dir, state, model_->params(),
+                     optimizer_.get(), *groups_.world, coord_.d == 0);
+  optimizer_->EndCheckpointIo(CheckpointIo::kSave);
+  TRELLIS_RETURN_IF_ERROR(saved);
   if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {
     absl::Status pruned = PruneCheckpoints(
         options_.save_dir, options_.keep_checkpoints, state.step);

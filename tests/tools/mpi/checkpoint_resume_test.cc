@@ -10,12 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/trainer.h"
 #include "transformer/gpt_parameters.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -99,9 +101,9 @@ TEST_F(CheckpointResumeTest, ResumesUnderAnyLayoutOnTheSameLossCurve) {
 // to float rounding relative to each tensor's scale (layouts sum gradients
 // in different orders).
 void ExpectSameTensors(const std::string& a, const std::string& b,
-                       const char* file, const GptConfig& model) {
+                       const char* file, const ModelConfig& model) {
   ParameterSet params;
-  AddGptParameters(model, ChunkPlan{0, model.n_layer, true, true}, TpPlace{}, 0,
+  AddModelParameters(model, ChunkPlan{0, model.n_layer, true, true}, TpPlace{}, 0,
                    Device::Cpu(), DType::kF32, params);
   {
     absl::StatusOr<hdf5::File> fa = hdf5::File::Open(a + file);
@@ -172,6 +174,81 @@ TEST_F(CheckpointResumeTest, StoresWholeTensorsAsOneProcessWould) {
                       o.model);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// ZeRO-1 checkpoints are layout-free too: a run under dp2 --zero=1 saves
+// whole moments that resume under --zero=0 in other layouts (dp1·tp2·pp2,
+// dp2·tp2·pp2) and under --zero=1 again (dp4, dp2·pp2); and a --zero=0
+// checkpoint resumes under --zero=1. Every resumed run follows its source's
+// loss curve (to 1e-6 relative for the same layout, 1e-4 for another), and
+// the --zero=1 checkpoint stores the moments a --zero=0 run stores.
+TEST_F(CheckpointResumeTest, ZeroOneCheckpointsResumeUnderEveryLevel) {
+  auto train = [&](Layout layout, int zero, const std::string& save_dir,
+                   const std::string& resume, MPI_Comm comm) {
+    TrainOptions o = Options();
+    o.zero = zero;
+    o.save_dir = save_dir;
+    o.save_every = save_dir.empty() ? 0 : kSaveStep;
+    o.resume = resume;
+    absl::StatusOr<mpitest::LayoutRun> run =
+        mpitest::StartLayout(*runtime_, layout, o, comm);
+    EXPECT_TRUE(run.ok()) << layout.Name() << ": " << run.status();
+    if (!run.ok()) return std::vector<double>{};
+    EXPECT_TRUE(run->trainer->Run().ok()) << layout.Name();
+    return run->trainer->losses();
+  };
+  // Two uninterrupted dp2 runs side by side, --zero=0 and --zero=1.
+  std::vector<std::vector<double>> full(2);
+  const std::vector<std::string> dirs = {*dir_ + "/zero0", *dir_ + "/zero1"};
+  mpitest::RunSideBySide({2, 2}, [&](int job, MPI_Comm comm) {
+    full[job] = train(Layout{2, 1, 1}, job, dirs[job], "", comm);
+  });
+  // Each rank ran one of them; share both curves.
+  for (int job : {0, 1}) {
+    Tensor curve = Tensor::Zeros({kSteps}, DType::kF64);
+    if (mpitest::WorldRank() == 2 * job) {
+      ASSERT_EQ(full[job].size(), static_cast<size_t>(kSteps));
+      for (int i = 0; i < kSteps; ++i) curve.data<double>()[i] = full[job][i];
+    }
+    MPI_Bcast(curve.data<double>(), kSteps, MPI_DOUBLE, 2 * job,
+              MPI_COMM_WORLD);
+    full[job].assign(curve.data<double>(), curve.data<double>() + kSteps);
+  }
+  for (int i = 0; i < kSteps; ++i) {
+    ASSERT_NEAR(full[1][i], full[0][i], 1e-6 * std::abs(full[0][i]));
+  }
+  if (mpitest::WorldRank() == 0) {
+    ExpectSameTensors(dirs[1] + "/" + CheckpointName(kSaveStep),
+                      dirs[0] + "/" + CheckpointName(kSaveStep),
+                      "/optimizer.h5", Options().model);
+  }
+  struct Resume {
+    Layout layout;
+    int zero;
+    int from;  // the --zero level of the checkpoint
+  };
+  const std::vector<Resume> resumes = {
+      {Layout{1, 2, 2}, 0, 1}, {Layout{2, 1, 1}, 0, 1},
+      {Layout{4, 1, 1}, 1, 1}, {Layout{2, 1, 2}, 1, 0},
+      {Layout{2, 2, 2}, 0, 1}, {Layout{2, 1, 1}, 1, 0}};
+  std::vector<int> sizes;
+  for (const Resume& r : resumes) sizes.push_back(r.layout.world());
+  mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
+    const Resume& r = resumes[job];
+    const std::string name = absl::StrCat(r.layout.Name(), " --zero=", r.zero,
+                                          " from --zero=", r.from);
+    const std::vector<double> resumed =
+        train(r.layout, r.zero, "",
+              dirs[r.from] + "/" + CheckpointName(kSaveStep), comm);
+    ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - kSaveStep)) << name;
+    const bool same_layout = r.layout.world() == 2;
+    for (int i = 0; i < kSteps - kSaveStep; ++i) {
+      const double want = full[r.from][kSaveStep + i];
+      EXPECT_NEAR(resumed[i], want,
+                  (same_layout ? 1e-6 : 1e-4) * std::abs(want))
+          << name << " step " << kSaveStep + i + 1;
+    }
+  });
 }
 
 }  // namespace

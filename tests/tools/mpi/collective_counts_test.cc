@@ -39,6 +39,7 @@
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/trainer/trainer.h"
 #include "transformer/block.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -216,7 +217,7 @@ std::string* CollectiveCountsTest::dir_ = nullptr;
 std::string* CollectiveCountsTest::data_ = nullptr;
 
 TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
-  GptConfig config;
+  ModelConfig config;
   config.n_layer = 1;
   config.n_head = 4;
   config.d_model = 32;
@@ -232,7 +233,7 @@ TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
     Communicator& group = *context->groups().tp;
     const TpPlace place{tp, context->coord().t};
     ParameterSet params;
-    AddGptParameters(config, ChunkPlan{0, 1, false, false}, place, 7,
+    AddModelParameters(config, ChunkPlan{0, 1, false, false}, place, 7,
                      Device::Cpu(), DType::kF32, params);
     const Block block(config, 0, place, params);
     Block::State state = block.NewState(batch, DType::kF32, Device::Cpu());

@@ -1,0 +1,126 @@
+#include "tools/trainer/evaluator.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "framework/device_info.h"
+#include "framework/status.h"
+#include "tools/trainer/rank_device.h"
+
+namespace trellis {
+
+absl::Status CheckCheckpointMatches(const std::string& dir,
+                                    const TrainingState& state,
+                                    const ModelConfig& model,
+                                    const std::string& tokenizer,
+                                    const std::string& data_path) {
+  if (state.model != model) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " holds a model with ", state.model.DebugString(),
+        " but this run has ", model.DebugString(),
+        "; use the model flags (and a data file of the vocabulary) the "
+        "checkpoint was written with"));
+  }
+  // Same vocabulary size, other tokenizer: every id would mean another
+  // string. Checkpoints written before the name was recorded have none.
+  if (!state.tokenizer.empty() && state.tokenizer != tokenizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, " was trained on data of tokenizer '", state.tokenizer,
+        "' but --data=", data_path, " is tokenized with '", tokenizer,
+        "'; preprocess the text with --tokenizer=", state.tokenizer));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
+                                       const ProcessGroups& groups,
+                                       MeshCoord coord,
+                                       const TrainOptions& options,
+                                       const std::vector<int64_t>& starts) {
+  const int64_t b = options.micro_batch_size;
+  std::vector<int64_t> mine;
+  for (size_t i = coord.d; i < starts.size(); i += options.dp) {
+    mine.push_back(starts[i]);
+  }
+  // Pad to whole microbatches; padded rows are not counted.
+  std::vector<int64_t> rows;
+  for (int64_t left = static_cast<int64_t>(mine.size()); left > 0; left -= b) {
+    rows.push_back(std::min(left, b));
+  }
+  while (mine.size() % b != 0) mine.push_back(mine.back());
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
+                           loader.Windows(mine));
+  const auto [sum, tokens] = model.ForwardOnly(microbatches, rows);
+  Tensor totals = Tensor::Empty({2}, DType::kF64);
+  totals.data<double>()[0] = sum;
+  totals.data<double>()[1] = static_cast<double>(tokens);
+  if (groups.dp->size() > 1) groups.dp->AllReduce(totals, ReduceOp::kSum);
+  if (groups.pp->size() > 1) groups.pp->AllReduce(totals, ReduceOp::kSum);
+  if (totals.data<double>()[1] == 0) {
+    return absl::InvalidArgumentError("no windows to evaluate");
+  }
+  return totals.data<double>()[0] / totals.data<double>()[1];
+}
+
+absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
+    TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
+    const std::string& dir, DType dtype) {
+  TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
+  options.model = state.model;
+  TRELLIS_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open(options.data));
+  TRELLIS_RETURN_IF_ERROR(
+      options.Resolve(groups.world->size(), data.vocab_size()));
+  // The data's vocabulary (Resolve took it) and tokenizer must be the
+  // checkpoint's.
+  TRELLIS_RETURN_IF_ERROR(CheckCheckpointMatches(
+      dir, state, options.model, data.tokenizer(), options.data));
+  if (groups.tp->size() != options.tp || groups.dp->size() != options.dp ||
+      groups.pp->size() != options.pp) {
+    return absl::InvalidArgumentError(
+        "the process groups do not match the layout flags");
+  }
+  std::unique_ptr<Evaluator> e(new Evaluator(options, coord));
+  TRELLIS_ASSIGN_OR_RETURN(RankDevice rank,
+                           SetUpRankDevice(options, groups, dtype));
+  e->groups_ = rank.groups;
+  e->device_groups_ = std::move(rank.device_groups);
+  e->model_ = std::make_unique<StageModel>(options, e->groups_, coord,
+                                           rank.device, rank.dtype);
+  e->memory_plan_ = e->model_->PlanEvalMemory();
+  const size_t available = AvailableMemory(options, rank.device);
+  const absl::Status fits =
+      CheckMemoryPlan(e->memory_plan_, available,
+                      absl::StrCat("rank ", groups.world->rank(), " (",
+                                   DeviceDescription(rank.device), ")"),
+                      options.micro_batch_size, options.recompute);
+  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*e->groups_.world, fits));
+  if (groups.world->rank() == 0) {
+    std::printf("memory plan (rank 0, %s): %s\n",
+                DeviceName(rank.device).c_str(),
+                e->memory_plan_.Format().c_str());
+    std::fflush(stdout);
+  }
+  e->arena_scope_ = std::make_unique<ArenaScope>(MemoryArena::Create(
+      ArenaCapacity(e->memory_plan_, available), rank.device));
+  e->model_->Allocate();
+  BatchLoader::Config config;
+  config.seq_len = options.model.seq_len;
+  config.val_fraction = 0;
+  config.global_batch = options.global_batch_size;
+  config.micro_batch = options.micro_batch_size;
+  config.seed = options.seed;
+  config.dp = static_cast<int>(options.dp);
+  config.dp_rank = coord.d;
+  config.reads_tokens = e->model_->reads_tokens();
+  TRELLIS_ASSIGN_OR_RETURN(e->loader_, BatchLoader::Open(options.data, config));
+  TRELLIS_RETURN_IF_ERROR(
+      LoadCheckpoint(dir, e->model_->params(), /*optimizer=*/nullptr));
+  return e;
+}
+
+absl::StatusOr<double> Evaluator::Evaluate(const std::vector<int64_t>& starts) {
+  return EvaluateWindows(*model_, *loader_, groups_, coord_, options_, starts);
+}
+
+}  // namespace trellis

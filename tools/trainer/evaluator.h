@@ -1,0 +1,82 @@
+// Evaluator: a checkpoint's mean next-token loss on token windows, in any
+// layout, holding only what a forward pass needs: the weights, one
+// microbatch state per chunk and the activation buffers between stages. It
+// builds no optimizer state and no gradient buckets; the pipeline executor
+// runs forward-only schedules (StageModel::ForwardOnly).
+//
+// All ranks of the world must call Create and Evaluate together.
+#ifndef TRELLIS_TOOLS_TRAINER_EVALUATOR_H_
+#define TRELLIS_TOOLS_TRAINER_EVALUATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "framework/memory_arena.h"
+#include "parallel/bootstrap.h"
+#include "parallel/device_groups.h"
+#include "tools/trainer/batch_loader.h"
+#include "tools/trainer/checkpoint.h"
+#include "tools/trainer/memory_plan.h"
+#include "tools/trainer/options.h"
+#include "tools/trainer/stage_model.h"
+
+namespace trellis {
+
+class Evaluator {
+ public:
+  // `options` holds the layout and device options, --data and
+  // micro_batch_size (with global_batch_size = micro_batch_size · dp: one
+  // microbatch per step); the model is the checkpoint's (`dir`, a step
+  // directory). Checks the checkpoint against the data, prints the memory
+  // plan on rank 0 and fails on every rank when it does not fit, then
+  // allocates one arena and loads the weights.
+  static absl::StatusOr<std::unique_ptr<Evaluator>> Create(
+      TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
+      const std::string& dir, DType dtype = DType::kF32);
+
+  // Mean next-token loss over the windows at token offsets `starts`
+  // (seq_len + 1 tokens each), split over data-parallel ranks.
+  absl::StatusOr<double> Evaluate(const std::vector<int64_t>& starts);
+
+  const TrainOptions& options() const { return options_; }
+  const MemoryPlan& memory_plan() const { return memory_plan_; }
+  const StageModel& model() const { return *model_; }
+  const MemoryArena& arena() const { return *arena_scope_->arena(); }
+
+ private:
+  Evaluator(TrainOptions options, MeshCoord coord)
+      : options_(std::move(options)), coord_(coord) {}
+
+  TrainOptions options_;
+  MeshCoord coord_;
+  ProcessGroups groups_;
+  std::unique_ptr<DeviceGroups> device_groups_;
+  MemoryPlan memory_plan_;
+  std::unique_ptr<ArenaScope> arena_scope_;
+  std::unique_ptr<StageModel> model_;
+  std::unique_ptr<BatchLoader> loader_;
+};
+
+// The mean loss over the windows at `starts` (Evaluator::Evaluate and
+// Trainer::Evaluate): rank d of dp takes windows d, d + dp, ..., padded to
+// whole microbatches whose padding does not count.
+absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
+                                       const ProcessGroups& groups,
+                                       MeshCoord coord,
+                                       const TrainOptions& options,
+                                       const std::vector<int64_t>& starts);
+
+// OK when checkpoint `dir` (its training state `state`) holds the model
+// `model` and was trained on data of `tokenizer` (the tokenizer of
+// `data_path`); else InvalidArgument naming what differs and the fix.
+absl::Status CheckCheckpointMatches(const std::string& dir,
+                                    const TrainingState& state,
+                                    const ModelConfig& model,
+                                    const std::string& tokenizer,
+                                    const std::string& data_path);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_EVALUATOR_H_

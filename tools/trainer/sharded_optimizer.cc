@@ -1,0 +1,196 @@
+#include "tools/trainer/sharded_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "framework/kernels/adamw.h"
+#include "framework/kernels/elementwise.h"
+#include "framework/status.h"
+
+namespace trellis {
+namespace {
+
+// `t` as one row of its elements.
+Tensor Flat(const Tensor& t) { return t.View({t.numel()}); }
+
+}  // namespace
+
+ShardedOptimizer::ShardedOptimizer(OptimizerConfig config,
+                                   const ParameterSet& params,
+                                   GradientBuckets& buckets)
+    : Optimizer(config, params, NoMoments{}), buckets_(buckets) {
+  TRELLIS_CHECK(buckets.sync() == GradSync::kReduceScatter)
+      << "a sharded optimizer needs reduce-scattered gradient buckets";
+  std::unordered_map<const Parameter*, size_t> index;
+  for (size_t i = 0; i < params.all().size(); ++i) index[params.all()[i]] = i;
+  std::vector<bool> covered(params.all().size(), false);
+  for (int b = 0; b < buckets.num_buckets(); ++b) {
+    const Tensor block = buckets.Shard(b);
+    const int64_t start = static_cast<int64_t>(
+        (block.byte_offset() - buckets.flat(b).byte_offset()) /
+        DTypeSize(block.dtype()));
+    const int64_t end = start + block.numel();
+    for (const GradientBuckets::Member& member : buckets.members(b)) {
+      auto it = index.find(member.param);
+      TRELLIS_CHECK(it != index.end())
+          << member.param->name << " is in a bucket but not in the model";
+      covered[it->second] = true;
+      const int64_t lo = std::max(member.offset, start);
+      const int64_t hi = std::min(member.offset + member.param->numel(), end);
+      if (lo >= hi) continue;
+      segments_.push_back(
+          Segment{it->second, b, lo - member.offset, lo - start, hi - lo});
+    }
+    m_blocks_.push_back(
+        Tensor::Zeros({block.numel()}, block.dtype(), block.device()));
+    v_blocks_.push_back(
+        Tensor::Zeros({block.numel()}, block.dtype(), block.device()));
+  }
+  for (size_t i = 0; i < covered.size(); ++i) {
+    TRELLIS_CHECK(covered[i]) << params.all()[i]->name << " is in no bucket";
+  }
+}
+
+int64_t ShardedOptimizer::shard_elements() const {
+  int64_t n = 0;
+  for (const Tensor& block : m_blocks_) n += block.numel();
+  return n;
+}
+
+Tensor ShardedOptimizer::Piece(const Tensor& whole, const Segment& s) {
+  return Flat(whole).Narrow(s.param_offset, s.length);
+}
+
+std::vector<Tensor> ShardedOptimizer::GradientPieces() const {
+  std::vector<Tensor> grads;
+  grads.reserve(segments_.size());
+  for (const Segment& s : segments_) {
+    grads.push_back(buckets_.Shard(s.bucket).Narrow(s.block_offset, s.length));
+  }
+  return grads;
+}
+
+double ShardedOptimizer::GlobalGradNorm(Communicator& tp,
+                                        Communicator& pp) const {
+  const std::vector<Parameter*>& all = params().all();
+  const std::vector<Tensor> grads = GradientPieces();
+  std::vector<const Tensor*> primary;
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    if (all[segments_[k].param]->primary) primary.push_back(&grads[k]);
+  }
+  // One reduction of the squares over every group the elements are split
+  // over.
+  Tensor total = Tensor::Empty({1}, DType::kF64);
+  total.data<double>()[0] = SumOfSquares(primary);
+  for (Communicator* group : {&buckets_.dp(), &tp, &pp}) {
+    if (group->size() > 1) group->AllReduce(total, ReduceOp::kSum);
+  }
+  return std::sqrt(total.data<double>()[0]);
+}
+
+StepReport ShardedOptimizer::Apply(double grad_norm) {
+  const std::vector<Parameter*>& all = params().all();
+  // Views of each segment: gradient (in the bucket's block), weights and
+  // moments. Kept in vectors sized up front, so the pointers stay valid.
+  const size_t n = segments_.size();
+  std::vector<Tensor> grads = GradientPieces(), weights(n), ms(n), vs(n);
+  for (size_t k = 0; k < n; ++k) {
+    const Segment& s = segments_[k];
+    weights[k] = Piece(all[s.param]->weights(), s);
+    ms[k] = m_blocks_[s.bucket].Narrow(s.block_offset, s.length);
+    vs[k] = v_blocks_[s.bucket].Narrow(s.block_offset, s.length);
+  }
+  AdamWHyper hyper;
+  const StepReport report = BeginStep(grad_norm, hyper);
+  std::vector<AdamWTensors> tensors;
+  tensors.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    const Parameter& p = *all[segments_[k].param];
+    tensors.push_back(AdamWTensors{&grads[k], &weights[k], &ms[k], &vs[k],
+                                   p.decay ? config().weight_decay : 0.0,
+                                   nullptr});
+  }
+  AdamWStepMany(hyper, tensors);
+  GatherWeights();
+  return report;
+}
+
+void ShardedOptimizer::GatherWeights() {
+  const std::vector<Parameter*>& all = params().all();
+  for (const Segment& s : segments_) {
+    buckets_.Shard(s.bucket)
+        .Narrow(s.block_offset, s.length)
+        .CopyFrom(Piece(all[s.param]->weights(), s));
+  }
+  Communicator& dp = buckets_.dp();
+  std::vector<std::unique_ptr<Request>> gathers;
+  for (int b = 0; b < buckets_.num_buckets(); ++b) {
+    const Tensor block = buckets_.Shard(b);
+    gathers.push_back(dp.size() > 1 ? dp.AllGatherAsync(block, buckets_.flat(b))
+                                    : std::make_unique<DoneRequest>());
+  }
+  // Copies out bucket by bucket while later gathers are still running.
+  for (int b = 0; b < buckets_.num_buckets(); ++b) {
+    gathers[b]->Wait();
+    for (const GradientBuckets::Member& member : buckets_.members(b)) {
+      Parameter& p = *member.param;
+      Flat(p.weights())
+          .CopyFrom(buckets_.flat(b).Narrow(member.offset, p.numel()));
+      RefreshFromMaster(p);
+    }
+  }
+}
+
+void ShardedOptimizer::GatherMoments(const std::vector<Tensor>& blocks,
+                                     std::vector<Tensor>& whole) {
+  Communicator& dp = buckets_.dp();
+  for (int b = 0; b < buckets_.num_buckets(); ++b) {
+    Tensor block = buckets_.Shard(b);
+    block.CopyFrom(blocks[b]);
+    if (dp.size() > 1) dp.AllGather(block, buckets_.flat(b));
+    for (const GradientBuckets::Member& member : buckets_.members(b)) {
+      for (size_t i = 0; i < params().all().size(); ++i) {
+        if (params().all()[i] != member.param) continue;
+        Flat(whole[i]).CopyFrom(
+            buckets_.flat(b).Narrow(member.offset, member.param->numel()));
+      }
+    }
+  }
+}
+
+void ShardedOptimizer::BeginCheckpointIo(CheckpointIo io) {
+  m().clear();
+  v().clear();
+  for (const Parameter* p : params().all()) {
+    m().push_back(
+        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
+    v().push_back(
+        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
+  }
+  if (io == CheckpointIo::kSave) {
+    // Through the buckets: the gradients there are spent after a step and
+    // zeroed at the next one's start.
+    GatherMoments(m_blocks_, m());
+    GatherMoments(v_blocks_, v());
+  }
+}
+
+void ShardedOptimizer::EndCheckpointIo(CheckpointIo io) {
+  if (io == CheckpointIo::kLoad) {
+    for (const Segment& s : segments_) {
+      m_blocks_[s.bucket]
+          .Narrow(s.block_offset, s.length)
+          .CopyFrom(Piece(m()[s.param], s));
+      v_blocks_[s.bucket]
+          .Narrow(s.block_offset, s.length)
+          .CopyFrom(Piece(v()[s.param], s));
+    }
+  }
+  m().clear();
+  v().clear();
+}
+
+}  // namespace trellis

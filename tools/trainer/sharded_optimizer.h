@@ -1,0 +1,90 @@
+// ShardedOptimizer: AdamW with its state sharded over the data-parallel
+// group (ZeRO level 1).
+//
+// The gradient buckets (GradientBuckets in GradSync::kReduceScatter) lay
+// every parameter's gradient out in flat buckets, each padded to a multiple
+// of the dp size, and reduce-scatter them during backward: dp rank r ends up
+// with the averaged gradients of block r of every bucket (equal blocks, a
+// contiguous 1/dp of each bucket). This optimizer owns the same blocks: it
+// keeps the AdamW moments (float32; float64 for float64 parameters) of its
+// blocks only, and steps only the weight elements in them (the full-
+// precision weights: the float32 master of a bfloat16 value). A block cuts
+// parameters anywhere; each piece of a parameter that falls in it is one
+// segment, stepped with that parameter's weight decay.
+//
+// One step: the gradient norm sums the squares of the owned segments of
+// primary parameters and reduces them over dp, tp and pp at once (each
+// logical element is counted once, as Optimizer does); clipping and AdamW
+// follow on the segments; then each rank writes its updated weights into
+// its block of the bucket (the gradients there are spent) and the buckets
+// are all-gathered over dp, every gather launched before the first is
+// waited on, and each parameter's weights are copied back out of its bucket
+// (bfloat16 values refreshed from their masters). The elementwise numbers
+// are Optimizer's; only the norm's summation order differs.
+//
+// Memory: moments are 1/dp of Optimizer's plus the buckets' padding (under
+// dp per bucket); weights and gradient buckets stay whole. Checkpoints stay
+// layout-free: BeginCheckpointIo(kSave) gathers whole per-parameter
+// moments (through the buckets), kLoad allocates them to be read and
+// EndCheckpointIo(kLoad) keeps the owned segments, so a checkpoint moves
+// between ZeRO levels and layouts.
+//
+// Thread safety: none; the training thread drives it. Step and the
+// checkpoint calls are collective over dp (and Step over tp and pp).
+#ifndef TRELLIS_TOOLS_TRAINER_SHARDED_OPTIMIZER_H_
+#define TRELLIS_TOOLS_TRAINER_SHARDED_OPTIMIZER_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "parallel/data_parallel.h"
+#include "tools/trainer/optimizer.h"
+
+namespace trellis {
+
+class ShardedOptimizer : public Optimizer {
+ public:
+  // REQUIRES: `buckets` use GradSync::kReduceScatter and hold every
+  // parameter of `params`; both outlive this.
+  ShardedOptimizer(OptimizerConfig config, const ParameterSet& params,
+                   GradientBuckets& buckets);
+
+  // The norm of this rank's gradient blocks, reduced over dp, tp and pp.
+  double GlobalGradNorm(Communicator& tp, Communicator& pp) const override;
+  StepReport Apply(double grad_norm) override;
+  void BeginCheckpointIo(CheckpointIo io) override;
+  void EndCheckpointIo(CheckpointIo io) override;
+
+  // Elements of each moment this rank keeps (its blocks, padding included).
+  int64_t shard_elements() const;
+
+ private:
+  // A piece of parameter `param` (index in params().all()) that lies in
+  // this rank's block of bucket `bucket`.
+  struct Segment {
+    size_t param;
+    int bucket;
+    int64_t param_offset;  // in the parameter's flat elements
+    int64_t block_offset;  // in the block
+    int64_t length;
+  };
+
+  // Each segment's view of this rank's reduced gradient block.
+  std::vector<Tensor> GradientPieces() const;
+  // The segment's elements of a tensor in its parameter's shape.
+  static Tensor Piece(const Tensor& whole, const Segment& s);
+  // Copies each bucket's owned weights into its block, all-gathers the
+  // buckets and copies every parameter's weights out.
+  void GatherWeights();
+  // Gathers `blocks` (one per bucket) into whole per-parameter tensors.
+  void GatherMoments(const std::vector<Tensor>& blocks,
+                     std::vector<Tensor>& whole);
+
+  GradientBuckets& buckets_;
+  std::vector<Segment> segments_;
+  std::vector<Tensor> m_blocks_, v_blocks_;  // per bucket, its block's length
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_SHARDED_OPTIMIZER_H_

@@ -1,0 +1,25 @@
+#include "transformer/model_family.h"
+
+#include "transformer/gpt_family.h"
+
+namespace trellis {
+
+const ModelFamily& FamilyOf(const ModelConfig& config) {
+  switch (config.family) {
+    case ModelFamilyKind::kGpt2:
+      return Gpt2Family();
+  }
+  TRELLIS_CHECK(false) << "unknown model family "
+                       << static_cast<int>(config.family);
+  return Gpt2Family();
+}
+
+void AddModelParameters(const ModelConfig& config, const ChunkPlan& plan,
+                        TpPlace tp, uint64_t seed, Device device, DType dtype,
+                        ParameterSet& params) {
+  FamilyOf(config).DeclareParameters(config, plan, tp, seed, device, dtype,
+                                     params);
+  params.Materialize(/*grads=*/true);
+}
+
+}  // namespace trellis

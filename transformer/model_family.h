@@ -1,0 +1,150 @@
+// The model seam: what a model family provides, so that the trainer, the
+// pipeline, checkpoints, the memory plan and conversion never ask which
+// family they run.
+//
+// A family (GPT-2 today; see FamilyOf) provides
+//  - the rules of its config (Validate, CheckTensorParallel),
+//  - its parameters: each one's logical name, global shape, tensor-parallel
+//    split and initialization, declared by DeclareParameters (the split of
+//    a linear layer's weight is the layer's own: tensor_parallel.h states
+//    it and the layer checks it when built),
+//  - the chunk that runs a ChunkPlan's part of the model (NewChunk): forward,
+//    backward split into B (input gradients) and W (weight gradients), and
+//    forward-only evaluation.
+//
+// ModelChunk is the contract every family's chunk keeps; the pipeline stage
+// (tools/trainer/stage_model.h) drives chunks through it only.
+#ifndef TRELLIS_TRANSFORMER_MODEL_FAMILY_H_
+#define TRELLIS_TRANSFORMER_MODEL_FAMILY_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+#include "parallel/parameter.h"
+#include "transformer/chunk_options.h"
+#include "transformer/config.h"
+
+namespace trellis {
+
+// The part of a model that one pipeline (virtual) stage runs on one rank.
+//
+// Per microbatch:
+//   Forward(mb)         first chunk: tokens (B, T) -> hidden (N, C);
+//                       other chunks: hidden in -> hidden out; the last
+//                       chunk ends in the mean next-token loss instead.
+//   BackwardInput(mb)   d(output hidden) -> d(input hidden): the B action.
+//   BackwardWeight(mb)  parameter gradients (+=), then frees mb's state: W.
+// Several microbatches may be in flight. All tensor-parallel communication
+// goes through the communicator the chunk was built with.
+// Thread safety: none; one thread drives a chunk.
+class ModelChunk {
+ public:
+  virtual ~ModelChunk() = default;
+
+  // Allocates the buffers every microbatch shares (WorkspaceBytes); the
+  // first Forward does it otherwise. Construction allocates nothing.
+  virtual void AllocateWorkspace() = 0;
+  virtual const ChunkPlan& plan() const = 0;
+  // Rows of the hidden tensors this chunk sends and receives: B·T.
+  virtual int64_t rows() const = 0;
+  // Width of those hidden tensors.
+  virtual int64_t width() const = 0;
+
+  // `tokens` (B, T) int32 on the first chunk, else `input` (N, C); the last
+  // chunk reads `targets` (B, T) int32 and computes the per-token losses
+  // (TokenLosses), adding their mean to `loss_sum` when given (one float64
+  // element on the chunk's device; the host does not wait); other chunks
+  // write `output` (N, C). Tokens and targets may be on the host or the
+  // chunk's device. On the last chunk a `loss_scale` > 0 starts backward:
+  // the loss gradient is loss_scale · d(mean loss) and BackwardInput may
+  // follow; 0 computes only the losses (evaluation: no gradient is
+  // touched, and only Release may follow). Other chunks ignore it.
+  virtual void Forward(int mb, const Tensor& tokens, const Tensor& input,
+                       const Tensor& targets, double loss_scale, Tensor* output,
+                       Tensor* loss_sum = nullptr) = 0;
+  // The last chunk's mean loss of microbatch `mb`, read to the host (one
+  // host wait; for tests and tools). Valid while TokenLosses(mb) is.
+  virtual double MeanLoss(int mb) const = 0;
+  // `doutput` (N, C) on non-last chunks (the last chunk's loss gradient
+  // comes from Forward). Writes `dinput` (N, C) on non-first chunks.
+  virtual void BackwardInput(int mb, const Tensor& doutput, Tensor* dinput) = 0;
+  // Reports each group of parameters as its gradient work for `mb` ends,
+  // in the order of WeightGroups() (so data-parallel buckets can launch).
+  using WeightsDone = std::function<void(const std::vector<Parameter*>&)>;
+  virtual void BackwardWeight(int mb, const WeightsDone& done = nullptr) = 0;
+  // The last chunk's per-token losses (N) of microbatch `mb`, rows in
+  // order; valid until mb's BackwardWeight or Release.
+  virtual const Tensor& TokenLosses(int mb) const = 0;
+  // Frees mb's state after a forward-only pass (evaluation).
+  virtual void Release(int mb) = 0;
+  // The parameter groups BackwardWeight reports, in its order; together
+  // they hold every parameter of the chunk. A report means mb's
+  // contributions to the group are done.
+  virtual std::vector<std::vector<Parameter*>> WeightGroups() const = 0;
+
+  // Bytes of one microbatch's state and of the chunk's shared buffers
+  // (exactly what the chunk allocates).
+  virtual size_t StateBytes() const = 0;
+  virtual size_t WorkspaceBytes() const = 0;
+  // Microbatches in flight, and states allocated so far (the pool's
+  // high-water mark).
+  virtual int InFlight() const = 0;
+  virtual int StatesAllocated() const = 0;
+};
+
+// Everything a chunk is built from. `params` must hold the chunk's declared
+// parameters (DeclareParameters); tp_comm's size is tp.size.
+struct ChunkSetup {
+  ChunkPlan plan;
+  TpPlace tp;
+  Communicator* tp_comm = nullptr;
+  const ParameterSet* params = nullptr;
+  int64_t micro_batch = 1;
+  Device device;
+  DType dtype = DType::kF32;
+  BlockOptions options;
+};
+
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+
+  virtual ModelFamilyKind kind() const = 0;
+  // The family's own rules for `config` (ModelConfig::Validate checked the
+  // sizes positive first). Messages name the flags to change.
+  virtual absl::Status Validate(const ModelConfig& config) const = 0;
+  // Whether `tp` ranks can split the model (heads, widths).
+  virtual absl::Status CheckTensorParallel(const ModelConfig& config,
+                                           int64_t tp) const = 0;
+  // Declares the parameters of `plan`'s part of the model on tp rank
+  // `tp.rank` in `params` (without tensors: ParameterSet::Materialize makes
+  // them). A parameter the set already holds (a tied embedding on a rank
+  // that holds both ends) is reused. Initialization is a function of
+  // (seed, logical name, logical index) only, so every layout starts from
+  // the same weights.
+  virtual void DeclareParameters(const ModelConfig& config,
+                                 const ChunkPlan& plan, TpPlace tp,
+                                 uint64_t seed, Device device, DType dtype,
+                                 ParameterSet& params) const = 0;
+  virtual std::unique_ptr<ModelChunk> NewChunk(
+      const ModelConfig& config, const ChunkSetup& setup) const = 0;
+};
+
+// The family of `config` (config.family).
+const ModelFamily& FamilyOf(const ModelConfig& config);
+
+// Declares the parameters of `plan` (FamilyOf(config).DeclareParameters) and
+// materializes them, gradients included: for tests and tools that build a
+// chunk outside the trainer.
+void AddModelParameters(const ModelConfig& config, const ChunkPlan& plan,
+                        TpPlace tp, uint64_t seed, Device device, DType dtype,
+                        ParameterSet& params);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_MODEL_FAMILY_H_
