@@ -101,6 +101,17 @@ absl::StatusOr<TrainSampler> TrainSampler::Make(const TokenWindows& windows,
   return TrainSampler(windows.num_train_windows(), global_batch, seed);
 }
 
+absl::StatusOr<TrainSampler> TrainSampler::Make(int64_t num_train_windows,
+                                                int64_t global_batch,
+                                                uint64_t seed) {
+  if (global_batch < 1 || num_train_windows < global_batch) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(num_train_windows, " training windows cannot give ",
+                     "global batches of ", global_batch));
+  }
+  return TrainSampler(num_train_windows, global_batch, seed);
+}
+
 absl::Status TrainSampler::set_samples_consumed(int64_t samples_consumed) {
   if (samples_consumed < 0 || samples_consumed % global_batch_ != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

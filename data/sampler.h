@@ -76,6 +76,10 @@ class TrainSampler {
   // Fails when there are fewer train windows than one global batch.
   static absl::StatusOr<TrainSampler> Make(const TokenWindows& windows,
                                            int64_t global_batch, uint64_t seed);
+  // The same over `num_train_windows` windows [0, n) (blend.h draws each
+  // source's windows through one with a global batch of 1).
+  static absl::StatusOr<TrainSampler> Make(int64_t num_train_windows,
+                                           int64_t global_batch, uint64_t seed);
 
   int64_t global_batch() const { return global_batch_; }
   int64_t num_train_windows() const { return num_train_; }

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev
   nlohmann-json3-dev libpcre2-dev
+  libzstd-dev zlib1g-dev
   bible-kjv
   clang-format
   python3-protobuf protobuf-compiler

@@ -1,34 +1,30 @@
-// trellis-preprocess: tokenizes text files into one token file
+// trellis-preprocess: tokenizes text into one token file
 // (docs/data-format.md).
 //
-//   trellis-preprocess --input=a.txt,b.txt --output=corpus.h5
-//       --tokenizer=gpt2 --split=blank_line
+//   trellis-preprocess --input='shards/*.jsonl.zst,extra.txt'
+//       --output=corpus.h5 --tokenizer=gpt2 --split=blank_line
 //
-// Documents: with --split=file each input file is one document; with line
-// each non-blank line; with blank_line each run of non-blank lines (a
-// paragraph), its lines joined by "\n". Blank means empty or only
-// whitespace; a trailing "\r" is dropped from each line in the line modes.
+// Inputs: a comma list of files and glob patterns (input_files.h). Plain
+// text, JSON Lines (--json_key names the text's key) and either of them
+// compressed with gzip or zstd; what a document is in each, and how a bad
+// JSON line is handled (--on_bad_line), is in document_reader.h.
 //
 // Pipeline: a reader thread cuts the inputs into batches of about 1 MB of
 // text, worker threads tokenize batches, and the main thread writes them in
 // input order. At most a few batches per worker are in flight, so memory
-// stays bounded whatever the input size. A long document is cut into pieces
-// just before a whitespace character that follows a non-whitespace one;
-// GPT-2's pre-tokenizer never joins characters across such a point, so the
-// pieces tokenize exactly as the whole would.
+// stays bounded whatever the input size.
 //
 // The file is written to <output>.tmp and renamed at the end, so the output
-// path only ever holds a complete file.
+// path only ever holds a complete file: any error (a bad line under
+// --on_bad_line=fail included) leaves no output.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -41,14 +37,22 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
+#include "data/document_reader.h"
+#include "data/input_files.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
 #include "framework/status.h"
 #include "tools/trainer/program_help.h"
 
 ABSL_FLAG(std::string, input, "",
-          "comma-separated text files to tokenize, in order");
+          "comma-separated files or glob patterns to tokenize, in order: "
+          "plain text or JSON Lines (.jsonl), either optionally compressed "
+          "(.gz, .zst)");
+ABSL_FLAG(std::string, json_key, "text",
+          "the key of each JSON Lines object that holds the document's text");
+ABSL_FLAG(std::string, on_bad_line, "fail",
+          "a JSON line that is not valid UTF-8 or JSON, or lacks a string "
+          "--json_key: fail (stop, write nothing) or skip (count it)");
 ABSL_FLAG(std::string, output, "", "token file to write (HDF5, e.g. data.h5)");
 ABSL_FLAG(std::string, split, "file",
           "what a document is: file (a whole file), line (one non-blank "
@@ -63,27 +67,7 @@ ABSL_FLAG(int, threads,
 namespace trellis {
 namespace {
 
-enum class Split { kFile, kLine, kBlankLine };
-
 constexpr size_t kBatchBytes = size_t{1} << 20;  // text per batch
-constexpr size_t kPieceBytes = size_t{1} << 20;  // cut documents longer
-constexpr size_t kReadBytes = size_t{1} << 20;   // one read() of an input
-
-bool IsSpace(char c) {
-  return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' ||
-         c == '\v';
-}
-
-bool IsBlank(const std::string& text, size_t from) {
-  return std::all_of(text.begin() + from, text.end(), IsSpace);
-}
-
-// Text that tokenizes independently of its neighbours; `ends_document`
-// marks a document's last piece.
-struct Piece {
-  std::string text;
-  bool ends_document = false;
-};
 
 struct Batch {
   std::vector<Piece> pieces;
@@ -94,127 +78,6 @@ struct Batch {
   bool taken = false;
   bool done = false;
 };
-
-// Cuts the input files into documents and documents into pieces, in order.
-class DocumentReader {
- public:
-  DocumentReader(std::vector<std::string> files, Split split)
-      : files_(std::move(files)), split_(split) {}
-
-  // Calls emit(Piece&&) for each piece and consumed(bytes) as input is
-  // read; stops with Cancelled when consumed returns false.
-  template <typename Emit, typename Consumed>
-  absl::Status Run(Emit emit, Consumed consumed);
-
- private:
-  // Emits the front of the document buffer if it grew past kPieceBytes.
-  template <typename Emit>
-  void MaybeCut(Emit& emit);
-  template <typename Emit>
-  void EndDocument(Emit& emit);
-  template <typename Emit>
-  void EndLine(Emit& emit);
-
-  std::vector<std::string> files_;
-  Split split_;
-  std::string doc_;           // the current document's unemitted text
-  bool doc_emitted_ = false;  // part of the current document was emitted
-  size_t line_start_ = 0;     // where the current line begins in doc_
-  bool line_cut_ = false;     // part of the current line was emitted
-};
-
-template <typename Emit>
-void DocumentReader::MaybeCut(Emit& emit) {
-  if (doc_.size() < kPieceBytes) return;
-  size_t cut = 0;
-  for (size_t i = doc_.size() - 1; i > kPieceBytes / 2; --i) {
-    if (IsSpace(doc_[i]) && !IsSpace(doc_[i - 1])) {
-      cut = i;
-      break;
-    }
-  }
-  if (cut == 0) {
-    if (doc_.size() < 4 * kPieceBytes) return;  // look further for a space
-    cut = doc_.size() - 1;  // no space at all: cut between UTF-8 characters
-    while (cut > 0 && (static_cast<unsigned char>(doc_[cut]) & 0xC0) == 0x80) {
-      --cut;
-    }
-  }
-  emit(Piece{doc_.substr(0, cut), false});
-  doc_.erase(0, cut);
-  doc_emitted_ = true;
-  if (cut > line_start_) line_cut_ = true;
-  line_start_ = cut > line_start_ ? 0 : line_start_ - cut;
-}
-
-template <typename Emit>
-void DocumentReader::EndDocument(Emit& emit) {
-  if (split_ == Split::kBlankLine && !doc_.empty() && doc_.back() == '\n') {
-    doc_.pop_back();  // the newline after a paragraph's last line
-  }
-  if (!doc_.empty() || doc_emitted_) emit(Piece{std::move(doc_), true});
-  doc_.clear();
-  doc_emitted_ = false;
-  line_start_ = 0;
-  line_cut_ = false;
-}
-
-// Called after a line's text (without "\n") was appended to doc_.
-template <typename Emit>
-void DocumentReader::EndLine(Emit& emit) {
-  if (!doc_.empty() && doc_.back() == '\r' && doc_.size() > line_start_) {
-    doc_.pop_back();
-  }
-  const bool blank = !line_cut_ && IsBlank(doc_, line_start_);
-  if (blank) doc_.resize(line_start_);
-  if (split_ == Split::kLine) {
-    if (!blank) EndDocument(emit);
-  } else if (blank) {
-    EndDocument(emit);
-  } else {
-    doc_.push_back('\n');
-  }
-  line_start_ = doc_.size();
-  line_cut_ = false;
-}
-
-template <typename Emit, typename Consumed>
-absl::Status DocumentReader::Run(Emit emit, Consumed consumed) {
-  std::vector<char> block(kReadBytes);
-  for (const std::string& name : files_) {
-    std::ifstream in(name, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat(name, ": cannot open"));
-    while (in) {
-      in.read(block.data(), static_cast<std::streamsize>(block.size()));
-      const size_t got = static_cast<size_t>(in.gcount());
-      if (in.bad())
-        return absl::DataLossError(absl::StrCat(name, ": read failed"));
-      for (size_t at = 0; at < got;) {
-        if (split_ == Split::kFile) {
-          doc_.append(block.data() + at, got - at);
-          at = got;
-        } else {
-          const char* newline = static_cast<const char*>(
-              std::memchr(block.data() + at, '\n', got - at));
-          const size_t end = newline ? newline - block.data() : got;
-          doc_.append(block.data() + at, end - at);
-          at = end;
-          if (newline != nullptr) {
-            ++at;
-            EndLine(emit);
-          }
-        }
-        MaybeCut(emit);
-      }
-      if (!consumed(static_cast<int64_t>(got))) {
-        return absl::CancelledError("cancelled");
-      }
-    }
-    if (split_ != Split::kFile && doc_.size() > line_start_) EndLine(emit);
-    EndDocument(emit);
-  }
-  return absl::OkStatus();
-}
 
 // Draws "[####....]  45.1%  1.9/4.3 MB  12.0 MB/s  ETA 0:02" on stderr: in
 // place at most 10 times a second on a terminal, else a line every 5 s.
@@ -361,17 +224,11 @@ void Tokenize(Pipeline& pipeline, const Tokenizer& tokenizer) {
   }
 }
 
-struct Totals {
-  int64_t documents = 0;
-  int64_t tokens = 0;
-};
-
 // Runs the pipeline into `writer`; returns the first error of any stage.
-absl::Status Process(const std::vector<std::string>& inputs, Split split,
-                     int64_t total_bytes, const Tokenizer& tokenizer,
-                     int threads, TokenDatasetWriter& writer) {
+absl::Status Process(DocumentReader& reader, int64_t total_bytes,
+                     const Tokenizer& tokenizer, int threads,
+                     TokenDatasetWriter& writer) {
   Pipeline pipeline(static_cast<size_t>(threads) * 4);
-  DocumentReader reader(inputs, split);
   std::thread read_thread(ReadInto, std::ref(pipeline), std::ref(reader));
   std::vector<std::thread> workers;
   for (int i = 0; i < threads; ++i) {
@@ -403,14 +260,6 @@ absl::Status Process(const std::vector<std::string>& inputs, Split split,
     progress.Update(done_bytes, /*final=*/true);
   }
   return status;
-}
-
-absl::StatusOr<Split> ParseSplit(const std::string& name) {
-  if (name == "file") return Split::kFile;
-  if (name == "line") return Split::kLine;
-  if (name == "blank_line") return Split::kBlankLine;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--split=", name, " is not one of file, line, blank_line"));
 }
 
 // Checks the inputs exist; returns their total size.
@@ -453,14 +302,18 @@ absl::Status CheckOutputIsNoInput(const std::string& output,
 absl::Status Run() {
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output.empty()) return absl::InvalidArgumentError("--output is required");
-  std::vector<std::string> inputs;
-  for (absl::string_view name :
-       absl::StrSplit(absl::GetFlag(FLAGS_input), ',', absl::SkipEmpty())) {
-    inputs.emplace_back(name);
-  }
+  TRELLIS_ASSIGN_OR_RETURN(const std::vector<std::string> inputs,
+                           ExpandInputList(absl::GetFlag(FLAGS_input)));
   TRELLIS_ASSIGN_OR_RETURN(const int64_t total_bytes, InputBytes(inputs));
-  TRELLIS_ASSIGN_OR_RETURN(const Split split,
-                           ParseSplit(absl::GetFlag(FLAGS_split)));
+  DocumentReader::Options read;
+  TRELLIS_ASSIGN_OR_RETURN(read.split, ParseSplit(absl::GetFlag(FLAGS_split)));
+  TRELLIS_ASSIGN_OR_RETURN(read.bad_lines,
+                           ParseBadLines(absl::GetFlag(FLAGS_on_bad_line)));
+  read.json_key = absl::GetFlag(FLAGS_json_key);
+  if (read.json_key.empty()) {
+    return absl::InvalidArgumentError(
+        "--json_key is empty; name the key that holds the text (e.g. text)");
+  }
   TRELLIS_RETURN_IF_ERROR(CheckOutputIsNoInput(output, inputs));
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 1 || threads > 1024) {
@@ -490,15 +343,17 @@ absl::Status Run() {
     return absl::PermissionDeniedError(absl::StrCat(
         "cannot write --output ", output, ": ", writer.status().message()));
   }
+  DocumentReader reader(inputs, read);
   absl::Status status =
-      Process(inputs, split, total_bytes, *tokenizer, threads, **writer);
+      Process(reader, total_bytes, *tokenizer, threads, **writer);
   const int64_t documents = (*writer)->num_documents();
   const int64_t tokens = (*writer)->num_tokens();
   if (status.ok() && documents == 0) {
     status = absl::InvalidArgumentError(
         absl::StrCat("the input holds no document (every file is empty or "
                      "blank with --split=",
-                     absl::GetFlag(FLAGS_split), ")"));
+                     absl::GetFlag(FLAGS_split), ", every JSON text empty",
+                     reader.skipped_lines() > 0 ? " or skipped" : "", ")"));
   }
   if (status.ok()) status = (*writer)->Finish();
   writer->reset();
@@ -517,11 +372,18 @@ absl::Status Run() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   std::fprintf(stderr,
-               "wrote %s: %lld documents, %lld tokens, %.1f MB of text in "
+               "wrote %s: %lld documents, %lld tokens, %.1f MB of input in "
                "%.2f s (%.2fM tokens/s)\n",
                output.c_str(), static_cast<long long>(documents),
                static_cast<long long>(tokens), total_bytes / 1e6, seconds,
                tokens / std::max(seconds, 1e-9) / 1e6);
+  if (reader.skipped_lines() > 0) {
+    std::fprintf(stderr, "skipped %lld bad lines (--on_bad_line=skip), e.g.\n",
+                 static_cast<long long>(reader.skipped_lines()));
+    for (const std::string& line : reader.first_skipped()) {
+      std::fprintf(stderr, "  %s\n", line.c_str());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -531,8 +393,9 @@ absl::Status Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tokenizes text into a token file for trellis-train.\n"
-      "  trellis-preprocess --input=a.txt,b.txt --output=data.h5 "
-      "--tokenizer=gpt2 [--split=file|line|blank_line]");
+      "  trellis-preprocess --input=a.txt,'shards/*.jsonl.zst' "
+      "--output=data.h5 --tokenizer=gpt2 [--split=file|line|blank_line] "
+      "[--json_key=text] [--on_bad_line=fail|skip]");
   if (trellis::PrintHelpIfAsked(argc, argv,
                                 std::string(absl::ProgramUsageMessage()))) {
     return 0;

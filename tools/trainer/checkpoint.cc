@@ -168,6 +168,12 @@ nlohmann::json StateToJson(const TrainingState& s) {
                       {"flags", s.flags},
                       {"format", kFormat}};
   if (!s.source.empty()) j["source"] = s.source;
+  for (const DataSourceState& d : s.data_sources) {
+    j["data_sources"].push_back(
+        nlohmann::json{{"path", d.path},
+                       {"weight", d.weight},
+                       {"samples_consumed", d.samples_consumed}});
+  }
   return j;
 }
 
@@ -455,6 +461,13 @@ absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir) {
     s.flags = j.value("flags", "");
     if (j.contains("source")) {
       s.source = j.at("source").get<std::map<std::string, std::string>>();
+    }
+    if (j.contains("data_sources")) {
+      for (const nlohmann::json& d : j.at("data_sources")) {
+        s.data_sources.push_back({d.at("path").get<std::string>(),
+                                  d.at("weight").get<double>(),
+                                  d.at("samples_consumed").get<int64_t>()});
+      }
     }
     return s;
   } catch (const nlohmann::json::exception& e) {

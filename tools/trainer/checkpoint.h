@@ -8,7 +8,8 @@
 //                                          (AdamW moments, float32),
 //                                          attribute `step`; absent in a
 //                                          weights-only checkpoint
-//   <save_dir>/step_00000100/state.json    step, samples consumed, seed, the
+//   <save_dir>/step_00000100/state.json    step, samples consumed (and per
+//                                          source of a blend), seed, the
 //                                          model config, the layout, flags
 //   <save_dir>/latest                      "step_00000100", written last
 //
@@ -57,9 +58,18 @@
 
 namespace trellis {
 
+// One source of a --data blend, as a checkpoint records it.
+struct DataSourceState {
+  std::string path;
+  double weight = 0;             // normalized
+  int64_t samples_consumed = 0;  // windows drawn from it
+};
+
 struct TrainingState {
   int64_t step = 0;              // Optimizer steps taken.
   int64_t samples_consumed = 0;  // Training windows drawn by the sampler.
+  // Per source of a blend (data/blend.h); empty for one token file.
+  std::vector<DataSourceState> data_sources;
   uint64_t seed = 0;
   ModelConfig model;
   std::string tokenizer;

@@ -37,7 +37,8 @@ absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
                                        const ProcessGroups& groups,
                                        MeshCoord coord,
                                        const TrainOptions& options,
-                                       const std::vector<int64_t>& starts) {
+                                       const std::vector<int64_t>& starts,
+                                       int source) {
   const int64_t b = options.micro_batch_size;
   std::vector<int64_t> mine;
   for (size_t i = coord.d; i < starts.size(); i += options.dp) {
@@ -50,7 +51,7 @@ absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
   }
   while (mine.size() % b != 0) mine.push_back(mine.back());
   TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
-                           loader.Windows(mine));
+                           loader.Windows(mine, source));
   const auto [sum, tokens] = model.ForwardOnly(microbatches, rows);
   Tensor totals = Tensor::Empty({2}, DType::kF64);
   totals.data<double>()[0] = sum;

@@ -59,14 +59,16 @@ class Evaluator {
   std::unique_ptr<BatchLoader> loader_;
 };
 
-// The mean loss over the windows at `starts` (Evaluator::Evaluate and
-// Trainer::Evaluate): rank d of dp takes windows d, d + dp, ..., padded to
-// whole microbatches whose padding does not count.
+// The mean loss over the windows at `starts` of the loader's source
+// `source` (Evaluator::Evaluate and Trainer::Evaluate): rank d of dp takes
+// windows d, d + dp, ..., padded to whole microbatches whose padding does
+// not count.
 absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
                                        const ProcessGroups& groups,
                                        MeshCoord coord,
                                        const TrainOptions& options,
-                                       const std::vector<int64_t>& starts);
+                                       const std::vector<int64_t>& starts,
+                                       int source = 0);
 
 // OK when checkpoint `dir` (its training state `state`) holds the model
 // `model` and was trained on data of `tokenizer` (the tokenizer of

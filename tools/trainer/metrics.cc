@@ -30,6 +30,12 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
   }
   if (m.val_loss) {
     absl::StrAppend(&line, absl::StrFormat(" | val_loss %.4f", *m.val_loss));
+    for (size_t i = 0; i < m.val_loss_by_source.size(); ++i) {
+      absl::StrAppend(&line, i == 0 ? " (" : ", ",
+                      m.val_loss_by_source[i].first,
+                      absl::StrFormat(" %.4f", m.val_loss_by_source[i].second),
+                      i + 1 == m.val_loss_by_source.size() ? ")" : "");
+    }
   }
   if (!m.skipped.empty()) {
     absl::StrAppend(
@@ -58,6 +64,9 @@ Scalars TensorBoardScalars(const StepMetrics& m) {
                {"health/skipped", m.skipped.empty() ? 0.0 : 1.0}};
   if (m.mfu > 0) s.emplace_back("perf/mfu", m.mfu);
   if (m.val_loss) s.emplace_back("val/loss", *m.val_loss);
+  for (const auto& [source, loss] : m.val_loss_by_source) {
+    s.emplace_back("val/loss_by_source/" + source, loss);
+  }
   if (m.straggler_ratio > 0) {
     s.emplace_back("health/slowest_over_median", m.straggler_ratio);
   }
@@ -114,6 +123,9 @@ void MetricsWriter::Write(const StepMetrics& m) {
   if (m.straggler_rank >= 0) {
     j["straggler_rank"] = m.straggler_rank;
     j["straggler"] = m.straggler;
+  }
+  for (const auto& [source, loss] : m.val_loss_by_source) {
+    j["val_loss_by_source"][source] = loss;
   }
   out_ << j.dump() << "\n";
   out_.flush();

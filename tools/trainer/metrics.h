@@ -9,6 +9,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "tools/trainer/tensorboard_writer.h"
@@ -18,7 +20,10 @@ namespace trellis {
 struct StepMetrics {
   int64_t step = 0;  // 1-based: the step just taken.
   double loss = 0;   // Mean training loss over the global batch.
+  // For a blend, the sources' validation losses weighted by the blend.
   std::optional<double> val_loss;
+  // Each blended source's validation loss, by its path (empty for one file).
+  std::vector<std::pair<std::string, double>> val_loss_by_source;
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;
@@ -47,7 +52,8 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);
 // train/lr, train/grad_norm, perf/tokens_per_s, perf/ms, perf/model_tflops,
 // perf/mfu (when a peak is known), pipeline/bubble and bubble_theory,
 // perf/dp_wait_ms, health/skipped_steps and health/skipped (1 on a skipped
-// step, else 0).
+// step, else 0), health/slowest_over_median after a straggler exchange, and
+// for a blend val/loss_by_source/<path>.
 Scalars TensorBoardScalars(const StepMetrics& m);
 
 class MetricsWriter {

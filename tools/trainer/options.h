@@ -24,7 +24,9 @@ namespace trellis {
 //
 // What a training run is: data, batch, optimization, checkpoints, logging.
 #define TRELLIS_RUN_OPTIONS(X)                                                \
-  X(Data, std::string, data, "", "token file made by trellis-preprocess")     \
+  X(Data, std::string, data, "",                                              \
+    "token file made by trellis-preprocess, or a blend of several sharing "   \
+    "one tokenizer, weight:path,... (e.g. 0.7:web.h5,0.3:code.h5)")           \
   X(Data, double, val_fraction, 0.02,                                         \
     "share of the token stream held out (its tail) for validation")           \
   X(Batch, int64_t, micro_batch_size, 4,                                      \

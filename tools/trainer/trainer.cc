@@ -99,9 +99,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   // Ranks must agree on the flags before any of them can fail alone.
   TRELLIS_RETURN_IF_ERROR(
       CheckConfigsAgree(*groups.world, options.ToFlagString()));
-  TRELLIS_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open(options.data));
+  // --data may blend files: they share one tokenizer (data/blend.h).
+  TRELLIS_ASSIGN_OR_RETURN(TokenFileMetadata data, BlendMetadata(options.data));
   TRELLIS_RETURN_IF_ERROR(
-      options.Resolve(groups.world->size(), data.vocab_size()));
+      options.Resolve(groups.world->size(), data.vocab_size));
   TRELLIS_RETURN_IF_ERROR(
       CheckScheduleShape(options.schedule, static_cast<int>(options.pp),
                          static_cast<int>(options.microbatches()),
@@ -282,11 +283,18 @@ absl::Status Trainer::Resume(const std::string& dir) {
       LoadCheckpoint(dir, model_->params(), optimizer_.get());
   optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
   TRELLIS_RETURN_IF_ERROR(loaded);
-  absl::Status position = loader_->set_samples_consumed(state.samples_consumed);
+  std::vector<int64_t> source_samples;
+  for (const DataSourceState& d : state.data_sources) {
+    source_samples.push_back(d.samples_consumed);
+  }
+  absl::Status position =
+      loader_->Restore(state.samples_consumed, source_samples);
   if (!position.ok()) {
+    const bool blend = loader_->num_sources() > 1 || !source_samples.empty();
     return absl::InvalidArgumentError(absl::StrCat(
         dir, ": ", position.message(),
-        "; resume with the --global_batch_size the run started with"));
+        blend ? ""
+              : "; resume with the --global_batch_size the run started with"));
   }
   if (optimizer_->step() != state.step) {
     return absl::DataLossError(
@@ -422,28 +430,46 @@ absl::Status Trainer::GiveUp(const StepMetrics& m) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> Trainer::Evaluate(const std::vector<int64_t>& starts) {
-  return EvaluateWindows(*model_, *loader_, groups_, coord_, options_, starts);
+absl::StatusOr<double> Trainer::Evaluate(const std::vector<int64_t>& starts,
+                                         int source) {
+  return EvaluateWindows(*model_, *loader_, groups_, coord_, options_, starts,
+                         source);
 }
 
-absl::StatusOr<double> Trainer::Validate() {
-  const TokenWindows& windows = loader_->windows();
-  const int64_t n = std::min(options_.eval_windows, windows.num_val_windows());
-  std::vector<int64_t> starts;
-  for (int64_t i = 0; i < n; ++i) {
-    starts.push_back(windows.WindowStart(windows.ValWindow(i)));
+absl::Status Trainer::Validate(StepMetrics& m) {
+  double weighted = 0;
+  for (int source = 0; source < loader_->num_sources(); ++source) {
+    const TokenWindows& windows = loader_->windows(source);
+    const int64_t n =
+        std::min(options_.eval_windows, windows.num_val_windows());
+    std::vector<int64_t> starts;
+    for (int64_t i = 0; i < n; ++i) {
+      starts.push_back(windows.WindowStart(windows.ValWindow(i)));
+    }
+    if (starts.empty()) {
+      return absl::InvalidArgumentError(
+          "--eval_every needs validation windows; set --val_fraction > 0");
+    }
+    TRELLIS_ASSIGN_OR_RETURN(const double loss, Evaluate(starts, source));
+    weighted += loader_->weight(source) * loss;
+    if (loader_->num_sources() > 1) {
+      m.val_loss_by_source.emplace_back(loader_->dataset(source).path(), loss);
+    }
   }
-  if (starts.empty()) {
-    return absl::InvalidArgumentError(
-        "--eval_every needs validation windows; set --val_fraction > 0");
-  }
-  return Evaluate(starts);
+  m.val_loss = weighted;
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Save() {
   TrainingState state;
   state.step = optimizer_->step();
   state.samples_consumed = loader_->samples_consumed();
+  const std::vector<int64_t> source_samples = loader_->source_samples();
+  for (size_t i = 0; i < source_samples.size(); ++i) {
+    const int source = static_cast<int>(i);
+    state.data_sources.push_back({loader_->dataset(source).path(),
+                                  loader_->weight(source), source_samples[i]});
+  }
   state.seed = options_.seed;
   state.model = options_.model;
   state.tokenizer = loader_->dataset().tokenizer();
@@ -475,8 +501,7 @@ absl::StatusOr<Trainer::Outcome> Trainer::Run() {
     const bool last = !skipped && m.step == options_.steps;
     if (!skipped && options_.eval_every > 0 &&
         (m.step % options_.eval_every == 0 || last)) {
-      TRELLIS_ASSIGN_OR_RETURN(double val, Validate());
-      m.val_loss = val;
+      TRELLIS_RETURN_IF_ERROR(Validate(m));
     }
     if (root && !m.straggler.empty()) {
       std::printf("straggler: %s\n", m.straggler.c_str());

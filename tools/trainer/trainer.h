@@ -78,10 +78,14 @@ class Trainer {
   // nothing (metrics.skipped says why); the step count stays.
   absl::StatusOr<StepMetrics> Step();
   // Mean next-token loss over the given windows (token offsets of
-  // seq_len + 1 tokens each), split over data-parallel ranks.
-  absl::StatusOr<double> Evaluate(const std::vector<int64_t>& starts);
-  // Mean loss over the first options.eval_windows validation windows.
-  absl::StatusOr<double> Validate();
+  // seq_len + 1 tokens each) of --data source `source`, split over
+  // data-parallel ranks.
+  absl::StatusOr<double> Evaluate(const std::vector<int64_t>& starts,
+                                  int source = 0);
+  // Mean loss over the first options.eval_windows validation windows of
+  // each --data source into m.val_loss (a blend: each source's into
+  // m.val_loss_by_source, and their weighted mean into m.val_loss).
+  absl::Status Validate(StepMetrics& m);
   absl::Status Save();
 
   const TrainOptions& options() const { return options_; }

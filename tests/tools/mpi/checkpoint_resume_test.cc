@@ -39,11 +39,13 @@ class CheckpointResumeTest : public ::testing::Test {
     delete dir_;
     delete runtime_;
   }
-  static TrainOptions Options() {
-    TrainOptions o = mpitest::TinyModelOptions(*dir_ + "/tokens.h5");
+  static TrainOptions Options(const std::string& data = *dir_ + "/tokens.h5") {
+    TrainOptions o = mpitest::TinyModelOptions(data);
     o.steps = kSteps;
     return o;
   }
+  static void ExpectResumesUnderAnyLayout(const std::string& data,
+                                          const std::string& run);
 
   static MpiRuntime* runtime_;
   static std::string* dir_;
@@ -52,10 +54,13 @@ class CheckpointResumeTest : public ::testing::Test {
 MpiRuntime* CheckpointResumeTest::runtime_ = nullptr;
 std::string* CheckpointResumeTest::dir_ = nullptr;
 
-TEST_F(CheckpointResumeTest, ResumesUnderAnyLayoutOnTheSameLossCurve) {
-  // The uninterrupted run, saving at step 4 (and 8).
-  TrainOptions o = Options();
-  o.save_dir = *dir_ + "/run";
+// An uninterrupted run on dp2·tp2·pp2 saves at step 4; resumed from there
+// under other layouts it follows the same loss curve (bit for bit on its
+// own layout).
+void CheckpointResumeTest::ExpectResumesUnderAnyLayout(const std::string& data,
+                                                       const std::string& run) {
+  TrainOptions o = Options(data);
+  o.save_dir = *dir_ + "/" + run;
   o.save_every = kSaveStep;
   std::vector<double> full;
   {
@@ -74,7 +79,7 @@ TEST_F(CheckpointResumeTest, ResumesUnderAnyLayoutOnTheSameLossCurve) {
   for (const Layout& l : layouts) sizes.push_back(l.world());
   mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
     const Layout& layout = layouts[job];
-    TrainOptions r = Options();
+    TrainOptions r = Options(data);
     r.resume = checkpoint;
     absl::StatusOr<mpitest::LayoutRun> run =
         mpitest::StartLayout(*runtime_, layout, r, comm);
@@ -94,6 +99,18 @@ TEST_F(CheckpointResumeTest, ResumesUnderAnyLayoutOnTheSameLossCurve) {
       }
     }
   });
+}
+
+TEST_F(CheckpointResumeTest, ResumesUnderAnyLayoutOnTheSameLossCurve) {
+  ExpectResumesUnderAnyLayout(*dir_ + "/tokens.h5", "run");
+}
+
+// A blend's per-source data state resumes under any layout too.
+TEST_F(CheckpointResumeTest, BlendResumesUnderAnyLayoutOnTheSameLossCurve) {
+  ASSERT_TRUE(mpitest::WriteSharedTokenFile(*dir_ + "/tokens_b.h5", 7000));
+  ExpectResumesUnderAnyLayout(
+      absl::StrCat("0.3:", *dir_, "/tokens.h5,0.7:", *dir_, "/tokens_b.h5"),
+      "blend_run");
 }
 
 // Every stored tensor of `file` ("/model.h5" or "/optimizer.h5") of

@@ -1,6 +1,6 @@
 // The master test: the same seed, data and global batch train to the same
 // losses and gradients under every (dp, tp, pp) layout and pipeline
-// schedule as in one process.
+// schedule as in one process; the same holds for a blend of two files.
 //
 // Every rank first trains the reference itself (ParallelContext::Single(),
 // 20 steps) and keeps its per-step losses and its gradients after step 1 as
@@ -359,6 +359,25 @@ TEST_F(LayoutEquivalenceTest, ZeroOneMatchesTheReplicatedOptimizer) {
     const int64_t buckets = dp_stats[1].Calls(CommOp::kAllGather) / steps;
     EXPECT_LE(sharded, replicated + steps * buckets * 2 * layout.dp * 4);
   });
+}
+
+// A blend of two files (data/blend.h): every layout draws the same windows
+// from each source at each step, so it trains to the same losses.
+TEST_F(LayoutEquivalenceTest, BlendLayoutsMatchOneProcess) {
+  const std::string second = *dir_ + "/tokens_b.h5";
+  ASSERT_TRUE(mpitest::WriteSharedTokenFile(second, 7000));
+  TrainOptions blended = *options_;
+  blended.data = absl::StrCat("0.6:", options_->data, ",0.4:", second);
+  Reference blend_reference = ComputeReference(blended);
+  ASSERT_EQ(blend_reference.losses.size(), reference_->losses.size());
+  EXPECT_NE(blend_reference.losses, reference_->losses);
+  TrainOptions* const saved_options = options_;
+  Reference* const saved_reference = reference_;
+  options_ = &blended;
+  reference_ = &blend_reference;
+  RunAll({L(1, 1, 1), L(2, 1, 1), L(4, 1, 1), L(2, 2, 2)});
+  options_ = saved_options;
+  reference_ = saved_reference;
 }
 
 }  // namespace

@@ -172,6 +172,8 @@ def main():
                 want["perf/mfu"] = line["mfu"]
             if "val_loss" in line:
                 want["val/loss"] = line["val_loss"]
+            for source, loss in line.get("val_loss_by_source", {}).items():
+                want[f"val/loss_by_source/{source}"] = loss
             if "slowest_over_median" in line:
                 want["health/slowest_over_median"] = line[
                     "slowest_over_median"]
