@@ -15,6 +15,7 @@ packages=(
   libsentencepiece-dev sentencepiece
   bible-kjv
   clang-format
+  python3-protobuf protobuf-compiler
   slurm-wlm munge libpmix2
 )
 

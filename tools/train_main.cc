@@ -138,6 +138,10 @@ int Main(int argc, char** argv) {
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
+  if (*run == Trainer::Outcome::kGaveUp) {
+    // Every rank gave up together (the skip verdicts are agreed).
+    return fail(absl::AbortedError((*trainer)->give_up_message()), true);
+  }
   if (root) {
     const MemoryArena::Stats arena = (*trainer)->arena().stats();
     std::printf(

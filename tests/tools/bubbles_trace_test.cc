@@ -162,6 +162,26 @@ TEST_F(BubblesTraceTest, MeasuresHandMadeStep) {
   EXPECT_THAT(FormatReport(*r), HasSubstr("step 5: 100.00 ms; bubble 62.5%"));
 }
 
+TEST_F(BubblesTraceTest, NamesTheRankThatComputedLongest) {
+  TraceRecorder r0 = MakeRecorder(0), r1 = MakeRecorder(1);
+  AddStep(r0, r1, 3, 0.0);
+  // Rank 1 computes 20 ms more inside the window: 50 ms against rank 0's 30.
+  Add(r1, Span{"F", "compute", 55, 75, {{"mb", 0}, {"vstage", 0}}});
+  WriteBoth(r0, r1);
+  absl::StatusOr<std::vector<RankTrace>> traces = ReadTraceDir(dir_.string());
+  ASSERT_TRUE(traces.ok()) << traces.status();
+  absl::StatusOr<BubbleReport> r = AnalyzeTraces(*traces);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const StepFigures& f = r->steps[0];
+  EXPECT_EQ(f.slowest_rank, 1);
+  EXPECT_NEAR(f.slowest_busy, 50.0, 1e-6);
+  EXPECT_NEAR(f.median_busy, 40.0, 1e-6);  // of 30 and 50
+  EXPECT_THAT(FormatReport(*r),
+              HasSubstr("rank skew: rank 1 computes 50.00 ms, the median "
+                        "rank 40.00 ms (1.25x)"));
+  EXPECT_EQ(ReportToJson(*r)["steps"][0]["slowest_rank"], 1);
+}
+
 TEST_F(BubblesTraceTest, MedianOverSteps) {
   TraceRecorder r0 = MakeRecorder(0), r1 = MakeRecorder(1);
   AddStep(r0, r1, 5, 0.0);

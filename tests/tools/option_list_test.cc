@@ -49,6 +49,8 @@ TrainOptions Unusual() {
   o.beta1 = 0.85;
   o.beta2 = 0.999;
   o.seed = 18446744073709551615ull;
+  o.max_skipped_steps = 4;
+  o.skip_spike_zscore = 6.5;
   o.save_dir = "ckpt dir";
   o.save_every = 5;
   o.resume = "auto";
@@ -57,6 +59,9 @@ TrainOptions Unusual() {
   o.eval_windows = 8;
   o.log_every = 2;
   o.metrics_file = "m.jsonl";
+  o.tensorboard_dir = "tb";
+  o.straggler_every = 7;
+  o.straggler_threshold = 1.5;
   o.trace_dir = "traces";
   o.trace_steps = {2, 3};
   o.dp = 3;
@@ -97,7 +102,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     if (line_a == "--family=gpt2") continue;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 45);  // 5 model + 23 run + 17 layout and device options
+  EXPECT_EQ(lines, 50);  // 5 model + 28 run + 17 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

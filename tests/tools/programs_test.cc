@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -186,6 +187,17 @@ TEST_F(ProgramsTest, TrainSucceedsOnGoodInput) {
   const ProgramResult r = RunProgram("train", args, dir_);
   EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("train", args, r);
   EXPECT_THAT(r.out, HasSubstr("2/2 | loss")) << r.out;
+}
+
+// NaN gradients from step 2 on (a test hook): after --max_skipped_steps
+// skips the run saves step 1 and ends with one line saying what to do.
+TEST_F(ProgramsTest, TrainGivesUpAfterConsecutiveSkippedSteps) {
+  setenv("TRELLIS_TEST_INJECT_NAN", "2+:0", 1);
+  Train({"--steps=6", "--max_skipped_steps=2", "--save_dir=" + dir_ + "/ck"},
+        {"2 consecutive steps skipped", "non-finite", "--resume=auto",
+         "--max_skipped_steps", "saved step 1"});
+  unsetenv("TRELLIS_TEST_INJECT_NAN");
+  EXPECT_TRUE(fs::exists(dir_ + "/ck/step_00000001/model.h5"));
 }
 
 TEST_F(ProgramsTest, TrainMissingDataFile) {

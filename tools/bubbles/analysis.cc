@@ -207,11 +207,18 @@ absl::StatusOr<StepFigures> AnalyzeStep(const std::vector<RankTrace>& traces,
   std::map<ActionType, std::vector<double>> costs;
   std::vector<std::vector<StageFigures>> by_stage(report.pp);
   f.min_cpu_share = 1.0;
+  std::vector<double> busy;
   for (const RankStep& rs : ranks) {
     by_stage[rs.trace->stage].push_back(RankFigures(rs, begin, end, costs));
-    f.min_cpu_share =
-        std::min(f.min_cpu_share, by_stage[rs.trace->stage].back().cpu_share);
+    const StageFigures& mine = by_stage[rs.trace->stage].back();
+    f.min_cpu_share = std::min(f.min_cpu_share, mine.cpu_share);
+    busy.push_back(mine.busy);
+    if (f.slowest_rank < 0 || mine.busy > f.slowest_busy) {
+      f.slowest_rank = rs.trace->rank;
+      f.slowest_busy = mine.busy;
+    }
   }
+  f.median_busy = Median(busy);
   for (int s = 0; s < report.pp; ++s) {
     f.stages.push_back(Mean(by_stage[s], s));
     // The stage's lowest rank stands for it in the timeline.
@@ -357,7 +364,9 @@ StepFigures MedianFigures(const std::vector<StepFigures>& steps) {
       &StepFigures::cost_forward,
       &StepFigures::cost_backward_input,
       &StepFigures::cost_backward_weight,
-      &StepFigures::min_cpu_share};
+      &StepFigures::min_cpu_share,
+      &StepFigures::slowest_busy,
+      &StepFigures::median_busy};
   auto median_of = [&](auto get) {
     std::vector<double> values;
     for (const StepFigures& s : steps) values.push_back(get(s));

@@ -82,6 +82,12 @@ struct StepFigures {
   double cost_backward_input = 0.0;
   double cost_backward_weight = 0.0;
   double min_cpu_share = 0.0;  // the least cpu_share of any rank
+  // Per-rank skew of traced steps: the rank that computed longest (its
+  // busy time) against the median rank's, as trellis-train's straggler
+  // report compares them. slowest_rank is -1 for a plan or a median.
+  int slowest_rank = -1;
+  double slowest_busy = 0.0;
+  double median_busy = 0.0;
   Timeline timeline;
 };
 

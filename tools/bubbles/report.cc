@@ -36,6 +36,16 @@ std::string FormatStep(const BubbleReport& r, const StepFigures& f,
                                         "bubble", "recv wait", "dp", "cpu"));
   for (const StageFigures& s : f.stages) absl::StrAppend(&out, FormatStage(s));
   absl::StrAppend(&out, FormatStage(f.whole));
+  if (f.median_busy > 0) {
+    const std::string who = f.slowest_rank >= 0
+                                ? absl::StrCat("rank ", f.slowest_rank)
+                                : std::string("the slowest rank");
+    absl::StrAppend(
+        &out, absl::StrFormat("rank skew: %s computes %.2f %s, the median "
+                              "rank %.2f %s (%.2fx)\n",
+                              who, f.slowest_busy, r.unit, f.median_busy,
+                              r.unit, f.slowest_busy / f.median_busy));
+  }
   return out;
 }
 
@@ -59,9 +69,12 @@ json StepJson(const StepFigures& f) {
               {"B", f.cost_backward_input},
               {"W", f.cost_backward_weight}}},
             {"min_cpu_share", f.min_cpu_share},
+            {"slowest_busy", f.slowest_busy},
+            {"median_busy", f.median_busy},
             {"stages", std::move(stages)},
             {"whole", StageJson(f.whole)}};
   if (f.step > 0) j["step"] = f.step;
+  if (f.slowest_rank >= 0) j["slowest_rank"] = f.slowest_rank;
   return j;
 }
 

@@ -16,12 +16,14 @@ namespace trellis {
 // Per step (and the median, when there are several): a row per stage and one
 // for the whole step with busy, idle, bubble, receive wait, dp time and CPU
 // share, under a line with the step time and the theoretical and planned
-// bubble.
+// bubble; for traces, a line of the per-rank skew (the rank that computed
+// longest against the median rank).
 std::string FormatReport(const BubbleReport& report);
 
 // {"mode", "unit", "schedule", "pp", "microbatches", "virtual_stages", "dp",
 //  "tp", "steps": [{"step", "step_time", "theory", "planned", "costs": {"F",
-//  "B", "W"}, "min_cpu_share", "stages": [{"stage", "ranks", "busy", "idle",
+//  "B", "W"}, "min_cpu_share", "slowest_rank" (traces), "slowest_busy",
+//  "median_busy", "stages": [{"stage", "ranks", "busy", "idle",
 //  "window", "bubble", "recv_wait", "dp", "cpu_share"}], "whole": {...}}],
 //  "median": {...}, "svg": [paths written]} ("svg" added by the program).
 // Times are in "unit"; bubbles and CPU shares are fractions.

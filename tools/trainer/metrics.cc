@@ -1,5 +1,6 @@
 #include "tools/trainer/metrics.h"
 
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -36,10 +37,50 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
                       i + 1 == m.val_loss_by_source.size() ? ")" : "");
     }
   }
+  if (!m.skipped.empty()) {
+    absl::StrAppend(
+        &line,
+        absl::StrFormat(" | SKIPPED (%s): no update; %d in a row, "
+                        "%d in all",
+                        m.skipped, m.consecutive_skips, m.skipped_steps));
+  } else if (m.skipped_steps > 0) {
+    absl::StrAppend(&line,
+                    absl::StrFormat(" | skipped %d in all", m.skipped_steps));
+  }
   return line;
 }
 
-absl::Status MetricsWriter::Open(const std::string& path) {
+Scalars TensorBoardScalars(const StepMetrics& m) {
+  Scalars s = {{"train/loss", m.loss},
+               {"train/lr", m.lr},
+               {"train/grad_norm", m.grad_norm},
+               {"perf/tokens_per_s", m.tokens_per_s},
+               {"perf/ms", m.ms},
+               {"perf/model_tflops", m.model_tflops},
+               {"pipeline/bubble", m.bubble},
+               {"pipeline/bubble_theory", m.bubble_theory},
+               {"perf/dp_wait_ms", m.dp_wait_ms},
+               {"health/skipped_steps", static_cast<double>(m.skipped_steps)},
+               {"health/skipped", m.skipped.empty() ? 0.0 : 1.0}};
+  if (m.mfu > 0) s.emplace_back("perf/mfu", m.mfu);
+  if (m.val_loss) s.emplace_back("val/loss", *m.val_loss);
+  for (const auto& [source, loss] : m.val_loss_by_source) {
+    s.emplace_back("val/loss_by_source/" + source, loss);
+  }
+  if (m.straggler_ratio > 0) {
+    s.emplace_back("health/slowest_over_median", m.straggler_ratio);
+  }
+  return s;
+}
+
+absl::Status MetricsWriter::Open(const std::string& path,
+                                 const std::string& tensorboard_dir) {
+  if (!tensorboard_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> tensorboard =
+        TensorBoardWriter::Open(tensorboard_dir);
+    if (!tensorboard.ok()) return tensorboard.status();
+    tensorboard_ = *std::move(tensorboard);
+  }
   if (path.empty()) return absl::OkStatus();
   const std::filesystem::path parent =
       std::filesystem::path(path).parent_path();
@@ -54,6 +95,15 @@ absl::Status MetricsWriter::Open(const std::string& path) {
 }
 
 void MetricsWriter::Write(const StepMetrics& m) {
+  if (tensorboard_ != nullptr) {
+    const absl::Status written =
+        tensorboard_->Write(m.step, TensorBoardScalars(m));
+    if (!written.ok()) {
+      std::fprintf(stderr, "warning: %s; no further TensorBoard events\n",
+                   std::string(written.message()).c_str());
+      tensorboard_.reset();
+    }
+  }
   if (!out_.is_open()) return;
   nlohmann::json j = {{"step", m.step},
                       {"loss", m.loss},
@@ -65,8 +115,15 @@ void MetricsWriter::Write(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"bubble", m.bubble},
                       {"bubble_theory", m.bubble_theory},
-                      {"dp_wait_ms", m.dp_wait_ms}};
+                      {"dp_wait_ms", m.dp_wait_ms},
+                      {"skipped_steps", m.skipped_steps}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
+  if (!m.skipped.empty()) j["skipped"] = m.skipped;
+  if (m.straggler_ratio > 0) j["slowest_over_median"] = m.straggler_ratio;
+  if (m.straggler_rank >= 0) {
+    j["straggler_rank"] = m.straggler_rank;
+    j["straggler"] = m.straggler;
+  }
   for (const auto& [source, loss] : m.val_loss_by_source) {
     j["val_loss_by_source"][source] = loss;
   }

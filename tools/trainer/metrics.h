@@ -1,16 +1,19 @@
-// Per-step metrics: one readable log line, and one JSON object per logged
-// step in the --metrics_file (JSON Lines).
+// Per-step metrics: one readable log line, one JSON object per logged step
+// in the --metrics_file (JSON Lines), and the same as TensorBoard scalars
+// in --tensorboard_dir.
 #ifndef TRELLIS_TOOLS_TRAINER_METRICS_H_
 #define TRELLIS_TOOLS_TRAINER_METRICS_H_
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "tools/trainer/tensorboard_writer.h"
 
 namespace trellis {
 
@@ -30,19 +33,43 @@ struct StepMetrics {
   double bubble = 0;  // Measured pipeline bubble (worst stage).
   double bubble_theory = 0;
   double dp_wait_ms = 0;  // Time spent waiting on data-parallel buckets.
+  // Why the step's update was skipped (StepGuard); empty: it was applied.
+  // A skipped step reports the step it attempted, which the next repeats.
+  std::string skipped;
+  int64_t skipped_steps = 0;      // Skipped by this run so far, all told.
+  int64_t consecutive_skips = 0;  // Ending with this step.
+  // On a step that compared the ranks' compute times (StragglerMonitor):
+  // the slowest's over the median, and the rank (-1: none) past
+  // --straggler_threshold with its description.
+  double straggler_ratio = 0;
+  int straggler_rank = -1;
+  std::string straggler;
 };
 
 std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);
 
+// The TensorBoard scalars of a step: train/loss, val/loss (when evaluated),
+// train/lr, train/grad_norm, perf/tokens_per_s, perf/ms, perf/model_tflops,
+// perf/mfu (when a peak is known), pipeline/bubble and bubble_theory,
+// perf/dp_wait_ms, health/skipped_steps and health/skipped (1 on a skipped
+// step, else 0), health/slowest_over_median after a straggler exchange, and
+// for a blend val/loss_by_source/<path>.
+Scalars TensorBoardScalars(const StepMetrics& m);
+
 class MetricsWriter {
  public:
-  // An empty path writes nothing. Appends to an existing file (a resumed
-  // run continues its metrics).
-  absl::Status Open(const std::string& path);
+  // Empty paths write nothing. Appends to an existing metrics file (a
+  // resumed run continues its metrics); the TensorBoard directory gets a
+  // new event file.
+  absl::Status Open(const std::string& path,
+                    const std::string& tensorboard_dir = "");
+  // A TensorBoard write that fails is reported once on stderr and ends the
+  // event file; training goes on.
   void Write(const StepMetrics& m);
 
  private:
   std::ofstream out_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace trellis

@@ -57,9 +57,9 @@ double Optimizer::GlobalGradNorm(Communicator& tp, Communicator& pp) const {
   return std::sqrt(total.data<double>()[0]);
 }
 
-StepReport Optimizer::Step(Communicator& tp, Communicator& pp) {
+StepReport Optimizer::Apply(double grad_norm) {
   AdamWHyper hyper;
-  const StepReport report = BeginStep(GlobalGradNorm(tp, pp), hyper);
+  const StepReport report = BeginStep(grad_norm, hyper);
   // One multi-tensor step, which also rounds each float32 master into its
   // bfloat16 value (RefreshFromMaster's work).
   const std::vector<Parameter*>& all = params_.all();

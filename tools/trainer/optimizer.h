@@ -55,11 +55,18 @@ class Optimizer {
 
   // sqrt of the sum of squares of every logical gradient element, reduced
   // over `tp` and `pp`.
-  double GlobalGradNorm(Communicator& tp, Communicator& pp) const;
+  virtual double GlobalGradNorm(Communicator& tp, Communicator& pp) const;
   // Clips, steps every parameter, advances the step count.
-  virtual StepReport Step(Communicator& tp, Communicator& pp);
+  StepReport Step(Communicator& tp, Communicator& pp) {
+    return Apply(GlobalGradNorm(tp, pp));
+  }
+  // Step's update for a norm already taken (GlobalGradNorm): the caller
+  // may decide between the two not to update at all (StepGuard).
+  virtual StepReport Apply(double grad_norm);
 
   int64_t step() const { return step_; }
+  // The learning rate the next update would use.
+  double next_lr() const { return LearningRate(config_.schedule, step_); }
   void set_step(int64_t step) { step_ = step; }
   // First and second moments of params.all()[i], in the parameter's shape.
   Tensor& exp_avg(size_t i) { return m_[i]; }

@@ -115,6 +115,16 @@ absl::Status CheckScalars(const TrainOptions& o) {
                             " must be ≥ 0 (0: the device's memory)"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
+  if (o.straggler_every < 0 || !(o.straggler_threshold >= 1)) {
+    return Bad(absl::StrCat("--straggler_every=", o.straggler_every,
+                            " must be ≥ 0 and --straggler_threshold=",
+                            o.straggler_threshold, " ≥ 1"));
+  }
+  if (o.max_skipped_steps < 0 || o.skip_spike_zscore < 0) {
+    return Bad(absl::StrCat("--max_skipped_steps=", o.max_skipped_steps,
+                            " and --skip_spike_zscore=", o.skip_spike_zscore,
+                            " must be ≥ 0 (0: off)"));
+  }
   if (o.zero == 2 || o.zero == 3) {
     return Bad(absl::StrCat("--zero=", o.zero,
                             " is not implemented yet; use --zero=0 or 1"));

@@ -46,6 +46,12 @@ namespace trellis {
   X(Optimization, double, beta1, 0.9, "AdamW beta1")                          \
   X(Optimization, double, beta2, 0.95, "AdamW beta2")                         \
   X(Optimization, uint64_t, seed, 1337, "initialization and data order seed") \
+  X(Optimization, int64_t, max_skipped_steps, 10,                             \
+    "consecutive skipped steps (non-finite loss or gradient norm, or a "      \
+    "spike) after which the run saves and exits with status 1 (0: never)")    \
+  X(Optimization, double, skip_spike_zscore, 0,                               \
+    "also skip steps whose loss or gradient norm lies this many standard "    \
+    "deviations above the last 100 steps' (0: off)")                          \
   X(Checkpoints, std::string, save_dir, "", "checkpoint directory")           \
   X(Checkpoints, int64_t, save_every, 0,                                      \
     "steps between checkpoints (0: only at the end, when --save_dir is set)") \
@@ -59,6 +65,13 @@ namespace trellis {
   X(Logging, int64_t, log_every, 1, "steps between log lines")                \
   X(Logging, std::string, metrics_file, "",                                   \
     "write one JSON line of metrics per logged step here")                    \
+  X(Logging, std::string, tensorboard_dir, "",                                \
+    "write the logged steps' metrics as TensorBoard scalars here (rank 0)")   \
+  X(Logging, int64_t, straggler_every, 10,                                    \
+    "steps between comparisons of the ranks' compute times (0: never)")       \
+  X(Logging, double, straggler_threshold, 1.2,                                \
+    "name the slowest rank when its compute time exceeds the median by this " \
+    "factor")                                                                 \
   X(Logging, std::string, trace_dir, "",                                      \
     "write Chrome traces of --trace_steps here, one file per rank (read "     \
     "them with trellis-bubbles)")                                             \

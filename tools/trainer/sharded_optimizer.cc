@@ -64,20 +64,22 @@ Tensor ShardedOptimizer::Piece(const Tensor& whole, const Segment& s) {
   return Flat(whole).Narrow(s.param_offset, s.length);
 }
 
-StepReport ShardedOptimizer::Step(Communicator& tp, Communicator& pp) {
+std::vector<Tensor> ShardedOptimizer::GradientPieces() const {
+  std::vector<Tensor> grads;
+  grads.reserve(segments_.size());
+  for (const Segment& s : segments_) {
+    grads.push_back(buckets_.Shard(s.bucket).Narrow(s.block_offset, s.length));
+  }
+  return grads;
+}
+
+double ShardedOptimizer::GlobalGradNorm(Communicator& tp,
+                                        Communicator& pp) const {
   const std::vector<Parameter*>& all = params().all();
-  // Views of each segment: gradient (in the bucket's block), weights and
-  // moments. Kept in vectors sized up front, so the pointers stay valid.
-  const size_t n = segments_.size();
-  std::vector<Tensor> grads(n), weights(n), ms(n), vs(n);
+  const std::vector<Tensor> grads = GradientPieces();
   std::vector<const Tensor*> primary;
-  for (size_t k = 0; k < n; ++k) {
-    const Segment& s = segments_[k];
-    grads[k] = buckets_.Shard(s.bucket).Narrow(s.block_offset, s.length);
-    weights[k] = Piece(all[s.param]->weights(), s);
-    ms[k] = m_blocks_[s.bucket].Narrow(s.block_offset, s.length);
-    vs[k] = v_blocks_[s.bucket].Narrow(s.block_offset, s.length);
-    if (all[s.param]->primary) primary.push_back(&grads[k]);
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    if (all[segments_[k].param]->primary) primary.push_back(&grads[k]);
   }
   // One reduction of the squares over every group the elements are split
   // over.
@@ -86,9 +88,23 @@ StepReport ShardedOptimizer::Step(Communicator& tp, Communicator& pp) {
   for (Communicator* group : {&buckets_.dp(), &tp, &pp}) {
     if (group->size() > 1) group->AllReduce(total, ReduceOp::kSum);
   }
+  return std::sqrt(total.data<double>()[0]);
+}
+
+StepReport ShardedOptimizer::Apply(double grad_norm) {
+  const std::vector<Parameter*>& all = params().all();
+  // Views of each segment: gradient (in the bucket's block), weights and
+  // moments. Kept in vectors sized up front, so the pointers stay valid.
+  const size_t n = segments_.size();
+  std::vector<Tensor> grads = GradientPieces(), weights(n), ms(n), vs(n);
+  for (size_t k = 0; k < n; ++k) {
+    const Segment& s = segments_[k];
+    weights[k] = Piece(all[s.param]->weights(), s);
+    ms[k] = m_blocks_[s.bucket].Narrow(s.block_offset, s.length);
+    vs[k] = v_blocks_[s.bucket].Narrow(s.block_offset, s.length);
+  }
   AdamWHyper hyper;
-  const StepReport report =
-      BeginStep(std::sqrt(total.data<double>()[0]), hyper);
+  const StepReport report = BeginStep(grad_norm, hyper);
   std::vector<AdamWTensors> tensors;
   tensors.reserve(n);
   for (size_t k = 0; k < n; ++k) {

@@ -49,7 +49,9 @@ class ShardedOptimizer : public Optimizer {
   ShardedOptimizer(OptimizerConfig config, const ParameterSet& params,
                    GradientBuckets& buckets);
 
-  StepReport Step(Communicator& tp, Communicator& pp) override;
+  // The norm of this rank's gradient blocks, reduced over dp, tp and pp.
+  double GlobalGradNorm(Communicator& tp, Communicator& pp) const override;
+  StepReport Apply(double grad_norm) override;
   void BeginCheckpointIo(CheckpointIo io) override;
   void EndCheckpointIo(CheckpointIo io) override;
 
@@ -67,6 +69,8 @@ class ShardedOptimizer : public Optimizer {
     int64_t length;
   };
 
+  // Each segment's view of this rank's reduced gradient block.
+  std::vector<Tensor> GradientPieces() const;
   // The segment's elements of a tensor in its parameter's shape.
   static Tensor Piece(const Tensor& whole, const Segment& s);
   // Copies each bucket's owned weights into its block, all-gathers the

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -189,8 +190,18 @@ absl::Status Trainer::Build(DType dtype) {
   optimizer_ = o.zero > 0 ? std::make_unique<ShardedOptimizer>(
                                 opt, model_->params(), *buckets_)
                           : std::make_unique<Optimizer>(opt, model_->params());
+  StepGuardConfig guard{o.max_skipped_steps, o.skip_spike_zscore};
+  const char* inject = std::getenv("TRELLIS_TEST_INJECT_NAN");
+  TRELLIS_RETURN_IF_ERROR(
+      ParseInjectNan(inject != nullptr ? inject : "", guard));
+  guard_ = std::make_unique<StepGuard>(guard, groups_.world->rank());
+  const char* slow = std::getenv("TRELLIS_TEST_SLOW_RANK");
+  TRELLIS_ASSIGN_OR_RETURN(
+      stragglers_, StragglerMonitor::Create(
+                       *groups_.world, coord_, o.straggler_every,
+                       o.straggler_threshold, slow != nullptr ? slow : ""));
   if (groups_.world->rank() == 0) {
-    TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file));
+    TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file, o.tensorboard_dir));
   }
   return absl::OkStatus();
 }
@@ -317,11 +328,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (device_clock_ != nullptr) device_clock_->BeginStep(trace != nullptr);
   {
     const ScopedTraceSpan span = phase("data");
+    stragglers_->MaybeSleep();
     TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
                              loader_->NextStep());
     buckets_->StartStep();
     model_->BeginStep(microbatches);
   }
+  // This rank's own work, not its waits: data, then the pipeline's busy.
+  const double data_s = Seconds(start);
   PipelineStepStats pipeline;
   {
     const ScopedTraceSpan span = phase("pipeline");
@@ -340,15 +354,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     groups_.embed->AllReduce(model_->params().Find("wte")->grad,
                              ReduceOp::kSum);
   }
-  StepReport report;
   {
     const ScopedTraceSpan span = phase("optimizer");
-    report = optimizer_->Step(*groups_.tp, *groups_.pp);
+    GuardedUpdate(m);
   }
-  m.step = optimizer_->step();
-  m.loss = ReduceLoss(model_->StepLoss());
-  m.lr = report.lr;
-  m.grad_norm = report.grad_norm;
   // Waits for the device to finish the pipeline (the optimizer's kernels
   // may still be running).
   if (device_clock_ != nullptr) pipeline.ResolveDeviceTime(*device_clock_);
@@ -372,9 +381,52 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
               ? model_flops / (m.ms / 1e3) /
                     (peak_flops_per_rank_ * groups_.world->size())
               : 0.0;
+  std::optional<Straggler> slow =
+      stragglers_->EndStep(data_s + pipeline.busy_seconds, &m.straggler_ratio);
+  if (slow) {
+    m.straggler_rank = slow->rank;
+    m.straggler = slow->Describe(stragglers_->every());
+  }
   losses_.push_back(m.loss);
   if (trace != nullptr) TRELLIS_RETURN_IF_ERROR(tracer_->EndStep(start));
   return m;
+}
+
+void Trainer::GuardedUpdate(StepMetrics& m) {
+  guard_->MaybeInjectNan(optimizer_->step() + 1, model_->params());
+  // Both agreed by every rank (the norm over tp and pp of dp-averaged
+  // gradients, with --zero=1 over dp too; the loss over pp and dp); the
+  // guard agrees on the verdict.
+  const double norm = optimizer_->GlobalGradNorm(*groups_.tp, *groups_.pp);
+  m.loss = ReduceLoss(model_->StepLoss());
+  const SkipReason skip = guard_->Judge(m.loss, norm, *groups_.world);
+  m.grad_norm = norm;
+  if (skip == SkipReason::kNone) {
+    m.lr = optimizer_->Apply(norm).lr;
+    m.step = optimizer_->step();
+  } else {
+    m.lr = optimizer_->next_lr();
+    m.step = optimizer_->step() + 1;
+    m.skipped = SkipReasonName(skip);
+  }
+  m.skipped_steps = guard_->skipped_total();
+  m.consecutive_skips = guard_->consecutive_skips();
+}
+
+absl::Status Trainer::GiveUp(const StepMetrics& m) {
+  std::string saved = "nothing saved (no --save_dir)";
+  if (!options_.save_dir.empty()) {
+    TRELLIS_RETURN_IF_ERROR(Save());
+    saved = absl::StrCat("saved step ", optimizer_->step(), " in ",
+                         options_.save_dir, " (the bad batches consumed)");
+  }
+  give_up_message_ = absl::StrCat(
+      m.consecutive_skips, " consecutive steps skipped (", m.skipped,
+      ", last at step ", m.step, ", sample ", loader_->samples_consumed(),
+      "); ", saved,
+      "; check the data there, lower --lr or raise --max_skipped_steps, "
+      "then resume with --resume=auto");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<double> Trainer::Evaluate(const std::vector<int64_t>& starts,
@@ -445,17 +497,26 @@ absl::StatusOr<Trainer::Outcome> Trainer::Run() {
   const bool root = groups_.world->rank() == 0;
   while (optimizer_->step() < options_.steps) {
     TRELLIS_ASSIGN_OR_RETURN(StepMetrics m, Step());
-    const bool last = m.step == options_.steps;
-    if (options_.eval_every > 0 &&
+    const bool skipped = !m.skipped.empty();
+    const bool last = !skipped && m.step == options_.steps;
+    if (!skipped && options_.eval_every > 0 &&
         (m.step % options_.eval_every == 0 || last)) {
       TRELLIS_RETURN_IF_ERROR(Validate(m));
     }
-    if (root && (m.step % options_.log_every == 0 || last || m.val_loss)) {
+    if (root && !m.straggler.empty()) {
+      std::printf("straggler: %s\n", m.straggler.c_str());
+    }
+    if (root && (m.step % options_.log_every == 0 || last || m.val_loss ||
+                 skipped || m.straggler_rank >= 0)) {
       std::printf("%s\n", FormatLogLine(m, options_.steps).c_str());
       std::fflush(stdout);
       metrics_.Write(m);
     }
-    if (!options_.save_dir.empty() && options_.save_every > 0 &&
+    if (skipped && guard_->GaveUp()) {
+      TRELLIS_RETURN_IF_ERROR(GiveUp(m));
+      return Outcome::kGaveUp;
+    }
+    if (!skipped && !options_.save_dir.empty() && options_.save_every > 0 &&
         m.step % options_.save_every == 0) {
       TRELLIS_RETURN_IF_ERROR(Save());
     }

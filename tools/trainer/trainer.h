@@ -7,7 +7,9 @@
 //      buckets of final gradients start averaging over dp during backward;
 //   3. buckets are waited for; the tied embedding's gradient is summed
 //      between the first and last stage;
-//   4. the global gradient norm is taken, gradients clipped, AdamW steps;
+//   4. the global gradient norm is taken; unless the StepGuard skips the
+//      step (a non-finite or spiking loss or norm), gradients are clipped
+//      and AdamW steps;
 //   5. rank 0 logs loss, tokens/s, grad norm, bubble and dp wait.
 // With --trace_dir, the --trace_steps are traced (see step_tracer.h).
 //
@@ -32,7 +34,9 @@
 #include "tools/trainer/optimizer.h"
 #include "tools/trainer/options.h"
 #include "tools/trainer/stage_model.h"
+#include "tools/trainer/step_guard.h"
 #include "tools/trainer/step_tracer.h"
+#include "tools/trainer/straggler.h"
 
 namespace trellis {
 
@@ -57,17 +61,21 @@ class Trainer {
       DType dtype = DType::kF32, std::function<bool()> stop_check = {});
 
   // How a Run ended.
-  enum class Outcome { kCompleted, kStopped };
+  enum class Outcome { kCompleted, kStopped, kGaveUp };
   // Trains from the current step to options.steps. After every step the
   // ranks agree whether any rank's stop check fired (e.g. a preemption
   // signal); if so they save a checkpoint (when --save_dir is set) and
-  // return kStopped.
+  // return kStopped. After --max_skipped_steps consecutive skipped steps
+  // every rank saves (when --save_dir is set) and returns kGaveUp, with
+  // give_up_message() saying why and what to do.
   absl::StatusOr<Outcome> Run();
+  const std::string& give_up_message() const { return give_up_message_; }
   void set_stop_check(std::function<bool()> check) {
     stop_check_ = std::move(check);
   }
   // One optimizer step; returns the step's metrics (identical on all ranks
-  // but val_loss).
+  // but val_loss). A step the guard skips draws its batch but updates
+  // nothing (metrics.skipped says why); the step count stays.
   absl::StatusOr<StepMetrics> Step();
   // Mean next-token loss over the given windows (token offsets of
   // seq_len + 1 tokens each) of --data source `source`, split over
@@ -83,6 +91,7 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
   StageModel& model() { return *model_; }
   int64_t step() const { return optimizer_->step(); }
+  // The loss of every Step, skipped ones included.
   const std::vector<double>& losses() const { return losses_; }
   Device device() const { return device_; }
   const MemoryPlan& memory_plan() const { return memory_plan_; }
@@ -103,6 +112,11 @@ class Trainer {
   absl::Status Resume(const std::string& dir);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
+  // The guard's verdict on the step's gradients and loss (into `m`), and
+  // the update unless it skips.
+  void GuardedUpdate(StepMetrics& m);
+  // Saves (with --save_dir) and sets give_up_message_ after too many skips.
+  absl::Status GiveUp(const StepMetrics& m);
   // Sets peak_flops_per_rank_ (PeakFlopsOf, agreed over the ranks) and
   // says on rank 0 what MFU is measured against.
   void MeasurePeak();
@@ -127,6 +141,9 @@ class Trainer {
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<GradientBuckets> buckets_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<StepGuard> guard_;
+  std::unique_ptr<StragglerMonitor> stragglers_;
+  std::string give_up_message_;
   MetricsWriter metrics_;
   // MFU's yardstick: FLOP/s of one rank's device; 0 when unknown.
   double peak_flops_per_rank_ = 0;

@@ -20,7 +20,10 @@
 //                 bubble);
 //   embed (pp > 1, first or last stage): one all-reduce of the local `wte`
 //                 gradient.
-// The world group carries nothing during a step.
+// The world group carries one one-double all-reduce per step (the step
+// guard's verdict, none for a world of one), and every --straggler_every
+// steps (10 by default: not within the steps counted here) one all-gather
+// of each rank's compute time.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -115,7 +118,8 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
   const int64_t n = o.micro_batch_size * o.model.seq_len;
   const int64_t nc = n * o.model.d_model;
   Traffic t;
-  t.stats["world"] = CommStats{};
+  CommStats& world = t.stats["world"];
+  if (o.dp * o.tp * o.pp > 1) Add(world, CommOp::kAllReduce, 1, 8);
   CommStats& tp = t.stats["tp"];
   if (o.tp > 1) {
     const int64_t big = m * (4 * plan.layers + plan.first + plan.last);
