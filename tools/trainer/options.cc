@@ -115,6 +115,9 @@ absl::Status CheckScalars(const TrainOptions& o) {
                             " must be ≥ 0 (0: the device's memory)"));
   }
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
+  if (o.comm_timeout_s < 0) {
+    return Bad("--comm_timeout_s must be 0 (off) or positive");
+  }
   if (o.zero == 2 || o.zero == 3) {
     return Bad(absl::StrCat("--zero=", o.zero,
                             " is not implemented yet; use --zero=0 or 1"));
