@@ -185,7 +185,7 @@ absl::Status Watchdog::Await(Request& request, int64_t id) {
                  : absl::StrCat("operation #", id)));
     }
     std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+    sleep = std::min(sleep * 2, std::chrono::microseconds(250));
   }
   return absl::OkStatus();
 }

@@ -119,7 +119,7 @@ class Watchdog {
   int64_t Start(const std::string& group, CommOp op, int peer, int64_t bytes,
                 bool skipped = false);
 
-  // Polls `request` with a growing sleep (up to 1 ms) until it completes,
+  // Polls `request` with a growing sleep (up to 0.25 ms) until it completes,
   // answering dump notices meanwhile. DeadlineExceeded once options'
   // timeout has passed since the call.
   absl::Status Await(Request& request, int64_t id);
