@@ -124,13 +124,17 @@ TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
   EXPECT_NE(exit_code, 0) << output;
   EXPECT_NE(exit_code, -1) << "the job hung:\n" << output;
   EXPECT_LT(seconds, kTimeoutS + 10) << output;
-  const std::vector<std::string> reports = ReportLines(output);
+  // Open MPI continues stopped ranks (SIGCONT) while it ends the job, so
+  // rank 2 may get to report too; the others' reports must name it.
+  std::vector<std::string> reports;
+  for (const std::string& line : ReportLines(output)) {
+    if (!absl::StartsWith(line, "watchdog: rank 2 ")) reports.push_back(line);
+  }
   ASSERT_FALSE(reports.empty()) << output;
   for (const std::string& line : reports) {
     EXPECT_THAT(line, testing::ContainsRegex("waited more than 5 s on "));
     EXPECT_THAT(line, testing::ContainsRegex("rank 2[ ,)]|ranks (.*, )?2[ ,]"))
         << "does not name the stopped rank: " << line;
-    EXPECT_THAT(line, testing::Not(testing::StartsWith("watchdog: rank 2 ")));
   }
   EXPECT_GE(CountDumps(save_dir), 1) << output;
 }
