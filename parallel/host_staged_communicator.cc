@@ -42,6 +42,13 @@ class StagedRequest : public Request {
     Unstage(host_, target_);
   }
 
+  bool Poll() override {
+    if (inner_ == nullptr) return true;
+    if (!inner_->Poll()) return false;
+    Wait();
+    return true;
+  }
+
  private:
   std::unique_ptr<Request> inner_;
   Tensor host_;

@@ -120,6 +120,21 @@ class NcclRequest : public Request {
     keep_.clear();
   }
 
+  // Completed once the communication stream has run the work; Wait() then
+  // only orders the compute stream after it.
+  bool Poll() override {
+    if (waited_) return true;
+    CudaDeviceGuard guard(device_);
+    const cudaError_t state = cudaEventQuery(done_->get());
+    if (state == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // not an error: clear it
+      return false;
+    }
+    TRELLIS_CUDA_CHECK(state);
+    Wait();
+    return true;
+  }
+
  private:
   int device_;
   std::shared_ptr<SharedEvent> done_;

@@ -73,6 +73,7 @@ TrainOptions Unusual() {
   o.pp_layers = {3, 4};
   o.dp_bucket_mb = 0.75;
   o.zero = 1;
+  o.comm_timeout_s = 45.5;
   o.device = DeviceType::kCUDA;
   o.precision = Precision::kBf16;
   o.recompute = Recompute::kSelective;
@@ -102,13 +103,14 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     if (line_a == "--family=gpt2") continue;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 50);  // 5 model + 28 run + 17 layout and device options
+  EXPECT_EQ(lines, 51);  // 5 model + 28 run + 18 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);
   EXPECT_EQ(read.schedule, ScheduleKind::kZeroBubbleH1);
   EXPECT_EQ(read.gpu_comm, DeviceTransport::kHostStaged);
   EXPECT_EQ(read.pp_layers, unusual.pp_layers);
+  EXPECT_EQ(read.comm_timeout_s, 45.5);
 }
 
 TEST(OptionListTest, EveryPresetNamesOnlyKnownOptionsWithValidValues) {

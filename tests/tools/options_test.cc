@@ -76,6 +76,19 @@ TEST(TrainOptionsTest, StageLayersSplitsEvenlyOrAsGiven) {
   EXPECT_THAT(StageLayers(7, 2, {2, 5}), ElementsAre(2, 5));
 }
 
+// --comm_timeout_s: 0 turns the watchdog off, a negative deadline is
+// refused naming the flag.
+TEST(TrainOptionsTest, CommTimeoutIsOffOrPositive) {
+  EXPECT_EQ(TrainOptions().comm_timeout_s, 600);
+  TrainOptions o = Valid();
+  o.comm_timeout_s = 0;
+  EXPECT_TRUE(o.Resolve(1, 257).ok());
+  o.comm_timeout_s = -1;
+  const absl::Status status = o.Resolve(1, 257);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--comm_timeout_s"));
+}
+
 struct BadCase {
   std::string name;
   int world;

@@ -125,6 +125,9 @@ absl::Status CheckScalars(const TrainOptions& o) {
                             " and --skip_spike_zscore=", o.skip_spike_zscore,
                             " must be ≥ 0 (0: off)"));
   }
+  if (o.comm_timeout_s < 0) {
+    return Bad("--comm_timeout_s must be 0 (off) or positive");
+  }
   if (o.zero == 2 || o.zero == 3) {
     return Bad(absl::StrCat("--zero=", o.zero,
                             " is not implemented yet; use --zero=0 or 1"));

@@ -133,6 +133,14 @@ absl::Status Trainer::Build(DType dtype) {
   dtype = rank_device.dtype;
   groups_ = rank_device.groups;
   device_groups_ = std::move(rank_device.device_groups);
+  if (o.comm_timeout_s > 0) {  // the tracer, if any, wraps these
+    WatchdogOptions watch;
+    watch.timeout_s = o.comm_timeout_s;
+    watch.dump_dir = o.save_dir.empty() ? "." : o.save_dir;
+    TRELLIS_RETURN_IF_ERROR(watch.ReadTestFaults());
+    watched_ = std::make_unique<WatchedGroups>(groups_, std::move(watch));
+    groups_ = watched_->groups();
+  }
   MeasurePeak();
   // Kernels run after the host queued them: time the pipeline on the device.
   device_clock_ = NewDeviceTraceClock(device_);

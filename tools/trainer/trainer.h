@@ -28,6 +28,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/device_groups.h"
 #include "parallel/pipeline_executor.h"
+#include "parallel/watchdog_communicator.h"
 #include "tools/trainer/batch_loader.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/metrics.h"
@@ -135,6 +136,7 @@ class Trainer {
   // step's bubble (and traced spans) is the device's, not the host's.
   std::shared_ptr<TraceClock> device_clock_;
   // With --trace_dir: traces --trace_steps; groups_ then are its wrappers.
+  std::unique_ptr<WatchedGroups> watched_;  // wraps the groups below
   std::unique_ptr<StepTracer> tracer_;
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<StageModel> model_;

@@ -1,0 +1,200 @@
+// The communication watchdog on whole jobs, started under mpirun by the test
+// (a watchdog that fires ends the job, which a test inside the job could not
+// report):
+//   - a 4-rank trellis-train (pp 2 × dp 2) in which rank 2 is stopped with
+//     SIGSTOP mid-run ends within --comm_timeout_s + 10 s, nonzero, and
+//     every report line names rank 2;
+//   - a rank that skips a collective is named as the one whose sequence
+//     number lags, by the ranks that time out waiting on it.
+// Each leaves flight_<rank>.json files behind and no process running.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "tests/tools/checkpoint_test_util.h"
+#include "tests/tools/tools_test_util.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kTimeoutS = 5;
+
+// The lines of `log` that start with "watchdog: ".
+std::vector<std::string> ReportLines(const std::string& log) {
+  std::vector<std::string> lines;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, "watchdog: ")) lines.emplace_back(line);
+  }
+  return lines;
+}
+
+// Every flight_<rank>.json in `dir`, checked to hold a recorder.
+int CountDumps(const std::string& dir) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, "flight_") || !absl::EndsWith(name, ".json")) {
+      continue;
+    }
+    std::ifstream in(entry.path());
+    const nlohmann::json dump = nlohmann::json::parse(in, nullptr, false);
+    EXPECT_FALSE(dump.is_discarded()) << name;
+    if (dump.is_discarded()) continue;
+    EXPECT_TRUE(dump["operations"].is_array()) << name;
+    EXPECT_FALSE(dump["operations"].empty()) << name;
+    EXPECT_LE(dump["operations"].size(), 64u) << name;
+    ++count;
+  }
+  return count;
+}
+
+// Kills what is left of the job started as `mpirun` (its process group),
+// including a stopped rank.
+void KillJob(pid_t mpirun, pid_t stopped) {
+  if (stopped > 0) {
+    ::kill(stopped, SIGKILL);
+    ::kill(stopped, SIGCONT);
+  }
+  if (mpirun > 0) ::kill(-mpirun, SIGKILL);
+}
+
+TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
+  const std::string dir = test::ScratchDir();
+  const std::string data = dir + "/tokens.h5";
+  const std::string save_dir = dir + "/run";
+  const std::string metrics = dir + "/metrics.jsonl";
+  const std::string log = dir + "/train.txt";
+  test::WriteTokenFile(data, test::kByteVocab, 4000);
+  TrainOptions o = test::TinyOptions(data);
+  o.steps = 1000000;
+  o.log_every = 1;
+  o.eval_every = 0;
+  o.pp = 2;
+  o.metrics_file = metrics;
+  o.save_dir = save_dir;
+  o.comm_timeout_s = kTimeoutS;
+  std::vector<std::string> argv = test::Mpirun(4, {"OPENBLAS_NUM_THREADS"});
+  argv.push_back(test::Program("train"));
+  for (const std::string& flag : std::vector<std::string>(
+           absl::StrSplit(o.ToFlagString(), '\n', absl::SkipEmpty()))) {
+    argv.push_back(flag);
+  }
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  const pid_t mpirun = test::StartProgram(argv, log);
+  ASSERT_GT(mpirun, 0);
+
+  // Let a few steps run, then stop rank 2.
+  pid_t victim = -1;
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < give_up) {
+    const std::string lines = test::ReadFile(metrics);
+    if (std::count(lines.begin(), lines.end(), '\n') >= 3) {
+      victim = test::FindRank(mpirun, 2);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (victim <= 0) {
+    KillJob(mpirun, -1);
+    FAIL() << "training did not start, or rank 2 was not found:\n"
+           << test::ReadFile(log);
+  }
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const Clock::time_point stopped = Clock::now();
+  const int exit_code = test::WaitProgram(mpirun, kTimeoutS + 60);
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - stopped).count();
+  KillJob(mpirun, victim);
+
+  const std::string output = test::ReadFile(log);
+  EXPECT_NE(exit_code, 0) << output;
+  EXPECT_NE(exit_code, -1) << "the job hung:\n" << output;
+  EXPECT_LT(seconds, kTimeoutS + 10) << output;
+  // Open MPI continues stopped ranks (SIGCONT) while it ends the job, so
+  // rank 2 may get to report too; the others' reports must name it.
+  std::vector<std::string> reports;
+  for (const std::string& line : ReportLines(output)) {
+    if (!absl::StartsWith(line, "watchdog: rank 2 ")) reports.push_back(line);
+  }
+  ASSERT_FALSE(reports.empty()) << output;
+  for (const std::string& line : reports) {
+    EXPECT_THAT(line, testing::ContainsRegex("waited more than 5 s on "));
+    EXPECT_THAT(line, testing::ContainsRegex("rank 2[ ,)]|ranks (.*, )?2[ ,]"))
+        << "does not name the stopped rank: " << line;
+  }
+  EXPECT_GE(CountDumps(save_dir), 1) << output;
+}
+
+TEST(WatchdogJobsTest, SkippedCollectiveNamesTheLaggingRank) {
+  const std::string dir = test::ScratchDir();
+  const std::string log = dir + "/job.txt";
+  std::vector<std::string> argv =
+      test::Mpirun(4, {"TRELLIS_TEST_SKIP_COLLECTIVE"});
+  argv.push_back(TRELLIS_WATCHDOG_FAULT_PROGRAM);
+  argv.push_back(dir);
+  argv.push_back(std::to_string(kTimeoutS));
+  ::setenv("TRELLIS_TEST_SKIP_COLLECTIVE", "2:world:3", 1);
+  const pid_t mpirun = test::StartProgram(argv, log);
+  ::unsetenv("TRELLIS_TEST_SKIP_COLLECTIVE");
+  ASSERT_GT(mpirun, 0);
+  const Clock::time_point start = Clock::now();
+  const int exit_code = test::WaitProgram(mpirun, kTimeoutS + 60);
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  KillJob(mpirun, -1);
+
+  const std::string output = test::ReadFile(log);
+  EXPECT_NE(exit_code, 0) << output;
+  EXPECT_NE(exit_code, -1) << "the job hung:\n" << output;
+  EXPECT_LT(seconds, kTimeoutS + 30) << output;
+  const std::vector<std::string> reports = ReportLines(output);
+  ASSERT_FALSE(reports.empty()) << output;
+  for (const std::string& line : reports) {
+    // The others wait on world's seq 5, which rank 2 (5 issued) never posts.
+    EXPECT_THAT(line, testing::ContainsRegex(
+                          "all_reduce seq 5 of group world .*lagging on world "
+                          "\\(has not issued seq 5\\): rank 2 \\(issued 5\\)"))
+        << line;
+    EXPECT_THAT(line, testing::Not(testing::HasSubstr("no answer")))
+        << "rank 2 waits in a watched call and should answer: " << line;
+  }
+  // The ranks that timed out and rank 2, which answered their notice.
+  EXPECT_GE(CountDumps(dir), 2) << output;
+  std::ifstream in(dir + "/flight_2.json");
+  ASSERT_TRUE(in.good()) << output;
+  const nlohmann::json dump = nlohmann::json::parse(in);
+  EXPECT_EQ(dump["issued"]["world"], 5);
+  EXPECT_EQ(dump["operations"][3]["state"], "skipped");
+}
+
+TEST(WatchdogJobsTest, FaultProgramCompletesWithoutAFault) {
+  const std::string dir = test::ScratchDir();
+  const std::string log = dir + "/job.txt";
+  std::vector<std::string> argv = test::Mpirun(4);
+  argv.push_back(TRELLIS_WATCHDOG_FAULT_PROGRAM);
+  argv.push_back(dir);
+  argv.push_back(std::to_string(kTimeoutS));
+  const pid_t mpirun = test::StartProgram(argv, log);
+  ASSERT_GT(mpirun, 0);
+  const int exit_code = test::WaitProgram(mpirun, 120);
+  KillJob(mpirun, -1);
+  EXPECT_EQ(exit_code, 0) << test::ReadFile(log);
+  EXPECT_TRUE(ReportLines(test::ReadFile(log)).empty());
+}
+
+}  // namespace
+}  // namespace trellis
