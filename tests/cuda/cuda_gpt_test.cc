@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "transformer/block.h"
 #include "transformer/gpt_chunk.h"
 #include "transformer/gpt_parameters.h"
 #include "transformer/model_family.h"
