@@ -1,6 +1,7 @@
 #include "transformer/model_family.h"
 
 #include "transformer/gpt_family.h"
+#include "transformer/llama_family.h"
 
 namespace trellis {
 
@@ -8,6 +9,8 @@ const ModelFamily& FamilyOf(const ModelConfig& config) {
   switch (config.family) {
     case ModelFamilyKind::kGpt2:
       return Gpt2Family();
+    case ModelFamilyKind::kLlama:
+      return LlamaFamily();
   }
   TRELLIS_CHECK(false) << "unknown model family "
                        << static_cast<int>(config.family);

@@ -2,7 +2,7 @@
 // pipeline, checkpoints, the memory plan and conversion never ask which
 // family they run.
 //
-// A family (GPT-2 today; see FamilyOf) provides
+// A family (GPT-2 and Llama; see FamilyOf) provides
 //  - the rules of its config (Validate, CheckTensorParallel),
 //  - its parameters: each one's logical name, global shape, tensor-parallel
 //    split and initialization, declared by DeclareParameters (the split of
@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -121,6 +122,9 @@ class ModelFamily {
   // Whether `tp` ranks can split the model (heads, widths).
   virtual absl::Status CheckTensorParallel(const ModelConfig& config,
                                            int64_t tp) const = 0;
+  // The parameter that the first and the last chunk both hold (a tied
+  // embedding, whose gradients those stages sum), or "" when none is.
+  virtual std::string TiedEmbedding(const ModelConfig& config) const = 0;
   // Declares the parameters of `plan`'s part of the model on tp rank
   // `tp.rank` in `params` (without tensors: ParameterSet::Materialize makes
   // them). A parameter the set already holds (a tied embedding on a rank
