@@ -17,6 +17,19 @@ const ModelFamily& FamilyOf(const ModelConfig& config) {
   return Gpt2Family();
 }
 
+std::vector<std::pair<std::string, Shape>> ModelTensorShapes(
+    const ModelConfig& config) {
+  ParameterSet params;
+  FamilyOf(config).DeclareParameters(
+      config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{}, /*seed=*/0,
+      Device::Cpu(), DType::kF32, params);
+  std::vector<std::pair<std::string, Shape>> shapes;
+  for (const Parameter* p : params.all()) {
+    shapes.emplace_back(p->name, p->spec.logical_shape);
+  }
+  return shapes;
+}
+
 void AddModelParameters(const ModelConfig& config, const ChunkPlan& plan,
                         TpPlace tp, uint64_t seed, Device device, DType dtype,
                         ParameterSet& params) {

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -141,6 +142,11 @@ class ModelFamily {
 
 // The family of `config` (config.family).
 const ModelFamily& FamilyOf(const ModelConfig& config);
+
+// Every logical parameter of the whole model of `config` (a tied one once),
+// as (name, global shape) in declaration order: what a checkpoint holds.
+std::vector<std::pair<std::string, Shape>> ModelTensorShapes(
+    const ModelConfig& config);
 
 // Declares the parameters of `plan` (FamilyOf(config).DeclareParameters) and
 // materializes them, gradients included: for tests and tools that build a
