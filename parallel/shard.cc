@@ -1,6 +1,7 @@
 #include "parallel/shard.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace trellis {
 
@@ -31,6 +32,27 @@ ShardSpec ShardSpec::Split(Shape shape, int dim, int64_t parts, int64_t index,
   return spec;
 }
 
+ShardSpec ShardSpec::SplitGroups(Shape shape, int dim, int64_t parts,
+                                 int64_t index, std::vector<int64_t> sizes) {
+  TRELLIS_CHECK(dim >= 0 && dim < static_cast<int>(shape.size()));
+  TRELLIS_CHECK(index >= 0 && index < parts);
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    TRELLIS_CHECK(size > 0 && size % parts == 0)
+        << "block " << size << " does not split into " << parts;
+    total += size;
+  }
+  TRELLIS_CHECK_EQ(total, shape[dim]);
+  ShardSpec spec;
+  spec.logical_shape = std::move(shape);
+  spec.split_dim = dim;
+  spec.parts = parts;
+  spec.index = index;
+  spec.groups = static_cast<int64_t>(sizes.size());
+  spec.group_sizes = std::move(sizes);
+  return spec;
+}
+
 Shape ShardSpec::LocalShape() const {
   Shape shape = logical_shape;
   if (!replicated()) {
@@ -42,6 +64,16 @@ Shape ShardSpec::LocalShape() const {
 
 int64_t ShardSpec::LogicalIndex(int64_t j) const {
   if (replicated()) return j;
+  if (!group_sizes.empty()) {
+    int64_t offset = 0;  // Logical start of the block holding j.
+    for (int64_t size : group_sizes) {
+      const int64_t piece = size / parts;
+      if (j < piece) return offset + index * piece + j;
+      j -= piece;
+      offset += size;
+    }
+    return -1;
+  }
   const int64_t size = padded_size > 0 ? padded_size : logical_shape[split_dim];
   const int64_t block = size / groups;  // One group's extent.
   const int64_t piece = block / parts;  // This rank's share of a group.
@@ -76,11 +108,14 @@ std::vector<ShardSpec::Run> ShardSpec::Runs() const {
 std::string ShardSpec::DebugString() const {
   if (replicated())
     return absl::StrCat("replicated ", ShapeString(logical_shape));
-  return absl::StrCat("split dim ", split_dim, " of ",
-                      ShapeString(logical_shape), " into ", groups, "×", parts,
-                      " part ", index,
-                      padded_size > 0 ? absl::StrCat(" padded to ", padded_size)
-                                      : std::string());
+  return absl::StrCat(
+      "split dim ", split_dim, " of ", ShapeString(logical_shape), " into ",
+      group_sizes.empty()
+          ? absl::StrCat(groups)
+          : absl::StrCat("[", absl::StrJoin(group_sizes, "|"), "]"),
+      "×", parts, " part ", index,
+      padded_size > 0 ? absl::StrCat(" padded to ", padded_size)
+                      : std::string());
 }
 
 }  // namespace trellis

@@ -28,12 +28,20 @@ struct ShardSpec {
   int64_t parts = 1;        // Ranks sharing the split (tp size).
   int64_t index = 0;        // This rank's part.
   int64_t padded_size = 0;  // Size of split_dim in memory; 0: unpadded.
+  // Unequal blocks along split_dim, their extents in order (sum: the
+  // dimension; groups = their count); empty: `groups` equal blocks.
+  std::vector<int64_t> group_sizes;
 
   static ShardSpec Replicated(Shape shape);
   // Splits `dim` of `shape` into `parts` (with `groups` blocks), padding it to
   // `padded_size` when nonzero.
   static ShardSpec Split(Shape shape, int dim, int64_t parts, int64_t index,
                          int64_t groups = 1, int64_t padded_size = 0);
+
+  // Splits `dim` of `shape` (whose extent is the sum of `sizes`) into
+  // blocks of `sizes`, each divided into `parts`.
+  static ShardSpec SplitGroups(Shape shape, int dim, int64_t parts,
+                               int64_t index, std::vector<int64_t> sizes);
 
   bool replicated() const { return split_dim < 0; }
   Shape LocalShape() const;

@@ -27,16 +27,51 @@ ShardSpec ColumnParallelLinear::BiasSpec(int64_t out, int64_t parts,
   return ShardSpec::Split({out}, 0, parts, index, groups);
 }
 
-ColumnParallelLinear::ColumnParallelLinear(Parameter& weight, Parameter& bias)
-    : weight_(weight), bias_(bias) {
+ShardSpec ColumnParallelLinear::WeightSpec(int64_t in, int64_t parts,
+                                           int64_t index,
+                                           std::vector<int64_t> group_sizes) {
+  int64_t out = 0;
+  for (int64_t size : group_sizes) out += size;
+  return ShardSpec::SplitGroups({in, out}, 1, parts, index,
+                                std::move(group_sizes));
+}
+
+namespace {
+
+void CheckColumnWeight(const Parameter& weight) {
   const ShardSpec& w = weight.spec;
-  const ShardSpec& b = bias.spec;
   TRELLIS_CHECK(w.logical_shape.size() == 2 && w.split_dim == 1)
       << "column-parallel layer given " << weight.name << " split as "
       << w.DebugString() << "; its weight must be split along columns (dim 1)";
+}
+
+void CheckRowWeight(const Parameter& weight) {
+  const ShardSpec& w = weight.spec;
+  TRELLIS_CHECK(w.logical_shape.size() == 2 && w.split_dim == 0)
+      << "row-parallel layer given " << weight.name << " split as "
+      << w.DebugString() << "; its weight must be split along rows (dim 0)";
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(Parameter& weight)
+    : weight_(weight), bias_(nullptr) {
+  CheckColumnWeight(weight);
+}
+
+RowParallelLinear::RowParallelLinear(Parameter& weight)
+    : weight_(weight), bias_(nullptr) {
+  CheckRowWeight(weight);
+}
+
+ColumnParallelLinear::ColumnParallelLinear(Parameter& weight, Parameter& bias)
+    : weight_(weight), bias_(&bias) {
+  const ShardSpec& w = weight.spec;
+  const ShardSpec& b = bias.spec;
+  CheckColumnWeight(weight);
   TRELLIS_CHECK(b.logical_shape.size() == 1 && b.split_dim == 0 &&
                 b.parts == w.parts && b.index == w.index &&
-                b.groups == w.groups &&
+                b.groups == w.groups && b.group_sizes == w.group_sizes &&
                 b.logical_shape[0] == w.logical_shape[1])
       << "column-parallel layer given bias " << bias.name << " split as "
       << b.DebugString() << " for weight " << w.DebugString()
@@ -53,12 +88,10 @@ ShardSpec RowParallelLinear::BiasSpec(int64_t out) {
 }
 
 RowParallelLinear::RowParallelLinear(Parameter& weight, Parameter& bias)
-    : weight_(weight), bias_(bias) {
+    : weight_(weight), bias_(&bias) {
   const ShardSpec& w = weight.spec;
   const ShardSpec& b = bias.spec;
-  TRELLIS_CHECK(w.logical_shape.size() == 2 && w.split_dim == 0)
-      << "row-parallel layer given " << weight.name << " split as "
-      << w.DebugString() << "; its weight must be split along rows (dim 0)";
+  CheckRowWeight(weight);
   TRELLIS_CHECK(b.replicated() && b.logical_shape.size() == 1 &&
                 b.logical_shape[0] == w.logical_shape[1])
       << "row-parallel layer given bias " << bias.name << " split as "
@@ -66,12 +99,13 @@ RowParallelLinear::RowParallelLinear(Parameter& weight, Parameter& bias)
 }
 
 void ColumnParallelLinear::Forward(const Tensor& x, Tensor& y) const {
-  MatmulForward(x, weight_.value, bias_.value, y);
+  MatmulForward(x, weight_.value, bias_ ? bias_->value : Tensor(), y);
 }
 
 void ColumnParallelLinear::ForwardGelu(const Tensor& x, Tensor& pre,
                                        Tensor& out) const {
-  MatmulForwardGelu(x, weight_.value, bias_.value, pre, out);
+  MatmulForwardGelu(x, weight_.value, bias_ ? bias_->value : Tensor(), pre,
+                    out);
 }
 
 void ColumnParallelLinear::BackwardInput(Communicator& tp, const Tensor& dy,
@@ -82,14 +116,15 @@ void ColumnParallelLinear::BackwardInput(Communicator& tp, const Tensor& dy,
 
 void ColumnParallelLinear::BackwardWeight(const Tensor& dy,
                                           const Tensor& x) const {
-  MatmulBackwardWeight(dy, x, weight_.grad, bias_.grad);
+  Tensor no_bias;
+  MatmulBackwardWeight(dy, x, weight_.grad, bias_ ? bias_->grad : no_bias);
 }
 
 void RowParallelLinear::Forward(Communicator& tp, const Tensor& x,
                                 Tensor& y) const {
   MatmulForward(x, weight_.value, Tensor(), y);
   ReduceFromTp::Forward(tp, y);
-  AddBias(bias_.value, y);
+  if (bias_ != nullptr) AddBias(bias_->value, y);
 }
 
 void RowParallelLinear::BackwardInput(const Tensor& dy, Tensor& dx) const {
@@ -99,7 +134,8 @@ void RowParallelLinear::BackwardInput(const Tensor& dy, Tensor& dx) const {
 
 void RowParallelLinear::BackwardWeight(const Tensor& dy,
                                        const Tensor& x) const {
-  MatmulBackwardWeight(dy, x, weight_.grad, bias_.grad);
+  Tensor no_bias;
+  MatmulBackwardWeight(dy, x, weight_.grad, bias_ ? bias_->grad : no_bias);
 }
 
 VocabShard VocabShard::For(const ShardSpec& spec) {

@@ -17,6 +17,7 @@
 #define TRELLIS_PARALLEL_TENSOR_PARALLEL_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "framework/kernels/matmul.h"
 #include "framework/tensor.h"
@@ -41,7 +42,8 @@ struct ReduceFromTp {
 // *Spec functions: a model declares its parameters with them) and checks at
 // construction that the parameters it is given are split that way, so a
 // weight cut along the wrong dimension fails when the layer is built
-// instead of computing a wrong answer.
+// instead of computing a wrong answer. Both layers also come without a bias
+// (Llama's projections): built from the weight alone.
 
 // y (N, M/tp) = x (N, K) @ W[:, shard] + b[shard]. Weight (K, M/tp).
 class ColumnParallelLinear {
@@ -51,12 +53,18 @@ class ColumnParallelLinear {
   // (c_attn's [Q | K | V]: each rank takes its heads from every block).
   static ShardSpec WeightSpec(int64_t in, int64_t out, int64_t parts,
                               int64_t index, int64_t groups = 1);
+  // Columns in unequal blocks of `group_sizes` (summing to out), each split
+  // over `parts` ranks: a grouped-query [Q | K | V] projection.
+  static ShardSpec WeightSpec(int64_t in, int64_t parts, int64_t index,
+                              std::vector<int64_t> group_sizes);
   // The bias is split like the weight's columns.
   static ShardSpec BiasSpec(int64_t out, int64_t parts, int64_t index,
                             int64_t groups = 1);
   // REQUIRES (checked): weight and bias split as WeightSpec and BiasSpec
   // state, into the same parts.
   ColumnParallelLinear(Parameter& weight, Parameter& bias);
+  // Without a bias. REQUIRES (checked): weight split as a WeightSpec states.
+  explicit ColumnParallelLinear(Parameter& weight);
   void Forward(const Tensor& x, Tensor& y) const;
   // pre (N, M) = x @ W + b and out = gelu(pre), fused where the backend can
   // (cuBLASLt's GELU epilogue).
@@ -68,7 +76,7 @@ class ColumnParallelLinear {
 
  private:
   Parameter& weight_;
-  Parameter& bias_;
+  Parameter* bias_;  // Null without a bias.
 };
 
 // y (N, M) = sum over tp of x (N, K/tp) @ W[shard, :] + b. Weight (K/tp, M);
@@ -83,6 +91,8 @@ class RowParallelLinear {
   // REQUIRES (checked): weight and bias split as WeightSpec and BiasSpec
   // state.
   RowParallelLinear(Parameter& weight, Parameter& bias);
+  // Without a bias. REQUIRES (checked): weight split as WeightSpec states.
+  explicit RowParallelLinear(Parameter& weight);
   void Forward(Communicator& tp, const Tensor& x, Tensor& y) const;
   // dx (N, K/tp) += dy @ W^T. No communication.
   void BackwardInput(const Tensor& dy, Tensor& dx) const;
@@ -90,7 +100,7 @@ class RowParallelLinear {
 
  private:
   Parameter& weight_;
-  Parameter& bias_;
+  Parameter* bias_;  // Null without a bias.
 };
 
 // The vocabulary split over tp: rank t holds rows [t·Vp/tp, (t+1)·Vp/tp) of

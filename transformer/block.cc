@@ -16,25 +16,15 @@ Parameter& Find(const ParameterSet& params, int64_t layer, const char* suffix) {
   return *p;
 }
 
-enum class Place { kState, kWorkspace, kUnused };
-
 }  // namespace
-
-struct Block::Slot {
-  Tensor Tensors::*member;
-  Shape shape;
-  DType dtype;
-  Place place;
-};
 
 Block::Block(const ModelConfig& config, int64_t layer, TpPlace tp,
              const ParameterSet& params, BlockOptions options)
-    : options_(options),
+    : DecoderBlock(config.seq_len, config.d_model,
+                   config.n_head / tp.size * config.head_dim()),
+      options_(options),
       layer_(layer),
-      seq_len_(config.seq_len),
-      d_model_(config.d_model),
       local_heads_(config.n_head / tp.size),
-      local_width_(config.n_head / tp.size * config.head_dim()),
       ln1_w_(&Find(params, layer, "ln_1.weight")),
       ln1_b_(&Find(params, layer, "ln_1.bias")),
       ln2_w_(&Find(params, layer, "ln_2.weight")),
@@ -63,9 +53,6 @@ Block::Block(const ModelConfig& config, int64_t layer, TpPlace tp,
         "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
         "mlp.c_proj.bias"}) {
     params_.push_back(&Find(params, layer, suffix));
-  }
-  for (const Slot& slot : Slots(0, DType::kF32, Device::Cpu())) {
-    kept_.emplace_back(slot.member, slot.place == Place::kState);
   }
 }
 
@@ -110,63 +97,6 @@ std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
       {&Tensors::dqkv, {n, 3 * cl}, dtype, grad},
       {&Tensors::dln1, {n, c}, dtype, grad},
   };
-}
-
-Shape Block::DattShape(int64_t batch) const {
-  return {batch * seq_len_, local_width_};
-}
-
-Block::State Block::NewState(int64_t batch, DType dtype, Device device) const {
-  State s;
-  for (const Slot& slot : Slots(batch, dtype, device)) {
-    if (slot.place == Place::kState) {
-      s.kept.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
-    }
-  }
-  s.y = Tensor::Empty({batch * seq_len_, d_model_}, dtype, device);
-  return s;
-}
-
-Block::Workspace Block::NewWorkspace(int64_t batch, DType dtype,
-                                     Device device) const {
-  Workspace w;
-  for (const Slot& slot : Slots(batch, dtype, device)) {
-    if (slot.place == Place::kWorkspace) {
-      w.shared.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
-    }
-  }
-  w.datt = Tensor::Empty(DattShape(batch), dtype, device);
-  return w;
-}
-
-size_t Block::StateBytes(int64_t batch, DType dtype, Device device) const {
-  size_t bytes = batch * seq_len_ * d_model_ * DTypeSize(dtype);  // y
-  for (const Slot& slot : Slots(batch, dtype, device)) {
-    if (slot.place == Place::kState) {
-      bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
-    }
-  }
-  return bytes;
-}
-
-size_t Block::WorkspaceBytes(int64_t batch, DType dtype, Device device) const {
-  size_t bytes = NumElements(DattShape(batch)) * DTypeSize(dtype);
-  for (const Slot& slot : Slots(batch, dtype, device)) {
-    if (slot.place == Place::kWorkspace) {
-      bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
-    }
-  }
-  return bytes;
-}
-
-Block::Tensors Block::Use(const State& s, const Workspace& w) const {
-  // Slot shapes do not matter here: only where each tensor lives.
-  Tensors t;
-  for (const Slot& slot : Slots(0, DType::kF32, Device::Cpu())) {
-    t.*slot.member = slot.place == Place::kState ? s.kept.*slot.member
-                                                 : w.shared.*slot.member;
-  }
-  return t;
 }
 
 void Block::ForwardActivations(Communicator& tp, const Tensor& x,

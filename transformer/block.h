@@ -44,68 +44,32 @@
 #include "parallel/tensor_parallel.h"
 #include "transformer/chunk_options.h"
 #include "transformer/config.h"
+#include "transformer/decoder_block.h"
 #include "transformer/gpt_parameters.h"
 
 namespace trellis {
 
-class Block {
+class Block : public DecoderBlock {
  public:
-  // Every tensor a block's forward and backward touch besides its input and
-  // output. A State or Workspace defines the ones it holds.
-  struct Tensors {
-    Tensor ln1, mean1, rstd1;  // (N, C), (N), (N)
-    Tensor qkv;                // (N, 3·Cl)
-    Tensor att;                // (N, Cl)
-    Tensor saved;              // attention's saved state
-    Tensor x2;                 // (N, C)
-    Tensor ln2, mean2, rstd2;  // (N, C), (N), (N)
-    Tensor fc, gelu;           // (N, 4·Cl)
-    // Gradients BackwardInput makes and the weight gradients read.
-    Tensor dy;         // (N, C)
-    Tensor dfc;        // (N, 4·Cl)
-    Tensor dln2, dx2;  // (N, C)
-    Tensor dqkv;       // (N, 3·Cl)
-    Tensor dln1;       // (N, C)
-  };
-  struct State {
-    Tensors kept;  // The per-microbatch subset.
-    Tensor y;      // (N, C) block output
-  };
-  struct Workspace {
-    Tensors shared;  // The rest, reused by every microbatch.
-    Tensor datt;     // (N, Cl)
-  };
-
   Block(const ModelConfig& config, int64_t layer, TpPlace tp,
         const ParameterSet& params, BlockOptions options = {});
 
-  State NewState(int64_t batch, DType dtype, Device device) const;
-  Workspace NewWorkspace(int64_t batch, DType dtype, Device device) const;
-  // Bytes of one State / one Workspace (what New* allocate).
-  size_t StateBytes(int64_t batch, DType dtype, Device device) const;
-  size_t WorkspaceBytes(int64_t batch, DType dtype, Device device) const;
-
   // x (N, C) must stay alive until BackwardWeight. Writes state.y.
   void Forward(Communicator& tp, const Tensor& x, State& state,
-               Workspace& work) const;
+               Workspace& work) const override;
   // Overwrites dx (N, C) with dL/dx given dy = dL/dy (dy is not kept).
   void BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
-                     State& state, Workspace& work, Tensor& dx) const;
+                     State& state, Workspace& work, Tensor& dx) const override;
   void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
-                      Workspace& work) const;
+                      Workspace& work) const override;
 
   // The block's parameters, in registration order.
-  std::vector<Parameter*> parameters() const;
+  std::vector<Parameter*> parameters() const override;
   const BlockOptions& options() const { return options_; }
 
  private:
-  struct Slot;
-  std::vector<Slot> Slots(int64_t batch, DType dtype, Device device) const;
-  // The workspace's scratch gradient, beside the slots.
-  Shape DattShape(int64_t batch) const;
-  // The tensors of one call: the state's where it keeps them, else the
-  // workspace's.
-  Tensors Use(const State& state, const Workspace& work) const;
+  std::vector<Slot> Slots(int64_t batch, DType dtype,
+                          Device device) const override;
   // ln_1 through the GELU: everything but the MLP's projection and y.
   void ForwardActivations(Communicator& tp, const Tensor& x, Tensors& a) const;
   // Refills what the recompute mode dropped; the GELU output only when
@@ -115,14 +79,8 @@ class Block {
   void WeightGradients(const Tensor& x, const Tensors& a) const;
 
   BlockOptions options_;
-  // For each Tensors member, whether a State keeps it (else the Workspace
-  // holds it or it is unused): fixed by the options, read by Use().
-  std::vector<std::pair<Tensor Tensors::*, bool>> kept_;
   int64_t layer_;
-  int64_t seq_len_;
-  int64_t d_model_;
   int64_t local_heads_;
-  int64_t local_width_;  // Cl = local_heads · head_dim
   Parameter* ln1_w_;
   Parameter* ln1_b_;
   Parameter* ln2_w_;

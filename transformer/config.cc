@@ -8,7 +8,12 @@ namespace trellis {
 namespace {
 
 std::string OptionText(int64_t value) { return absl::StrCat(value); }
+std::string OptionText(double value) { return absl::StrCat(value); }
+std::string OptionText(bool value) { return value ? "true" : "false"; }
 std::string OptionText(ModelFamilyKind value) { return ModelFamilyName(value); }
+std::string OptionText(RopeScalingType value) {
+  return std::string(RopeScalingTypeName(value));
+}
 
 // Logical elements of the parameters `plan`'s part of the model declares.
 int64_t DeclaredElements(const ModelConfig& config, const ChunkPlan& plan) {
@@ -27,14 +32,17 @@ const char* ModelFamilyName(ModelFamilyKind kind) {
   switch (kind) {
     case ModelFamilyKind::kGpt2:
       return "gpt2";
+    case ModelFamilyKind::kLlama:
+      return "llama";
   }
   return "?";
 }
 
 absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name) {
   if (name == "gpt2") return ModelFamilyKind::kGpt2;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--family=", name, " is not a model family: use gpt2"));
+  if (name == "llama") return ModelFamilyKind::kLlama;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--family=", name, " is not a model family: use gpt2 or llama"));
 }
 
 int64_t ModelConfig::NumParameters() const {
@@ -44,6 +52,26 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t with_layer =
       DeclaredElements(*this, ChunkPlan{0, 1, true, true});
   return ends + n_layer * (with_layer - ends);
+}
+
+int64_t ModelConfig::LlamaFfnHidden() const {
+  if (ffn_hidden > 0) return ffn_hidden;
+  const int64_t two_thirds = 2 * 4 * d_model / 3;
+  const auto scaled = static_cast<int64_t>(ffn_dim_multiplier *
+                                           static_cast<double>(two_thirds));
+  const int64_t m = ffn_multiple_of > 0 ? ffn_multiple_of : 1;
+  return (scaled + m - 1) / m * m;
+}
+
+RopeScaling ModelConfig::Scaling() const {
+  RopeScaling s;
+  s.type = rope_scaling;
+  s.factor = rope_factor;
+  s.low_freq_factor = rope_low_freq_factor;
+  s.high_freq_factor = rope_high_freq_factor;
+  s.original_max_position_embeddings =
+      static_cast<double>(rope_original_max_positions);
+  return s;
 }
 
 double ModelConfig::TrainingFlopsPerToken() const {
@@ -69,6 +97,19 @@ std::string ModelConfig::DebugString() const {
 #undef TRELLIS_MODEL_CONFIG_TEXT
   absl::StrAppend(&out, " vocab_size=", vocab_size);
   return out;
+}
+
+ChangedOption FirstChangedOption(const ModelConfig& config,
+                                 const std::string& prefix) {
+  const ModelConfig defaults;
+#define TRELLIS_MODEL_CONFIG_CHANGED(group, type, name, value, help) \
+  if (std::string(help).rfind(prefix, 0) == 0 &&                     \
+      !(config.name == defaults.name)) {                             \
+    return ChangedOption{#name, OptionText(defaults.name)};          \
+  }
+  TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_MODEL_CONFIG_CHANGED)
+#undef TRELLIS_MODEL_CONFIG_CHANGED
+  return ChangedOption{};
 }
 
 int64_t PaddedVocab(int64_t vocab_size, int64_t tp) {

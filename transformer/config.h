@@ -10,29 +10,58 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "framework/kernels/rope.h"
 
 namespace trellis {
 
 // The model families trellis builds (see model_family.h).
 enum class ModelFamilyKind {
-  kGpt2,  // pre-LN GPT-2: LayerNorm, GELU MLP, learned positions, tied head
+  kGpt2,   // pre-LN GPT-2: LayerNorm, GELU MLP, learned positions, tied head
+  kLlama,  // Llama: RMSNorm, SwiGLU MLP, RoPE, grouped-query attention
 };
-// "gpt2".
+// "gpt2", "llama".
 const char* ModelFamilyName(ModelFamilyKind kind);
 absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name);
 
 // The shape options a user sets, each once with its default and its help:
 // X(group, type, name, default, help). The tools derive their flags, the
 // config they print and the config checkpoints record from this list.
-#define TRELLIS_MODEL_CONFIG_OPTIONS(X)                            \
-  X(Model, ModelFamilyKind, family, ModelFamilyKind::kGpt2,        \
-    "model family: gpt2 (LayerNorm, GELU MLP, learned positions)") \
-  X(Model, int64_t, n_layer, 4, "transformer blocks")              \
-  X(Model, int64_t, n_head, 4, "attention heads")                  \
-  X(Model, int64_t, d_model, 128, "model width (hidden size)")     \
-  X(Model, int64_t, seq_len, 128,                                  \
-    "context length: tokens predicted per window (gpt2's wpe has " \
-    "seq_len rows)")
+// Options marked "llama" are Llama's alone: GPT-2 refuses values other than
+// their defaults.
+#define TRELLIS_MODEL_CONFIG_OPTIONS(X)                                       \
+  X(Model, ModelFamilyKind, family, ModelFamilyKind::kGpt2,                   \
+    "model family: gpt2 (LayerNorm, GELU MLP, learned positions) or llama "   \
+    "(RMSNorm, SwiGLU MLP, RoPE, grouped-query attention)")                   \
+  X(Model, int64_t, n_layer, 4, "transformer blocks")                         \
+  X(Model, int64_t, n_head, 4, "attention heads")                             \
+  X(Model, int64_t, d_model, 128, "model width (hidden size)")                \
+  X(Model, int64_t, seq_len, 128,                                             \
+    "context length: tokens predicted per window (gpt2's wpe has "            \
+    "seq_len rows)")                                                          \
+  X(Model, int64_t, n_kv_heads, 0,                                            \
+    "llama: key/value heads (grouped-query attention); 0 = n_head")           \
+  X(Model, int64_t, ffn_hidden, 0,                                            \
+    "llama: MLP hidden width; 0 = 8/3 * d_model * ffn_dim_multiplier "        \
+    "rounded up to ffn_multiple_of")                                          \
+  X(Model, int64_t, ffn_multiple_of, 256,                                     \
+    "llama: the default MLP width is rounded up to a multiple of this")       \
+  X(Model, double, ffn_dim_multiplier, 1.0,                                   \
+    "llama: scales the default MLP width")                                    \
+  X(Model, double, rope_theta, 10000.0, "llama: RoPE base frequency")         \
+  X(Model, RopeScalingType, rope_scaling, RopeScalingType::kNone,             \
+    "llama: RoPE frequency scaling: none or llama3 (Llama 3.1)")              \
+  X(Model, double, rope_factor, 8.0, "llama: llama3 scaling factor")          \
+  X(Model, double, rope_low_freq_factor, 1.0,                                 \
+    "llama: llama3 scaling low_freq_factor")                                  \
+  X(Model, double, rope_high_freq_factor, 4.0,                                \
+    "llama: llama3 scaling high_freq_factor")                                 \
+  X(Model, int64_t, rope_original_max_positions, 8192,                        \
+    "llama: llama3 scaling original_max_position_embeddings")                 \
+  X(Model, double, norm_eps, 1e-5,                                            \
+    "epsilon of the norms (gpt2 takes only 1e-5)")                            \
+  X(Model, bool, tie_embeddings, true,                                        \
+    "the LM head reuses the token embedding (gpt2: always; llama may untie: " \
+    "a separate lm_head)")
 
 struct ModelConfig {
 #define TRELLIS_MODEL_CONFIG_FIELD(group, type, name, value, help) \
@@ -45,6 +74,14 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 
   int64_t head_dim() const { return d_model / n_head; }
+  // Key/value heads: n_kv_heads, or n_head when it is 0.
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_head; }
+  // Llama's MLP width: ffn_hidden, or when 0 Meta's reference rule:
+  // int(ffn_dim_multiplier · int(2 · 4 · d_model / 3)) rounded up to a
+  // multiple of ffn_multiple_of.
+  int64_t LlamaFfnHidden() const;
+  // The RoPE scaling the options describe.
+  RopeScaling Scaling() const;
   // Logical parameter count (a tied embedding counted once), from the
   // parameters the family declares.
   int64_t NumParameters() const;
@@ -57,6 +94,17 @@ struct ModelConfig {
   // "family=gpt2 n_layer=4 ... vocab_size=257": every option.
   std::string DebugString() const;
 };
+
+// The name of the first option of `config` whose help starts with
+// `prefix` (e.g. "llama:") and whose value differs from its default, with
+// that default as its flag would print it ("rope_theta", "10000"); empty
+// names when none does. A family refuses the options of another this way.
+struct ChangedOption {
+  std::string name;
+  std::string default_value;
+};
+ChangedOption FirstChangedOption(const ModelConfig& config,
+                                 const std::string& prefix);
 
 // The vocabulary padded for tp ranks: a multiple of 128·tp when that adds at
 // most 1%, else of tp.

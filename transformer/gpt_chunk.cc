@@ -1,350 +1,52 @@
 #include "transformer/gpt_chunk.h"
 
-#include <algorithm>
-#include <iterator>
+#include <memory>
+#include <utility>
+#include <vector>
 
-#include "framework/kernels/accumulate.h"
-#include "framework/kernels/elementwise.h"
-#include "framework/kernels/embedding.h"
-#include "framework/kernels/layernorm.h"
-#include "framework/kernels/matmul.h"
+#include "transformer/block.h"
 
 namespace trellis {
+namespace {
 
-struct GptChunk::State {
-  Tensor ids, targets;  // (N) int32
-  Tensor x0;            // (N, C) chunk input
-  Tensor dx0;           // (N, C) gradient of the input (first chunk: for W)
-  std::vector<Block::State> blocks;
-  Tensor meanf, rstdf;  // (N): ln_f's statistics
-  // (N, C): d(loss)/d(ln_f output), summed over tp; Forward fills it when
-  // given a loss scale (then `has_dlnf`).
-  Tensor dlnf;
-  Tensor losses;  // (N) per-token losses
-  bool has_dlnf = false;
-};
+ChunkEnds GptEnds(const ChunkPlan& plan, const ParameterSet& params) {
+  auto find = [&](const char* name) {
+    Parameter* p = params.Find(name);
+    TRELLIS_CHECK(p != nullptr) << name;
+    return p;
+  };
+  ChunkEnds ends;
+  if (plan.has_embedding) {
+    ends.embedding = find("wte");
+    ends.positions = find("wpe");
+  }
+  if (plan.has_head) {
+    ends.norm_weight = find("ln_f.weight");
+    ends.norm_bias = find("ln_f.bias");
+    ends.head = find("wte");
+  }
+  return ends;
+}
+
+std::vector<std::unique_ptr<DecoderBlock>> GptBlocks(
+    const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
+    const ParameterSet& params, const BlockOptions& options) {
+  std::vector<std::unique_ptr<DecoderBlock>> blocks;
+  for (int64_t l = 0; l < plan.num_layers; ++l) {
+    blocks.push_back(std::make_unique<Block>(config, plan.first_layer + l, tp,
+                                             params, options));
+  }
+  return blocks;
+}
+
+}  // namespace
 
 GptChunk::GptChunk(const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
                    Communicator& tp_comm, const ParameterSet& params,
                    int64_t micro_batch, Device device, DType dtype,
                    BlockOptions options)
-    : config_(config),
-      plan_(plan),
-      tp_(tp),
-      tp_comm_(tp_comm),
-      micro_batch_(micro_batch),
-      device_(device),
-      dtype_(dtype),
-      options_(options) {
-  TRELLIS_CHECK_EQ(tp_comm.size(), tp.size);
-  if (plan.has_embedding || plan.has_head) {
-    wte_ = params.Find("wte");
-    TRELLIS_CHECK(wte_ != nullptr);
-    vocab_ = VocabShard::For(wte_->spec);
-  }
-  if (plan.has_embedding) wpe_ = params.Find("wpe");
-  if (plan.has_head) {
-    lnf_w_ = params.Find("ln_f.weight");
-    lnf_b_ = params.Find("ln_f.bias");
-  }
-  for (int64_t l = 0; l < plan.num_layers; ++l) {
-    blocks_.emplace_back(config, plan.first_layer + l, tp, params, options);
-  }
-  if (plan.has_head) TRELLIS_CHECK_GE(options.loss_chunk_rows, 0);
-}
-
-void GptChunk::AllocateWorkspace() {
-  if (ping_.defined()) return;
-  if (!blocks_.empty()) {
-    work_ = blocks_.front().NewWorkspace(micro_batch_, dtype_, device_);
-  }
-  ping_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
-  pong_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
-  if (plan_.has_head) {
-    const std::vector<std::pair<Shape, DType>> shapes = HeadWorkspaceShapes();
-    Tensor* buffers[] = {&head_lnf_, &head_logits_, &head_row_max_,
-                         &head_sums_};
-    TRELLIS_CHECK_EQ(shapes.size(), std::size(buffers));
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      *buffers[i] = Tensor::Empty(shapes[i].first, shapes[i].second, device_);
-    }
-  }
-}
-
-GptChunk::~GptChunk() = default;
-
-GptChunk::State& GptChunk::Acquire(int mb) {
-  TRELLIS_CHECK(live_.find(mb) == live_.end())
-      << "microbatch " << mb << " is already in flight";
-  AllocateWorkspace();
-  std::unique_ptr<State> s;
-  if (!free_.empty()) {
-    s = std::move(free_.back());
-    free_.pop_back();
-  } else {
-    s = std::make_unique<State>();
-    ++states_allocated_;
-    const std::vector<std::pair<Shape, DType>> shapes = OwnStateShapes();
-    size_t i = 0;
-    auto next = [&]() {
-      const auto& [shape, dtype] = shapes[i++];
-      return Tensor::Empty(shape, dtype, device_);
-    };
-    s->ids = next();
-    s->targets = next();
-    s->x0 = next();
-    if (plan_.has_embedding) s->dx0 = next();
-    if (plan_.has_head) {
-      s->meanf = next();
-      s->rstdf = next();
-      s->dlnf = next();
-      s->losses = next();
-    }
-    TRELLIS_CHECK_EQ(i, shapes.size());
-    for (const Block& block : blocks_) {
-      s->blocks.push_back(block.NewState(micro_batch_, dtype_, device_));
-    }
-  }
-  return *(live_[mb] = std::move(s));
-}
-
-std::vector<std::pair<Shape, DType>> GptChunk::OwnStateShapes() const {
-  const int64_t n = rows(), c = config_.d_model;
-  const DType stats = StatsDType(dtype_);
-  std::vector<std::pair<Shape, DType>> shapes = {
-      {{n}, DType::kI32}, {{n}, DType::kI32}, {{n, c}, dtype_}};
-  if (plan_.has_embedding) shapes.push_back({{n, c}, dtype_});
-  if (plan_.has_head) {
-    shapes.push_back({{n}, stats});      // meanf
-    shapes.push_back({{n}, stats});      // rstdf
-    shapes.push_back({{n, c}, dtype_});  // dlnf
-    shapes.push_back({{n}, stats});      // losses
-  }
-  return shapes;
-}
-
-int64_t GptChunk::HeadChunkRows() const {
-  const int64_t r = options_.loss_chunk_rows;
-  return r == 0 ? rows() : std::min(r, rows());
-}
-
-std::vector<std::pair<Shape, DType>> GptChunk::HeadWorkspaceShapes() const {
-  if (!plan_.has_head) return {};
-  const int64_t r = HeadChunkRows();
-  const DType stats = StatsDType(dtype_);
-  return {{{rows(), config_.d_model}, dtype_},  // ln_f output
-          {{r, vocab_.rows}, dtype_},           // logits, then dlogits
-          {{r}, stats},                         // row max
-          {{2 * r}, stats}};                    // sum of exps, target logit
-}
-
-namespace {
-
-size_t Bytes(const std::vector<std::pair<Shape, DType>>& shapes) {
-  size_t bytes = 0;
-  for (const auto& [shape, dtype] : shapes) {
-    bytes += NumElements(shape) * DTypeSize(dtype);
-  }
-  return bytes;
-}
-
-}  // namespace
-
-size_t GptChunk::StateBytes() const {
-  size_t bytes = Bytes(OwnStateShapes());
-  for (const Block& block : blocks_) {
-    bytes += block.StateBytes(micro_batch_, dtype_, device_);
-  }
-  return bytes;
-}
-
-size_t GptChunk::WorkspaceBytes() const {
-  size_t bytes = 2 * rows() * config_.d_model * DTypeSize(dtype_);  // ping-pong
-  if (!blocks_.empty()) {
-    bytes += blocks_.front().WorkspaceBytes(micro_batch_, dtype_, device_);
-  }
-  return bytes + Bytes(HeadWorkspaceShapes());
-}
-
-GptChunk::State& GptChunk::Live(int mb) {
-  auto it = live_.find(mb);
-  TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
-  return *it->second;
-}
-
-void GptChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
-                       const Tensor& targets, double loss_scale, Tensor* output,
-                       Tensor* loss_sum) {
-  State& s = Acquire(mb);
-  const int64_t n = rows();
-  if (plan_.has_embedding) {
-    s.ids.CopyFrom(tokens.View({n}));
-    VocabParallelEmbeddingForward(tp_comm_, s.ids, *wte_, s.x0);
-    Tensor x = s.x0.View({micro_batch_, config_.seq_len, config_.d_model});
-    AddPositionEmbedding(wpe_->value, x);
-  } else {
-    s.x0.CopyFrom(input);
-  }
-  const Tensor* x = &s.x0;
-  for (size_t l = 0; l < blocks_.size(); ++l) {
-    blocks_[l].Forward(tp_comm_, *x, s.blocks[l], work_);
-    x = &s.blocks[l].y;
-  }
-  if (!plan_.has_head) {
-    output->CopyFrom(*x);
-    return;
-  }
-  s.targets.CopyFrom(targets.View({n}));
-  HeadForward(s, *x, loss_scale);
-  if (loss_sum != nullptr) {
-    AccumulateSum(s.losses, static_cast<double>(n), *loss_sum);
-  }
-}
-
-double GptChunk::MeanLoss(int mb) const {
-  return Sum(TokenLosses(mb)) / static_cast<double>(rows());
-}
-
-void GptChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
-  TRELLIS_CHECK_GE(loss_scale, 0.0);
-  LayerNormForward(x, lnf_w_->value, lnf_b_->value, head_lnf_, s.meanf,
-                   s.rstdf);
-  s.has_dlnf = loss_scale > 0;
-  if (s.has_dlnf) s.dlnf.Zero();
-  // d(mean loss)/d(loss of a row) = 1/N.
-  const double scale = loss_scale / static_cast<double>(rows());
-  const int64_t chunk = HeadChunkRows();
-  Tensor no_bias;
-  for (int64_t start = 0; start < rows(); start += chunk) {
-    const int64_t r = std::min(chunk, rows() - start);
-    const Tensor lnf = head_lnf_.Narrow(start, r);
-    const Tensor targets = s.targets.Narrow(start, r);
-    Tensor logits = head_logits_.Narrow(0, r);
-    MatmulForward(lnf, wte_->value, Tensor(), logits, WeightLayout::kOutIn);
-    // Statistics in the shared buffers; losses straight into the state.
-    VocabParallelLossState loss{head_row_max_.Narrow(0, r),
-                                head_sums_.Narrow(0, 2 * r).View({2, r}),
-                                s.losses.Narrow(start, r)};
-    VocabParallelCrossEntropyForward(tp_comm_, logits, targets, vocab_, loss);
-    if (!s.has_dlnf) continue;
-    VocabParallelCrossEntropyBackward(logits, targets, vocab_, loss, scale,
-                                      logits);
-    // This rank's vocabulary rows' share of d(ln_f); summed over tp below.
-    Tensor dlnf = s.dlnf.Narrow(start, r);
-    MatmulBackwardInput(logits, wte_->value, dlnf, WeightLayout::kOutIn);
-    MatmulBackwardWeight(logits, lnf, wte_->grad, no_bias,
-                         WeightLayout::kOutIn);
-  }
-  if (s.has_dlnf) CopyToTp::Backward(tp_comm_, s.dlnf);
-}
-
-void GptChunk::HeadBackwardInput(State& s, const Tensor& x, Tensor& dx) {
-  TRELLIS_CHECK(s.has_dlnf)
-      << "the last chunk's BackwardInput needs a Forward with a loss scale";
-  dx.Zero();
-  LayerNormBackwardInput(s.dlnf, x, lnf_w_->value, s.meanf, s.rstdf, dx);
-}
-
-void GptChunk::HeadBackwardWeight(const State& s, const Tensor& x) {
-  // wte's share of the head was added in Forward.
-  LayerNormBackwardWeight(s.dlnf, x, s.meanf, s.rstdf, lnf_w_->grad,
-                          lnf_b_->grad);
-}
-
-void GptChunk::EmbeddingBackwardWeight(const State& s) {
-  VocabParallelEmbeddingBackwardWeight(s.ids, s.dx0, *wte_);
-  PositionEmbeddingBackwardWeight(
-      s.dx0.View({micro_batch_, config_.seq_len, config_.d_model}), wpe_->grad);
-}
-
-void GptChunk::BackwardInput(int mb, const Tensor& doutput, Tensor* dinput) {
-  State& s = Live(mb);
-  const int64_t num_blocks = static_cast<int64_t>(blocks_.size());
-  auto block_input = [&](int64_t l) -> const Tensor& {
-    return l == 0 ? s.x0 : s.blocks[l - 1].y;
-  };
-  // `dy` holds the gradient of the current top; ping/pong alternate.
-  Tensor dy;
-  if (plan_.has_head) {
-    HeadBackwardInput(s, block_input(num_blocks), ping_);
-    if (!options_.defer_weight_grads) {
-      HeadBackwardWeight(s, block_input(num_blocks));
-    }
-    dy = ping_;
-  } else {
-    dy = doutput;
-  }
-  for (int64_t l = num_blocks - 1; l >= 0; --l) {
-    Tensor& dx = (dy.raw() == ping_.raw()) ? pong_ : ping_;
-    blocks_[l].BackwardInput(tp_comm_, block_input(l), dy, s.blocks[l], work_,
-                             dx);
-    dy = dx;
-  }
-  if (plan_.has_embedding) {
-    s.dx0.CopyFrom(dy);
-    if (!options_.defer_weight_grads) EmbeddingBackwardWeight(s);
-  } else {
-    dinput->CopyFrom(dy);
-  }
-}
-
-std::vector<std::vector<Parameter*>> GptChunk::WeightGroups() const {
-  std::vector<std::vector<Parameter*>> groups;
-  if (plan_.has_head) {
-    groups.push_back({lnf_w_, lnf_b_});
-    if (!plan_.has_embedding) groups.back().push_back(wte_);
-  }
-  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) {
-    groups.push_back(it->parameters());
-  }
-  if (plan_.has_embedding) groups.push_back({wte_, wpe_});
-  return groups;
-}
-
-void GptChunk::BackwardWeight(int mb, const WeightsDone& done) {
-  auto it = live_.find(mb);
-  TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
-  State& s = *it->second;
-  const std::vector<std::vector<Parameter*>> groups =
-      done ? WeightGroups() : std::vector<std::vector<Parameter*>>();
-  size_t group = 0;
-  auto report = [&]() {
-    if (done) done(groups[group++]);
-  };
-  // Without deferral BackwardInput already did the work: only report.
-  const bool defer = options_.defer_weight_grads;
-  const int64_t num_blocks = static_cast<int64_t>(blocks_.size());
-  auto block_input = [&](int64_t l) -> const Tensor& {
-    return l == 0 ? s.x0 : s.blocks[l - 1].y;
-  };
-  if (plan_.has_head) {
-    if (defer) HeadBackwardWeight(s, block_input(num_blocks));
-    report();
-  }
-  for (int64_t l = num_blocks - 1; l >= 0; --l) {
-    blocks_[l].BackwardWeight(tp_comm_, block_input(l), s.blocks[l], work_);
-    report();
-  }
-  if (plan_.has_embedding) {
-    if (defer) EmbeddingBackwardWeight(s);
-    report();
-  }
-  free_.push_back(std::move(it->second));
-  live_.erase(it);
-}
-
-const Tensor& GptChunk::TokenLosses(int mb) const {
-  auto it = live_.find(mb);
-  TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
-  TRELLIS_CHECK(plan_.has_head);
-  return it->second->losses;
-}
-
-void GptChunk::Release(int mb) {
-  auto it = live_.find(mb);
-  TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
-  free_.push_back(std::move(it->second));
-  live_.erase(it);
-}
+    : DecoderChunk(config, plan, tp, tp_comm, GptEnds(plan, params),
+                   GptBlocks(config, plan, tp, params, options), micro_batch,
+                   device, dtype, options) {}
 
 }  // namespace trellis

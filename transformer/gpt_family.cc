@@ -19,6 +19,18 @@ class Gpt2 : public ModelFamily {
           "--d_model=", config.d_model, " is not divisible by --n_head=",
           config.n_head, "; choose d_model a multiple of n_head"));
     }
+    // Llama's options, and the ones GPT-2 fixes (its LayerNorm kernel
+    // takes no eps; its head is always the tied wte).
+    ChangedOption changed = FirstChangedOption(config, "llama:");
+    const ModelConfig defaults;
+    if (config.norm_eps != defaults.norm_eps) changed = {"norm_eps", "1e-05"};
+    if (!config.tie_embeddings) changed = {"tie_embeddings", "true"};
+    if (!changed.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", changed.name,
+          " does not apply to --family=gpt2 (it takes only ",
+          changed.default_value, "); drop the flag or use --family=llama"));
+    }
     return absl::OkStatus();
   }
 
@@ -32,6 +44,8 @@ class Gpt2 : public ModelFamily {
     }
     return absl::OkStatus();
   }
+
+  std::string TiedEmbedding(const ModelConfig&) const override { return "wte"; }
 
   void DeclareParameters(const ModelConfig& config, const ChunkPlan& plan,
                          TpPlace tp, uint64_t seed, Device device, DType dtype,

@@ -2,7 +2,7 @@
 // pipeline, checkpoints, the memory plan and conversion never ask which
 // family they run.
 //
-// A family (GPT-2 today; see FamilyOf) provides
+// A family (GPT-2 and Llama; see FamilyOf) provides
 //  - the rules of its config (Validate, CheckTensorParallel),
 //  - its parameters: each one's logical name, global shape, tensor-parallel
 //    split and initialization, declared by DeclareParameters (the split of
@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -121,6 +123,9 @@ class ModelFamily {
   // Whether `tp` ranks can split the model (heads, widths).
   virtual absl::Status CheckTensorParallel(const ModelConfig& config,
                                            int64_t tp) const = 0;
+  // The parameter that the first and the last chunk both hold (a tied
+  // embedding, whose gradients those stages sum), or "" when none is.
+  virtual std::string TiedEmbedding(const ModelConfig& config) const = 0;
   // Declares the parameters of `plan`'s part of the model on tp rank
   // `tp.rank` in `params` (without tensors: ParameterSet::Materialize makes
   // them). A parameter the set already holds (a tied embedding on a rank
@@ -137,6 +142,11 @@ class ModelFamily {
 
 // The family of `config` (config.family).
 const ModelFamily& FamilyOf(const ModelConfig& config);
+
+// Every logical parameter of the whole model of `config` (a tied one once),
+// as (name, global shape) in declaration order: what a checkpoint holds.
+std::vector<std::pair<std::string, Shape>> ModelTensorShapes(
+    const ModelConfig& config);
 
 // Declares the parameters of `plan` (FamilyOf(config).DeclareParameters) and
 // materializes them, gradients included: for tests and tools that build a

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "transformer/block.h"
 #include "transformer/gpt_chunk.h"
 #include "transformer/gpt_parameters.h"
 #include "transformer/model_family.h"
@@ -52,8 +53,8 @@ PassResult RunModel(Device device, int passes) {
   const ModelConfig config = Config();
   const ChunkPlan plan{0, config.n_layer, true, true};
   ParameterSet params;
-  AddModelParameters(config, plan, TpPlace{}, /*seed=*/1234, device, DType::kF32,
-                   params);
+  AddModelParameters(config, plan, TpPlace{}, /*seed=*/1234, device,
+                     DType::kF32, params);
   SelfCommunicator tp("tp");
   // 128 rows in head chunks of 48, 48 and 32.
   BlockOptions options;

@@ -369,7 +369,7 @@ TEST(ConvertTest, LogicalTensorsAreTheModelsParameters) {
   config.d_model = 16;
   ParameterSet params;
   AddModelParameters(config, ChunkPlan{0, 3, true, true}, TpPlace{}, 1,
-                   Device::Cpu(), DType::kF32, params);
+                     Device::Cpu(), DType::kF32, params);
   const std::vector<LogicalTensor> logical = GptLogicalTensors(config);
   ASSERT_EQ(logical.size(), params.all().size());
   for (size_t i = 0; i < logical.size(); ++i) {
@@ -380,10 +380,11 @@ TEST(ConvertTest, LogicalTensorsAreTheModelsParameters) {
 
 // A training checkpoint of a tiny model with optimizer state: moments are
 // m = value/2 and v = value², step 7.
-std::string SaveTrained(const std::string& save_dir, const ModelConfig& config) {
+std::string SaveTrained(const std::string& save_dir,
+                        const ModelConfig& config) {
   ParameterSet params;
-  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
-                   5, Device::Cpu(), DType::kF32, params);
+  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true},
+                     TpPlace{}, 5, Device::Cpu(), DType::kF32, params);
   Optimizer optimizer(OptimizerConfig{}, params);
   for (size_t i = 0; i < params.all().size(); ++i) {
     const float* w = params.all()[i]->value.data<float>();
@@ -456,6 +457,31 @@ TEST(TrellisConvertTest, ChangesDtypeAndKeepsOrDropsTheOptimizer) {
             absl::StatusCode::kAlreadyExists);
 }
 
+TEST(TrellisConvertTest, ConvertsAnotherFamilysCheckpointByItsParameters) {
+  // A Llama checkpoint: trellis to trellis keeps every tensor under its
+  // own name; the GPT-2 formats refuse it in one line.
+  ModelConfig config = TinyConfig();
+  config.family = ModelFamilyKind::kLlama;
+  config.n_kv_heads = 1;
+  config.ffn_hidden = 12;
+  config.tie_embeddings = false;
+  const std::string dir = Scratch();
+  const std::string original = SaveTrained(dir + "/a", config);
+  ASSERT_TRUE(ConvertTo(dir + "/a", "trellis", dir + "/b").ok());
+  const std::string copy = dir + "/b/step_00000007";
+  for (const auto& [name, shape] : ModelTensorShapes(config)) {
+    EXPECT_EQ(TrellisTensor(copy, name), TrellisTensor(original, name)) << name;
+  }
+  EXPECT_EQ(ModelTensorShapes(config).size(), 2u + 2u * 6u + 1u);
+  for (const char* to : {"hf", "llmc"}) {
+    const absl::StatusOr<ConvertSummary> refused =
+        ConvertTo(dir + "/a", to, dir + "/" + to);
+    ASSERT_FALSE(refused.ok()) << to;
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("holds a llama model"));
+  }
+}
+
 TEST(TrellisConvertTest, ShardsHoldEachRanksTensorsAsTheTrainerCutsThem) {
   const std::string dir = Scratch();
   const ModelConfig config = TinyConfig();
@@ -476,7 +502,7 @@ TEST(TrellisConvertTest, ShardsHoldEachRanksTensorsAsTheTrainerCutsThem) {
       EXPECT_EQ(*f->ReadInt64Attribute("tp_rank"), t);
       ParameterSet params;
       AddModelParameters(config, ChunkPlan{p, 1, p == 0, p == 1}, TpPlace{2, t},
-                       0, Device::Cpu(), DType::kF32, params);
+                         0, Device::Cpu(), DType::kF32, params);
       absl::StatusOr<std::vector<std::string>> members = f->ListMembers();
       ASSERT_TRUE(members.ok());
       EXPECT_EQ(members->size(), params.all().size()) << file;

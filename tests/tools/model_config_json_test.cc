@@ -24,6 +24,28 @@ TEST(ModelConfigJsonTest, RoundTripsEveryOption) {
   EXPECT_EQ(*back, c);
 }
 
+TEST(ModelConfigJsonTest, RoundTripsALlamaConfig) {
+  ModelConfig c;
+  c.family = ModelFamilyKind::kLlama;
+  c.n_kv_heads = 2;
+  c.ffn_hidden = 300;
+  c.ffn_dim_multiplier = 1.3;
+  c.rope_theta = 500000;
+  c.rope_scaling = RopeScalingType::kLlama3;
+  c.rope_factor = 32;
+  c.rope_original_max_positions = 4096;
+  c.norm_eps = 1e-6;
+  c.tie_embeddings = false;
+  const nlohmann::json j = ModelConfigToJson(c);
+  EXPECT_EQ(j.at("family"), "llama");
+  EXPECT_EQ(j.at("rope_scaling"), "llama3");
+  EXPECT_EQ(j.at("tie_embeddings"), false);
+  EXPECT_EQ(j.at("rope_theta"), 500000.0);
+  absl::StatusOr<ModelConfig> back = ModelConfigFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, c);
+}
+
 TEST(ModelConfigJsonTest, FilesWithoutTheFamilyAreGpt2) {
   const nlohmann::json old = nlohmann::json::parse(
       R"({"n_layer": 2, "n_head": 2, "d_model": 16, "seq_len": 8,

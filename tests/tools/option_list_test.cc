@@ -32,10 +32,23 @@ std::filesystem::path Configs() {
 // Options with a value unlike its default in every field.
 TrainOptions Unusual() {
   TrainOptions o;
+  o.model.family = ModelFamilyKind::kLlama;
   o.model.n_layer = 7;
   o.model.n_head = 3;
   o.model.d_model = 96;
   o.model.seq_len = 33;
+  o.model.n_kv_heads = 1;
+  o.model.ffn_hidden = 250;
+  o.model.ffn_multiple_of = 64;
+  o.model.ffn_dim_multiplier = 1.3;
+  o.model.rope_theta = 500000.0;
+  o.model.rope_scaling = RopeScalingType::kLlama3;
+  o.model.rope_factor = 32.0;
+  o.model.rope_low_freq_factor = 0.5;
+  o.model.rope_high_freq_factor = 2.0;
+  o.model.rope_original_max_positions = 4096;
+  o.model.norm_eps = 1.0 / 3.0 * 1e-6;
+  o.model.tie_embeddings = false;
   o.data = "some/tokens.h5";
   o.val_fraction = 0.125;
   o.micro_batch_size = 3;
@@ -99,14 +112,13 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
   int lines = 0;
   while (std::getline(a, line_a) && std::getline(b, line_b)) {
     ++lines;
-    // gpt2 is the one family so far: --family has no other value to take.
-    if (line_a == "--family=gpt2") continue;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 51);  // 5 model + 28 run + 18 layout and device options
+  EXPECT_EQ(lines, 63);  // 17 model + 28 run + 18 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);
+  EXPECT_EQ(read.model, unusual.model);
   EXPECT_EQ(read.schedule, ScheduleKind::kZeroBubbleH1);
   EXPECT_EQ(read.gpu_comm, DeviceTransport::kHostStaged);
   EXPECT_EQ(read.pp_layers, unusual.pp_layers);
@@ -131,6 +143,27 @@ TEST(OptionListTest, TheDemoPresetIsTheDefaultRun) {
   EXPECT_EQ(o.ToFlagString(), TrainOptions{}.ToFlagString());
 }
 
+TEST(OptionListTest, TheLlamaPresetsHaveThePublishedShapes) {
+  struct Preset {
+    const char* file;
+    int64_t parameters;  // at Llama 3's 128256-token vocabulary
+  };
+  for (const Preset& p : {Preset{"llama-3.2-1b.flags", 1235814400},
+                          Preset{"llama-3-8b.flags", 8030261248}}) {
+    TrainOptions o;
+    ASSERT_TRUE(o.ApplyFlagString(ReadFile(Configs() / p.file)).ok());
+    o.model.vocab_size = 128256;
+    EXPECT_TRUE(o.model.Validate().ok())
+        << p.file << ": " << o.model.Validate();
+    EXPECT_EQ(o.model.NumParameters(), p.parameters) << p.file;
+  }
+  TrainOptions tiny;
+  ASSERT_TRUE(
+      tiny.ApplyFlagString(ReadFile(Configs() / "llama-tiny.flags")).ok());
+  EXPECT_TRUE(tiny.model.Validate().ok());
+  EXPECT_EQ(tiny.model.family, ModelFamilyKind::kLlama);
+}
+
 TEST(OptionListTest, BadValuesAreRefusedNamingTheFlagAndTheChoices) {
   struct Case {
     const char* line;
@@ -144,6 +177,9 @@ TEST(OptionListTest, BadValuesAreRefusedNamingTheFlagAndTheChoices) {
            Case{"--gpu_comm=gloo", "nccl or host"},
            Case{"--attention=flash", "cudnn, mma or simt"},
            Case{"--pp_layers=3,x", "'x' is not an integer"},
+           Case{"--family=gpt5", "gpt2 or llama"},
+           Case{"--rope_scaling=yarn", "llama3"},
+           Case{"--tie_embeddings=maybe", "--tie_embeddings=maybe"},
            Case{"--steps=ten", "--steps=ten"},
            Case{"--no_such_option=1", "unknown option --no_such_option"},
            Case{"--steps", "has no value"},

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "framework/memory_arena.h"
 #include "framework/tensor.h"
@@ -99,6 +100,44 @@ TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
       EXPECT_GE(arena.peak_in_use, planned);
       EXPECT_EQ(trainer->arena().capacity(),
                 ArenaCapacity(trainer->memory_plan(), SIZE_MAX));
+    }
+  }
+}
+
+TEST_F(TrainerMemoryTest, LlamaPlanAccountsForWhatTrainingAllocates) {
+  // Grouped-query attention, an untied head and RoPE tables: the plan still
+  // covers what a step allocates, and every recompute mode trains to the
+  // same bits.
+  for (ScheduleKind schedule :
+       {ScheduleKind::kGPipe, ScheduleKind::kZeroBubbleH1}) {
+    std::vector<double> reference;
+    for (Recompute recompute :
+         {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      TrainOptions o = Options();
+      o.model.family = ModelFamilyKind::kLlama;
+      o.model.n_kv_heads = 2;
+      o.model.ffn_hidden = 160;
+      o.model.tie_embeddings = false;
+      o.recompute = recompute;
+      o.schedule = schedule;
+      const size_t before = StorageBytesLive(DeviceType::kCPU);
+      std::unique_ptr<Trainer> trainer = Make(o);
+      ASSERT_NE(trainer, nullptr);
+      ASSERT_TRUE(trainer->Step().ok());
+      const size_t used = StorageBytesLive(DeviceType::kCPU) - before;
+      const size_t planned = trainer->memory_plan().total();
+      EXPECT_LE(planned, used) << recompute << ", " << schedule;
+      EXPECT_LE(used, planned + (256 << 10))
+          << recompute << ", " << schedule << ": "
+          << trainer->memory_plan().Format();
+      EXPECT_EQ(trainer->arena().stats().fallbacks, 0u);
+      ASSERT_TRUE(trainer->Run().ok());
+      if (recompute == Recompute::kNone) {
+        reference = trainer->losses();
+      } else {
+        EXPECT_EQ(trainer->losses(), reference)
+            << schedule << ", " << recompute;
+      }
     }
   }
 }

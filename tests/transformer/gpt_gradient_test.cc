@@ -11,6 +11,7 @@
 #include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
+#include "transformer/block.h"
 #include "transformer/gpt_chunk.h"
 #include "transformer/gpt_parameters.h"
 #include "transformer/model_family.h"
@@ -58,7 +59,7 @@ class GptGradientTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
     AddModelParameters(config_, plan_, TpPlace{}, /*seed=*/1234, Device::Cpu(),
-                     DType::kF64, params_);
+                       DType::kF64, params_);
     chunk_ = std::make_unique<GptChunk>(config_, plan_, TpPlace{}, tp_, params_,
                                         kBatch, Device::Cpu(), DType::kF64,
                                         Options(kHeadRows));
@@ -126,10 +127,10 @@ TEST_P(GptGradientTest, InitializationIsAFunctionOfNameAndIndexOnly) {
   // Rebuilding the parameters gives bit-identical values, and a different
   // seed gives different ones.
   ParameterSet again, other;
-  AddModelParameters(config_, plan_, TpPlace{}, 1234, Device::Cpu(), DType::kF64,
-                   again);
+  AddModelParameters(config_, plan_, TpPlace{}, 1234, Device::Cpu(),
+                     DType::kF64, again);
   AddModelParameters(config_, plan_, TpPlace{}, 99, Device::Cpu(), DType::kF64,
-                   other);
+                     other);
   for (Parameter* p : params_.all()) {
     EXPECT_EQ(MaxRelativeDifference(p->value, again.Find(p->name)->value), 0.0)
         << p->name;
@@ -362,8 +363,8 @@ TEST_P(GptGradientTest, LastChunkStateDoesNotGrowWithTheVocabulary) {
     ModelConfig config = config_;
     config.vocab_size = vocab;
     ParameterSet params;
-    AddModelParameters(config, plan_, TpPlace{}, 1234, Device::Cpu(), DType::kF64,
-                     params);
+    AddModelParameters(config, plan_, TpPlace{}, 1234, Device::Cpu(),
+                       DType::kF64, params);
     const GptChunk chunk(config, plan_, TpPlace{}, tp_, params, kBatch,
                          Device::Cpu(), DType::kF64, Options(kHeadRows));
     return std::make_tuple(chunk.StateBytes(), chunk.WorkspaceBytes(),

@@ -7,6 +7,8 @@
 #include <string>
 
 #include "transformer/gpt_family.h"
+#include "transformer/llama_family.h"
+#include "transformer/llama_parameters.h"
 
 namespace trellis {
 namespace {
@@ -82,6 +84,107 @@ TEST(ModelFamilyTest, TensorParallelDeclarationsUseTheLayersSplits) {
   ASSERT_NE(proj, nullptr);
   EXPECT_EQ(proj->spec.split_dim, 0);
   EXPECT_TRUE(params.Find("h.0.attn.c_proj.bias")->spec.replicated());
+}
+
+ModelConfig SmallLlama() {
+  ModelConfig c;
+  c.family = ModelFamilyKind::kLlama;
+  c.n_head = 8;
+  c.n_kv_heads = 2;
+  c.d_model = 64;
+  c.ffn_hidden = 96;
+  return c;
+}
+
+TEST(ModelFamilyTest, LlamaIsAFamily) {
+  const ModelConfig c = SmallLlama();
+  EXPECT_EQ(&FamilyOf(c), &LlamaFamily());
+  ASSERT_TRUE(ParseModelFamily("llama").ok());
+  EXPECT_EQ(*ParseModelFamily("llama"), ModelFamilyKind::kLlama);
+  EXPECT_EQ(c.DebugString().rfind("family=llama n_layer=4 ", 0), 0u);
+  EXPECT_NE(c.DebugString().find("rope_scaling=none"), std::string::npos);
+  EXPECT_NE(c.DebugString().find("tie_embeddings=true"), std::string::npos);
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
+TEST(ModelFamilyTest, LlamaFfnWidthFollowsMetasRule) {
+  ModelConfig c = SmallLlama();
+  c.ffn_hidden = 0;
+  c.d_model = 2048;
+  c.ffn_dim_multiplier = 1.5;  // Llama 3.2 1B: 8192
+  EXPECT_EQ(c.LlamaFfnHidden(), 8192);
+  c.d_model = 4096;
+  c.ffn_dim_multiplier = 1.3;
+  c.ffn_multiple_of = 1024;  // Llama 3 8B: 14336
+  EXPECT_EQ(c.LlamaFfnHidden(), 14336);
+  c.d_model = 4096;
+  c.ffn_dim_multiplier = 1.0;
+  c.ffn_multiple_of = 256;  // Llama 2 7B: 11008
+  EXPECT_EQ(c.LlamaFfnHidden(), 11008);
+}
+
+TEST(ModelFamilyTest, Gpt2RefusesLlamaOptionsNamingTheFlag) {
+  struct Case {
+    void (*set)(ModelConfig&);
+    const char* flag;
+  };
+  for (const Case& k : {
+           Case{[](ModelConfig& c) { c.n_kv_heads = 2; }, "--n_kv_heads"},
+           Case{[](ModelConfig& c) { c.rope_theta = 5e5; }, "--rope_theta"},
+           Case{[](ModelConfig& c) {
+                  c.rope_scaling = RopeScalingType::kLlama3;
+                },
+                "--rope_scaling"},
+           Case{[](ModelConfig& c) { c.norm_eps = 1e-6; }, "--norm_eps"},
+           Case{[](ModelConfig& c) { c.tie_embeddings = false; },
+                "--tie_embeddings"},
+       }) {
+    ModelConfig c;
+    k.set(c);
+    const absl::Status status = c.Validate();
+    EXPECT_FALSE(status.ok()) << k.flag;
+    EXPECT_NE(status.message().find(k.flag), std::string::npos) << status;
+    EXPECT_EQ(status.message().find('\n'), std::string::npos);
+  }
+}
+
+TEST(ModelFamilyTest, LlamaRulesNameTheFlags) {
+  ModelConfig c = SmallLlama();
+  c.n_kv_heads = 3;
+  EXPECT_NE(c.Validate().message().find("--n_kv_heads=3"), std::string::npos);
+  c = SmallLlama();
+  c.rope_theta = -1;
+  EXPECT_NE(c.Validate().message().find("--rope_theta"), std::string::npos);
+  c = SmallLlama();
+  EXPECT_TRUE(FamilyOf(c).CheckTensorParallel(c, 2).ok());
+  const absl::Status tp = FamilyOf(c).CheckTensorParallel(c, 4);
+  EXPECT_NE(tp.message().find("--tp=4"), std::string::npos) << tp;
+}
+
+TEST(ModelFamilyTest, LlamaSplitsTheFusedProjectionsByHeads) {
+  // qkv_proj's columns: [Q 64 | K 16 | V 16], each split over tp = 2; rank
+  // 1 holds Q 32..63, K 72..79, V 88..95.
+  const ModelConfig c = SmallLlama();
+  ParameterSet params;
+  FamilyOf(c).DeclareParameters(c, ChunkPlan{0, 1, false, false}, TpPlace{2, 1},
+                                1, Device::Cpu(), DType::kF32, params);
+  const Parameter* qkv =
+      params.Find(LlamaLayerName(0, "self_attn.qkv_proj.weight"));
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->spec.LocalShape(), (Shape{64, 48}));
+  EXPECT_EQ(qkv->spec.LogicalIndex(0), 32);
+  EXPECT_EQ(qkv->spec.LogicalIndex(31), 63);
+  EXPECT_EQ(qkv->spec.LogicalIndex(32), 72);
+  EXPECT_EQ(qkv->spec.LogicalIndex(40), 88);
+  EXPECT_EQ(qkv->spec.LogicalIndex(47), 95);
+  const Parameter* gate_up =
+      params.Find(LlamaLayerName(0, "mlp.gate_up_proj.weight"));
+  EXPECT_EQ(gate_up->spec.LogicalIndex(48), 96 + 48);
+  EXPECT_EQ(gate_up->spec.LocalShape(), (Shape{64, 96}));
+  EXPECT_EQ(
+      params.Find(LlamaLayerName(0, "mlp.down_proj.weight"))->spec.split_dim,
+      0);
+  EXPECT_EQ(params.Find(LlamaLayerName(0, "self_attn.o_proj.bias")), nullptr);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "tools/convert/shard_export.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/shard_io.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace fs = std::filesystem;
@@ -94,7 +95,11 @@ absl::StatusOr<Input> ReadTrellis(const ConvertOptions& o, bool moments,
   in.model.source = in.state.source;
   TRELLIS_ASSIGN_OR_RETURN(in.model.source_dtype, StoredModelDType(dir));
   moments = moments && HasOptimizerState(dir);
-  const std::vector<LogicalTensor> all = GptLogicalTensors(in.state.model);
+  // The checkpoint's tensors are its family's parameters.
+  std::vector<LogicalTensor> all;
+  for (auto& [name, shape] : ModelTensorShapes(in.state.model)) {
+    all.push_back({name, shape});
+  }
   int64_t bytes = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     // One tensor at a time, so the bar moves.
@@ -346,6 +351,12 @@ absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
         absl::StrCat("--from=", s.from, " is not one of hf, llmc, trellis"));
   }
   TRELLIS_RETURN_IF_ERROR(in.status());
+  const ModelFamilyKind family = in->model.config.family;
+  if ((s.to == "hf" || s.to == "llmc") && family != ModelFamilyKind::kGpt2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--to=", s.to, " writes GPT-2 models, and ", o.input, " holds a ",
+        ModelFamilyName(family), " model; use --to=trellis or --to=shards"));
+  }
   ProgressBar write_bar("writing", o.progress && s.to == "trellis");
   absl::Status written;
   if (s.to == "hf") {

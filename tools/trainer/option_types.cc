@@ -108,6 +108,15 @@ std::string AbslUnparseFlag(ModelFamilyKind value) {
   return ModelFamilyName(value);
 }
 
+bool AbslParseFlag(absl::string_view text, RopeScalingType* out,
+                   std::string* error) {
+  return Store(ParseRopeScalingType(std::string_view(text.data(), text.size())),
+               out, error);
+}
+std::string AbslUnparseFlag(RopeScalingType value) {
+  return std::string(RopeScalingTypeName(value));
+}
+
 bool AbslParseFlag(absl::string_view text, IntList* out, std::string* error) {
   IntList values;
   if (!text.empty()) {
@@ -150,6 +159,9 @@ std::ostream& operator<<(std::ostream& out, AttentionPath value) {
 }
 std::ostream& operator<<(std::ostream& out, ModelFamilyKind value) {
   return out << ModelFamilyName(value);
+}
+std::ostream& operator<<(std::ostream& out, RopeScalingType value) {
+  return out << RopeScalingTypeName(value);
 }
 
 }  // namespace trellis

@@ -6,9 +6,9 @@
 //
 // The names of model families, schedules, recompute modes, GPU transports
 // and attention paths are their own layers' (ParseModelFamily,
-// ParseScheduleKind, ParseRecompute, ParseDeviceTransport,
-// ParseAttentionPath); the
-// device and precision names are defined here.
+// ParseRopeScalingType, ParseScheduleKind, ParseRecompute,
+// ParseDeviceTransport, ParseAttentionPath); the device and precision names are
+// defined here.
 #ifndef TRELLIS_TOOLS_TRAINER_OPTION_TYPES_H_
 #define TRELLIS_TOOLS_TRAINER_OPTION_TYPES_H_
 
@@ -65,6 +65,9 @@ std::string AbslUnparseFlag(AttentionPath value);
 bool AbslParseFlag(absl::string_view text, ModelFamilyKind* out,
                    std::string* error);
 std::string AbslUnparseFlag(ModelFamilyKind value);
+bool AbslParseFlag(absl::string_view text, RopeScalingType* out,
+                   std::string* error);
+std::string AbslUnparseFlag(RopeScalingType value);
 bool AbslParseFlag(absl::string_view text, IntList* out, std::string* error);
 std::string AbslUnparseFlag(const IntList& value);
 
@@ -76,6 +79,7 @@ std::ostream& operator<<(std::ostream& out, DeviceTransport value);
 std::ostream& operator<<(std::ostream& out, ScheduleKind value);
 std::ostream& operator<<(std::ostream& out, AttentionPath value);
 std::ostream& operator<<(std::ostream& out, ModelFamilyKind value);
+std::ostream& operator<<(std::ostream& out, RopeScalingType value);
 
 }  // namespace trellis
 

@@ -8,6 +8,7 @@
 // The option lists name their types as inside namespace trellis.
 using trellis::IntList;
 using trellis::ModelFamilyKind;
+using trellis::RopeScalingType;
 
 #define TRELLIS_DEFINE_OPTION_FLAG(group, type, name, value, help) \
   ABSL_FLAG(type, name, value, help);

@@ -15,6 +15,7 @@
 #include "tools/trainer/peak_flops.h"
 #include "tools/trainer/rank_device.h"
 #include "tools/trainer/sharded_optimizer.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -182,7 +183,8 @@ absl::Status Trainer::Build(DType dtype) {
   // its own so the first and last stage own the same elements of it.
   const bool zero = o.zero > 0;
   std::vector<const Parameter*> alone;
-  if (zero) alone.push_back(model_->params().Find("wte"));
+  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
+  if (zero && !tied.empty()) alone.push_back(model_->params().Find(tied));
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
       static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp,
@@ -357,10 +359,11 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     m.dp_wait_ms = options_.dp > 1 ? 1e3 * dp_wait_s : 0.0;
   }
   // The tied embedding: the first and last stage sum their gradients.
-  if (groups_.embed != nullptr && groups_.embed->size() > 1) {
+  const std::string tied =
+      FamilyOf(options_.model).TiedEmbedding(options_.model);
+  if (groups_.embed != nullptr && groups_.embed->size() > 1 && !tied.empty()) {
     const ScopedTraceSpan span = phase("embed sync");
-    groups_.embed->AllReduce(model_->params().Find("wte")->grad,
-                             ReduceOp::kSum);
+    groups_.embed->AllReduce(model_->params().Find(tied)->grad, ReduceOp::kSum);
   }
   {
     const ScopedTraceSpan span = phase("optimizer");

@@ -380,5 +380,38 @@ TEST_F(LayoutEquivalenceTest, BlendLayoutsMatchOneProcess) {
   reference_ = saved_reference;
 }
 
+// Llama (grouped-query attention, RoPE, RMSNorm, SwiGLU) under every
+// schedule and each kind of split: heads and key/value heads over tp, the
+// untied lm_head over the vocabulary, layers over pp. The tied variant
+// checks that the first and last stage sum the embedding's gradients.
+TEST_F(LayoutEquivalenceTest, LlamaLayoutsMatchOneProcess) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    TrainOptions llama = *options_;
+    llama.model.family = ModelFamilyKind::kLlama;
+    llama.model.n_kv_heads = 2;
+    llama.model.ffn_hidden = 64;
+    llama.model.rope_theta = 500.0;
+    llama.model.tie_embeddings = tied;
+    Reference llama_reference = ComputeReference(llama);
+    ASSERT_EQ(llama_reference.losses.size(), reference_->losses.size());
+    TrainOptions* const saved_options = options_;
+    Reference* const saved_reference = reference_;
+    options_ = &llama;
+    reference_ = &llama_reference;
+    if (tied) {
+      RunAll({L(1, 2, 2, "1f1b"), L(2, 2, 2, "zb-h1")});
+    } else {
+      std::vector<Layout> layouts = {L(2, 1, 1), L(1, 2, 1), L(2, 2, 2)};
+      for (const Layout& l : BothSchedules(1, 1, 2)) layouts.push_back(l);
+      layouts.push_back(L(1, 1, 2, "interleaved-1f1b", 2));
+      layouts.push_back(L(1, 2, 2, "zb-h1"));
+      RunAll(layouts);
+    }
+    options_ = saved_options;
+    reference_ = saved_reference;
+  }
+}
+
 }  // namespace
 }  // namespace trellis

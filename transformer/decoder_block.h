@@ -1,0 +1,102 @@
+// DecoderBlock: what every family's transformer block shares: the tensors
+// one microbatch's forward and backward touch, and where each lives (a
+// per-microbatch State or a Workspace shared by the chunk's microbatches).
+//
+// A family's block (GPT-2's Block, Llama's LlamaBlock) states its tensors'
+// shapes and places (Slots) for its options, and implements the math. The
+// members of Tensors are named after GPT-2's block; another family uses the
+// ones it needs under the same roles (see its header): ln1/ln2 the norms'
+// outputs, fc the MLP's first projection, gelu its activation.
+//
+// Thread safety: none; the chunk's one thread drives its blocks.
+#ifndef TRELLIS_TRANSFORMER_DECODER_BLOCK_H_
+#define TRELLIS_TRANSFORMER_DECODER_BLOCK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+#include "parallel/parameter.h"
+
+namespace trellis {
+
+class DecoderBlock {
+ public:
+  // Every tensor a block's forward and backward touch besides its input and
+  // output. A State or Workspace defines the ones it holds.
+  struct Tensors {
+    Tensor ln1, mean1, rstd1;  // (N, C), (N), (N)
+    Tensor qkv;                // (N, qkv width on this rank)
+    Tensor att;                // (N, Cl)
+    Tensor saved;              // attention's saved state
+    Tensor x2;                 // (N, C)
+    Tensor ln2, mean2, rstd2;  // (N, C), (N), (N)
+    Tensor fc, gelu;           // the MLP's projection and activation
+    // Gradients BackwardInput makes and the weight gradients read.
+    Tensor dy;         // (N, C)
+    Tensor dfc;        // like fc
+    Tensor dln2, dx2;  // (N, C)
+    Tensor dqkv;       // like qkv
+    Tensor dln1;       // (N, C)
+    Tensor dgelu;      // like gelu: the activation's gradient (Llama)
+    // Shared tables (Llama's RoPE cos and sin), filled by NewWorkspace.
+    Tensor cos, sin;
+  };
+  struct State {
+    Tensors kept;  // The per-microbatch subset.
+    Tensor y;      // (N, C) block output
+  };
+  struct Workspace {
+    Tensors shared;  // The rest, reused by every microbatch.
+    Tensor datt;     // (N, Cl)
+  };
+
+  virtual ~DecoderBlock() = default;
+
+  State NewState(int64_t batch, DType dtype, Device device) const;
+  virtual Workspace NewWorkspace(int64_t batch, DType dtype,
+                                 Device device) const;
+  // Bytes of one State / one Workspace (what New* allocate).
+  size_t StateBytes(int64_t batch, DType dtype, Device device) const;
+  size_t WorkspaceBytes(int64_t batch, DType dtype, Device device) const;
+
+  // x (N, C) must stay alive until BackwardWeight. Writes state.y.
+  virtual void Forward(Communicator& tp, const Tensor& x, State& state,
+                       Workspace& work) const = 0;
+  // Overwrites dx (N, C) with dL/dx given dy = dL/dy (dy is not kept).
+  virtual void BackwardInput(Communicator& tp, const Tensor& x,
+                             const Tensor& dy, State& state, Workspace& work,
+                             Tensor& dx) const = 0;
+  virtual void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
+                              Workspace& work) const = 0;
+  // The block's parameters, in registration order.
+  virtual std::vector<Parameter*> parameters() const = 0;
+
+ protected:
+  enum class Place { kState, kWorkspace, kUnused };
+  struct Slot {
+    Tensor Tensors::*member;
+    Shape shape;
+    DType dtype;
+    Place place;
+  };
+  DecoderBlock(int64_t seq_len, int64_t d_model, int64_t local_width)
+      : seq_len_(seq_len), d_model_(d_model), local_width_(local_width) {}
+
+  // Every member of Tensors the block uses, with its shape and place.
+  virtual std::vector<Slot> Slots(int64_t batch, DType dtype,
+                                  Device device) const = 0;
+  // The tensors of one call: the state's where it keeps them, else the
+  // workspace's.
+  Tensors Use(const State& state, const Workspace& work) const;
+
+  int64_t seq_len_;
+  int64_t d_model_;
+  int64_t local_width_;  // Cl: the attention output's width on this rank
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_DECODER_BLOCK_H_

@@ -1,0 +1,137 @@
+// DecoderChunk: the part of a decoder-only model that one pipeline (virtual)
+// stage runs on one rank: optionally the token embedding (and learned
+// positions), a run of blocks, optionally the final norm, the LM head and
+// the loss. Every family shares it; a family hands it its blocks and its
+// ends (ChunkEnds: which parameters, LayerNorm or RMSNorm, tied or not).
+//
+// It keeps ModelChunk's contract (model_family.h). Unless
+// BlockOptions::defer_weight_grads, BackwardInput already accumulates the
+// parameter gradients and BackwardWeight only reports and frees (see
+// block.h, which also describes activation recomputation).
+//
+// The LM head is fused with its loss and its gradient: the last chunk's
+// Forward, when given a loss scale, takes BlockOptions::loss_chunk_rows
+// rows at a time through logits = ln_f · headᵀ (head = wte when tied), the
+// vocab-parallel cross-entropy, dlogits = scale · (softmax − onehot) in place,
+// d(ln_f) and wte's gradient, in one (rows, Vl) buffer shared by all
+// microbatches. The full (N, Vl) logits never exist and a microbatch keeps only
+// d(ln_f) (N, C) for BackwardInput. So wte's gradient from the head accumulates
+// in Forward under every schedule (zero-bubble ones included); ln_f's waits for
+// B or W like the blocks'. Several microbatches may be in flight; their state
+// comes from a pool that is reused across steps, so steady-state training
+// allocates nothing.
+//
+// All tensor-parallel communication goes through the `tp` communicator
+// handed in; the chunk never addresses another rank itself.
+//
+// Thread safety: none; one thread drives a chunk.
+#ifndef TRELLIS_TRANSFORMER_DECODER_CHUNK_H_
+#define TRELLIS_TRANSFORMER_DECODER_CHUNK_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "framework/tensor.h"
+#include "parallel/communicator.h"
+#include "parallel/parameter.h"
+#include "parallel/tensor_parallel.h"
+#include "transformer/config.h"
+#include "transformer/decoder_block.h"
+#include "transformer/model_family.h"
+
+namespace trellis {
+
+// The parameters at the ends of the model, as the family names them; each
+// null where the chunk's plan lacks that end.
+struct ChunkEnds {
+  Parameter* embedding = nullptr;    // (V, C) vocab-parallel: first chunk
+  Parameter* positions = nullptr;    // (T, C) learned positions, or none
+  Parameter* norm_weight = nullptr;  // final norm (C): last chunk
+  // The final norm's bias: LayerNorm with it, RMSNorm (eps) without.
+  Parameter* norm_bias = nullptr;
+  double norm_eps = 1e-5;
+  // (V, C) vocab-parallel LM head weight: the embedding when tied.
+  Parameter* head = nullptr;
+};
+
+class DecoderChunk : public ModelChunk {
+ public:
+  // The parameters in `ends` and the blocks' must be materialized.
+  DecoderChunk(const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
+               Communicator& tp_comm, ChunkEnds ends,
+               std::vector<std::unique_ptr<DecoderBlock>> blocks,
+               int64_t micro_batch, Device device, DType dtype,
+               BlockOptions options);
+  ~DecoderChunk() override;
+
+  // ModelChunk. The last chunk's Forward with a loss scale also accumulates
+  // wte's gradient from the head (see above); WeightGroups are the head
+  // (the final norm; the head unless this chunk also embeds with it tied),
+  // the blocks top down, the embedding (and positions), and a parameter may
+  // appear in several chunks' groups. The last chunk's state does not grow with
+  // the vocabulary; its workspace holds one row chunk's logits.
+  void AllocateWorkspace() override;
+  const ChunkPlan& plan() const override { return plan_; }
+  int64_t rows() const override { return micro_batch_ * config_.seq_len; }
+  int64_t width() const override { return config_.d_model; }
+  void Forward(int mb, const Tensor& tokens, const Tensor& input,
+               const Tensor& targets, double loss_scale, Tensor* output,
+               Tensor* loss_sum = nullptr) override;
+  double MeanLoss(int mb) const override;
+  void BackwardInput(int mb, const Tensor& doutput, Tensor* dinput) override;
+  void BackwardWeight(int mb, const WeightsDone& done = nullptr) override;
+  const Tensor& TokenLosses(int mb) const override;
+  void Release(int mb) override;
+  std::vector<std::vector<Parameter*>> WeightGroups() const override;
+  size_t StateBytes() const override;
+  size_t WorkspaceBytes() const override;
+  int InFlight() const override { return static_cast<int>(live_.size()); }
+  int StatesAllocated() const override { return states_allocated_; }
+
+ private:
+  struct State;
+  State& Acquire(int mb);
+  State& Live(int mb);
+  // Forward of the head on block output x, chunk by chunk; with
+  // loss_scale > 0 also its gradients into s.dlnf and the head weight.
+  void HeadForward(State& s, const Tensor& x, double loss_scale);
+  void HeadBackwardInput(State& s, const Tensor& x, Tensor& dx);
+  void HeadBackwardWeight(const State& s, const Tensor& x);
+  void EmbeddingBackwardWeight(const State& s);
+  // Tensors of one microbatch's state besides the blocks', as (shape,
+  // dtype); Acquire allocates exactly these.
+  std::vector<std::pair<Shape, DType>> OwnStateShapes() const;
+  // The head's shared buffers, as (shape, dtype); the constructor
+  // allocates exactly these (none without a head).
+  std::vector<std::pair<Shape, DType>> HeadWorkspaceShapes() const;
+  // Rows per head chunk: min(loss_chunk_rows, N), or N for 0.
+  int64_t HeadChunkRows() const;
+
+  ModelConfig config_;
+  ChunkPlan plan_;
+  TpPlace tp_;
+  Communicator& tp_comm_;
+  int64_t micro_batch_;
+  Device device_;
+  DType dtype_;
+  BlockOptions options_;
+  ChunkEnds ends_;
+  bool rms_norm_ = false;  // The final norm is an RMSNorm (no bias).
+  VocabShard vocab_;
+  std::vector<std::unique_ptr<DecoderBlock>> blocks_;
+  DecoderBlock::Workspace work_;
+  Tensor ping_, pong_;  // (N, C) gradient scratch
+  // The head's workspace: ln_f's output (N, C), one row chunk's logits
+  // (R, Vl; then its dlogits) and loss statistics (R and 2·R).
+  Tensor head_lnf_, head_logits_, head_row_max_, head_sums_;
+  std::map<int, std::unique_ptr<State>> live_;
+  std::vector<std::unique_ptr<State>> free_;
+  int states_allocated_ = 0;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_DECODER_CHUNK_H_

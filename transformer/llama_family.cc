@@ -1,0 +1,98 @@
+#include "transformer/llama_family.h"
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "framework/kernels/rope.h"
+#include "transformer/llama_chunk.h"
+#include "transformer/llama_parameters.h"
+
+namespace trellis {
+namespace {
+
+absl::Status Bad(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+class Llama : public ModelFamily {
+ public:
+  ModelFamilyKind kind() const override { return ModelFamilyKind::kLlama; }
+
+  absl::Status Validate(const ModelConfig& c) const override {
+    if (c.d_model % c.n_head != 0 || c.head_dim() % 2 != 0) {
+      return Bad(absl::StrCat("--d_model=", c.d_model, " / --n_head=", c.n_head,
+                              " must be an even whole head size for RoPE; "
+                              "choose d_model a multiple of 2 * n_head"));
+    }
+    if (c.n_kv_heads < 0 || c.n_head % c.kv_heads() != 0) {
+      return Bad(absl::StrCat("--n_kv_heads=", c.n_kv_heads,
+                              " does not divide --n_head=", c.n_head,
+                              "; choose a divisor of the head count (0: all)"));
+    }
+    if (c.ffn_hidden < 0 || c.ffn_multiple_of < 1 ||
+        c.ffn_dim_multiplier <= 0 || c.LlamaFfnHidden() < 1) {
+      return Bad(absl::StrCat(
+          "the MLP width is not positive (--ffn_hidden=", c.ffn_hidden,
+          " --ffn_multiple_of=", c.ffn_multiple_of, " --ffn_dim_multiplier=",
+          c.ffn_dim_multiplier, "); set --ffn_hidden to a positive width"));
+    }
+    if (c.norm_eps <= 0) {
+      return Bad(absl::StrCat("--norm_eps=", c.norm_eps,
+                              " must be positive (Llama 3: 1e-5)"));
+    }
+    const absl::StatusOr<std::vector<double>> freqs =
+        RopeInverseFrequencies(c.head_dim(), c.rope_theta, c.Scaling());
+    if (!freqs.ok()) {
+      return Bad(
+          absl::StrCat("the RoPE options (--rope_theta, --rope_*) are "
+                       "invalid: ",
+                       freqs.status().message()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckTensorParallel(const ModelConfig& c,
+                                   int64_t tp) const override {
+    // Query and key/value heads split over tp (qkv_proj's blocks), and the
+    // MLP's width (gate_up_proj's).
+    if (c.n_head % tp != 0 || c.kv_heads() % tp != 0) {
+      return Bad(absl::StrCat(
+          "--tp=", tp, " does not divide --n_head=", c.n_head,
+          " and the key/value heads (", c.kv_heads(),
+          "); choose tp dividing both (replicating key/value heads over tp "
+          "is not supported)"));
+    }
+    if (c.LlamaFfnHidden() % tp != 0) {
+      return Bad(absl::StrCat("--tp=", tp, " does not divide the MLP width ",
+                              c.LlamaFfnHidden(),
+                              "; choose tp dividing it or set --ffn_hidden"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string TiedEmbedding(const ModelConfig& c) const override {
+    return c.tie_embeddings ? kLlamaEmbedding : "";
+  }
+
+  void DeclareParameters(const ModelConfig& config, const ChunkPlan& plan,
+                         TpPlace tp, uint64_t seed, Device device, DType dtype,
+                         ParameterSet& params) const override {
+    DeclareLlamaParameters(config, plan, tp, seed, device, dtype, params);
+  }
+
+  std::unique_ptr<ModelChunk> NewChunk(const ModelConfig& config,
+                                       const ChunkSetup& s) const override {
+    return std::make_unique<LlamaChunk>(config, s.plan, s.tp, *s.tp_comm,
+                                        *s.params, s.micro_batch, s.device,
+                                        s.dtype, s.options);
+  }
+};
+
+}  // namespace
+
+const ModelFamily& LlamaFamily() {
+  static const Llama family;
+  return family;
+}
+
+}  // namespace trellis

@@ -1,0 +1,60 @@
+#include "transformer/llama_parameters.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "transformer/parameter_adder.h"
+
+namespace trellis {
+namespace {
+
+void AddLlamaLayer(const ModelConfig& config, int64_t layer,
+                   ParameterAdder& add) {
+  const int64_t c = config.d_model, d = config.head_dim();
+  const int64_t f = config.LlamaFfnHidden();
+  const double std = 0.02;
+  const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
+  auto name = [&](const char* suffix) { return LlamaLayerName(layer, suffix); };
+  add.Replicated(name("input_layernorm.weight"), {c}, false, 0, 1.0);
+  add.ColumnGroups(
+      name("self_attn.qkv_proj"), c,
+      {config.n_head * d, config.kv_heads() * d, config.kv_heads() * d}, std);
+  add.Row(name("self_attn.o_proj"), config.n_head * d, c, proj_std,
+          /*with_bias=*/false);
+  add.Replicated(name("post_attention_layernorm.weight"), {c}, false, 0, 1.0);
+  add.Column(name("mlp.gate_up_proj"), c, 2 * f, /*groups=*/2, std,
+             /*with_bias=*/false);
+  add.Row(name("mlp.down_proj"), f, c, proj_std, /*with_bias=*/false);
+}
+
+}  // namespace
+
+std::string LlamaLayerName(int64_t layer, const char* suffix) {
+  return absl::StrCat("model.layers.", layer, ".", suffix);
+}
+
+void DeclareLlamaParameters(const ModelConfig& config, const ChunkPlan& plan,
+                            TpPlace tp, uint64_t seed, Device device,
+                            DType dtype, ParameterSet& params) {
+  ParameterAdder add{params, tp, seed, device, dtype};
+  const int64_t c = config.d_model;
+  const bool tied = config.tie_embeddings;
+  const bool needs_embedding = plan.has_embedding || (tied && plan.has_head);
+  if (needs_embedding && !params.Find(kLlamaEmbedding)) {
+    Parameter& e = add.Vocab(kLlamaEmbedding, config.vocab_size, c, 0.02);
+    // A tied embedding counts once: where the lookup lives.
+    e.primary = plan.has_embedding;
+  } else if (plan.has_embedding) {
+    params.Find(kLlamaEmbedding)->primary = true;
+  }
+  for (int64_t l = plan.first_layer; l < plan.first_layer + plan.num_layers;
+       ++l) {
+    AddLlamaLayer(config, l, add);
+  }
+  if (plan.has_head) {
+    add.Replicated(kLlamaNorm, {c}, false, 0, 1.0);
+    if (!tied) add.Vocab(kLlamaHead, config.vocab_size, c, 0.02);
+  }
+}
+
+}  // namespace trellis
