@@ -60,6 +60,8 @@ Scalars TensorBoardScalars(const StepMetrics& m) {
                {"pipeline/bubble", m.bubble},
                {"pipeline/bubble_theory", m.bubble_theory},
                {"perf/dp_wait_ms", m.dp_wait_ms},
+               {"memory/peak_bytes", m.memory_peak_bytes},
+               {"memory/planned_bytes", m.memory_planned_bytes},
                {"health/skipped_steps", static_cast<double>(m.skipped_steps)},
                {"health/skipped", m.skipped.empty() ? 0.0 : 1.0}};
   if (m.mfu > 0) s.emplace_back("perf/mfu", m.mfu);
@@ -116,6 +118,8 @@ void MetricsWriter::Write(const StepMetrics& m) {
                       {"bubble", m.bubble},
                       {"bubble_theory", m.bubble_theory},
                       {"dp_wait_ms", m.dp_wait_ms},
+                      {"memory_peak_bytes", m.memory_peak_bytes},
+                      {"memory_planned_bytes", m.memory_planned_bytes},
                       {"skipped_steps", m.skipped_steps}};
   if (m.val_loss) j["val_loss"] = *m.val_loss;
   if (!m.skipped.empty()) j["skipped"] = m.skipped;

@@ -33,6 +33,10 @@ struct StepMetrics {
   double bubble = 0;  // Measured pipeline bubble (worst stage).
   double bubble_theory = 0;
   double dp_wait_ms = 0;  // Time spent waiting on data-parallel buckets.
+  // Device memory of the rank that uses the most: the arena's high-water
+  // mark so far (what the plan's tensors really took) and the plan's total.
+  double memory_peak_bytes = 0;
+  double memory_planned_bytes = 0;
   // Why the step's update was skipped (StepGuard); empty: it was applied.
   // A skipped step reports the step it attempted, which the next repeats.
   std::string skipped;
@@ -51,7 +55,8 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);
 // The TensorBoard scalars of a step: train/loss, val/loss (when evaluated),
 // train/lr, train/grad_norm, perf/tokens_per_s, perf/ms, perf/model_tflops,
 // perf/mfu (when a peak is known), pipeline/bubble and bubble_theory,
-// perf/dp_wait_ms, health/skipped_steps and health/skipped (1 on a skipped
+// perf/dp_wait_ms, memory/peak_bytes and memory/planned_bytes,
+// health/skipped_steps and health/skipped (1 on a skipped
 // step, else 0), health/slowest_over_median after a straggler exchange, and
 // for a blend val/loss_by_source/<path>.
 Scalars TensorBoardScalars(const StepMetrics& m);

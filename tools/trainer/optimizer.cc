@@ -1,6 +1,7 @@
 #include "tools/trainer/optimizer.h"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "framework/kernels/elementwise.h"
@@ -55,6 +56,16 @@ double Optimizer::GlobalGradNorm(Communicator& tp, Communicator& pp) const {
   if (tp.size() > 1) tp.AllReduce(total, ReduceOp::kSum);
   if (pp.size() > 1) pp.AllReduce(total, ReduceOp::kSum);
   return std::sqrt(total.data<double>()[0]);
+}
+
+void Optimizer::PoisonGradient() {
+  for (const Parameter* p : params_.all()) {
+    if (!p->primary || p->grad.numel() == 0) continue;
+    p->grad.View({p->grad.numel()})
+        .Narrow(0, 1)
+        .Fill(std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
 }
 
 StepReport Optimizer::Apply(double grad_norm) {

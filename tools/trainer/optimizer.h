@@ -63,6 +63,11 @@ class Optimizer {
   // Step's update for a norm already taken (GlobalGradNorm): the caller
   // may decide between the two not to update at all (StepGuard).
   virtual StepReport Apply(double grad_norm);
+  // Test hook (StepGuard's injected NaN): writes NaN into one element of a
+  // gradient that this rank's next GlobalGradNorm and Apply read: the first
+  // primary parameter's here, a piece of the reduced block this rank owns
+  // under ZeRO.
+  virtual void PoisonGradient();
 
   int64_t step() const { return step_; }
   // The learning rate the next update would use.

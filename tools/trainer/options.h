@@ -97,8 +97,8 @@ namespace trellis {
     "ZeRO sharding over dp: 0 (none) or 1 (AdamW moments sharded, "          \
     "gradients reduce-scattered, weights all-gathered)")                     \
   X(Layout, double, comm_timeout_s, 600,                                     \
-    "seconds a rank waits on one communication before it reports every "    \
-    "rank's recent operations and ends the job (0: no deadline)")           \
+    "seconds a rank waits on one communication before it reports every "     \
+    "rank's recent operations and ends the job (0: no deadline)")            \
   X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")             \
   X(Device, Precision, precision, Precision::kFp32,                          \
     "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "        \

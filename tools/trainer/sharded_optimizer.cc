@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -89,6 +90,16 @@ double ShardedOptimizer::GlobalGradNorm(Communicator& tp,
     if (group->size() > 1) group->AllReduce(total, ReduceOp::kSum);
   }
   return std::sqrt(total.data<double>()[0]);
+}
+
+void ShardedOptimizer::PoisonGradient() {
+  const std::vector<Parameter*>& all = params().all();
+  const std::vector<Tensor> grads = GradientPieces();
+  for (size_t k = 0; k < segments_.size(); ++k) {
+    if (!all[segments_[k].param]->primary || grads[k].numel() == 0) continue;
+    grads[k].Narrow(0, 1).Fill(std::numeric_limits<double>::quiet_NaN());
+    return;
+  }
 }
 
 StepReport ShardedOptimizer::Apply(double grad_norm) {

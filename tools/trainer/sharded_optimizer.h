@@ -52,6 +52,7 @@ class ShardedOptimizer : public Optimizer {
   // The norm of this rank's gradient blocks, reduced over dp, tp and pp.
   double GlobalGradNorm(Communicator& tp, Communicator& pp) const override;
   StepReport Apply(double grad_norm) override;
+  void PoisonGradient() override;
   void BeginCheckpointIo(CheckpointIo io) override;
   void EndCheckpointIo(CheckpointIo io) override;
 

@@ -1,7 +1,6 @@
 #include "tools/trainer/step_guard.h"
 
 #include <cmath>
-#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -70,23 +69,16 @@ const char* SkipReasonName(SkipReason reason) {
 StepGuard::StepGuard(StepGuardConfig config, int world_rank)
     : config_(config), world_rank_(world_rank) {}
 
-void StepGuard::MaybeInjectNan(int64_t step, const ParameterSet& params) {
+bool StepGuard::InjectNanDue(int64_t step) {
   if (config_.inject_nan_step == 0 || world_rank_ != config_.inject_nan_rank) {
-    return;
+    return false;
   }
   const bool due =
       config_.inject_nan_onwards
           ? step >= config_.inject_nan_step
           : step == config_.inject_nan_step && injected_step_ != step;
-  if (!due) return;
-  injected_step_ = step;
-  for (const Parameter* p : params.all()) {
-    if (!p->primary || p->grad.numel() == 0) continue;
-    p->grad.View({p->grad.numel()})
-        .Narrow(0, 1)
-        .Fill(std::numeric_limits<double>::quiet_NaN());
-    return;
-  }
+  if (due) injected_step_ = step;
+  return due;
 }
 
 SkipReason StepGuard::Judge(double loss, double grad_norm,

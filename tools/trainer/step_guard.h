@@ -17,12 +17,12 @@
 // the verdict over the world with MAX: if any rank skips, all skip.
 //
 // Tests only: TRELLIS_TEST_INJECT_NAN=STEP:RANK (or STEP+:RANK) makes world
-// rank RANK write a NaN into its first counted gradient on the first
-// attempt of optimizer step STEP (1-based, as logged; with '+', on every
-// attempt of every step from STEP on), after the gradients are synchronized
-// and before the norm is taken. Only that rank's gradient is bad, so the
-// world agreement is what makes the others skip too. (With --zero=1 the
-// norm reads the reduce-scattered blocks instead, which the hook misses.)
+// rank RANK write a NaN into a gradient its optimizer reads (the first
+// counted one; under --zero=1 a piece of its own reduced block) on the
+// first attempt of optimizer step STEP (1-based, as logged; with '+', on
+// every attempt of every step from STEP on), after the gradients are
+// synchronized and before the norm is taken. Only that rank's gradient is
+// bad, so the world agreement is what makes the others skip too.
 //
 // Thread safety: none; one thread per rank drives it.
 #ifndef TRELLIS_TOOLS_TRAINER_STEP_GUARD_H_
@@ -35,7 +35,6 @@
 
 #include "absl/status/statusor.h"
 #include "parallel/communicator.h"
-#include "parallel/parameter.h"
 
 namespace trellis {
 
@@ -83,9 +82,10 @@ class StepGuard {
 
   StepGuard(StepGuardConfig config, int world_rank);
 
-  // Test hook: poisons this rank's first primary gradient when the config
-  // asks for it at `step` (the step being attempted, 1-based).
-  void MaybeInjectNan(int64_t step, const ParameterSet& params);
+  // Test hook: whether this rank poisons a gradient at `step` (the step
+  // being attempted, 1-based; Optimizer::PoisonGradient does it). A one-off
+  // injection answers true once.
+  bool InjectNanDue(int64_t step);
 
   // Collective over `world`: the verdict for the step whose (world-agreed)
   // loss and gradient norm are given, identical on every rank. Updates the

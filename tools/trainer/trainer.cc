@@ -261,6 +261,7 @@ absl::Status Trainer::PlanMemory(size_t available,
   const double largest =
       AllReduceScalar(*groups_.world, static_cast<double>(memory_plan_.total()),
                       ReduceOp::kMax);
+  largest_planned_bytes_ = largest;
   if (groups_.world->rank() == 0) {
     std::printf("memory plan (rank 0, %s): %s; largest rank %s; arena %s\n",
                 DeviceName(device_).c_str(), memory_plan_.Format().c_str(),
@@ -381,6 +382,10 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
                               static_cast<int>(options_.virtual_stages))
           : 0.0;
   m.ms = 1e3 * Seconds(start);
+  m.memory_peak_bytes = AllReduceScalar(
+      *groups_.world, static_cast<double>(arena().stats().peak_in_use),
+      ReduceOp::kMax);
+  m.memory_planned_bytes = largest_planned_bytes_;
   m.tokens_per_s =
       static_cast<double>(options_.global_batch_size * options_.model.seq_len) /
       (m.ms / 1e3);
@@ -404,7 +409,9 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
 }
 
 void Trainer::GuardedUpdate(StepMetrics& m) {
-  guard_->MaybeInjectNan(optimizer_->step() + 1, model_->params());
+  if (guard_->InjectNanDue(optimizer_->step() + 1)) {
+    optimizer_->PoisonGradient();
+  }
   // Both agreed by every rank (the norm over tp and pp of dp-averaged
   // gradients, with --zero=1 over dp too; the loss over pp and dp); the
   // guard agrees on the verdict.

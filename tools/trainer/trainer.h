@@ -149,6 +149,8 @@ class Trainer {
   MetricsWriter metrics_;
   // MFU's yardstick: FLOP/s of one rank's device; 0 when unknown.
   double peak_flops_per_rank_ = 0;
+  // The plan total of the rank that needs the most (PlanMemory).
+  double largest_planned_bytes_ = 0;
   std::vector<double> losses_;
   std::function<bool()> stop_check_;
 };

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/mpi/mpi_test_util.h"
@@ -30,7 +31,9 @@ constexpr int kSteps = 8;
 constexpr int kBadStep = 4;
 constexpr int kBadRank = 5;
 
-class StepGuardMpiTest : public ::testing::Test {
+// The parameter: the --zero level (the hook poisons what each level's
+// optimizer reads).
+class StepGuardMpiTest : public ::testing::TestWithParam<int> {
  protected:
   static void SetUpTestSuite() {
     runtime_ = new MpiRuntime(nullptr, nullptr);
@@ -42,9 +45,10 @@ class StepGuardMpiTest : public ::testing::Test {
     delete dir_;
     delete runtime_;
   }
-  static TrainOptions Options() {
+  TrainOptions Options() const {
     TrainOptions o = mpitest::TinyModelOptions(*dir_ + "/tokens.h5");
     o.steps = kSteps;
+    o.zero = GetParam();
     return o;
   }
 
@@ -71,7 +75,7 @@ void SkipSamples(const std::string& dir, int64_t samples) {
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-TEST_F(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
+TEST_P(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
   const Layout layout{2, 2, 2};
   ASSERT_EQ(mpitest::WorldSize(), layout.world());
   // The reference: steps 1..3, then step 4's batch consumed, then 4..8.
@@ -79,15 +83,15 @@ TEST_F(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
   {
     TrainOptions o = Options();
     o.steps = kBadStep - 1;
-    o.save_dir = *dir_ + "/reference";
+    o.save_dir = absl::StrCat(*dir_, "/reference", GetParam());
     absl::StatusOr<mpitest::LayoutRun> run =
         mpitest::StartLayout(*runtime_, layout, o, MPI_COMM_WORLD);
     ASSERT_TRUE(run.ok()) << run.status();
     ASSERT_TRUE(run->trainer->Run().ok());
     reference = run->trainer->losses();
   }
-  const std::string checkpoint =
-      *dir_ + "/reference/" + CheckpointName(kBadStep - 1);
+  const std::string checkpoint = absl::StrCat(
+      *dir_, "/reference", GetParam(), "/", CheckpointName(kBadStep - 1));
   SkipSamples(checkpoint, Options().global_batch_size);
   {
     TrainOptions o = Options();
@@ -130,13 +134,15 @@ TEST_F(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
   MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &highest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(lowest, highest);
-  // The NaN reached the norm of rank 5's model-parallel group only (the
-  // other data-parallel replica's norm stayed finite): the world agreement
-  // is what made that replica skip too.
+  // Without ZeRO the NaN reached the norm of rank 5's model-parallel group
+  // only (the other data-parallel replica's norm stayed finite): the world
+  // agreement is what made that replica skip too. Under --zero=1 the norm
+  // is reduced over dp as well, so every rank saw it.
   ASSERT_EQ(norms.size(), static_cast<size_t>(kSteps + 1));
   int nan_norms = std::isnan(norms[kBadStep - 1]) ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &nan_norms, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  EXPECT_EQ(nan_norms, layout.tp * layout.pp);
+  EXPECT_EQ(nan_norms,
+            GetParam() == 0 ? layout.tp * layout.pp : layout.world());
 
   // Losses: the guarded run's attempts, less the skipped one, equal the
   // reference's steps.
@@ -152,6 +158,11 @@ TEST_F(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
   EXPECT_TRUE(std::isfinite(losses[kBadStep - 1]));
   EXPECT_EQ(trainer.step(), kSteps);
 }
+
+INSTANTIATE_TEST_SUITE_P(ZeroLevels, StepGuardMpiTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("Zero", info.param);
+                         });
 
 }  // namespace
 }  // namespace trellis

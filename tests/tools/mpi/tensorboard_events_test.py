@@ -165,6 +165,8 @@ def main():
                 "pipeline/bubble": line["bubble"],
                 "pipeline/bubble_theory": line["bubble_theory"],
                 "perf/dp_wait_ms": line["dp_wait_ms"],
+                "memory/peak_bytes": line["memory_peak_bytes"],
+                "memory/planned_bytes": line["memory_planned_bytes"],
                 "health/skipped_steps": line["skipped_steps"],
                 "health/skipped": 1.0 if "skipped" in line else 0.0,
             }
@@ -177,6 +179,10 @@ def main():
             if "slowest_over_median" in line:
                 want["health/slowest_over_median"] = line[
                     "slowest_over_median"]
+            # The arena holds the plan's tensors: its peak is real and
+            # within the plan's total (rounding of blocks aside).
+            assert 0 < line["memory_peak_bytes"] <= (
+                1.05 * line["memory_planned_bytes"]), line
             assert set(values) == set(want), (sorted(values), sorted(want))
             for tag, value in want.items():
                 assert same(values[tag], value), (event.step, tag,
