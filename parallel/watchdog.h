@@ -20,7 +20,7 @@
 // Best effort: notices are answered only by ranks inside Await() (MPI runs
 // MPI_THREAD_FUNNELED, so only the driving thread may touch MPI). A rank that
 // is stopped, computing, or inside a call with no polled form (Broadcast,
-// Barrier, GPU-stream waits) does not answer and is named as silent. A rank
+// GPU-stream waits) does not answer and is named as silent. A rank
 // that answered a notice holds off its own deadline for 30 s so one report
 // wins; the first rank to abort ends the job.
 //

@@ -59,6 +59,32 @@ class WatchedRequest : public Request {
 
 bool OnHost(const Tensor& buffer) { return buffer.device().is_cpu(); }
 
+// A barrier posted with MPI_Ibarrier on the group's host communicator, so
+// that its wait can be polled (and so given a deadline).
+class BarrierRequest : public Request {
+ public:
+  explicit BarrierRequest(MPI_Comm comm) {
+    TRELLIS_MPI_CHECK(MPI_Ibarrier(comm, &request_));
+  }
+  ~BarrierRequest() override { Wait(); }
+  void Wait() override {
+    if (done_) return;
+    TRELLIS_MPI_CHECK(MPI_Wait(&request_, MPI_STATUS_IGNORE));
+    done_ = true;
+  }
+  bool Poll() override {
+    if (done_) return true;
+    int flag = 0;
+    TRELLIS_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    done_ = flag != 0;
+    return done_;
+  }
+
+ private:
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
 // The ranks of `group` in `side`, in group order; empty when unknown.
 std::vector<int> Members(Communicator& group, MPI_Comm side) {
   if (side == MPI_COMM_NULL) return {};
@@ -212,8 +238,15 @@ void WatchdogCommunicator::DoBarrier() {
   bool skip = false;
   const int64_t id = Begin(CommOp::kBarrier, -1, 0, &skip);
   if (skip) return;
-  inner_.Barrier();
-  watchdog_.recorder().Finish(id);
+  // Where the group has a host MPI communicator the barrier is polled
+  // there; otherwise (a group with no MPI side) the inner one blocks.
+  const MPI_Comm comm = MpiCommOf(inner_);
+  if (comm == MPI_COMM_NULL) {
+    inner_.Barrier();
+    watchdog_.recorder().Finish(id);
+    return;
+  }
+  Watch(std::make_unique<BarrierRequest>(comm), id, /*polled=*/true)->Wait();
 }
 
 WatchedGroups::WatchedGroups(const ProcessGroups& groups,

@@ -7,9 +7,13 @@
 // Watchdog::Await(), and the blocking AllReduce, ReduceScatter and
 // AllGather are issued as their async forms plus that polled wait, so a
 // peer that never arrives ends the job with a report instead of a hang.
-// Broadcast and Barrier have no async form and are only recorded; so are
-// calls on device buffers, whose waits order GPU streams rather than block
-// the host. Requests returned complete as the inner ones do; Poll() is
+// Barrier is posted as MPI_Ibarrier on the group's host MPI communicator
+// (MpiCommOf) and polled the same way (so the inner communicator's stats do
+// not count it; this one's do); a group with no MPI side blocks in the
+// inner Barrier. Broadcast has no async form and is only recorded (trellis
+// broadcasts only while bootstrapping, before any watchdog); so are calls
+// on device buffers, whose waits order GPU streams rather than block the
+// host. Requests returned complete as the inner ones do; Poll() is
 // forwarded.
 //
 // WatchedGroups wraps every group of a ProcessGroups this way with one

@@ -1,19 +1,21 @@
 // A small MPI program for the watchdog tests (run by
-// tests/tools/mpi/watchdog_test.cc under mpirun, since a watchdog that
-// fires ends the whole job): every rank issues six all-reduces on "world",
-// then one on "other". With TRELLIS_TEST_SKIP_COLLECTIVE=R:world:S rank R
+// tests/tools/mpi/watchdog_jobs_test.cc under mpirun, since a watchdog that
+// fires ends the whole job): every rank issues six all-reduces (or, with
+// OPERATION "barrier", six barriers) on "world", then one all-reduce on
+// "other". With TRELLIS_TEST_SKIP_COLLECTIVE=R:world:S rank R
 // leaves one out, so the others wait on world's last all-reduce forever;
 // rank R sleeps 2 s and then waits in "other", inside a watched wait, where
 // it answers the timed-out ranks' dump notice.
 //
-// Usage: watchdog_fault_program DUMP_DIR TIMEOUT_S. Exits 0 when every
-// collective completed.
+// Usage: watchdog_fault_program DUMP_DIR TIMEOUT_S [all_reduce|barrier].
+// Exits 0 when every collective completed.
 #include <mpi.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -30,7 +32,7 @@ MPI_Comm Dup() {
   return comm;
 }
 
-int Run(const char* dump_dir, double timeout_s) {
+int Run(const char* dump_dir, double timeout_s, bool barriers) {
   MpiCommunicator world("world", Dup(), /*owned=*/true);
   MpiCommunicator other("other", Dup(), /*owned=*/true);
   WatchdogOptions options;
@@ -47,7 +49,13 @@ int Run(const char* dump_dir, double timeout_s) {
   WatchdogCommunicator watched_world(world, watchdog, members);
   WatchdogCommunicator watched_other(other, watchdog, members);
   Tensor value = Tensor::Zeros({4}, DType::kF32);
-  for (int i = 0; i < 6; ++i) watched_world.AllReduce(value, ReduceOp::kSum);
+  for (int i = 0; i < 6; ++i) {
+    if (barriers) {
+      watched_world.Barrier();
+    } else {
+      watched_world.AllReduce(value, ReduceOp::kSum);
+    }
+  }
   if (options.skip.rank == watchdog.rank()) {
     std::this_thread::sleep_for(std::chrono::seconds(2));
   }
@@ -59,14 +67,18 @@ int Run(const char* dump_dir, double timeout_s) {
 }  // namespace trellis
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: watchdog_fault_program DUMP_DIR TIMEOUT_S"
+  const std::string operation = argc == 4 ? argv[3] : "all_reduce";
+  if ((argc != 3 && argc != 4) ||
+      (operation != "all_reduce" && operation != "barrier")) {
+    std::cerr << "usage: watchdog_fault_program DUMP_DIR TIMEOUT_S "
+                 "[all_reduce|barrier]"
               << std::endl;
     return 2;
   }
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
-  const int code = trellis::Run(argv[1], std::atof(argv[2]));
+  const int code =
+      trellis::Run(argv[1], std::atof(argv[2]), operation == "barrier");
   MPI_Finalize();
   return code;
 }
