@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "framework/status.h"
@@ -202,6 +203,11 @@ absl::StatusOr<std::string> Watchdog::Dump(const std::string& reason) {
   dumped_ = true;
   nlohmann::json issued = nlohmann::json::object();
   for (const auto& [group, count] : issued_) issued[group] = count;
+  return WriteDump(reason, issued);
+}
+
+absl::StatusOr<std::string> Watchdog::WriteDump(
+    const std::string& reason, const nlohmann::json& issued) const {
   const nlohmann::json dump = {
       {"rank", rank_},    {"host", hostname_},
       {"reason", reason}, {"time_unix_s", UnixSeconds()},
@@ -325,6 +331,44 @@ void Watchdog::Fail(int64_t id) {
                   " (--comm_timeout_s sets the deadline)");
   std::cerr << line << std::endl;
   AbortJob();
+}
+
+void Watchdog::WatchDevice(int64_t id, Device device) {
+  CompletionProbe probe = DeviceCompletionProbe(device);
+  if (probe == nullptr) {
+    recorder_.Finish(id);  // CPU work is done when issued
+    return;
+  }
+  WatchDevice(id, std::move(probe));
+}
+
+void Watchdog::WatchDevice(int64_t id, CompletionProbe probe) {
+  if (device_monitor_ == nullptr) {
+    device_monitor_ = std::make_unique<DeviceWaitMonitor>(
+        options_.timeout_s, [this](int64_t done) { recorder_.Finish(done); },
+        [this](int64_t late, double waited_s) { FailDevice(late, waited_s); });
+  }
+  device_monitor_->Watch(id, std::move(probe));
+}
+
+void Watchdog::FailDevice(int64_t id, double waited_s) {
+  const std::optional<FlightRecord> record = recorder_.Find(id);
+  std::string line = absl::StrCat(
+      "watchdog: rank ", rank_, " on ", hostname_, ": the device work behind ",
+      record ? absl::StrCat(record->op, " seq ", record->seq, " of group ",
+                            record->group, " (peer ", record->peer, ", ",
+                            record->bytes, " bytes)")
+             : absl::StrCat("operation #", id),
+      " has not finished after ", absl::StrFormat("%.1f", waited_s),
+      " s (a GPU collective some peer never joined, or a hung kernel)");
+  absl::StatusOr<std::string> path = WriteDump(line, nullptr);
+  absl::StrAppend(&line, path.ok() ? "; flight recorder in " : "; ",
+                  path.ok() ? *path : path.status().message(),
+                  " (--comm_timeout_s sets the deadline)");
+  std::cerr << line << std::endl;
+  // This thread may not call MPI (MPI_THREAD_FUNNELED): the process ends,
+  // and the launcher ends the job.
+  std::_Exit(1);
 }
 
 }  // namespace trellis

@@ -17,10 +17,16 @@
 //      host, the operation, group, peer and sequence number it waited on and
 //      the lagging ranks, and ends the job with MPI_Abort.
 //
+// Device work: an operation on device buffers only enqueues work (its
+// wait orders GPU streams), so its deadline is kept by a monitor thread
+// (device_wait_monitor.h) that follows the device from the operation's
+// wait; work unfinished past the deadline ends this process with a one-line
+// report and its recorder (WatchDevice).
+//
 // Best effort: notices are answered only by ranks inside Await() (MPI runs
 // MPI_THREAD_FUNNELED, so only the driving thread may touch MPI). A rank that
 // is stopped, computing, or inside a call with no polled form (Broadcast,
-// GPU-stream waits) does not answer and is named as silent. A rank
+// a host wait on the GPU) does not answer and is named as silent. A rank
 // that answered a notice holds off its own deadline for 30 s so one report
 // wins; the first rank to abort ends the job.
 //
@@ -53,7 +59,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "framework/device_completion.h"
 #include "parallel/communicator.h"
+#include "parallel/device_wait_monitor.h"
 #include "parallel/flight_recorder.h"
 
 namespace trellis {
@@ -131,9 +139,24 @@ class Watchdog {
   // Reports the timed-out operation `id` as described above and aborts.
   [[noreturn]] void Fail(int64_t id);
 
+  // Operation `id` was enqueued on `device` (a communication on device
+  // buffers, whose wait only orders streams): it stays waiting in the
+  // recorder until the device has run it, and one still unfinished after
+  // the deadline ends the process from the device monitor's thread with a
+  // one-line report and this rank's recorder (no other rank is asked:
+  // that thread may not use MPI). A CPU device's work is done now.
+  void WatchDevice(int64_t id, Device device);
+  // The same with a given probe (tests).
+  void WatchDevice(int64_t id, CompletionProbe probe);
+
  private:
   using Clock = std::chrono::steady_clock;
   std::string CountsText() const;
+  // Prints and writes flight_<rank>.json (see Dump); reads only constant
+  // members and the recorder, so the device monitor's thread may call it.
+  absl::StatusOr<std::string> WriteDump(const std::string& reason,
+                                        const nlohmann::json& issued) const;
+  [[noreturn]] void FailDevice(int64_t id, double waited_s);
   // Sends notices and gathers the answers (up to 3 s).
   std::map<int, GroupCounts> GatherAnswers();
 
@@ -149,6 +172,9 @@ class Watchdog {
   bool skip_taken_ = false;
   Clock::time_point noticed_{};  // last notice answered
   bool noticed_any_ = false;
+  // Started by the first WatchDevice with a probe; last, so that it stops
+  // before the rest goes.
+  std::unique_ptr<DeviceWaitMonitor> device_monitor_;
 };
 
 }  // namespace trellis

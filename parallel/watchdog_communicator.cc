@@ -18,11 +18,12 @@ namespace {
 class WatchedRequest : public Request {
  public:
   WatchedRequest(Watchdog& watchdog, std::unique_ptr<Request> inner, int64_t id,
-                 bool polled)
+                 bool polled, Device device)
       : watchdog_(watchdog),
         inner_(std::move(inner)),
         id_(id),
-        polled_(polled) {}
+        polled_(polled),
+        device_(device) {}
   ~WatchedRequest() override { Wait(); }
 
   void Wait() override {
@@ -45,15 +46,22 @@ class WatchedRequest : public Request {
   }
 
  private:
+  // A host wait is over; a device one has ordered the compute stream
+  // after the operation, which the watchdog's device monitor then follows.
   void Done() {
     done_ = true;
-    watchdog_.recorder().Finish(id_);
+    if (polled_) {
+      watchdog_.recorder().Finish(id_);
+    } else {
+      watchdog_.WatchDevice(id_, device_);
+    }
   }
 
   Watchdog& watchdog_;
   std::unique_ptr<Request> inner_;
   int64_t id_;
   bool polled_;
+  Device device_;
   bool done_ = false;
 };
 
@@ -141,9 +149,9 @@ int64_t WatchdogCommunicator::Begin(CommOp op, int peer, int64_t bytes,
 }
 
 std::unique_ptr<Request> WatchdogCommunicator::Watch(
-    std::unique_ptr<Request> request, int64_t id, bool polled) {
+    std::unique_ptr<Request> request, int64_t id, const Tensor& buffer) {
   return std::make_unique<WatchedRequest>(watchdog_, std::move(request), id,
-                                          polled);
+                                          OnHost(buffer), buffer.device());
 }
 
 template <typename Async, typename Blocking>
@@ -156,10 +164,10 @@ std::unique_ptr<Request> WatchdogCommunicator::Collective(
   const bool host = OnHost(buffer);
   if (!async && !host) {
     blocking();
-    watchdog_.recorder().Finish(id);
+    watchdog_.WatchDevice(id, buffer.device());
     return std::make_unique<DoneRequest>();
   }
-  std::unique_ptr<Request> request = Watch(post(), id, host);
+  std::unique_ptr<Request> request = Watch(post(), id, buffer);
   if (async) return request;
   request->Wait();
   return std::make_unique<DoneRequest>();
@@ -197,7 +205,7 @@ void WatchdogCommunicator::DoBroadcast(Tensor& buffer, int root) {
                            static_cast<int64_t>(buffer.nbytes()), &skip);
   if (skip) return;
   inner_.Broadcast(buffer, root);
-  watchdog_.recorder().Finish(id);
+  watchdog_.WatchDevice(id, buffer.device());
 }
 
 std::unique_ptr<Request> WatchdogCommunicator::DoSend(const Tensor& buffer,
@@ -206,7 +214,7 @@ std::unique_ptr<Request> WatchdogCommunicator::DoSend(const Tensor& buffer,
   const int64_t id =
       Begin(CommOp::kSend, peer, static_cast<int64_t>(buffer.nbytes()), &skip);
   if (skip) return std::make_unique<DoneRequest>();
-  return Watch(inner_.Send(buffer, peer, tag), id, OnHost(buffer));
+  return Watch(inner_.Send(buffer, peer, tag), id, buffer);
 }
 
 std::unique_ptr<Request> WatchdogCommunicator::DoRecv(Tensor& buffer, int peer,
@@ -215,7 +223,7 @@ std::unique_ptr<Request> WatchdogCommunicator::DoRecv(Tensor& buffer, int peer,
   const int64_t id =
       Begin(CommOp::kRecv, peer, static_cast<int64_t>(buffer.nbytes()), &skip);
   if (skip) return std::make_unique<DoneRequest>();
-  return Watch(inner_.Recv(buffer, peer, tag), id, OnHost(buffer));
+  return Watch(inner_.Recv(buffer, peer, tag), id, buffer);
 }
 
 std::vector<std::unique_ptr<Request>> WatchdogCommunicator::DoBatchSendRecv(
@@ -229,7 +237,7 @@ std::vector<std::unique_ptr<Request>> WatchdogCommunicator::DoBatchSendRecv(
   }
   std::vector<std::unique_ptr<Request>> requests = inner_.BatchSendRecv(ops);
   for (size_t i = 0; i < ops.size(); ++i) {
-    requests[i] = Watch(std::move(requests[i]), ids[i], OnHost(ops[i].buffer));
+    requests[i] = Watch(std::move(requests[i]), ids[i], ops[i].buffer);
   }
   return requests;
 }
@@ -246,7 +254,10 @@ void WatchdogCommunicator::DoBarrier() {
     watchdog_.recorder().Finish(id);
     return;
   }
-  Watch(std::make_unique<BarrierRequest>(comm), id, /*polled=*/true)->Wait();
+  std::make_unique<WatchedRequest>(watchdog_,
+                                   std::make_unique<BarrierRequest>(comm), id,
+                                   /*polled=*/true, Device::Cpu())
+      ->Wait();
 }
 
 WatchedGroups::WatchedGroups(const ProcessGroups& groups,

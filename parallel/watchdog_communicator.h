@@ -11,10 +11,12 @@
 // (MpiCommOf) and polled the same way (so the inner communicator's stats do
 // not count it; this one's do); a group with no MPI side blocks in the
 // inner Barrier. Broadcast has no async form and is only recorded (trellis
-// broadcasts only while bootstrapping, before any watchdog); so are calls
-// on device buffers, whose waits order GPU streams rather than block the
-// host. Requests returned complete as the inner ones do; Poll() is
-// forwarded.
+// broadcasts only while bootstrapping, before any watchdog). Calls on
+// device buffers, whose waits order GPU streams rather than block the host,
+// stay "waiting" in the recorder until the device has run them: the
+// Watchdog's device monitor follows each from its (ordering) wait and ends
+// the process when one outlives the deadline. Requests returned complete
+// as the inner ones do; Poll() is forwarded.
 //
 // WatchedGroups wraps every group of a ProcessGroups this way with one
 // shared Watchdog, whose side channel duplicates the world group's MPI
@@ -63,9 +65,10 @@ class WatchdogCommunicator : public Communicator {
   // fault leaves it out, and stops this process when the stop fault names
   // it.
   int64_t Begin(CommOp op, int peer, int64_t bytes, bool* skip);
-  // A request waited on under the deadline when `polled`.
+  // A request on `buffer`: its host wait is polled under the deadline; a
+  // device buffer's operation is handed to the device monitor once waited.
   std::unique_ptr<Request> Watch(std::unique_ptr<Request> request, int64_t id,
-                                 bool polled);
+                                 const Tensor& buffer);
   // Issues an async collective and waits for it (polled on host buffers).
   template <typename Async, typename Blocking>
   std::unique_ptr<Request> Collective(CommOp op, const Tensor& buffer,

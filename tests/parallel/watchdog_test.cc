@@ -6,10 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "parallel/watchdog_communicator.h"
 
@@ -115,6 +117,50 @@ TEST(WatchdogDeathTest, StuckCollectiveEndsTheProcessWithItsRecorder) {
   EXPECT_EQ(dump["operations"][0]["state"], "done");
   EXPECT_EQ(dump["operations"][1]["op"], "all_reduce");
   EXPECT_EQ(dump["operations"][1]["state"], "waiting");
+  std::filesystem::remove_all(dir);
+}
+
+// Device work stays waiting until its probe says it ran; CPU work is done
+// at once.
+TEST(WatchdogTest, DeviceWorkIsDoneWhenTheDeviceHasRunIt) {
+  Watchdog watchdog(Options(30), MPI_COMM_NULL);
+  std::atomic<bool> ran{false};
+  const int64_t id = watchdog.Start("dp", CommOp::kAllReduce, -1, 64);
+  watchdog.WatchDevice(id, [&] { return ran.load(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(watchdog.recorder().Find(id)->state, FlightRecord::State::kWaiting);
+  ran = true;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (watchdog.recorder().Find(id)->state != FlightRecord::State::kDone &&
+         std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(watchdog.recorder().Find(id)->state, FlightRecord::State::kDone);
+
+  const int64_t cpu = watchdog.Start("dp", CommOp::kAllReduce, -1, 64);
+  watchdog.WatchDevice(cpu, Device::Cpu());
+  EXPECT_EQ(watchdog.recorder().Find(cpu)->state, FlightRecord::State::kDone);
+}
+
+TEST(WatchdogDeathTest, UnfinishedDeviceWorkEndsTheProcessWithItsRecorder) {
+  GTEST_FLAG_SET(death_test_style, "fast");
+  const std::string dir = ScratchDir("device");
+  EXPECT_EXIT(
+      {
+        Watchdog watchdog(Options(0.2, dir), MPI_COMM_NULL);
+        const int64_t id = watchdog.Start("pp", CommOp::kSend, 1, 4096);
+        watchdog.WatchDevice(id, [] { return false; });
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+      },
+      testing::ExitedWithCode(1),
+      "watchdog: rank 0 on .*: the device work behind send seq 0 of group pp "
+      "\\(peer 1, 4096 bytes\\) has not finished after 0\\.[2-9] s");
+  std::ifstream in(dir + "/flight_0.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json dump = nlohmann::json::parse(in);
+  ASSERT_EQ(dump["operations"].size(), 1u);
+  EXPECT_EQ(dump["operations"][0]["op"], "send");
+  EXPECT_EQ(dump["operations"][0]["state"], "waiting");
   std::filesystem::remove_all(dir);
 }
 
