@@ -41,6 +41,11 @@ std::optional<double> ParseWeight(const std::string& text) {
 }  // namespace
 
 absl::StatusOr<std::vector<BlendSource>> ParseBlend(const std::string& spec) {
+  if (spec.empty()) {
+    return absl::InvalidArgumentError(
+        "--data is required: a token file made by trellis-preprocess, or "
+        "weight:path,weight:path to blend several");
+  }
   std::error_code error;
   if (std::filesystem::is_regular_file(spec, error)) {
     return std::vector<BlendSource>{{spec, 1.0}};

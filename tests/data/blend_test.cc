@@ -57,6 +57,9 @@ TEST(ParseBlendTest, SinglePathAndWeightedItems) {
                           "nan:a.h5", "0.5:"}) {
     EXPECT_FALSE(ParseBlend(bad).ok()) << bad;
   }
+  // No --data at all says what to give, not that an item is empty.
+  EXPECT_THAT(std::string(ParseBlend("").status().message()),
+              testing::HasSubstr("--data is required"));
 }
 
 BlendSampler MakeSampler(std::vector<double> weights,
