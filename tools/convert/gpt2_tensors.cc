@@ -318,27 +318,27 @@ absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
   return model;
 }
 
-absl::StatusOr<SafetensorsWriter> HfWriterFor(const WholeModel& model,
-                                              DType dtype,
-                                              const std::string& prefix,
-                                              bool lm_head) {
+absl::StatusOr<std::vector<HfOutputTensor>> HfGpt2Tensors(
+    const WholeModel& model, DType dtype, const std::string& prefix,
+    bool lm_head) {
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("Hugging Face weights are float32, float16 or bfloat16, "
                      "not ",
                      DTypeName(dtype)));
   }
-  SafetensorsWriter writer;
-  writer.SetMetadata("format", "pt");
-  for (const auto& [name, t] : model.tensors) {
-    TRELLIS_RETURN_IF_ERROR(
-        writer.Add(prefix + HfName(name), ConvertTo(t, dtype)));
+  std::vector<HfOutputTensor> out;
+  for (const auto& named : model.tensors) {
+    const Tensor* t = &named.second;
+    out.push_back({prefix + HfName(named.first), t->shape(), dtype,
+                   [t, dtype] { return ConvertTo(*t, dtype); }});
   }
   if (lm_head) {
-    TRELLIS_RETURN_IF_ERROR(
-        writer.Add(kLmHead, ConvertTo(*model.Find("wte"), dtype)));
+    const Tensor* wte = model.Find("wte");
+    out.push_back({kLmHead, wte->shape(), dtype,
+                   [wte, dtype] { return ConvertTo(*wte, dtype); }});
   }
-  return writer;
+  return out;
 }
 
 absl::StatusOr<WholeModel> ReadLlmcModel(const LlmcReader& file,
