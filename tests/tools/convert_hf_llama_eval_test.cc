@@ -5,13 +5,15 @@
 // under 1 rank, tp2, pp2 and dp2·tp2·pp2: grouped-query attention, tied and
 // untied heads, llama3 RoPE scaling, bfloat16 and sharded inputs. A
 // reference that pairs RoPE channels the other way (interleaved) disagrees,
-// so the comparison sees the q/k row order.
+// so the comparison sees the q/k row order. Where PyTorch is installed,
+// scripts/torch_reference/hf_llama_loss.py computes the same loss.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,6 +40,7 @@ struct EvalCase {
   const char* name;
   test::TinyLlama model;
 };
+void PrintTo(const EvalCase& c, std::ostream* os) { *os << c.name; }
 
 // The first {"...": ...} line of `text` holding `key`.
 double JsonValue(const std::string& text, const std::string& key) {
@@ -81,6 +84,25 @@ class HfLlamaEvalTest : public ::testing::TestWithParam<EvalCase> {
     return JsonValue(test::ReadFile(out), "loss");
   }
 
+  // scripts/torch_reference/hf_llama_loss.py's loss, or NaN when it has no
+  // PyTorch (it then says "skipped").
+  double TorchReference(const std::string& model) {
+    const std::string out = dir_ + "/torch.txt", json = dir_ + "/torch.json";
+    std::filesystem::remove(out);
+    const int rc = test::RunProgram(
+        {"python3",
+         absl::StrCat(TRELLIS_SOURCE_DIR,
+                      "/scripts/torch_reference/hf_llama_loss.py"),
+         model, dir_ + "/tokens.txt", absl::StrCat(test::kLlamaSeq),
+         absl::StrCat(kWindows), "--json=" + json},
+        out, 300);
+    EXPECT_EQ(rc, 0) << test::ReadFile(out);
+    const nlohmann::json j =
+        nlohmann::json::parse(test::ReadFile(json), nullptr, false);
+    if (!j.is_object() || j.contains("skipped")) return NAN;
+    return j.value("loss", NAN);
+  }
+
   double Eval(const std::string& checkpoint, const EvalLayout& layout) {
     std::vector<std::string> argv;
     if (layout.world() > 1) argv = test::Mpirun(layout.world());
@@ -115,6 +137,11 @@ TEST_P(HfLlamaEvalTest, ConvertedModelEvaluatesLikeTheReference) {
   ASSERT_TRUE(std::isfinite(reference));
   // A loss far from log(257) = 5.55: the weights shape the prediction.
   EXPECT_GT(std::abs(reference - std::log(257.0)), 0.1) << reference;
+  // Where PyTorch is installed, its forward agrees with the plain one.
+  const double torch_loss = TorchReference(hf);
+  if (!std::isnan(torch_loss)) {
+    EXPECT_NEAR(torch_loss, reference, 1e-6);
+  }
   const EvalLayout layouts[] = {{"1x1x1", 1, 1, 1},
                                 {"tp2", 1, 2, 1},
                                 {"pp2", 1, 1, 2},

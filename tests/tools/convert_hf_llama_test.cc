@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -89,6 +90,7 @@ struct RoundTripCase {
   const char* name;
   test::TinyLlama model;
 };
+void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << c.name; }
 
 class HfLlamaRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
 
@@ -258,6 +260,7 @@ struct Refusal {
   std::vector<std::string> expect;  // Substrings of the one line.
   std::vector<std::string> flags = {};
 };
+void PrintTo(const Refusal& r, std::ostream* os) { *os << r.name; }
 
 class HfLlamaRefusalTest : public ::testing::TestWithParam<Refusal> {};
 
