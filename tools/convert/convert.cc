@@ -79,14 +79,7 @@ absl::StatusOr<Input> ReadHf(const ConvertOptions& o, ProgressBar& bar) {
     return in;
   }
   TRELLIS_ASSIGN_OR_RETURN(ModelConfig config, ReadHfConfig(config_path));
-  if (files.single() == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(files.path(),
-                     ": sharded GPT-2 checkpoints are not supported; save "
-                     "the model as one model.safetensors"));
-  }
-  TRELLIS_ASSIGN_OR_RETURN(in.model,
-                           ReadHfModel(*files.single(), config, bar.Fn()));
+  TRELLIS_ASSIGN_OR_RETURN(in.model, ReadHfModel(files, config, bar.Fn()));
   return in;
 }
 

@@ -83,10 +83,10 @@ absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path);
 std::string HfConfigJson(const ModelConfig& config, DType dtype,
                          const std::string& tokenizer);
 
-// Reads a safetensors file of the model `config` describes. Errors name the
-// file and the tensor (missing, wrong shape, wrong dtype, unknown tensor,
-// lm_head.weight that differs from wte).
-absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
+// Reads the safetensors (one file or shards) of the model `config`
+// describes. Errors name the file (or index) and the tensor (missing, wrong
+// shape, wrong dtype, unknown tensor, lm_head.weight that differs from wte).
+absl::StatusOr<WholeModel> ReadHfModel(const HfSafetensors& file,
                                        const ModelConfig& config,
                                        const ProgressFn& progress);
 // The Hugging Face tensors of `model` in `dtype` (kF32, kF16 or kBF16),

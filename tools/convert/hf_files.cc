@@ -119,7 +119,6 @@ absl::StatusOr<HfSafetensors> HfSafetensors::Open(const std::string& input) {
 }
 
 absl::Status HfSafetensors::OpenIndex(const std::string& index) {
-  sharded_ = true;
   TRELLIS_ASSIGN_OR_RETURN(const nlohmann::json j, ReadJsonObject(index));
   if (!j.contains("weight_map") || !j.at("weight_map").is_object()) {
     return absl::InvalidArgumentError(

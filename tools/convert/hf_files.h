@@ -52,10 +52,6 @@ class HfSafetensors {
   const std::string& dir() const { return dir_; }
   // The single file, or the index: what messages name.
   const std::string& path() const { return path_; }
-  // nullptr when sharded.
-  const SafetensorsReader* single() const {
-    return files_.size() == 1 && !sharded_ ? &files_[0] : nullptr;
-  }
   // Every tensor name, file by file in data order.
   std::vector<std::string> names() const;
   const SafetensorsEntry* Find(const std::string& name) const;
@@ -70,7 +66,6 @@ class HfSafetensors {
   absl::Status OpenIndex(const std::string& index);
 
   std::string dir_, path_;
-  bool sharded_ = false;
   std::vector<SafetensorsReader> files_;
   std::map<std::string, size_t> where_;  // Tensor → files_ index.
 };
