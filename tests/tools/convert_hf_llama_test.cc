@@ -253,6 +253,35 @@ TEST(HfLlamaConvertTest, ParsesShardSizesAsSavePretrainedDoes) {
   }
 }
 
+TEST(HfLlamaConvertTest, AnIndexMustMapTensorsToFilesBesideItThatHoldThem) {
+  const std::string dir = test::Scratch();
+  test::WriteTinyLlama(dir, {.shards = 2});
+  const std::string path = dir + "/model.safetensors.index.json";
+  const nlohmann::json index = ReadJson(path);
+  const std::string norm = "model.norm.weight";
+  const std::string other =
+      index["weight_map"][norm] == "model-00001-of-00002.safetensors"
+          ? "model-00002-of-00002.safetensors"
+          : "model-00001-of-00002.safetensors";
+  struct Case {
+    nlohmann::json index;
+    std::string expect;
+  };
+  std::vector<Case> cases = {{index, "does not hold it"},
+                             {index, "must name a file of the same directory"},
+                             {{{"metadata", index["metadata"]}}, "weight_map"}};
+  cases[0].index["weight_map"][norm] = other;
+  cases[1].index["weight_map"][norm] = "../" + other;
+  for (const Case& c : cases) {
+    test::WriteBytes(path, c.index.dump());
+    const absl::StatusOr<ConvertSummary> r =
+        ConvertTo(dir, "trellis", dir + "/out");
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_THAT(std::string(r.status().message()),
+                ::testing::AllOf(HasSubstr(path), HasSubstr(c.expect)));
+  }
+}
+
 // trellis-convert run as a user runs it: exit status and output.
 struct Refusal {
   const char* name;
