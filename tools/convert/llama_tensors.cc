@@ -118,8 +118,12 @@ absl::StatusOr<int64_t> Int(const json& j, const std::string& path,
 }
 
 absl::StatusOr<double> Number(const json& j, const std::string& path,
-                              const char* key, double fallback) {
+                              const char* key, json fallback = nullptr) {
   const json v = Get(j, key, fallback);
+  if (v.is_null()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", key, " is missing"));
+  }
   if (!v.is_number() || !(v.get<double>() > 0)) {
     return Refuse(path, key, v, "is not a positive number");
   }
@@ -142,11 +146,11 @@ absl::Status ReadRopeScaling(const json& j, const std::string& path,
   }
   const std::string p = path + ": rope_scaling";
   c.rope_scaling = RopeScalingType::kLlama3;
-  TRELLIS_ASSIGN_OR_RETURN(c.rope_factor, Number(s, p, "factor", -1));
+  TRELLIS_ASSIGN_OR_RETURN(c.rope_factor, Number(s, p, "factor"));
   TRELLIS_ASSIGN_OR_RETURN(c.rope_low_freq_factor,
-                           Number(s, p, "low_freq_factor", -1));
+                           Number(s, p, "low_freq_factor"));
   TRELLIS_ASSIGN_OR_RETURN(c.rope_high_freq_factor,
-                           Number(s, p, "high_freq_factor", -1));
+                           Number(s, p, "high_freq_factor"));
   TRELLIS_ASSIGN_OR_RETURN(c.rope_original_max_positions,
                            Int(s, p, "original_max_position_embeddings"));
   return absl::OkStatus();
