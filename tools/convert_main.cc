@@ -1,8 +1,11 @@
-// trellis-convert: GPT-2 checkpoints between Hugging Face, llm.c and trellis
-// (docs/checkpoint-format.md).
+// trellis-convert: checkpoints between Hugging Face (GPT-2 and Llama),
+// llm.c (GPT-2) and trellis (docs/checkpoint-format.md).
 //
 //   trellis-convert --input=gpt2-hf/ --to=trellis --output=ckpt/
 //   trellis-convert --input=ckpt/ --to=hf --output=gpt2-hf-again/
+//   trellis-convert --input=Llama-3.2-1B/ --to=trellis --output=llama/
+//   trellis-convert --input=llama/ --to=hf --output=llama-hf/
+//       --dtype=bfloat16 --max_shard_size=2GB
 //   trellis-convert --input=gpt2_124M.bin --to=trellis --output=ckpt/
 //   trellis-convert --input=ckpt/ --to=llmc --output=gpt2_124M.bin
 //   trellis-convert --input=ckpt/ --to=trellis --output=small/
@@ -23,7 +26,8 @@
 #include "tools/trainer/program_help.h"
 
 ABSL_FLAG(std::string, input, "",
-          "a Hugging Face directory (model.safetensors + config.json), an "
+          "a Hugging Face directory (config.json + model.safetensors or "
+          "model.safetensors.index.json), an "
           "llm.c .bin file, or a trellis checkpoint (save dir or step_* dir)");
 ABSL_FLAG(std::string, output, "",
           "hf: a directory; llmc: a file; trellis: a save directory (the "
@@ -46,6 +50,10 @@ ABSL_FLAG(std::string, hf_lm_head, "auto",
 ABSL_FLAG(int64_t, padded_vocab, 0,
           "llmc output: rows of wte (0: as the original llm.c input, else "
           "the vocabulary rounded up to a multiple of 128)");
+ABSL_FLAG(std::string, max_shard_size, "5GB",
+          "hf output: the largest safetensors file (5GB, 500MB, 2GiB or "
+          "bytes); a larger model is sharded with model.safetensors."
+          "index.json");
 ABSL_FLAG(int64_t, tp, 1, "shards output: tensor-parallel size");
 ABSL_FLAG(int64_t, pp, 1, "shards output: pipeline-parallel size");
 ABSL_FLAG(std::vector<std::string>, pp_layers, {},
@@ -83,6 +91,13 @@ absl::StatusOr<ConvertOptions> OptionsFromFlags() {
         "--hf_lm_head=", lm_head, " is not one of true, false, auto"));
   }
   o.padded_vocab = absl::GetFlag(FLAGS_padded_vocab);
+  absl::StatusOr<int64_t> shard_size =
+      ParseByteSize(absl::GetFlag(FLAGS_max_shard_size));
+  if (!shard_size.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_shard_size: ", shard_size.status().message()));
+  }
+  o.max_shard_size = *shard_size;
   o.tp = absl::GetFlag(FLAGS_tp);
   o.pp = absl::GetFlag(FLAGS_pp);
   for (const std::string& s : absl::GetFlag(FLAGS_pp_layers)) {
@@ -100,7 +115,7 @@ absl::StatusOr<ConvertOptions> OptionsFromFlags() {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "converts GPT-2 checkpoints: trellis-convert --input IN --to "
+      "converts GPT-2 and Llama checkpoints: trellis-convert --input IN --to "
       "hf|llmc|trellis|shards --output OUT");
   if (trellis::PrintHelpIfAsked(argc, argv,
                                 std::string(absl::ProgramUsageMessage()))) {

@@ -12,6 +12,8 @@
 #include "framework/float16.h"
 #include "parallel/communicator.h"
 #include "tools/convert/gpt2_tensors.h"
+#include "tools/convert/hf_files.h"
+#include "tools/convert/llama_tensors.h"
 #include "tools/convert/llmc.h"
 #include "tools/convert/shard_export.h"
 #include "tools/trainer/checkpoint.h"
@@ -64,17 +66,20 @@ struct Input {
 };
 
 absl::StatusOr<Input> ReadHf(const ConvertOptions& o, ProgressBar& bar) {
-  fs::path dir(o.input), file = fs::path(o.input) / "model.safetensors";
-  if (fs::is_regular_file(dir)) {
-    file = dir;
-    dir = dir.parent_path();
-  }
-  TRELLIS_ASSIGN_OR_RETURN(ModelConfig config,
-                           ReadHfConfig((dir / "config.json").string()));
-  TRELLIS_ASSIGN_OR_RETURN(SafetensorsReader reader,
-                           SafetensorsReader::Open(file.string()));
+  TRELLIS_ASSIGN_OR_RETURN(HfSafetensors files, HfSafetensors::Open(o.input));
+  const std::string config_path =
+      (fs::path(files.dir()) / "config.json").string();
+  TRELLIS_ASSIGN_OR_RETURN(ModelFamilyKind family, HfModelFamily(config_path));
   Input in;
-  TRELLIS_ASSIGN_OR_RETURN(in.model, ReadHfModel(reader, config, bar.Fn()));
+  if (family == ModelFamilyKind::kLlama) {
+    TRELLIS_ASSIGN_OR_RETURN(ModelConfig config,
+                             ReadHfLlamaConfig(config_path));
+    TRELLIS_ASSIGN_OR_RETURN(in.model,
+                             ReadHfLlamaModel(files, config, bar.Fn()));
+    return in;
+  }
+  TRELLIS_ASSIGN_OR_RETURN(ModelConfig config, ReadHfConfig(config_path));
+  TRELLIS_ASSIGN_OR_RETURN(in.model, ReadHfModel(files, config, bar.Fn()));
   return in;
 }
 
@@ -176,28 +181,35 @@ absl::Status MakeDirectory(const fs::path& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteHf(const ConvertOptions& o, const Input& in,
+absl::Status WriteHf(const ConvertOptions& o, const Input& in, ProgressBar& bar,
                      ConvertSummary* s) {
   const WholeModel& m = in.model;
   const DType dtype =
       o.dtype.value_or(SourceDType(m, "hf").value_or(DType::kF32));
-  const std::string prefix =
-      o.hf_prefix.value_or(SourceValue(m, "hf", "prefix"));
   const bool lm_head =
       o.hf_lm_head.value_or(SourceValue(m, "hf", "lm_head") == "1");
-  TRELLIS_ASSIGN_OR_RETURN(SafetensorsWriter writer,
-                           HfWriterFor(m, dtype, prefix, lm_head));
+  const std::string tokenizer =
+      in.is_trellis ? in.state.tokenizer : o.tokenizer;
+  absl::StatusOr<std::vector<HfOutputTensor>> tensors;
+  std::string config;
+  if (m.config.family == ModelFamilyKind::kLlama) {
+    tensors = HfLlamaTensors(m, dtype, lm_head);
+    config = HfLlamaConfigJson(m.config, dtype, tokenizer);
+  } else {
+    tensors = HfGpt2Tensors(
+        m, dtype, o.hf_prefix.value_or(SourceValue(m, "hf", "prefix")),
+        lm_head);
+    config = HfConfigJson(m.config, dtype, tokenizer);
+  }
+  TRELLIS_RETURN_IF_ERROR(tensors.status());
   const fs::path dir(o.output);
   TRELLIS_RETURN_IF_ERROR(MakeDirectory(dir));
-  const fs::path file = dir / "model.safetensors";
-  TRELLIS_RETURN_IF_ERROR(writer.Write(file.string()));
-  TRELLIS_RETURN_IF_ERROR(WriteTextFile(
-      dir / "config.json",
-      HfConfigJson(m.config, dtype,
-                   in.is_trellis ? in.state.tokenizer : o.tokenizer)));
+  TRELLIS_ASSIGN_OR_RETURN(
+      s->bytes,
+      WriteHfSafetensors(dir.string(), *tensors, o.max_shard_size, bar.Fn()));
+  TRELLIS_RETURN_IF_ERROR(WriteTextFile(dir / "config.json", config));
   s->output = dir.string();
-  s->tensors = m.tensors.size() + (lm_head ? 1 : 0);
-  s->bytes = static_cast<int64_t>(fs::file_size(file));
+  s->tensors = tensors->size();
   return absl::OkStatus();
 }
 
@@ -299,12 +311,16 @@ absl::Status WriteShardFiles(const ConvertOptions& o, const WholeModel& m,
 absl::StatusOr<std::string> DetectFormat(const std::string& input) {
   const fs::path p(input);
   if (fs::is_directory(p)) {
-    if (fs::exists(p / "model.safetensors")) return std::string("hf");
+    if (fs::exists(p / kHfSingleFile) || fs::exists(p / kHfIndexFile)) {
+      return std::string("hf");
+    }
     if (fs::exists(p / "state.json") || fs::exists(p / "latest")) {
       return std::string("trellis");
     }
   } else if (fs::is_regular_file(p)) {
-    if (p.extension() == ".safetensors") return std::string("hf");
+    if (p.extension() == ".safetensors" || p.filename() == kHfIndexFile) {
+      return std::string("hf");
+    }
     std::ifstream in(p, std::ios::binary);
     int32_t magic = 0;
     if (in.read(reinterpret_cast<char*>(&magic), 4) && magic == kLlmcMagic) {
@@ -315,7 +331,8 @@ absl::StatusOr<std::string> DetectFormat(const std::string& input) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       input,
-      " is none of: a Hugging Face directory (model.safetensors), an "
+      " is none of: a Hugging Face directory (model.safetensors or its "
+      "index), an "
       "llm.c .bin file, a trellis checkpoint; name it with --from"));
 }
 
@@ -352,15 +369,17 @@ absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
   }
   TRELLIS_RETURN_IF_ERROR(in.status());
   const ModelFamilyKind family = in->model.config.family;
-  if ((s.to == "hf" || s.to == "llmc") && family != ModelFamilyKind::kGpt2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--to=", s.to, " writes GPT-2 models, and ", o.input, " holds a ",
-        ModelFamilyName(family), " model; use --to=trellis or --to=shards"));
+  if (s.to == "llmc" && family != ModelFamilyKind::kGpt2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--to=llmc writes GPT-2 models, and ", o.input,
+                     " holds a ", ModelFamilyName(family),
+                     " model; use --to=hf, --to=trellis or --to=shards"));
   }
-  ProgressBar write_bar("writing", o.progress && s.to == "trellis");
+  ProgressBar write_bar("writing",
+                        o.progress && (s.to == "trellis" || s.to == "hf"));
   absl::Status written;
   if (s.to == "hf") {
-    written = WriteHf(o, *in, &s);
+    written = WriteHf(o, *in, write_bar, &s);
   } else if (s.to == "llmc") {
     written = WriteLlmcFile(o, *in, &s);
   } else if (s.to == "trellis") {

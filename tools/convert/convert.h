@@ -1,7 +1,10 @@
-// trellis-convert's conversions between GPT-2 checkpoint formats:
+// trellis-convert's conversions between checkpoint formats:
 //
-//   hf       a Hugging Face directory: model.safetensors + config.json
-//   llmc     an llm.c model file (gpt2_124M.bin style)
+//   hf       a Hugging Face directory: config.json and model.safetensors,
+//            or shards and model.safetensors.index.json (hf_files.h);
+//            GPT2LMHeadModel (gpt2_tensors.h) or LlamaForCausalLM
+//            (llama_tensors.h), in and out
+//   llmc     an llm.c model file (gpt2_124M.bin style), GPT-2 only
 //   trellis  a trellis save directory (<dir>/step_N/…, `latest`) or one
 //            step_N directory
 //   shards   (output only) one HDF5 file per (tp, pp) rank of a layout,
@@ -27,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "framework/tensor.h"
+#include "tools/convert/hf_files.h"
 
 namespace trellis {
 
@@ -40,11 +44,14 @@ struct ConvertOptions {
   std::optional<DType> dtype;
   bool weights_only = false;       // trellis → trellis: drop optimizer state.
   std::string tokenizer = "gpt2";  // Recorded for hf/llmc → trellis.
-  // hf output: name prefix ("transformer." or "") and whether to write the
-  // tied lm_head.weight; empty/unset: as the original hf input had them.
+  // hf output: name prefix (GPT-2 only: "transformer." or "") and whether
+  // to write the tied lm_head.weight; unset: as the original hf input had
+  // them.
   std::optional<std::string> hf_prefix;
   std::optional<bool> hf_lm_head;
   int64_t padded_vocab = 0;  // llmc output: rows of wte (0: automatic).
+  // hf output: the largest safetensors file; above it, shards and an index.
+  int64_t max_shard_size = kHfDefaultMaxShardSize;
   // shards output: the layout.
   int64_t tp = 1, pp = 1;
   std::vector<int64_t> pp_layers;

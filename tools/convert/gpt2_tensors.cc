@@ -79,36 +79,9 @@ bool IsBuffer(const std::string& name) {
          (parts[3] == "bias" || parts[3] == "masked_bias");
 }
 
-bool IsWeightDType(const SafetensorsEntry& e) {
-  return e.trellis_dtype == DType::kF32 || e.trellis_dtype == DType::kF16 ||
-         e.trellis_dtype == DType::kBF16;
-}
-
-absl::StatusOr<Tensor> ReadHfTensor(const SafetensorsReader& file,
-                                    const std::string& name,
-                                    const Shape& shape) {
-  const SafetensorsEntry* e = file.Find(name);
-  if (e == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat(file.path(), " has no tensor ", name,
-                     ", which the model in config.json needs"));
-  }
-  if (!IsWeightDType(*e)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(file.path(), ": tensor ", name, " is ", e->dtype,
-                     "; GPT-2 weights must be F32, F16 or BF16"));
-  }
-  if (e->shape != shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": tensor ", name, " has shape ", ShapeString(e->shape),
-        " but the model in config.json needs ", ShapeString(shape)));
-  }
-  return file.Read(name);
-}
-
 // Checks a tensor the model does not use: buffers pass, a tied lm_head
 // must equal wte, anything else is an error.
-absl::Status CheckExtraHfTensor(const SafetensorsReader& file,
+absl::Status CheckExtraHfTensor(const HfSafetensors& file,
                                 const std::string& name,
                                 const std::string& prefix, WholeModel& model) {
   const std::string bare =
@@ -120,8 +93,7 @@ absl::Status CheckExtraHfTensor(const SafetensorsReader& file,
   }
   if (bare == kLmHead) {
     const Tensor& wte = *model.Find("wte");
-    TRELLIS_ASSIGN_OR_RETURN(Tensor head,
-                             ReadHfTensor(file, name, wte.shape()));
+    TRELLIS_ASSIGN_OR_RETURN(Tensor head, file.Read(name, wte.shape()));
     head = ToF32(head);
     if (std::memcmp(head.raw(), wte.raw(), wte.nbytes()) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -279,12 +251,13 @@ std::string HfConfigJson(const ModelConfig& config, DType dtype,
   return j.dump(2) + "\n";
 }
 
-absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
+absl::StatusOr<WholeModel> ReadHfModel(const HfSafetensors& file,
                                        const ModelConfig& config,
                                        const ProgressFn& progress) {
   std::string prefix;
-  for (const SafetensorsEntry& e : file.tensors()) {
-    if (e.name.rfind(kHfPrefix, 0) == 0) prefix = kHfPrefix;
+  const std::vector<std::string> names = file.names();
+  for (const std::string& name : names) {
+    if (name.rfind(kHfPrefix, 0) == 0) prefix = kHfPrefix;
   }
   WholeModel model;
   model.config = config;
@@ -293,16 +266,16 @@ absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
   int64_t bytes = 0;
   for (const LogicalTensor& t : want) {
     const std::string name = prefix + HfName(t.name);
-    TRELLIS_ASSIGN_OR_RETURN(Tensor value, ReadHfTensor(file, name, t.shape));
+    TRELLIS_ASSIGN_OR_RETURN(Tensor value, file.Read(name, t.shape));
     if (t.name == "wte") model.source_dtype = value.dtype();
     bytes += value.nbytes();
     model.tensors.emplace_back(t.name, ToF32(value));
     used.insert(name);
     if (progress) progress(model.tensors.size(), want.size(), bytes);
   }
-  for (const SafetensorsEntry& e : file.tensors()) {
-    if (used.count(e.name) == 0) {
-      TRELLIS_RETURN_IF_ERROR(CheckExtraHfTensor(file, e.name, prefix, model));
+  for (const std::string& name : names) {
+    if (used.count(name) == 0) {
+      TRELLIS_RETURN_IF_ERROR(CheckExtraHfTensor(file, name, prefix, model));
     }
   }
   if (model.source.count("buffers")) {
@@ -318,27 +291,27 @@ absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
   return model;
 }
 
-absl::StatusOr<SafetensorsWriter> HfWriterFor(const WholeModel& model,
-                                              DType dtype,
-                                              const std::string& prefix,
-                                              bool lm_head) {
+absl::StatusOr<std::vector<HfOutputTensor>> HfGpt2Tensors(
+    const WholeModel& model, DType dtype, const std::string& prefix,
+    bool lm_head) {
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("Hugging Face weights are float32, float16 or bfloat16, "
                      "not ",
                      DTypeName(dtype)));
   }
-  SafetensorsWriter writer;
-  writer.SetMetadata("format", "pt");
-  for (const auto& [name, t] : model.tensors) {
-    TRELLIS_RETURN_IF_ERROR(
-        writer.Add(prefix + HfName(name), ConvertTo(t, dtype)));
+  std::vector<HfOutputTensor> out;
+  for (const auto& named : model.tensors) {
+    const Tensor* t = &named.second;
+    out.push_back({prefix + HfName(named.first), t->shape(), dtype,
+                   [t, dtype] { return ConvertTo(*t, dtype); }});
   }
   if (lm_head) {
-    TRELLIS_RETURN_IF_ERROR(
-        writer.Add(kLmHead, ConvertTo(*model.Find("wte"), dtype)));
+    const Tensor* wte = model.Find("wte");
+    out.push_back({kLmHead, wte->shape(), dtype,
+                   [wte, dtype] { return ConvertTo(*wte, dtype); }});
   }
-  return writer;
+  return out;
 }
 
 absl::StatusOr<WholeModel> ReadLlmcModel(const LlmcReader& file,

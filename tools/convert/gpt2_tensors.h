@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "framework/safetensors.h"
 #include "framework/tensor.h"
+#include "tools/convert/hf_files.h"
 #include "tools/convert/llmc.h"
 #include "transformer/config.h"
 
@@ -82,18 +83,18 @@ absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path);
 std::string HfConfigJson(const ModelConfig& config, DType dtype,
                          const std::string& tokenizer);
 
-// Reads a safetensors file of the model `config` describes. Errors name the
-// file and the tensor (missing, wrong shape, wrong dtype, unknown tensor,
-// lm_head.weight that differs from wte).
-absl::StatusOr<WholeModel> ReadHfModel(const SafetensorsReader& file,
+// Reads the safetensors (one file or shards) of the model `config`
+// describes. Errors name the file (or index) and the tensor (missing, wrong
+// shape, wrong dtype, unknown tensor, lm_head.weight that differs from wte).
+absl::StatusOr<WholeModel> ReadHfModel(const HfSafetensors& file,
                                        const ModelConfig& config,
                                        const ProgressFn& progress);
-// The safetensors writer for `model` in `dtype` (kF32, kF16 or kBF16),
-// names prefixed by `prefix`, with lm_head.weight when `lm_head`.
-absl::StatusOr<SafetensorsWriter> HfWriterFor(const WholeModel& model,
-                                              DType dtype,
-                                              const std::string& prefix,
-                                              bool lm_head);
+// The Hugging Face tensors of `model` in `dtype` (kF32, kF16 or kBF16),
+// names prefixed by `prefix`, with lm_head.weight when `lm_head`, made on
+// demand (WriteHfSafetensors writes them).
+absl::StatusOr<std::vector<HfOutputTensor>> HfGpt2Tensors(
+    const WholeModel& model, DType dtype, const std::string& prefix,
+    bool lm_head);
 
 // ---- llm.c
 

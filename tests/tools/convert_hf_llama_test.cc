@@ -1,0 +1,368 @@
+// trellis-convert on Hugging Face Llama checkpoints written here byte by
+// byte: hf → trellis → hf and trellis → hf → trellis give back every tensor
+// bit for bit (float32, and bfloat16 in → bfloat16 out), single-file and
+// sharded; the trellis tensors are HF's transposed and stacked as
+// llama_parameters.h says, q/k rows unpermuted; --to=hf shards above
+// --max_shard_size with an index; what trellis cannot hold is refused in
+// one line naming the key and its value.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "framework/hdf5.h"
+#include "parallel/communicator.h"
+#include "tests/tools/checkpoint_test_util.h"
+#include "tests/tools/hf_llama_test_util.h"
+#include "tools/convert/convert.h"
+#include "tools/convert/hf_files.h"
+#include "tools/trainer/checkpoint.h"
+#include "transformer/model_family.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+absl::StatusOr<ConvertSummary> ConvertTo(const std::string& input,
+                                         const std::string& to,
+                                         const std::string& output,
+                                         int64_t max_shard_size = 0) {
+  ConvertOptions o;
+  o.input = input;
+  o.to = to;
+  o.output = output;
+  o.tokenizer = "byte";
+  if (max_shard_size > 0) o.max_shard_size = max_shard_size;
+  return Convert(o);
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  return nlohmann::json::parse(test::ReadFile(path), nullptr, false);
+}
+
+// Every tensor of two HF directories: same names, dtypes, shapes, bytes.
+void ExpectSameTensors(const std::string& a_dir, const std::string& b_dir) {
+  absl::StatusOr<HfSafetensors> a = HfSafetensors::Open(a_dir);
+  absl::StatusOr<HfSafetensors> b = HfSafetensors::Open(b_dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const std::vector<std::string> names = a->names(), b_names = b->names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()),
+            std::set<std::string>(b_names.begin(), b_names.end()));
+  for (const std::string& name : names) {
+    const SafetensorsEntry* e = a->Find(name);
+    const SafetensorsEntry* f = b->Find(name);
+    ASSERT_NE(f, nullptr) << name;
+    EXPECT_EQ(f->dtype, e->dtype) << name;
+    absl::StatusOr<Tensor> x = a->Read(name, e->shape);
+    absl::StatusOr<Tensor> y = b->Read(name, e->shape);
+    ASSERT_TRUE(x.ok() && y.ok()) << name;
+    const std::string xb(static_cast<const char*>(x->raw()), x->nbytes());
+    const std::string yb(static_cast<const char*>(y->raw()), y->nbytes());
+    EXPECT_EQ(test::FirstDifference(xb, yb), -1) << name;
+  }
+}
+
+// A stored tensor of a trellis checkpoint, through plain HDF5.
+std::vector<float> TrellisTensor(const std::string& step_dir,
+                                 const std::string& name) {
+  absl::StatusOr<hdf5::File> f = hdf5::File::Open(step_dir + "/model.h5");
+  EXPECT_TRUE(f.ok()) << f.status();
+  absl::StatusOr<hdf5::Dataset> d = f->OpenDataset(name);
+  EXPECT_TRUE(d.ok()) << name << ": " << d.status();
+  if (!d.ok()) return {};
+  absl::StatusOr<Tensor> t = d->ReadAll(DType::kF32);
+  EXPECT_TRUE(t.ok());
+  return std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
+}
+
+struct RoundTripCase {
+  const char* name;
+  test::TinyLlama model;
+};
+void PrintTo(const RoundTripCase& c, std::ostream* os) { *os << c.name; }
+
+class HfLlamaRoundTripTest : public ::testing::TestWithParam<RoundTripCase> {};
+
+TEST_P(HfLlamaRoundTripTest, HfToTrellisToHfIsBitExact) {
+  const test::TinyLlama& m = GetParam().model;
+  const std::string dir = test::Scratch();
+  fs::create_directories(dir + "/in");
+  test::WriteTinyLlama(dir + "/in", m);
+  absl::StatusOr<ConvertSummary> in =
+      ConvertTo(dir + "/in", "trellis", dir + "/ckpt");
+  ASSERT_TRUE(in.ok()) << in.status();
+  EXPECT_EQ(in->from, "hf");
+  // Sharded inputs come back sharded: a limit of about a third.
+  const int64_t limit = m.shards > 1 ? 60'000 : 0;
+  absl::StatusOr<ConvertSummary> out =
+      ConvertTo(dir + "/ckpt", "hf", dir + "/out", limit);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectSameTensors(dir + "/in", dir + "/out");
+  EXPECT_EQ(fs::exists(dir + "/out/model.safetensors.index.json"),
+            m.shards > 1);
+  // config.json: the keys LlamaForCausalLM reads, the same.
+  const nlohmann::json a = ReadJson(dir + "/in/config.json");
+  const nlohmann::json b = ReadJson(dir + "/out/config.json");
+  for (const char* key :
+       {"model_type", "architectures", "hidden_size", "intermediate_size",
+        "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
+        "max_position_embeddings", "vocab_size", "rms_norm_eps", "rope_theta",
+        "rope_scaling", "tie_word_embeddings", "torch_dtype", "hidden_act"}) {
+    EXPECT_EQ(b.value(key, nlohmann::json()), a.value(key, nlohmann::json()))
+        << key;
+  }
+}
+
+TEST_P(HfLlamaRoundTripTest, TrellisTensorsAreHfsTransposedAndStacked) {
+  const test::TinyLlama& m = GetParam().model;
+  const std::string dir = test::Scratch();
+  test::WriteTinyLlama(dir, m);
+  ASSERT_TRUE(ConvertTo(dir, "trellis", dir + "/ckpt").ok());
+  const std::string step = dir + "/ckpt/step_00000000";
+  const auto hf = test::TinyLlamaTensors(m);
+  auto value = [&](const std::string& name, int64_t i) {
+    for (size_t k = 0; k < hf.size(); ++k) {
+      if (hf[k].first.first == name) {
+        return test::TinyLlamaValue(k, i, hf[k].second, m.dtype);
+      }
+    }
+    ADD_FAILURE() << name;
+    return 0.0f;
+  };
+  const int64_t c = test::kLlamaHidden, d = c / test::kLlamaHeads;
+  const int64_t q = c, kv = m.kv_heads * d, width = q + 2 * kv;
+  const std::vector<float> qkv =
+      TrellisTensor(step, "model.layers.1.self_attn.qkv_proj.weight");
+  ASSERT_THAT(qkv, SizeIs(c * width));
+  for (int64_t col = 0; col < c; ++col) {
+    for (int64_t r = 0; r < kv; ++r) {
+      // k_proj row r (rotate-half order, unpermuted) is column q + r.
+      ASSERT_EQ(qkv[col * width + q + r],
+                value("model.layers.1.self_attn.k_proj.weight", r * c + col));
+      ASSERT_EQ(qkv[col * width + q + kv + r],
+                value("model.layers.1.self_attn.v_proj.weight", r * c + col));
+    }
+    ASSERT_EQ(qkv[col * width + 3],
+              value("model.layers.1.self_attn.q_proj.weight", 3 * c + col));
+  }
+  const std::vector<float> gate_up =
+      TrellisTensor(step, "model.layers.0.mlp.gate_up_proj.weight");
+  ASSERT_THAT(gate_up, SizeIs(c * 2 * test::kLlamaFfn));
+  EXPECT_EQ(gate_up[5 * 2 * test::kLlamaFfn + test::kLlamaFfn + 7],
+            value("model.layers.0.mlp.up_proj.weight", 7 * c + 5));
+  const std::vector<float> down =
+      TrellisTensor(step, "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(down[9 * c + 2], value("model.layers.0.mlp.down_proj.weight",
+                                   2 * test::kLlamaFfn + 9));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, HfLlamaRoundTripTest,
+    ::testing::Values(
+        RoundTripCase{"f32_untied", {}},
+        RoundTripCase{"bf16_tied", {.dtype = DType::kBF16, .tied = true}},
+        RoundTripCase{"bf16_tied_head_in_file_mqa",
+                      {.dtype = DType::kBF16,
+                       .kv_heads = 1,
+                       .tied = true,
+                       .lm_head_in_file = true}},
+        RoundTripCase{"f32_llama3_sharded", {.llama3 = true, .shards = 3}}),
+    [](const ::testing::TestParamInfo<RoundTripCase>& info) {
+      return std::string(info.param.name);
+    });
+
+TEST(HfLlamaConvertTest, TrellisToHfToTrellisIsBitExactAndShards) {
+  // A trellis Llama of trellis's own defaults (MLP width rule, tied) but
+  // untied and with llama3 RoPE, initialized as the trainer does.
+  ModelConfig config;
+  config.family = ModelFamilyKind::kLlama;
+  config.n_layer = 2;
+  config.n_head = 4;
+  config.n_kv_heads = 2;
+  config.d_model = 16;
+  config.seq_len = 8;
+  config.vocab_size = 19;
+  config.tie_embeddings = false;
+  config.rope_scaling = RopeScalingType::kLlama3;
+  const std::string dir = test::Scratch();
+  ParameterSet params;
+  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true},
+                     TpPlace{}, 5, Device::Cpu(), DType::kF32, params);
+  TrainingState state;
+  state.model = config;
+  state.tokenizer = "byte";
+  SelfCommunicator world("world");
+  ASSERT_TRUE(
+      SaveCheckpoint(dir + "/a", state, params, nullptr, world, true).ok());
+  // Shards of at most 10 kB: the 256-wide MLP weights are 16 kB each.
+  absl::StatusOr<ConvertSummary> hf =
+      ConvertTo(dir + "/a", "hf", dir + "/hf", 10'000);
+  ASSERT_TRUE(hf.ok()) << hf.status();
+  const nlohmann::json index =
+      ReadJson(dir + "/hf/model.safetensors.index.json");
+  ASSERT_TRUE(index.is_object());
+  EXPECT_FALSE(fs::exists(dir + "/hf/model.safetensors"));
+  std::set<std::string> files;
+  for (const auto& [name, file] : index["weight_map"].items()) {
+    files.insert(file.get<std::string>());
+  }
+  EXPECT_GT(files.size(), 3u);
+  int64_t total = 0;
+  for (const std::string& file : files) {
+    absl::StatusOr<SafetensorsReader> r =
+        SafetensorsReader::Open(dir + "/hf/" + file);
+    ASSERT_TRUE(r.ok()) << r.status();
+    int64_t bytes = 0;
+    for (const SafetensorsEntry& e : r->tensors()) bytes += e.nbytes();
+    EXPECT_TRUE(bytes <= 10'000 || r->tensors().size() == 1) << file;
+    total += bytes;
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total);
+  const nlohmann::json cfg = ReadJson(dir + "/hf/config.json");
+  EXPECT_EQ(cfg["intermediate_size"], config.LlamaFfnHidden());
+  EXPECT_EQ(cfg["rope_scaling"]["rope_type"], "llama3");
+  EXPECT_EQ(cfg["tie_word_embeddings"], false);
+
+  ASSERT_TRUE(ConvertTo(dir + "/hf", "trellis", dir + "/b").ok());
+  for (const auto& [name, shape] : ModelTensorShapes(config)) {
+    EXPECT_EQ(TrellisTensor(dir + "/b/step_00000000", name),
+              TrellisTensor(dir + "/a/step_00000000", name))
+        << name;
+  }
+}
+
+TEST(HfLlamaConvertTest, ParsesShardSizesAsSavePretrainedDoes) {
+  EXPECT_EQ(ParseByteSize("5GB").value_or(0), 5'000'000'000);
+  EXPECT_EQ(ParseByteSize("2GiB").value_or(0), int64_t{2} << 30);
+  EXPECT_EQ(ParseByteSize("500MB").value_or(0), 500'000'000);
+  EXPECT_EQ(ParseByteSize("8kib").value_or(0), 8192);
+  EXPECT_EQ(ParseByteSize("1000").value_or(0), 1000);
+  for (const char* bad : {"0", "-1", "5XB", "GB", "", "99999999999GB"}) {
+    EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
+  }
+}
+
+TEST(HfLlamaConvertTest, AnIndexMustMapTensorsToFilesBesideItThatHoldThem) {
+  const std::string dir = test::Scratch();
+  test::WriteTinyLlama(dir, {.shards = 2});
+  const std::string path = dir + "/model.safetensors.index.json";
+  const nlohmann::json index = ReadJson(path);
+  const std::string norm = "model.norm.weight";
+  const std::string other =
+      index["weight_map"][norm] == "model-00001-of-00002.safetensors"
+          ? "model-00002-of-00002.safetensors"
+          : "model-00001-of-00002.safetensors";
+  struct Case {
+    nlohmann::json index;
+    std::string expect;
+  };
+  std::vector<Case> cases = {{index, "does not hold it"},
+                             {index, "must name a file of the same directory"},
+                             {{{"metadata", index["metadata"]}}, "weight_map"}};
+  cases[0].index["weight_map"][norm] = other;
+  cases[1].index["weight_map"][norm] = "../" + other;
+  for (const Case& c : cases) {
+    test::WriteBytes(path, c.index.dump());
+    const absl::StatusOr<ConvertSummary> r =
+        ConvertTo(dir, "trellis", dir + "/out");
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_THAT(std::string(r.status().message()),
+                ::testing::AllOf(HasSubstr(path), HasSubstr(c.expect)));
+  }
+}
+
+// trellis-convert run as a user runs it: exit status and output.
+struct Refusal {
+  const char* name;
+  test::TinyLlama model;
+  std::vector<std::string> expect;  // Substrings of the one line.
+  std::vector<std::string> flags = {};
+};
+void PrintTo(const Refusal& r, std::ostream* os) { *os << r.name; }
+
+class HfLlamaRefusalTest : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(HfLlamaRefusalTest, IsOneLineNamingTheKeyAndValue) {
+  const Refusal& r = GetParam();
+  const std::string dir = test::Scratch();
+  test::WriteTinyLlama(dir, r.model);
+  std::vector<std::string> argv = {test::Program("convert"), "--input=" + dir,
+                                   "--to=trellis", "--output=" + dir + "/out",
+                                   "--progress=false"};
+  argv.insert(argv.end(), r.flags.begin(), r.flags.end());
+  const std::string log = dir + "/log.txt";
+  EXPECT_NE(test::RunProgram(argv, log), 0);
+  const std::string text = test::ReadFile(log);
+  const std::vector<std::string> lines =
+      absl::StrSplit(text, '\n', absl::SkipEmpty());
+  ASSERT_THAT(lines, SizeIs(1)) << text;
+  EXPECT_THAT(lines[0], HasSubstr("trellis-convert: error: "));
+  for (const std::string& s : r.expect) EXPECT_THAT(lines[0], HasSubstr(s));
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, HfLlamaRefusalTest,
+    ::testing::Values(
+        Refusal{"unknown_model_type",
+                {.config_patch = {{"model_type", "mistral"}}},
+                {"config.json", "model_type \"mistral\""}},
+        Refusal{"rope_scaling_type",
+                {.config_patch = {{"rope_scaling",
+                                   {{"rope_type", "linear"}, {"factor", 2}}}}},
+                {"rope_scaling.rope_type \"linear\"", "not implemented"}},
+        Refusal{
+            "llama3_without_factor",
+            {.config_patch = {{"rope_scaling",
+                               {{"rope_type", "llama3"},
+                                {"low_freq_factor", 1.0},
+                                {"high_freq_factor", 4.0},
+                                {"original_max_position_embeddings", 32}}}}},
+            {"rope_scaling: factor is missing"}},
+        Refusal{"heads_not_divisible",
+                {.config_patch = {{"num_key_value_heads", 3}}},
+                {"num_key_value_heads 3", "num_attention_heads 4"}},
+        Refusal{"missing_tensor",
+                {.drop = {"model.layers.1.mlp.up_proj.weight"}},
+                {"model.safetensors", "model.layers.1.mlp.up_proj.weight"}},
+        Refusal{"missing_tensor_sharded",
+                {.shards = 2, .drop = {"model.norm.weight"}},
+                {"model.safetensors.index.json", "model.norm.weight"}},
+        Refusal{
+            "shape_mismatch",
+            {.reshape = {{"model.layers.0.self_attn.k_proj.weight", {8, 32}}}},
+            {"model.layers.0.self_attn.k_proj.weight", "(8, 32)", "(16, 32)"}},
+        Refusal{"architecture",
+                {.config_patch = {{"architectures",
+                                   {"LlamaForSequenceClassification"}}}},
+                {"architectures", "LlamaForSequenceClassification"}},
+        Refusal{"activation",
+                {.config_patch = {{"hidden_act", "gelu"}}},
+                {"hidden_act \"gelu\""}},
+        Refusal{"missing_key",
+                {.config_patch = {{"intermediate_size", nullptr}}},
+                {"intermediate_size is missing"}},
+        Refusal{"other_head_in_tied_model",
+                {.config_patch = {{"tie_word_embeddings", true}}},
+                {"lm_head.weight differs", "tie_word_embeddings"}},
+        Refusal{"bad_shard_size",
+                {},
+                {"--max_shard_size: 'lots'"},
+                {"--to=hf", "--max_shard_size=lots"}}),
+    [](const ::testing::TestParamInfo<Refusal>& info) {
+      return std::string(info.param.name);
+    });
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,98 @@
+// The files of a Hugging Face model directory, whatever the family:
+//
+//   config.json                        the model's shape; model_type (and
+//                                      architectures) name its family
+//   model.safetensors                  every tensor, or, sharded,
+//   model-0000k-of-0000n.safetensors   the tensors split over n files and
+//   model.safetensors.index.json       {"metadata": {"total_size": bytes},
+//                                       "weight_map": {tensor: file}}
+//
+// HfSafetensors reads either layout as one set of named tensors; the index
+// must name files of the same directory, and every tensor it maps must be
+// in the file it names. WriteHfSafetensors writes one file, or shards of at
+// most max_shard_size bytes each (a tensor larger than that alone in its
+// shard) with the index, as save_pretrained does; each tensor is made when
+// its shard is written, so at most one shard of output is in memory.
+//
+// Thread safety: an HfSafetensors may be read from several threads at once
+// (as SafetensorsReader); the functions are pure but for the files they
+// write.
+#ifndef TRELLIS_TOOLS_CONVERT_HF_FILES_H_
+#define TRELLIS_TOOLS_CONVERT_HF_FILES_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "framework/safetensors.h"
+#include "framework/tensor.h"
+#include "transformer/config.h"
+
+namespace trellis {
+
+inline constexpr char kHfIndexFile[] = "model.safetensors.index.json";
+inline constexpr char kHfSingleFile[] = "model.safetensors";
+// save_pretrained's default limit: "5GB".
+inline constexpr int64_t kHfDefaultMaxShardSize = 5'000'000'000;
+
+// The family config.json at `path` describes: model_type "gpt2" (or no
+// model_type, as old GPT-2 configs) or "llama" with a causal-LM
+// architecture; else InvalidArgument naming the key and its value.
+absl::StatusOr<ModelFamilyKind> HfModelFamily(const std::string& path);
+
+class HfSafetensors {
+ public:
+  // `input`: a model directory, its model.safetensors or its index file.
+  static absl::StatusOr<HfSafetensors> Open(const std::string& input);
+
+  // The directory (config.json lives there).
+  const std::string& dir() const { return dir_; }
+  // The single file, or the index: what messages name.
+  const std::string& path() const { return path_; }
+  // Every tensor name, file by file in data order.
+  std::vector<std::string> names() const;
+  const SafetensorsEntry* Find(const std::string& name) const;
+  // Tensor `name` of float32, float16 or bfloat16 and shape `shape`, in its
+  // stored dtype; errors name path() and the tensor (missing, other dtype,
+  // other shape).
+  absl::StatusOr<Tensor> Read(const std::string& name,
+                              const Shape& shape) const;
+
+ private:
+  HfSafetensors() = default;
+  absl::Status OpenIndex(const std::string& index);
+
+  std::string dir_, path_;
+  std::vector<SafetensorsReader> files_;
+  std::map<std::string, size_t> where_;  // Tensor → files_ index.
+};
+
+// An output tensor: its name, shape and dtype, and how to make it.
+struct HfOutputTensor {
+  std::string name;
+  Shape shape;
+  DType dtype;
+  std::function<Tensor()> make;
+  int64_t nbytes() const { return NumElements(shape) * DTypeSize(dtype); }
+};
+
+// Writes `tensors` into directory `dir` (which exists) in order: one
+// model.safetensors when their bytes total at most `max_shard_size`, else
+// shards and the index. Removes the other layout's stale files. Calls
+// `progress(done, total, bytes)` after each tensor. Returns the bytes of
+// tensor data written.
+absl::StatusOr<int64_t> WriteHfSafetensors(
+    const std::string& dir, const std::vector<HfOutputTensor>& tensors,
+    int64_t max_shard_size,
+    const std::function<void(int64_t, int64_t, int64_t)>& progress);
+
+// "5GB" (10⁹), "500MB", "64KB", "2GiB" (2³⁰), "512MiB", "8KiB" or a byte
+// count; InvalidArgument naming the text otherwise or when not positive.
+absl::StatusOr<int64_t> ParseByteSize(const std::string& text);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_CONVERT_HF_FILES_H_

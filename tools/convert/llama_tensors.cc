@@ -1,0 +1,393 @@
+#include "tools/convert/llama_tensors.h"
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "framework/float16.h"
+#include "framework/status.h"
+#include "transformer/llama_parameters.h"
+#include "transformer/model_family.h"
+
+namespace trellis {
+namespace {
+
+using json = nlohmann::json;
+
+// One trellis tensor and the HF tensors it is made of: their rows stacked,
+// then transposed when `transposed`; else the one HF tensor as it is.
+struct HfPart {
+  std::string name;
+  Shape shape;
+};
+struct LlamaMapping {
+  std::string logical;
+  Shape shape;
+  std::vector<HfPart> parts;
+  bool transposed = false;
+};
+
+// Every trellis tensor of `c`, in ModelTensorShapes order.
+std::vector<LlamaMapping> Mappings(const ModelConfig& c) {
+  const int64_t d = c.d_model, hd = c.head_dim(), f = c.LlamaFfnHidden();
+  const int64_t q = c.n_head * hd, kv = c.kv_heads() * hd;
+  auto copy = [](const std::string& name, Shape shape) {
+    return LlamaMapping{name, shape, {{name, shape}}, false};
+  };
+  std::vector<LlamaMapping> m = {copy(kLlamaEmbedding, {c.vocab_size, d})};
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    auto name = [&](const char* suffix) { return LlamaLayerName(l, suffix); };
+    m.push_back(copy(name("input_layernorm.weight"), {d}));
+    m.push_back({name("self_attn.qkv_proj.weight"),
+                 {d, q + 2 * kv},
+                 {{name("self_attn.q_proj.weight"), {q, d}},
+                  {name("self_attn.k_proj.weight"), {kv, d}},
+                  {name("self_attn.v_proj.weight"), {kv, d}}},
+                 true});
+    m.push_back({name("self_attn.o_proj.weight"),
+                 {q, d},
+                 {{name("self_attn.o_proj.weight"), {d, q}}},
+                 true});
+    m.push_back(copy(name("post_attention_layernorm.weight"), {d}));
+    m.push_back({name("mlp.gate_up_proj.weight"),
+                 {d, 2 * f},
+                 {{name("mlp.gate_proj.weight"), {f, d}},
+                  {name("mlp.up_proj.weight"), {f, d}}},
+                 true});
+    m.push_back({name("mlp.down_proj.weight"),
+                 {f, d},
+                 {{name("mlp.down_proj.weight"), {d, f}}},
+                 true});
+  }
+  m.push_back(copy(kLlamaNorm, {d}));
+  if (!c.tie_embeddings) m.push_back(copy(kLlamaHead, {c.vocab_size, d}));
+  return m;
+}
+
+Tensor ConvertTo(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::Empty(t.shape(), dtype);
+  ConvertElements(t.raw(), t.dtype(), out.raw(), dtype, t.numel());
+  return out;
+}
+
+// Part k of mapping m cut out of the float32 trellis tensor t.
+Tensor PartOf(const LlamaMapping& m, size_t k, const Tensor& t) {
+  if (!m.transposed) return t;
+  int64_t first = 0;
+  for (size_t i = 0; i < k; ++i) first += m.parts[i].shape[0];
+  const int64_t rows = m.parts[k].shape[0], cols = m.parts[k].shape[1];
+  const int64_t width = t.dim(1);
+  Tensor out = Tensor::Empty({rows, cols}, DType::kF32);
+  const float* src = t.data<float>();
+  float* dst = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      dst[r * cols + c] = src[c * width + first + r];
+    }
+  }
+  return out;
+}
+
+// The value of `key`, or `fallback` when absent or null.
+json Get(const json& j, const char* key, json fallback) {
+  return j.contains(key) && !j.at(key).is_null() ? j.at(key) : fallback;
+}
+
+absl::Status Refuse(const std::string& path, const std::string& key,
+                    const json& value, const std::string& why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": ", key, " ", value.dump(), " ", why));
+}
+
+absl::StatusOr<int64_t> Int(const json& j, const std::string& path,
+                            const char* key, json fallback = nullptr) {
+  const json v = Get(j, key, fallback);
+  if (v.is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", key, " is missing; a LlamaForCausalLM config.json has it"));
+  }
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+    return Refuse(path, key, v, "is not a positive integer");
+  }
+  return v.get<int64_t>();
+}
+
+absl::StatusOr<double> Number(const json& j, const std::string& path,
+                              const char* key, json fallback = nullptr) {
+  const json v = Get(j, key, fallback);
+  if (v.is_null()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", key, " is missing"));
+  }
+  if (!v.is_number() || !(v.get<double>() > 0)) {
+    return Refuse(path, key, v, "is not a positive number");
+  }
+  return v.get<double>();
+}
+
+absl::Status ReadRopeScaling(const json& j, const std::string& path,
+                             ModelConfig& c) {
+  const json s = Get(j, "rope_scaling", nullptr);
+  if (s.is_null()) return absl::OkStatus();
+  if (!s.is_object()) {
+    return Refuse(path, "rope_scaling", s, "is neither null nor an object");
+  }
+  const json type = Get(s, "rope_type", Get(s, "type", "default"));
+  if (type == "default") return absl::OkStatus();
+  if (type != "llama3") {
+    return Refuse(path, "rope_scaling.rope_type", type,
+                  "is not implemented; trellis implements llama3 (or no "
+                  "scaling)");
+  }
+  const std::string p = path + ": rope_scaling";
+  c.rope_scaling = RopeScalingType::kLlama3;
+  TRELLIS_ASSIGN_OR_RETURN(c.rope_factor, Number(s, p, "factor"));
+  TRELLIS_ASSIGN_OR_RETURN(c.rope_low_freq_factor,
+                           Number(s, p, "low_freq_factor"));
+  TRELLIS_ASSIGN_OR_RETURN(c.rope_high_freq_factor,
+                           Number(s, p, "high_freq_factor"));
+  TRELLIS_ASSIGN_OR_RETURN(c.rope_original_max_positions,
+                           Int(s, p, "original_max_position_embeddings"));
+  return absl::OkStatus();
+}
+
+// What trellis's Llama does not compute.
+absl::Status CheckSemantics(const json& j, const std::string& path,
+                            const ModelConfig& c) {
+  const json act = Get(j, "hidden_act", "silu");
+  if (act != "silu") {
+    return Refuse(path, "hidden_act", act, "is not supported; trellis: silu");
+  }
+  for (const char* key : {"attention_bias", "mlp_bias"}) {
+    const json b = Get(j, key, false);
+    if (b != false) {
+      return Refuse(path, key, b, "is not supported; trellis has no biases");
+    }
+  }
+  const json hd = Get(j, "head_dim", c.d_model / c.n_head);
+  if (c.d_model % c.n_head != 0 || hd != c.d_model / c.n_head) {
+    return Refuse(path, "head_dim", hd,
+                  absl::StrCat("is not supported; trellis's head size is "
+                               "hidden_size / num_attention_heads = ",
+                               c.d_model, " / ", c.n_head));
+  }
+  if (c.n_head % c.kv_heads() != 0) {
+    return Refuse(
+        path, "num_key_value_heads", c.kv_heads(),
+        absl::StrCat("does not divide num_attention_heads ", c.n_head));
+  }
+  return absl::OkStatus();
+}
+
+// Reads tensor `m` from its HF parts.
+absl::StatusOr<Tensor> ReadMapped(const HfSafetensors& files,
+                                  const LlamaMapping& m, DType* stored,
+                                  int64_t* bytes) {
+  std::vector<Tensor> parts;
+  for (const HfPart& p : m.parts) {
+    TRELLIS_ASSIGN_OR_RETURN(Tensor t, files.Read(p.name, p.shape));
+    *stored = t.dtype();
+    *bytes += t.nbytes();
+    parts.push_back(ConvertTo(t, DType::kF32));
+  }
+  if (!m.transposed) return parts[0];
+  Tensor out = Tensor::Empty(m.shape, DType::kF32);
+  const int64_t width = m.shape[1];
+  float* dst = out.data<float>();
+  int64_t first = 0;
+  for (const Tensor& p : parts) {
+    const float* src = p.data<float>();
+    for (int64_t r = 0; r < p.dim(0); ++r) {
+      for (int64_t c = 0; c < p.dim(1); ++c) {
+        dst[c * width + first + r] = src[r * p.dim(1) + c];
+      }
+    }
+    first += p.dim(0);
+  }
+  return out;
+}
+
+// A tensor the model does not use: inv_freq buffers pass, a tied lm_head
+// must equal the embedding, anything else is an error.
+absl::Status CheckExtra(const HfSafetensors& files, const std::string& name,
+                        WholeModel& model, int64_t* buffers) {
+  if (absl::EndsWith(name, ".rotary_emb.inv_freq")) {
+    ++*buffers;
+    return absl::OkStatus();
+  }
+  const Tensor& embedding = *model.Find(kLlamaEmbedding);
+  if (name == kLlamaHead) {
+    TRELLIS_ASSIGN_OR_RETURN(Tensor head, files.Read(name, embedding.shape()));
+    head = ConvertTo(head, DType::kF32);
+    if (std::memcmp(head.raw(), embedding.raw(), embedding.nbytes()) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          files.path(), ": tensor ", name, " differs from ", kLlamaEmbedding,
+          " while config.json has tie_word_embeddings true; set it false"));
+    }
+    model.source.insert_or_assign("lm_head", std::string(1, '1'));
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      files.path(), ": tensor ", name,
+      " is not part of a LlamaForCausalLM of the shape config.json gives"));
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ReadHfLlamaConfig(const std::string& path) {
+  std::ifstream in(path);
+  const json j = json::parse(in, nullptr, false);
+  if (!in || j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a JSON object"));
+  }
+  ModelConfig c;
+  c.family = ModelFamilyKind::kLlama;
+  TRELLIS_ASSIGN_OR_RETURN(c.n_layer, Int(j, path, "num_hidden_layers"));
+  TRELLIS_ASSIGN_OR_RETURN(c.n_head, Int(j, path, "num_attention_heads"));
+  TRELLIS_ASSIGN_OR_RETURN(c.d_model, Int(j, path, "hidden_size"));
+  TRELLIS_ASSIGN_OR_RETURN(c.n_kv_heads,
+                           Int(j, path, "num_key_value_heads", c.n_head));
+  TRELLIS_ASSIGN_OR_RETURN(c.ffn_hidden, Int(j, path, "intermediate_size"));
+  TRELLIS_ASSIGN_OR_RETURN(c.seq_len,
+                           Int(j, path, "max_position_embeddings", 2048));
+  TRELLIS_ASSIGN_OR_RETURN(c.vocab_size, Int(j, path, "vocab_size"));
+  TRELLIS_ASSIGN_OR_RETURN(c.norm_eps, Number(j, path, "rms_norm_eps", 1e-6));
+  TRELLIS_ASSIGN_OR_RETURN(c.rope_theta, Number(j, path, "rope_theta", 1e4));
+  const json tie = Get(j, "tie_word_embeddings", false);
+  if (!tie.is_boolean()) {
+    return Refuse(path, "tie_word_embeddings", tie, "is not true or false");
+  }
+  c.tie_embeddings = tie.get<bool>();
+  TRELLIS_RETURN_IF_ERROR(ReadRopeScaling(j, path, c));
+  TRELLIS_RETURN_IF_ERROR(CheckSemantics(j, path, c));
+  const absl::Status valid = c.Validate();
+  if (!valid.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", valid.message()));
+  }
+  return c;
+}
+
+std::string HfLlamaConfigJson(const ModelConfig& c, DType dtype,
+                              const std::string& tokenizer) {
+  const char* torch_dtype = dtype == DType::kBF16  ? "bfloat16"
+                            : dtype == DType::kF16 ? "float16"
+                                                   : "float32";
+  nlohmann::ordered_json scaling = nullptr;
+  if (c.rope_scaling == RopeScalingType::kLlama3) {
+    scaling = {
+        {"rope_type", "llama3"},
+        {"factor", c.rope_factor},
+        {"low_freq_factor", c.rope_low_freq_factor},
+        {"high_freq_factor", c.rope_high_freq_factor},
+        {"original_max_position_embeddings", c.rope_original_max_positions}};
+  }
+  const nlohmann::ordered_json j = {{"architectures", {"LlamaForCausalLM"}},
+                                    {"model_type", "llama"},
+                                    {"attention_bias", false},
+                                    {"attention_dropout", 0.0},
+                                    {"head_dim", c.head_dim()},
+                                    {"hidden_act", "silu"},
+                                    {"hidden_size", c.d_model},
+                                    {"initializer_range", 0.02},
+                                    {"intermediate_size", c.LlamaFfnHidden()},
+                                    {"max_position_embeddings", c.seq_len},
+                                    {"mlp_bias", false},
+                                    {"num_attention_heads", c.n_head},
+                                    {"num_hidden_layers", c.n_layer},
+                                    {"num_key_value_heads", c.kv_heads()},
+                                    {"pretraining_tp", 1},
+                                    {"rms_norm_eps", c.norm_eps},
+                                    {"rope_scaling", scaling},
+                                    {"rope_theta", c.rope_theta},
+                                    {"tie_word_embeddings", c.tie_embeddings},
+                                    {"torch_dtype", torch_dtype},
+                                    {"use_cache", true},
+                                    {"vocab_size", c.vocab_size},
+                                    {"trellis_tokenizer", tokenizer}};
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<WholeModel> ReadHfLlamaModel(const HfSafetensors& files,
+                                            const ModelConfig& config,
+                                            const ProgressFn& progress) {
+  WholeModel model;
+  model.config = config;
+  const std::vector<LlamaMapping> mappings = Mappings(config);
+  std::set<std::string> used;
+  int64_t bytes = 0;
+  for (const LlamaMapping& m : mappings) {
+    DType stored = DType::kF32;
+    TRELLIS_ASSIGN_OR_RETURN(Tensor t, ReadMapped(files, m, &stored, &bytes));
+    if (m.logical == kLlamaEmbedding) model.source_dtype = stored;
+    model.tensors.emplace_back(m.logical, std::move(t));
+    for (const HfPart& p : m.parts) used.insert(p.name);
+    if (progress) progress(model.tensors.size(), mappings.size(), bytes);
+  }
+  int64_t buffers = 0;
+  for (const std::string& name : files.names()) {
+    if (used.count(name) == 0) {
+      TRELLIS_RETURN_IF_ERROR(CheckExtra(files, name, model, &buffers));
+    }
+  }
+  if (buffers > 0) {
+    model.notes.push_back(absl::StrCat(
+        "skipped ", buffers,
+        " rotary_emb.inv_freq buffers: they are not weights (trellis "
+        "computes them from rope_theta and rope_scaling)"));
+  }
+  // The shapes are the family's parameters, in its order.
+  const auto shapes = ModelTensorShapes(config);
+  TRELLIS_CHECK(shapes.size() == model.tensors.size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    TRELLIS_CHECK(shapes[i].first == model.tensors[i].first &&
+                  shapes[i].second == model.tensors[i].second.shape())
+        << shapes[i].first;
+  }
+  model.source["format"] = "hf";
+  model.source["dtype"] = DTypeName(model.source_dtype);
+  return model;
+}
+
+absl::StatusOr<std::vector<HfOutputTensor>> HfLlamaTensors(
+    const WholeModel& model, DType dtype, bool lm_head) {
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Hugging Face weights are float32, float16 or bfloat16, not ",
+        DTypeName(dtype)));
+  }
+  // State-dict order: each layer's attention and MLP, then its norms.
+  const std::vector<LlamaMapping> mappings = Mappings(model.config);
+  std::vector<HfOutputTensor> out;
+  auto add = [&](const LlamaMapping& m, size_t k, const std::string& name) {
+    const Tensor* t = model.Find(m.logical);
+    TRELLIS_CHECK(t != nullptr) << m.logical;
+    out.push_back({name, m.parts[k].shape, dtype, [m, k, t, dtype] {
+                     return ConvertTo(PartOf(m, k, *t), dtype);
+                   }});
+  };
+  std::vector<const LlamaMapping*> norms;
+  for (const LlamaMapping& m : mappings) {
+    if (absl::EndsWith(m.logical, "layernorm.weight")) {
+      norms.push_back(&m);
+      continue;
+    }
+    for (size_t k = 0; k < m.parts.size(); ++k) add(m, k, m.parts[k].name);
+    if (absl::EndsWith(m.logical, "mlp.down_proj.weight")) {
+      for (const LlamaMapping* n : norms) add(*n, 0, n->logical);
+      norms.clear();
+    }
+  }
+  if (model.config.tie_embeddings && lm_head) {
+    add(mappings.front(), 0, kLlamaHead);
+  }
+  return out;
+}
+
+}  // namespace trellis
