@@ -6,10 +6,11 @@
 // 20 steps) and keeps its per-step losses and its gradients after step 1 as
 // whole logical tensors. Then each layout runs on a sub-world of ranks
 // [first, first + dp·tp·pp) (layouts smaller than the world run side by
-// side) and must match: each step's loss to 1e-4 relative, and after step 1
-// each rank's gradient shard, element by element through its ShardSpec, to
-// 1e-4 of the tensor's largest reference gradient (padded vocabulary rows
-// exactly zero). The tied `wte` is checked on the first and the last stage.
+// side) and must match: each step's loss and gradient norm to 1e-4
+// relative, and after step 1 each rank's gradient shard, element by element
+// through its ShardSpec, to 1e-4 of the tensor's largest reference gradient
+// (padded vocabulary rows exactly zero). The tied `wte` is checked on the first
+// and the last stage.
 //
 // With TRELLIS_TEST_PIPELINE_P2P=rendezvous in the environment every
 // layout's pp group sends as NCCL does (MpiP2P::kRendezvous: synchronous
@@ -72,6 +73,7 @@ std::vector<Layout> BothSchedules(int dp, int tp, int pp) {
 // What every layout is held to.
 struct Reference {
   std::vector<double> losses;                        // per step
+  std::vector<double> grad_norms;                    // per step
   std::map<std::string, std::vector<double>> grads;  // after step 1, whole
 };
 
@@ -136,6 +138,7 @@ class LayoutEquivalenceTest : public ::testing::Test {
       EXPECT_TRUE(m.ok()) << m.status();
       if (!m.ok()) return ref;
       ref.losses.push_back(m->loss);
+      ref.grad_norms.push_back(m->grad_norm);
       if (step > 0) continue;
       for (const Parameter* p : (*trainer)->model().params().all()) {
         ref.grads[p->name] = LogicalGrad(*p);
@@ -208,6 +211,10 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
     const double want = reference_->losses[step];
     EXPECT_NEAR(m->loss, want, kTolerance * std::abs(want))
         << "step " << step + 1;
+    // Each logical gradient element counted once, whatever holds it.
+    const double norm = reference_->grad_norms[step];
+    EXPECT_NEAR(m->grad_norm, norm, kTolerance * norm)
+        << "gradient norm, step " << step + 1;
   }
   // Training did something: the loss moved.
   EXPECT_LT(reference_->losses.back(), reference_->losses.front() - 0.05);
