@@ -287,8 +287,9 @@ void LayoutEquivalenceTest::ExpectGradsMatch(const ParameterSet& params) {
 }
 
 // Over the layout's ranks, the primary copies (tp-replicated tensors on tp
-// rank 0, the tied embedding where it embeds) hold every logical element of
-// every reference parameter exactly once per data-parallel replica.
+// rank 0, the tied embedding where it embeds, pieces replicated over a
+// sub-group of tp on its first rank) hold every logical element of every
+// reference parameter exactly once per data-parallel replica.
 void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
                                                    const Layout& layout,
                                                    Communicator& world) {
@@ -299,28 +300,18 @@ void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
   Tensor held = Tensor::Zeros({1}, DType::kI64);
   for (const Parameter* p : params.all()) {
     if (!p->primary) continue;
-    // Replicated pieces count on their owner only.
-    std::vector<bool> owned(
-        p->spec.LocalShape().empty()
-            ? 1
-            : p->spec.LocalShape()[std::max(p->spec.split_dim, 0)],
-        true);
-    for (const ShardSpec::ReplicatedPiece& r : p->spec.ReplicatedPieces()) {
-      for (int64_t j = 0; j < r.length; ++j) {
-        owned[r.local_start + j] = r.owned;
-      }
+    const ShardSpec& spec = p->spec;
+    if (spec.replicated()) {
+      held.data<int64_t>()[0] += NumElements(spec.logical_shape);
+      continue;
     }
-    int64_t inner = 1;
-    const Shape local = p->spec.LocalShape();
-    for (int d = p->spec.split_dim + 1; d < static_cast<int>(local.size());
-         ++d) {
-      inner *= local[d];
+    // The runs a checkpoint writes: pieces replicated over a sub-group of
+    // tp count on their owner only, padding nowhere.
+    const int64_t across =
+        NumElements(spec.logical_shape) / spec.logical_shape[spec.split_dim];
+    for (const ShardSpec::Run& run : spec.OwnedRuns()) {
+      held.data<int64_t>()[0] += run.length * across;
     }
-    p->spec.ForEachElement([&](int64_t i, int64_t logical) {
-      const bool mine = p->spec.replicated() ||
-                        owned[(i / inner) % static_cast<int64_t>(owned.size())];
-      held.data<int64_t>()[0] += logical >= 0 && mine;
-    });
   }
   world.AllReduce(held, ReduceOp::kSum);
   EXPECT_EQ(held.data<int64_t>()[0], layout.dp * total);
