@@ -53,6 +53,29 @@ void DeviceCopy(void* dst, Device dst_device, const void* src,
 #endif
 }
 
+void DeviceCopyRows(void* dst, size_t dst_pitch, const void* src,
+                    size_t src_pitch, size_t row_bytes, size_t rows,
+                    Device device) {
+  if (row_bytes == 0 || rows == 0) return;
+  TRELLIS_CHECK(row_bytes <= dst_pitch && row_bytes <= src_pitch)
+      << "rows of " << row_bytes << " bytes with pitches " << dst_pitch
+      << " and " << src_pitch;
+  if (device.is_cpu()) {
+    if (!InsideCpuKernel()) CountLaunches(1);
+    for (size_t r = 0; r < rows; ++r) {
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                  static_cast<const char*>(src) + r * src_pitch, row_bytes);
+    }
+    return;
+  }
+#if defined(TRELLIS_WITH_CUDA)
+  CountLaunches(1);
+  CudaCopyRows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
+#else
+  TRELLIS_CHECK(false) << "this build of trellis has no CUDA backend";
+#endif
+}
+
 void DeviceMemset(void* data, Device device, int value, size_t bytes) {
   if (device.is_cpu()) {
     if (!InsideCpuKernel()) CountLaunches(1);

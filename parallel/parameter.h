@@ -38,6 +38,8 @@ struct Parameter {
   // True on the one copy of each logical element that the global gradient
   // norm counts and checkpoints store: tp-replicated tensors on tp rank 0
   // only, the tied embedding on the stage that holds the embedding lookup.
+  // Pieces replicated over sub-groups of tp inside a split tensor are owned
+  // element-wise instead (ShardSpec::OwnedRuns, parallel/replicas.h).
   bool primary = true;
 
   int64_t numel() const { return value.numel(); }

@@ -8,7 +8,18 @@
 // in memory to `padded_size` (the vocabulary, padded to a multiple of tp and
 // of 128): padded elements exist only in memory and map to no logical index.
 //
-// Invariants: the padded size is divisible by groups · parts.
+// Unequal blocks (`group_sizes`) may each be cut into fewer pieces than there
+// are ranks (`group_parts`): a block cut into q < parts pieces is replicated
+// over sub-groups of parts / q consecutive ranks, rank `index` holding piece
+// index / (parts / q). That is a grouped-query [Q | K | V] projection with
+// fewer key/value heads than tp ranks: every rank holds the one key/value
+// head its query heads use. Of the ranks holding a replicated piece, the
+// first (index a multiple of parts / q) owns it: checkpoints store and the
+// gradient norm counts its copy alone (Owned*), and the replicas' gradients
+// are summed over the sub-group (parallel/replicas.h).
+//
+// Invariants: the padded size is divisible by groups · parts; each block of
+// group_sizes is divisible by its piece count, which divides parts.
 // Thread safety: a value type; all methods are const.
 #ifndef TRELLIS_PARALLEL_SHARD_H_
 #define TRELLIS_PARALLEL_SHARD_H_
@@ -31,6 +42,9 @@ struct ShardSpec {
   // Unequal blocks along split_dim, their extents in order (sum: the
   // dimension; groups = their count); empty: `groups` equal blocks.
   std::vector<int64_t> group_sizes;
+  // Pieces each block of group_sizes is cut into (each divides parts);
+  // empty: `parts` each, no replication.
+  std::vector<int64_t> group_parts;
 
   static ShardSpec Replicated(Shape shape);
   // Splits `dim` of `shape` into `parts` (with `groups` blocks), padding it to
@@ -40,8 +54,11 @@ struct ShardSpec {
 
   // Splits `dim` of `shape` (whose extent is the sum of `sizes`) into
   // blocks of `sizes`, each divided into `parts`.
+  // With `pieces` (one per block, each dividing parts and its block), block
+  // g is cut into pieces[g] only, replicated over parts / pieces[g] ranks.
   static ShardSpec SplitGroups(Shape shape, int dim, int64_t parts,
-                               int64_t index, std::vector<int64_t> sizes);
+                               int64_t index, std::vector<int64_t> sizes,
+                               std::vector<int64_t> pieces = {});
 
   bool replicated() const { return split_dim < 0; }
   Shape LocalShape() const;
@@ -56,6 +73,30 @@ struct ShardSpec {
     int64_t length;
   };
   std::vector<Run> Runs() const;
+  // The runs this rank owns: all of Runs() but the pieces of replicated
+  // blocks held by a rank that is not their sub-group's first. What a
+  // checkpoint writes from this rank (a wholly replicated tensor is owned
+  // by one rank through Parameter::primary instead).
+  std::vector<Run> OwnedRuns() const;
+
+  // A block of group_sizes replicated over a sub-group of ranks: this
+  // rank's piece of it, local [local_start, local_start + length) along
+  // split_dim, logical [logical_start, ...), piece `piece` of the block's
+  // block_size / length pieces.
+  struct ReplicatedPiece {
+    int64_t local_start;
+    int64_t logical_start;
+    int64_t length;
+    int64_t block_start;  // Logical start of the whole block.
+    int64_t block_size;
+    int64_t piece;
+    int64_t replicas;  // Ranks holding this piece.
+    bool owned;        // This rank is the sub-group's first.
+  };
+  // Every replicated piece this rank holds, in local order; empty when no
+  // block is replicated over a sub-group.
+  std::vector<ReplicatedPiece> ReplicatedPieces() const;
+  bool has_replicated_pieces() const;
 
   // Logical flat index of each local element, or -1 for padding; calls
   // `visit(local_flat, logical_flat)` for every local element in order.

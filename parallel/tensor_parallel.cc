@@ -29,11 +29,12 @@ ShardSpec ColumnParallelLinear::BiasSpec(int64_t out, int64_t parts,
 
 ShardSpec ColumnParallelLinear::WeightSpec(int64_t in, int64_t parts,
                                            int64_t index,
-                                           std::vector<int64_t> group_sizes) {
+                                           std::vector<int64_t> group_sizes,
+                                           std::vector<int64_t> group_parts) {
   int64_t out = 0;
   for (int64_t size : group_sizes) out += size;
   return ShardSpec::SplitGroups({in, out}, 1, parts, index,
-                                std::move(group_sizes));
+                                std::move(group_sizes), std::move(group_parts));
 }
 
 namespace {
@@ -72,6 +73,7 @@ ColumnParallelLinear::ColumnParallelLinear(Parameter& weight, Parameter& bias)
   TRELLIS_CHECK(b.logical_shape.size() == 1 && b.split_dim == 0 &&
                 b.parts == w.parts && b.index == w.index &&
                 b.groups == w.groups && b.group_sizes == w.group_sizes &&
+                b.group_parts == w.group_parts &&
                 b.logical_shape[0] == w.logical_shape[1])
       << "column-parallel layer given bias " << bias.name << " split as "
       << b.DebugString() << " for weight " << w.DebugString()

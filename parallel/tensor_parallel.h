@@ -54,9 +54,13 @@ class ColumnParallelLinear {
   static ShardSpec WeightSpec(int64_t in, int64_t out, int64_t parts,
                               int64_t index, int64_t groups = 1);
   // Columns in unequal blocks of `group_sizes` (summing to out), each split
-  // over `parts` ranks: a grouped-query [Q | K | V] projection.
+  // over `parts` ranks: a grouped-query [Q | K | V] projection. With
+  // `group_parts`, block g is cut into group_parts[g] pieces only and each
+  // piece replicated over parts / group_parts[g] ranks (key/value heads
+  // fewer than tp ranks; ShardSpec::SplitGroups).
   static ShardSpec WeightSpec(int64_t in, int64_t parts, int64_t index,
-                              std::vector<int64_t> group_sizes);
+                              std::vector<int64_t> group_sizes,
+                              std::vector<int64_t> group_parts = {});
   // The bias is split like the weight's columns.
   static ShardSpec BiasSpec(int64_t out, int64_t parts, int64_t index,
                             int64_t groups = 1);

@@ -29,9 +29,9 @@ LlamaBlock::LlamaBlock(const ModelConfig& config, int64_t layer, TpPlace tp,
                    config.n_head / tp.size * config.head_dim()),
       options_(options),
       local_heads_(config.n_head / tp.size),
-      local_kv_heads_(config.kv_heads() / tp.size),
+      local_kv_heads_(LlamaLocalKvHeads(config, tp.size)),
       head_dim_(config.head_dim()),
-      qkv_width_((config.n_head + 2 * config.kv_heads()) / tp.size *
+      qkv_width_((config.n_head / tp.size + 2 * local_kv_heads_) *
                  config.head_dim()),
       ffn_width_(config.LlamaFfnHidden() / tp.size),
       eps_(config.norm_eps),
@@ -49,7 +49,8 @@ LlamaBlock::LlamaBlock(const ModelConfig& config, int64_t layer, TpPlace tp,
       gate_up_proj_(*gate_up_w_),
       down_proj_(*down_w_) {
   TRELLIS_CHECK_EQ(config.n_head % tp.size, 0);
-  TRELLIS_CHECK_EQ(config.kv_heads() % tp.size, 0);
+  TRELLIS_CHECK(config.kv_heads() % tp.size == 0 ||
+                tp.size % config.kv_heads() == 0);
   TRELLIS_CHECK_EQ(config.LlamaFfnHidden() % tp.size, 0);
   // The fused projections' splits must be the ones the math assumes.
   TRELLIS_CHECK_EQ(qkv_w_->spec.groups, 3);

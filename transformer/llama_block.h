@@ -36,7 +36,8 @@ namespace trellis {
 class LlamaBlock : public DecoderBlock {
  public:
   // REQUIRES: `params` holds the layer's parameters (DeclareLlamaParameters)
-  // and tp divides n_head, n_kv_heads and the MLP width.
+  // and tp divides n_head and the MLP width, and divides n_kv_heads or is a
+  // multiple of it (the heads replicated).
   LlamaBlock(const ModelConfig& config, int64_t layer, TpPlace tp,
              const ParameterSet& params, BlockOptions options = {});
 
@@ -67,7 +68,7 @@ class LlamaBlock : public DecoderBlock {
   int64_t local_heads_;
   int64_t local_kv_heads_;
   int64_t head_dim_;
-  int64_t qkv_width_;  // (H + 2·Hkv)·D / tp
+  int64_t qkv_width_;  // (H / tp + 2 · local Hkv)·D
   int64_t ffn_width_;  // F / tp
   double eps_;
   double rope_theta_;

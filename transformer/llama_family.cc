@@ -53,14 +53,21 @@ class Llama : public ModelFamily {
 
   absl::Status CheckTensorParallel(const ModelConfig& c,
                                    int64_t tp) const override {
-    // Query and key/value heads split over tp (qkv_proj's blocks), and the
-    // MLP's width (gate_up_proj's).
-    if (c.n_head % tp != 0 || c.kv_heads() % tp != 0) {
+    // Query heads split over tp; key/value heads split too, or replicated
+    // over tp / n_kv_heads ranks each when tp exceeds them (qkv_proj's
+    // blocks); and the MLP's width (gate_up_proj's).
+    const int64_t kv = c.kv_heads();
+    if (c.n_head % tp != 0) {
+      return Bad(absl::StrCat("--tp=", tp, " does not divide --n_head=",
+                              c.n_head, "; choose tp dividing the head count"));
+    }
+    if (kv % tp != 0 && tp % kv != 0) {
       return Bad(absl::StrCat(
-          "--tp=", tp, " does not divide --n_head=", c.n_head,
-          " and the key/value heads (", c.kv_heads(),
-          "); choose tp dividing both (replicating key/value heads over tp "
-          "is not supported)"));
+          "--tp=", tp, " and --n_kv_heads=", kv,
+          ": tp must divide the key/value heads or be a multiple of them "
+          "(each head then replicated over tp / n_kv_heads ranks); choose tp "
+          "dividing ",
+          kv, " or a multiple of ", kv));
     }
     if (c.LlamaFfnHidden() % tp != 0) {
       return Bad(absl::StrCat("--tp=", tp, " does not divide the MLP width ",

@@ -1,6 +1,7 @@
 #include "transformer/llama_parameters.h"
 
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "transformer/parameter_adder.h"
@@ -16,9 +17,13 @@ void AddLlamaLayer(const ModelConfig& config, int64_t layer,
   const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
   auto name = [&](const char* suffix) { return LlamaLayerName(layer, suffix); };
   add.Replicated(name("input_layernorm.weight"), {c}, false, 0, 1.0);
-  add.ColumnGroups(
-      name("self_attn.qkv_proj"), c,
-      {config.n_head * d, config.kv_heads() * d, config.kv_heads() * d}, std);
+  // Key/value heads fewer than tp ranks: K and V cut into one piece per
+  // head, each replicated over tp / kv ranks.
+  const int64_t kv = config.kv_heads();
+  std::vector<int64_t> pieces;
+  if (kv < add.tp.size) pieces = {add.tp.size, kv, kv};
+  add.ColumnGroups(name("self_attn.qkv_proj"), c,
+                   {config.n_head * d, kv * d, kv * d}, std, std::move(pieces));
   add.Row(name("self_attn.o_proj"), config.n_head * d, c, proj_std,
           /*with_bias=*/false);
   add.Replicated(name("post_attention_layernorm.weight"), {c}, false, 0, 1.0);
@@ -28,6 +33,11 @@ void AddLlamaLayer(const ModelConfig& config, int64_t layer,
 }
 
 }  // namespace
+
+int64_t LlamaLocalKvHeads(const ModelConfig& config, int64_t tp) {
+  const int64_t kv = config.kv_heads();
+  return kv < tp ? 1 : kv / tp;
+}
 
 std::string LlamaLayerName(int64_t layer, const char* suffix) {
   return absl::StrCat("model.layers.", layer, ".", suffix);

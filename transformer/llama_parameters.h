@@ -20,7 +20,10 @@
 //
 // Tensor parallelism: qkv_proj's columns are three unequal blocks [Q | K |
 // V] (H·D, Hkv·D, Hkv·D), each split over tp, so a rank holds H/tp query
-// and Hkv/tp key/value heads (tp must divide both); gate_up_proj's columns
+// and Hkv/tp key/value heads (tp must divide both). When tp exceeds Hkv (a
+// multiple of it), K and V are cut into Hkv pieces only, each replicated
+// over tp/Hkv ranks: rank r holds key/value head r·Hkv/tp, the one its
+// query heads use (LlamaLocalKvHeads); gate_up_proj's columns
 // are two equal blocks [gate | up] split each; o_proj and down_proj are
 // row-parallel; the embedding and lm_head are split by vocabulary rows
 // (padded in memory as GPT-2's wte); norms are replicated. No biases.
@@ -50,6 +53,10 @@ inline constexpr char kLlamaNorm[] = "model.norm.weight";
 void DeclareLlamaParameters(const ModelConfig& config, const ChunkPlan& plan,
                             TpPlace tp, uint64_t seed, Device device,
                             DType dtype, ParameterSet& params);
+
+// Key/value heads a tp rank holds: Hkv/tp, or 1 when tp exceeds Hkv (the
+// heads replicated over tp/Hkv ranks each).
+int64_t LlamaLocalKvHeads(const ModelConfig& config, int64_t tp);
 
 // "model.layers.<layer>.<suffix>".
 std::string LlamaLayerName(int64_t layer, const char* suffix);

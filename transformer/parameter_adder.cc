@@ -41,10 +41,11 @@ void ParameterAdder::Column(const std::string& prefix, int64_t in, int64_t out,
 
 void ParameterAdder::ColumnGroups(const std::string& prefix, int64_t in,
                                   std::vector<int64_t> group_sizes,
-                                  double init_std) {
+                                  double init_std,
+                                  std::vector<int64_t> group_parts) {
   Add(prefix + ".weight",
-      ColumnParallelLinear::WeightSpec(in, tp.size, tp.rank,
-                                       std::move(group_sizes)),
+      ColumnParallelLinear::WeightSpec(
+          in, tp.size, tp.rank, std::move(group_sizes), std::move(group_parts)),
       /*decay=*/true, init_std, 0.0);
 }
 

@@ -34,9 +34,12 @@ struct ParameterAdder {
   // equal blocks, and (with_bias) its bias.
   void Column(const std::string& prefix, int64_t in, int64_t out,
               int64_t groups, double init_std, bool with_bias = true);
-  // A bias-less column-parallel weight whose columns are unequal blocks.
+  // A bias-less column-parallel weight whose columns are unequal blocks;
+  // with `group_parts`, block g is cut into group_parts[g] pieces only,
+  // each replicated over tp / group_parts[g] ranks (ShardSpec).
   void ColumnGroups(const std::string& prefix, int64_t in,
-                    std::vector<int64_t> group_sizes, double init_std);
+                    std::vector<int64_t> group_sizes, double init_std,
+                    std::vector<int64_t> group_parts = {});
   // A row-parallel layer's weight (in, out) and (with_bias) its bias.
   void Row(const std::string& prefix, int64_t in, int64_t out, double init_std,
            bool with_bias = true);

@@ -114,6 +114,17 @@ void CudaCopy(void* dst, const void* src, size_t bytes) {
   TRELLIS_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }
 
+void CudaCopyRows(void* dst, size_t dst_pitch, const void* src,
+                  size_t src_pitch, size_t row_bytes, size_t rows) {
+  if (row_bytes == 0 || rows == 0) return;
+  const int dst_device = DeviceOf(dst);
+  const int device = dst_device >= 0 ? dst_device : DeviceOf(src);
+  TRELLIS_CHECK(device >= 0) << "CudaCopyRows copies device memory";
+  CudaDeviceGuard guard(device);
+  TRELLIS_CUDA_CHECK(cudaMemcpy2D(dst, dst_pitch, src, src_pitch, row_bytes,
+                                  rows, cudaMemcpyDeviceToDevice));
+}
+
 void CudaCopyToHost(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
   CountHostWait();

@@ -27,6 +27,11 @@ void CudaFree(void* data, int device);
 // addressing decides the direction). With a host side it blocks the host:
 // one counted host wait.
 void CudaCopy(void* dst, const void* src, size_t bytes);
+// Copies `rows` rows of `row_bytes` bytes between device memory rows
+// `src_pitch` and `dst_pitch` bytes apart (cudaMemcpy2D); queued on the
+// memory's device, ordered like CudaCopy's device-to-device copies.
+void CudaCopyRows(void* dst, size_t dst_pitch, const void* src,
+                  size_t src_pitch, size_t row_bytes, size_t rows);
 // Copies `bytes` of device memory of the current device to host memory
 // `dst`, after the work queued before: one counted host wait.
 void CudaCopyToHost(void* dst, const void* src, size_t bytes);

@@ -560,5 +560,45 @@ TEST(TrellisConvertTest, ShardsHoldEachRanksTensorsAsTheTrainerCutsThem) {
   }
 }
 
+// One key/value head over tp 2: both ranks' shard files hold it (the
+// trainer's replicated cut) and their attributes say so.
+TEST(TrellisConvertTest, ShardsNameReplicatedKeyValuePieces) {
+  const std::string dir = Scratch();
+  ModelConfig config = TinyConfig();
+  config.family = ModelFamilyKind::kLlama;
+  config.n_kv_heads = 1;
+  config.ffn_hidden = 12;
+  config.tie_embeddings = false;
+  const std::string original = SaveTrained(dir + "/a", config);
+  ConvertOptions o;
+  o.input = original;
+  o.to = "shards";
+  o.output = dir + "/shards";
+  o.tp = 2;
+  ASSERT_TRUE(Convert(o).ok());
+  const std::string name = "model.layers.1.self_attn.qkv_proj.weight";
+  const std::vector<float> whole = TrellisTensor(original, name);
+  for (int64_t t = 0; t < 2; ++t) {
+    const std::string file = absl::StrCat(o.output, "/shard_tp", t, "_pp0.h5");
+    absl::StatusOr<hdf5::File> f = hdf5::File::Open(file);
+    ASSERT_TRUE(f.ok()) << f.status();
+    absl::StatusOr<hdf5::Dataset> d = f->OpenDataset(name);
+    ASSERT_TRUE(d.ok()) << file;
+    EXPECT_EQ(*d->ReadStringAttribute("group_sizes"), "[8,4,4]");
+    EXPECT_EQ(*d->ReadStringAttribute("group_parts"), "[2,1,1]");
+    // Columns: this rank's 4 query columns, then the whole K and V.
+    EXPECT_EQ(d->shape(), (Shape{8, 12}));
+    const Tensor local = *d->ReadAll(DType::kF32);
+    for (int64_t row = 0; row < 8; ++row) {
+      for (int64_t col = 0; col < 12; ++col) {
+        const int64_t logical = col < 4 ? 4 * t + col : col + 4;
+        ASSERT_EQ(local.data<float>()[row * 12 + col],
+                  whole[row * 16 + logical])
+            << file << " " << row << "," << col;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace trellis

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "transformer/gpt_family.h"
 #include "transformer/llama_family.h"
@@ -157,8 +158,26 @@ TEST(ModelFamilyTest, LlamaRulesNameTheFlags) {
   EXPECT_NE(c.Validate().message().find("--rope_theta"), std::string::npos);
   c = SmallLlama();
   EXPECT_TRUE(FamilyOf(c).CheckTensorParallel(c, 2).ok());
-  const absl::Status tp = FamilyOf(c).CheckTensorParallel(c, 4);
-  EXPECT_NE(tp.message().find("--tp=4"), std::string::npos) << tp;
+  // tp above the key/value heads, a multiple of them: replicated.
+  EXPECT_TRUE(FamilyOf(c).CheckTensorParallel(c, 4).ok());
+  EXPECT_TRUE(FamilyOf(c).CheckTensorParallel(c, 8).ok());
+  const absl::Status heads = FamilyOf(c).CheckTensorParallel(c, 3);
+  EXPECT_NE(heads.message().find("--tp=3"), std::string::npos) << heads;
+  EXPECT_NE(heads.message().find("--n_head=8"), std::string::npos) << heads;
+  // 12 query heads split over tp 6, but 6 neither divides the 4 key/value
+  // heads nor is a multiple of them.
+  c.n_head = 12;
+  c.n_kv_heads = 4;
+  c.d_model = 96;
+  ASSERT_TRUE(c.Validate().ok()) << c.Validate();
+  EXPECT_TRUE(FamilyOf(c).CheckTensorParallel(c, 12).ok());
+  const absl::Status kv = FamilyOf(c).CheckTensorParallel(c, 6);
+  EXPECT_NE(kv.message().find("--tp=6"), std::string::npos) << kv;
+  EXPECT_NE(kv.message().find("--n_kv_heads=4"), std::string::npos) << kv;
+  EXPECT_NE(kv.message().find("multiple of 4"), std::string::npos) << kv;
+  for (const absl::Status& s : {heads, kv}) {
+    EXPECT_EQ(s.message().find('\n'), std::string::npos) << s;
+  }
 }
 
 TEST(ModelFamilyTest, LlamaSplitsTheFusedProjectionsByHeads) {
@@ -185,6 +204,55 @@ TEST(ModelFamilyTest, LlamaSplitsTheFusedProjectionsByHeads) {
       params.Find(LlamaLayerName(0, "mlp.down_proj.weight"))->spec.split_dim,
       0);
   EXPECT_EQ(params.Find(LlamaLayerName(0, "self_attn.o_proj.bias")), nullptr);
+}
+
+TEST(ModelFamilyTest, LlamaReplicatesKeyValueHeadsWhenTpExceedsThem) {
+  // [Q 64 | K 16 | V 16] over tp = 8 with 2 key/value heads of 8 columns:
+  // rank 5 holds Q 40..47 and head 5·2/8 = 1 of K (72..79) and V (88..95),
+  // which ranks 4..7 share and rank 4 owns.
+  const ModelConfig c = SmallLlama();
+  ParameterSet params;
+  FamilyOf(c).DeclareParameters(c, ChunkPlan{0, 1, false, false}, TpPlace{8, 5},
+                                1, Device::Cpu(), DType::kF32, params);
+  const Parameter* qkv =
+      params.Find(LlamaLayerName(0, "self_attn.qkv_proj.weight"));
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_TRUE(qkv->primary);
+  // The replicated columns take memory (what the memory plan counts).
+  EXPECT_EQ(qkv->spec.LocalShape(), (Shape{64, 24}));
+  EXPECT_EQ(qkv->spec.LogicalIndex(0), 40);
+  EXPECT_EQ(qkv->spec.LogicalIndex(8), 72);
+  EXPECT_EQ(qkv->spec.LogicalIndex(15), 79);
+  EXPECT_EQ(qkv->spec.LogicalIndex(16), 88);
+  EXPECT_EQ(qkv->spec.LogicalIndex(23), 95);
+  const std::vector<ShardSpec::ReplicatedPiece> pieces =
+      qkv->spec.ReplicatedPieces();
+  ASSERT_EQ(pieces.size(), 2u);
+  for (const ShardSpec::ReplicatedPiece& r : pieces) {
+    EXPECT_EQ(r.replicas, 4);
+    EXPECT_EQ(r.piece, 1);
+    EXPECT_FALSE(r.owned);
+  }
+  EXPECT_EQ(LlamaLocalKvHeads(c, 8), 1);
+  EXPECT_EQ(LlamaLocalKvHeads(c, 2), 1);
+  EXPECT_EQ(LlamaLocalKvHeads(c, 1), 2);
+  // Initialization follows the logical index: rank 5's K columns equal
+  // rank 4's (the owner's) to the bit.
+  ParameterSet owner;
+  FamilyOf(c).DeclareParameters(c, ChunkPlan{0, 1, false, false}, TpPlace{8, 4},
+                                1, Device::Cpu(), DType::kF32, owner);
+  params.Materialize(/*grads=*/false);
+  owner.Materialize(/*grads=*/false);
+  const Tensor& mine = qkv->value;
+  const Tensor& theirs =
+      owner.Find(LlamaLayerName(0, "self_attn.qkv_proj.weight"))->value;
+  for (int64_t row = 0; row < 64; ++row) {
+    for (int64_t col = 8; col < 24; ++col) {
+      ASSERT_EQ(mine.data<float>()[row * 24 + col],
+                theirs.data<float>()[row * 24 + col])
+          << row << "," << col;
+    }
+  }
 }
 
 }  // namespace

@@ -60,6 +60,10 @@ absl::Status DescribeDataset(hdf5::File& file, const Parameter& p) {
   TRELLIS_RETURN_IF_ERROR(d.WriteInt64Attribute("groups", s.groups));
   TRELLIS_RETURN_IF_ERROR(d.WriteInt64Attribute("parts", s.parts));
   TRELLIS_RETURN_IF_ERROR(d.WriteInt64Attribute("index", s.index));
+  TRELLIS_RETURN_IF_ERROR(d.WriteStringAttribute(
+      "group_sizes", nlohmann::json(s.group_sizes).dump()));
+  TRELLIS_RETURN_IF_ERROR(d.WriteStringAttribute(
+      "group_parts", nlohmann::json(s.group_parts).dump()));
   return d.WriteInt64Attribute("padded_size", s.padded_size);
 }
 

@@ -8,7 +8,9 @@
 //                               padded as trellis pads it (zeros), each
 //                               dataset with attributes logical_shape (JSON
 //                               text), split_dim (-1: replicated), groups,
-//                               parts, index, padded_size (0: none); root
+//                               parts, index, padded_size (0: none),
+//                               group_sizes and group_parts (JSON lists,
+//                               ShardSpec's; [] when unused); root
 //                               attributes tp, pp, tp_rank, pp_rank,
 //                               first_layer, num_layers, model (JSON text)
 //   <dir>/shards.json           the layout and the list of files

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "framework/kernels/elementwise.h"
+#include "parallel/replicas.h"
 
 namespace trellis {
 DType MomentType(const Parameter& p) {
@@ -47,10 +48,14 @@ double Optimizer::GlobalGradNorm(Communicator& tp, Communicator& pp) const {
   // One reduction over every counted gradient: on a GPU one host wait per
   // step rather than one per parameter.
   std::vector<const Tensor*> grads;
+  std::vector<GradRange> ranges;
   for (const Parameter* p : params_.all()) {
-    if (p->primary) grads.push_back(&p->grad);
+    if (!p->primary) continue;
+    grads.push_back(&p->grad);
+    ranges.push_back({p, 0, p->numel()});
   }
-  const double local = SumOfSquares(grads);
+  // Replicated pieces count on their owner only.
+  const double local = SumOfSquares(grads) - UnownedGradSquares(ranges);
   Tensor total = Tensor::Empty({1}, DType::kF64);
   total.data<double>()[0] = local;
   if (tp.size() > 1) tp.AllReduce(total, ReduceOp::kSum);

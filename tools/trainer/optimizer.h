@@ -2,10 +2,12 @@
 // schedule and global-norm gradient clipping.
 //
 // The global gradient norm counts every logical parameter element once: each
-// rank sums the squares of its primary parameters (Parameter::primary), and
-// the sums are all-reduced over the tensor- and pipeline-parallel groups.
-// Data-parallel replicas hold identical (averaged) gradients, so the norm is
-// not reduced over dp. Weight decay applies to 2-D weights only.
+// rank sums the squares of its primary parameters (Parameter::primary),
+// less the pieces replicated over sub-groups of tp it does not own
+// (parallel/replicas.h), and the sums are all-reduced over the tensor- and
+// pipeline-parallel groups. Data-parallel replicas hold identical (averaged)
+// gradients, so the norm is not reduced over dp. Weight decay applies to 2-D
+// weights only.
 //
 // AdamW steps each parameter's full-precision weights (the float32 master
 // of a bfloat16 value, which is then refreshed from it), all parameters in

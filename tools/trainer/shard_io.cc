@@ -45,7 +45,9 @@ struct Piece {
   int64_t count = 0;
 };
 
-std::vector<Piece> PiecesOf(const ShardSpec& spec) {
+// With `owned_only`, the pieces a write stores from this rank: replicated
+// pieces of other owners left out (ShardSpec::OwnedRuns).
+std::vector<Piece> PiecesOf(const ShardSpec& spec, bool owned_only = false) {
   std::vector<Piece> pieces;
   if (spec.replicated()) {
     pieces.push_back({0, 0, NumElements(spec.logical_shape)});
@@ -53,7 +55,8 @@ std::vector<Piece> PiecesOf(const ShardSpec& spec) {
   }
   const Blocks local = BlocksOf(spec.LocalShape(), spec.split_dim);
   const int64_t logical_split = spec.logical_shape[spec.split_dim];
-  const std::vector<ShardSpec::Run> runs = spec.Runs();
+  const std::vector<ShardSpec::Run> runs =
+      owned_only ? spec.OwnedRuns() : spec.Runs();
   for (int64_t o = 0; o < local.outer; ++o) {
     for (const ShardSpec::Run& run : runs) {
       const Piece p{(o * local.split + run.local_start) * local.inner,
@@ -301,7 +304,7 @@ absl::Status WriteShard(hdf5::Container& file, const std::string& path,
                          spec.logical_shape, host.dtype(), host.raw());
   }
   const Blocks blocks = BlocksOf(host.shape(), spec.split_dim);
-  for (const ShardSpec::Run& run : spec.Runs()) {
+  for (const ShardSpec::Run& run : spec.OwnedRuns()) {
     Shape start;
     const Shape count = RunShape(spec, run, &start);
     std::vector<char> packed(NumElements(count) * DTypeSize(host.dtype()));
@@ -401,7 +404,7 @@ TensorChecksum ShardChecksum(const ShardSpec& spec, const Tensor& local,
   const char* data = static_cast<const char*>(host.raw());
   const int64_t local_elem = DTypeSize(host.dtype());
   std::vector<char> converted;
-  for (const Piece& p : PiecesOf(spec)) {
+  for (const Piece& p : PiecesOf(spec, /*owned_only=*/true)) {
     for (int64_t done = 0; done < p.count; done += kStagingElements) {
       const int64_t n = std::min(kStagingElements, p.count - done);
       const char* source = data + (p.local + done) * local_elem;
@@ -448,7 +451,7 @@ absl::Status TensorFileWriter::WriteShard(const TensorLocation& where,
   const int64_t local_elem = DTypeSize(from);
   const int64_t stored_elem = DTypeSize(to);
   std::vector<char> converted;
-  for (const Piece& p : PiecesOf(spec)) {
+  for (const Piece& p : PiecesOf(spec, /*owned_only=*/true)) {
     const char* source = data + p.local * local_elem;
     // Bytes [begin, end) of the piece as stored.
     DirectWriter::Fill fill = [&](char* dst, int64_t begin, int64_t end) {

@@ -20,6 +20,11 @@
 // float32 or float64 (any device); values convert on the way, rounding to
 // nearest even when narrowing.
 //
+// Writes (and the checksum parts of writes) move the elements the shard
+// owns (ShardSpec::OwnedRuns): a piece replicated over a sub-group of ranks
+// is stored by its owner alone, so each logical element is written once;
+// reads fill every element the shard holds.
+//
 // Thread safety: TensorFileWriter/Reader are not synchronized; use one from
 // one thread at a time. Separate objects (and processes) may write disjoint
 // slices of one file at once.

@@ -10,6 +10,7 @@
 #include "framework/kernels/adamw.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/status.h"
+#include "parallel/replicas.h"
 
 namespace trellis {
 namespace {
@@ -79,13 +80,19 @@ double ShardedOptimizer::GlobalGradNorm(Communicator& tp,
   const std::vector<Parameter*>& all = params().all();
   const std::vector<Tensor> grads = GradientPieces();
   std::vector<const Tensor*> primary;
+  std::vector<GradRange> ranges;
   for (size_t k = 0; k < segments_.size(); ++k) {
-    if (all[segments_[k].param]->primary) primary.push_back(&grads[k]);
+    const Segment& s = segments_[k];
+    if (!all[s.param]->primary) continue;
+    primary.push_back(&grads[k]);
+    // The segment is this stretch of the parameter's gradient (a view of
+    // the same bucket memory).
+    ranges.push_back({all[s.param], s.param_offset, s.param_offset + s.length});
   }
   // One reduction of the squares over every group the elements are split
-  // over.
+  // over; replicated pieces count on their owner only.
   Tensor total = Tensor::Empty({1}, DType::kF64);
-  total.data<double>()[0] = SumOfSquares(primary);
+  total.data<double>()[0] = SumOfSquares(primary) - UnownedGradSquares(ranges);
   for (Communicator* group : {&buckets_.dp(), &tp, &pp}) {
     if (group->size() > 1) group->AllReduce(total, ReduceOp::kSum);
   }

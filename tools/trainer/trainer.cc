@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "framework/device_info.h"
 #include "framework/memory_arena.h"
+#include "parallel/replicas.h"
 #include "parallel/schedule.h"
 #include "tools/trainer/evaluator.h"
 #include "tools/trainer/peak_flops.h"
@@ -359,6 +360,11 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     // Reported only when there is data parallelism to wait on.
     m.dp_wait_ms = options_.dp > 1 ? 1e3 * dp_wait_s : 0.0;
   }
+  // Pieces replicated over sub-groups of tp (key/value heads fewer than tp
+  // ranks): every replica takes the sum of their gradients, so they stay
+  // identical. After the dp average, which it commutes with; under ZeRO the
+  // owned blocks are the same on every replica, the rest is unused.
+  SumReplicatedGradients(*groups_.tp, model_->params().all());
   // The tied embedding: the first and last stage sum their gradients.
   const std::string tied =
       FamilyOf(options_.model).TiedEmbedding(options_.model);

@@ -120,8 +120,8 @@ TEST_F(CheckpointResumeTest, BlendResumesUnderAnyLayoutOnTheSameLossCurve) {
 void ExpectSameTensors(const std::string& a, const std::string& b,
                        const char* file, const ModelConfig& model) {
   ParameterSet params;
-  AddModelParameters(model, ChunkPlan{0, model.n_layer, true, true}, TpPlace{}, 0,
-                   Device::Cpu(), DType::kF32, params);
+  AddModelParameters(model, ChunkPlan{0, model.n_layer, true, true}, TpPlace{},
+                     0, Device::Cpu(), DType::kF32, params);
   {
     absl::StatusOr<hdf5::File> fa = hdf5::File::Open(a + file);
     absl::StatusOr<hdf5::File> fb = hdf5::File::Open(b + file);
@@ -266,6 +266,97 @@ TEST_F(CheckpointResumeTest, ZeroOneCheckpointsResumeUnderEveryLevel) {
           << name << " step " << kSaveStep + i + 1;
     }
   });
+}
+
+// A Llama with 2 key/value heads: under tp 4 each head is replicated over
+// two ranks, under tp 1 and tp 2 it is not. Its checkpoints stay
+// layout-free: the tp4 run's initial weights equal one process's bit for
+// bit (each replicated element written once, by its owner: a second writer
+// would also double its checksum and fail the loads below), a tp4
+// checkpoint resumes under tp1 and tp2 and a tp1 checkpoint under tp4 on
+// the source's loss curve, and each resumes bit for bit under its own
+// layout.
+TEST_F(CheckpointResumeTest, ReplicatedKeyValueHeadsResumeAcrossTp) {
+  TrainOptions o = Options();
+  o.model.family = ModelFamilyKind::kLlama;
+  o.model.n_kv_heads = 2;
+  o.model.ffn_hidden = 64;
+  o.model.tie_embeddings = false;
+  o.save_every = kSaveStep;
+  const std::vector<Layout> sources = {Layout{1, 4, 1}, Layout{1, 1, 1}};
+  const std::vector<std::string> dirs = {*dir_ + "/kv_tp4", *dir_ + "/kv_tp1"};
+  // Both uninterrupted runs side by side; the tp4 one also saves step 0.
+  std::vector<std::vector<double>> full(2);
+  mpitest::RunSideBySide({4, 1}, [&](int job, MPI_Comm comm) {
+    TrainOptions s = o;
+    s.save_dir = dirs[job];
+    absl::StatusOr<mpitest::LayoutRun> run =
+        mpitest::StartLayout(*runtime_, sources[job], s, comm);
+    ASSERT_TRUE(run.ok()) << run.status();
+    if (job == 0) {
+      ASSERT_TRUE(run->trainer->Save().ok());
+    }
+    ASSERT_TRUE(run->trainer->Run().ok());
+    full[job] = run->trainer->losses();
+  });
+  // Share both curves (ranks 0 and 4 ran them).
+  for (int job : {0, 1}) {
+    Tensor curve = Tensor::Zeros({kSteps}, DType::kF64);
+    if (mpitest::WorldRank() == 4 * job) {
+      ASSERT_EQ(full[job].size(), static_cast<size_t>(kSteps));
+      for (int i = 0; i < kSteps; ++i) curve.data<double>()[i] = full[job][i];
+    }
+    MPI_Bcast(curve.data<double>(), kSteps, MPI_DOUBLE, 4 * job,
+              MPI_COMM_WORLD);
+    full[job].assign(curve.data<double>(), curve.data<double>() + kSteps);
+  }
+  for (int i = 0; i < kSteps; ++i) {
+    ASSERT_NEAR(full[0][i], full[1][i], 1e-4 * std::abs(full[1][i]));
+  }
+  if (mpitest::WorldRank() == 0) {
+    const std::string single = *dir_ + "/kv_single";
+    SaveSingle(o, single);
+    ExpectSameTensors(dirs[0] + "/" + CheckpointName(0),
+                      single + "/" + CheckpointName(0), "/model.h5", o.model);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  struct Resume {
+    Layout layout;
+    int from;  // index into sources
+  };
+  for (const std::vector<Resume>& batch :
+       {std::vector<Resume>{
+            {Layout{1, 4, 1}, 0}, {Layout{1, 1, 1}, 0}, {Layout{1, 2, 1}, 0}},
+        std::vector<Resume>{{Layout{1, 4, 1}, 1}, {Layout{1, 1, 1}, 1}}}) {
+    std::vector<int> sizes;
+    for (const Resume& r : batch) sizes.push_back(r.layout.world());
+    mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
+      const Resume& r = batch[job];
+      const std::string name =
+          absl::StrCat(r.layout.Name(), " from ", sources[r.from].Name());
+      TrainOptions resume = o;
+      resume.save_every = 0;
+      resume.resume = dirs[r.from] + "/" + CheckpointName(kSaveStep);
+      absl::StatusOr<mpitest::LayoutRun> run =
+          mpitest::StartLayout(*runtime_, r.layout, resume, comm);
+      ASSERT_TRUE(run.ok()) << name << ": " << run.status();
+      ASSERT_EQ(run->trainer->step(), kSaveStep) << name;
+      ASSERT_TRUE(run->trainer->Run().ok()) << name;
+      const std::vector<double>& resumed = run->trainer->losses();
+      ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - kSaveStep))
+          << name;
+      const bool same_layout = r.layout.tp == sources[r.from].tp;
+      for (int i = 0; i < kSteps - kSaveStep; ++i) {
+        const double want = full[r.from][kSaveStep + i];
+        if (same_layout) {
+          EXPECT_EQ(resumed[i], want) << name << " step " << kSaveStep + i + 1;
+        } else {
+          EXPECT_NEAR(resumed[i], want, 1e-4 * std::abs(want))
+              << name << " step " << kSaveStep + i + 1;
+        }
+      }
+    });
+  }
 }
 
 }  // namespace

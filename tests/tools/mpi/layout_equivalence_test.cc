@@ -6,10 +6,11 @@
 // 20 steps) and keeps its per-step losses and its gradients after step 1 as
 // whole logical tensors. Then each layout runs on a sub-world of ranks
 // [first, first + dp·tp·pp) (layouts smaller than the world run side by
-// side) and must match: each step's loss to 1e-4 relative, and after step 1
-// each rank's gradient shard, element by element through its ShardSpec, to
-// 1e-4 of the tensor's largest reference gradient (padded vocabulary rows
-// exactly zero). The tied `wte` is checked on the first and the last stage.
+// side) and must match: each step's loss and gradient norm to 1e-4
+// relative, and after step 1 each rank's gradient shard, element by element
+// through its ShardSpec, to 1e-4 of the tensor's largest reference gradient
+// (padded vocabulary rows exactly zero). The tied `wte` is checked on the first
+// and the last stage.
 //
 // With TRELLIS_TEST_PIPELINE_P2P=rendezvous in the environment every
 // layout's pp group sends as NCCL does (MpiP2P::kRendezvous: synchronous
@@ -22,6 +23,7 @@
 // reference: float32 GPU kernels sum in other orders than the CPU's, so
 // the tolerance is 2e-3 there; a wrong layout is off by far more. Without a
 // GPU that build skips.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -71,6 +73,7 @@ std::vector<Layout> BothSchedules(int dp, int tp, int pp) {
 // What every layout is held to.
 struct Reference {
   std::vector<double> losses;                        // per step
+  std::vector<double> grad_norms;                    // per step
   std::map<std::string, std::vector<double>> grads;  // after step 1, whole
 };
 
@@ -135,6 +138,7 @@ class LayoutEquivalenceTest : public ::testing::Test {
       EXPECT_TRUE(m.ok()) << m.status();
       if (!m.ok()) return ref;
       ref.losses.push_back(m->loss);
+      ref.grad_norms.push_back(m->grad_norm);
       if (step > 0) continue;
       for (const Parameter* p : (*trainer)->model().params().all()) {
         ref.grads[p->name] = LogicalGrad(*p);
@@ -160,6 +164,8 @@ class LayoutEquivalenceTest : public ::testing::Test {
   static void ExpectGradsMatch(const ParameterSet& params);
   static void ExpectEveryElementHeld(const ParameterSet& params,
                                      const Layout& layout, Communicator& world);
+  static void ExpectReplicasIdentical(const ParameterSet& params,
+                                      Communicator& tp);
 
   static MpiRuntime* runtime_;
   static std::string* dir_;
@@ -196,16 +202,57 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
     absl::StatusOr<StepMetrics> m = trainer.Step();
     ASSERT_TRUE(m.ok()) << m.status();
     if (step == 0) {
-      ExpectGradsMatch(trainer.model().params());
+      // Under ZeRO the gradient buffers carry the all-gathered weights once
+      // the step is over.
+      if (options.zero == 0) ExpectGradsMatch(trainer.model().params());
       ExpectEveryElementHeld(trainer.model().params(), layout,
                              *run->context->groups().world);
     }
     const double want = reference_->losses[step];
     EXPECT_NEAR(m->loss, want, kTolerance * std::abs(want))
         << "step " << step + 1;
+    // Each logical gradient element counted once, whatever holds it.
+    const double norm = reference_->grad_norms[step];
+    EXPECT_NEAR(m->grad_norm, norm, kTolerance * norm)
+        << "gradient norm, step " << step + 1;
   }
   // Training did something: the loss moved.
   EXPECT_LT(reference_->losses.back(), reference_->losses.front() - 0.05);
+  ExpectReplicasIdentical(trainer.model().params(), *run->context->groups().tp);
+}
+
+// Every piece replicated over a sub-group of tp (key/value heads fewer than
+// tp ranks) holds the same bits on each of its ranks: its weights and its
+// last gradient. Per logical element, the largest and the smallest value
+// over the ranks holding it must both be this rank's.
+void LayoutEquivalenceTest::ExpectReplicasIdentical(const ParameterSet& params,
+                                                    Communicator& tp) {
+  for (const Parameter* p : params.all()) {
+    if (!p->spec.has_replicated_pieces()) continue;
+    for (const Tensor* t : {&p->weights(), &p->grad}) {
+      const Tensor host = t->device().is_cpu() ? *t : t->To(Device::Cpu());
+      const int64_t n = NumElements(p->spec.logical_shape);
+      // [max over holders | max of the negation], -inf where not held.
+      Tensor extremes = Tensor::Empty({2 * n}, DType::kF64);
+      double* e = extremes.data<double>();
+      std::fill(e, e + 2 * n, -INFINITY);
+      p->spec.ForEachElement([&](int64_t local, int64_t logical) {
+        if (logical < 0) return;
+        e[logical] = host.data<float>()[local];
+        e[n + logical] = -host.data<float>()[local];
+      });
+      tp.AllReduce(extremes, ReduceOp::kMax);
+      int64_t differing = 0;
+      p->spec.ForEachElement([&](int64_t local, int64_t logical) {
+        if (logical < 0) return;
+        const double mine = host.data<float>()[local];
+        differing += e[logical] != mine || -e[n + logical] != mine;
+      });
+      EXPECT_EQ(differing, 0)
+          << p->name << (t == &p->grad ? " gradient" : " weights")
+          << ": replicas differ";
+    }
+  }
 }
 
 void LayoutEquivalenceTest::ExpectGradsMatch(const ParameterSet& params) {
@@ -240,8 +287,9 @@ void LayoutEquivalenceTest::ExpectGradsMatch(const ParameterSet& params) {
 }
 
 // Over the layout's ranks, the primary copies (tp-replicated tensors on tp
-// rank 0, the tied embedding where it embeds) hold every logical element of
-// every reference parameter exactly once per data-parallel replica.
+// rank 0, the tied embedding where it embeds, pieces replicated over a
+// sub-group of tp on its first rank) hold every logical element of every
+// reference parameter exactly once per data-parallel replica.
 void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
                                                    const Layout& layout,
                                                    Communicator& world) {
@@ -252,9 +300,18 @@ void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
   Tensor held = Tensor::Zeros({1}, DType::kI64);
   for (const Parameter* p : params.all()) {
     if (!p->primary) continue;
-    p->spec.ForEachElement([&](int64_t, int64_t logical) {
-      held.data<int64_t>()[0] += logical >= 0;
-    });
+    const ShardSpec& spec = p->spec;
+    if (spec.replicated()) {
+      held.data<int64_t>()[0] += NumElements(spec.logical_shape);
+      continue;
+    }
+    // The runs a checkpoint writes: pieces replicated over a sub-group of
+    // tp count on their owner only, padding nowhere.
+    const int64_t across =
+        NumElements(spec.logical_shape) / spec.logical_shape[spec.split_dim];
+    for (const ShardSpec::Run& run : spec.OwnedRuns()) {
+      held.data<int64_t>()[0] += run.length * across;
+    }
   }
   world.AllReduce(held, ReduceOp::kSum);
   EXPECT_EQ(held.data<int64_t>()[0], layout.dp * total);
@@ -407,6 +464,38 @@ TEST_F(LayoutEquivalenceTest, LlamaLayoutsMatchOneProcess) {
       layouts.push_back(L(1, 1, 2, "interleaved-1f1b", 2));
       layouts.push_back(L(1, 2, 2, "zb-h1"));
       RunAll(layouts);
+    }
+    options_ = saved_options;
+    reference_ = saved_reference;
+  }
+}
+
+// Key/value heads fewer than tp ranks, each replicated over tp / n_kv_heads
+// ranks (Megatron's way): one head under tp 2 and under dp2·tp2·pp2, two
+// heads under tp 4, and one head under dp2·tp2 with ZeRO-1. Besides the
+// losses and gradients, every layout ends with bit-identical replicas
+// (CheckLayout), and each logical element is held once by its owner.
+TEST_F(LayoutEquivalenceTest, LlamaReplicatedKeyValueHeadsMatchOneProcess) {
+  for (const int64_t kv : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("n_kv_heads=", kv));
+    TrainOptions llama = *options_;
+    llama.model.family = ModelFamilyKind::kLlama;
+    llama.model.n_kv_heads = kv;
+    llama.model.ffn_hidden = 64;
+    llama.model.rope_theta = 500.0;
+    llama.model.tie_embeddings = false;
+    Reference llama_reference = ComputeReference(llama);
+    ASSERT_EQ(llama_reference.losses.size(), reference_->losses.size());
+    TrainOptions* const saved_options = options_;
+    Reference* const saved_reference = reference_;
+    options_ = &llama;
+    reference_ = &llama_reference;
+    if (kv == 1) {
+      RunAll({L(1, 2, 1), L(2, 2, 2, "1f1b")});
+      llama.zero = 1;
+      RunAll({L(2, 2, 1), L(1, 4, 1, "1f1b")});
+    } else {
+      RunAll({L(1, 4, 1), L(1, 4, 2, "zb-h1")});
     }
     options_ = saved_options;
     reference_ = saved_reference;
