@@ -71,9 +71,13 @@ std::vector<double> NextTokenDistribution(std::span<const float> logits,
   std::partial_sort(order.begin(), order.begin() + k, order.end(), likelier);
   size_t keep = k;
   if (o.top_p < 1) {
+    // Nucleus of the top-k distribution (renormalized), as Hugging Face's
+    // samplers chain them.
+    double top_k_mass = 0;
+    for (size_t i = 0; i < k; ++i) top_k_mass += p[order[i]];
     double cumulative = 0;
     for (size_t i = 0; i < k; ++i) {
-      cumulative += p[order[i]];
+      cumulative += p[order[i]] / top_k_mass;
       if (cumulative >= o.top_p) {
         keep = i + 1;
         break;

@@ -5,8 +5,9 @@
 // The distribution (NextTokenDistribution) is
 //   p = softmax(logits / temperature), in float64;
 //   top_k > 0: only the k most likely tokens stay;
-//   top_p < 1: of those, only the smallest set of most likely tokens whose
-//              probabilities sum to at least top_p stays (at least one);
+//   top_p < 1: of those, renormalized, only the smallest set of most
+//              likely tokens whose probabilities sum to at least top_p
+//              stays (at least one);
 //   renormalized over what stays.
 // "Most likely" orders by logit, ties by the lower id. temperature 0 is
 // greedy: the most likely token, with probability 1 (so is top_k 1).
