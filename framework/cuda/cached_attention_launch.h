@@ -12,8 +12,9 @@ namespace trellis {
 namespace cuda_launch {
 
 // Keys one query can attend to and the largest head size: a row's scores
-// and its query live in 48 KiB of shared memory.
-inline constexpr int64_t kMaxCachedAttentionKeys = 12288 - 512;
+// and its query (floats) live in the 48 KiB of shared memory a block gets
+// without opting in, beside the block reduction's 32 floats.
+inline constexpr int64_t kMaxCachedAttentionKeys = 12288 - 512 - 64;
 inline constexpr int64_t kMaxCachedAttentionHeadDim = 512;
 
 // Appends the n new rows' keys and values (qkv (n, (H + 2·Hkv)·D)) at rows

@@ -15,7 +15,8 @@
 // So prefilling a prompt (start 0, n its length) and then decoding one
 // token at a time (n 1) give the rows a full forward gives, to float
 // rounding. Arithmetic: the tensors' dtype on the CPU (float32 or float64),
-// float32 on CUDA (float32 or bfloat16 tensors; CUDA caps Tcap at 12288).
+// float32 on CUDA (float32 or bfloat16 tensors; there start + n is at most
+// 11712 and D at most 512: cached_attention_launch.h).
 //
 // REQUIRES: start + n <= Tcap; n_head % n_kv_head == 0; every tensor of one
 // dtype and device; out does not alias qkv or the caches.
