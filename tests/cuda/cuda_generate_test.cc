@@ -10,6 +10,8 @@
 // every layer).
 #include <memory>
 #include <span>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "framework/kernels/cached_attention.h"
@@ -147,7 +149,11 @@ INSTANTIATE_TEST_SUITE_P(
     Families, CudaDecoderTest,
     ::testing::Combine(::testing::Values(ModelFamilyKind::kGpt2,
                                          ModelFamilyKind::kLlama),
-                       ::testing::Values(DType::kF32, DType::kBF16)));
+                       ::testing::Values(DType::kF32, DType::kBF16)),
+    [](const ::testing::TestParamInfo<std::tuple<ModelFamilyKind, DType>>& i) {
+      return std::string(ModelFamilyName(std::get<0>(i.param))) +
+             (std::get<1>(i.param) == DType::kF32 ? "F32" : "BF16");
+    });
 
 }  // namespace
 }  // namespace trellis
