@@ -188,6 +188,11 @@ TEST_P(GenerateTest, RefusesRequestsThatDoNotFit) {
               HasSubstr(absl::StrCat("1 to ", 48 - prompt)));
   r.max_new_tokens = test::kGenerateContext - prompt;
   EXPECT_TRUE(generator_->Generate(r).ok());
+  GenerateRequest long_prompt = r;
+  long_prompt.prompt.assign(test::kGenerateContext, 97);
+  long_prompt.max_new_tokens = 1;
+  EXPECT_THAT(generator_->Generate(long_prompt).status().message(),
+              HasSubstr("shorten it to at most 47 tokens"));
   r.sampling.top_p = 0;
   EXPECT_THAT(generator_->Generate(r).status().message(), HasSubstr("--top_p"));
   EXPECT_THAT(generator_->Encode("").status().message(),

@@ -142,11 +142,17 @@ absl::StatusOr<Generation> Generator::Generate(const GenerateRequest& r) {
   const int64_t prompt = static_cast<int64_t>(r.prompt.size());
   const int64_t context = decoder_->capacity();
   if (prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
+  if (prompt >= context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt's ", prompt,
+        " tokens leave no room in the model's context of ", context,
+        " tokens; shorten it to at most ", context - 1, " tokens"));
+  }
   if (r.max_new_tokens < 1 || prompt + r.max_new_tokens > context) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_new_tokens=", r.max_new_tokens, " with a prompt of ", prompt,
         " tokens does not fit the model's context of ", context,
-        " tokens; ask for 1 to ", std::max<int64_t>(context - prompt, 0),
+        " tokens; ask for 1 to ", context - prompt,
         " new tokens or shorten the prompt"));
   }
   Generation out;
