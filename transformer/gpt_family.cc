@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "transformer/gpt_chunk.h"
+#include "transformer/gpt_decoder.h"
 #include "transformer/gpt_parameters.h"
 
 namespace trellis {
@@ -58,6 +59,11 @@ class Gpt2 : public ModelFamily {
     return std::make_unique<GptChunk>(config, s.plan, s.tp, *s.tp_comm,
                                       *s.params, s.micro_batch, s.device,
                                       s.dtype, s.options);
+  }
+
+  std::unique_ptr<ModelDecoder> NewDecoder(
+      const ModelConfig& config, const DecoderSetup& setup) const override {
+    return NewGptDecoder(config, setup);
   }
 };
 

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "framework/kernels/rope.h"
 #include "transformer/llama_chunk.h"
+#include "transformer/llama_decoder.h"
 #include "transformer/llama_parameters.h"
 
 namespace trellis {
@@ -92,6 +93,11 @@ class Llama : public ModelFamily {
     return std::make_unique<LlamaChunk>(config, s.plan, s.tp, *s.tp_comm,
                                         *s.params, s.micro_batch, s.device,
                                         s.dtype, s.options);
+  }
+
+  std::unique_ptr<ModelDecoder> NewDecoder(
+      const ModelConfig& config, const DecoderSetup& setup) const override {
+    return NewLlamaDecoder(config, setup);
   }
 };
 

@@ -10,7 +10,10 @@
 //    it and the layer checks it when built),
 //  - the chunk that runs a ChunkPlan's part of the model (NewChunk): forward,
 //    backward split into B (input gradients) and W (weight gradients), and
-//    forward-only evaluation.
+//    forward-only evaluation,
+//  - the cached forward of text generation (NewDecoder, model_decoder.h):
+//    the whole model on one tensor-parallel rank, run on new tokens over a
+//    key/value cache.
 //
 // ModelChunk is the contract every family's chunk keeps; the pipeline stage
 // (tools/trainer/stage_model.h) drives chunks through it only.
@@ -30,6 +33,7 @@
 #include "parallel/parameter.h"
 #include "transformer/chunk_options.h"
 #include "transformer/config.h"
+#include "transformer/model_decoder.h"
 
 namespace trellis {
 
@@ -138,6 +142,11 @@ class ModelFamily {
                                  ParameterSet& params) const = 0;
   virtual std::unique_ptr<ModelChunk> NewChunk(
       const ModelConfig& config, const ChunkSetup& setup) const = 0;
+  // The cached forward for generation of the whole model on tp rank
+  // setup.tp.rank; setup.params holds the parameters DeclareParameters
+  // declares for ChunkPlan{0, n_layer, true, true} on that rank.
+  virtual std::unique_ptr<ModelDecoder> NewDecoder(
+      const ModelConfig& config, const DecoderSetup& setup) const = 0;
 };
 
 // The family of `config` (config.family).

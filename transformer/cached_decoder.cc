@@ -1,0 +1,109 @@
+#include "transformer/cached_decoder.h"
+
+#include <utility>
+
+#include "framework/kernels/elementwise.h"
+#include "framework/kernels/embedding.h"
+#include "framework/kernels/layernorm.h"
+#include "framework/kernels/matmul.h"
+#include "framework/kernels/rmsnorm.h"
+
+namespace trellis {
+namespace {
+
+int64_t KvWidth(const std::vector<std::unique_ptr<CachedBlock>>& blocks) {
+  TRELLIS_CHECK(!blocks.empty()) << "a decoder needs at least one block";
+  return blocks.front()->kv_width();
+}
+
+}  // namespace
+
+CachedDecoder::CachedDecoder(const ModelConfig& config,
+                             const DecoderSetup& setup, ChunkEnds ends,
+                             std::vector<std::unique_ptr<CachedBlock>> blocks)
+    : config_(config),
+      tp_(setup.tp),
+      tp_comm_(*setup.tp_comm),
+      device_(setup.device),
+      dtype_(setup.dtype),
+      ends_(ends),
+      blocks_(std::move(blocks)),
+      cache_(config.n_layer, config.seq_len, KvWidth(blocks_), setup.dtype,
+             setup.device) {
+  TRELLIS_CHECK_EQ(tp_comm_.size(), tp_.size);
+  TRELLIS_CHECK_EQ(static_cast<int64_t>(blocks_.size()), config.n_layer);
+  TRELLIS_CHECK(ends_.embedding != nullptr && ends_.head != nullptr &&
+                ends_.norm_weight != nullptr);
+  vocab_ = VocabShard::For(ends_.head->spec);
+  const int64_t cap = config.seq_len, c = config.d_model;
+  scratch_ = blocks_.front()->NewScratch(cap, cap, dtype_, device_);
+  ids_ = Tensor::Empty({cap}, DType::kI32, device_);
+  x_ = Tensor::Empty({cap, c}, dtype_, device_);
+  lnf_ = Tensor::Empty({1, c}, dtype_, device_);
+  const DType stats = StatsDType(dtype_);
+  mean_ = Tensor::Empty({1}, stats, device_);
+  rstd_ = Tensor::Empty({1}, stats, device_);
+  logits_ = Tensor::Empty({1, vocab_.rows}, dtype_, device_);
+  gathered_ = Tensor::Empty({tp_.size * vocab_.rows}, dtype_, device_);
+  if (dtype_ != DType::kF32) {
+    logits_f32_ = Tensor::Empty({tp_.size * vocab_.rows}, DType::kF32, device_);
+  }
+}
+
+std::vector<float> CachedDecoder::Forward(std::span<const int32_t> tokens) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t start = cache_.length();
+  TRELLIS_CHECK(n > 0 && n <= cache_.free())
+      << n << " new tokens with " << cache_.free() << " of the context's "
+      << cache_.capacity() << " left";
+  const int64_t c = config_.d_model;
+  Tensor host_ids = Tensor::Empty({n}, DType::kI32);
+  for (int64_t i = 0; i < n; ++i) {
+    TRELLIS_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size)
+        << "token " << tokens[i] << " outside the vocabulary of "
+        << config_.vocab_size;
+    host_ids.data<int32_t>()[i] = tokens[i];
+  }
+  Tensor ids = ids_.Narrow(0, n);
+  ids.CopyFrom(host_ids);
+  Tensor x = x_.Narrow(0, n);
+  VocabParallelEmbeddingForward(tp_comm_, ids, *ends_.embedding, x);
+  if (ends_.positions != nullptr) {
+    Tensor rows = x.View({1, n, c});
+    AddPositionEmbedding(ends_.positions->value.Narrow(start, n), rows);
+  }
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    blocks_[l]->Forward(tp_comm_, start, x, cache_.keys(l), cache_.values(l),
+                        scratch_);
+  }
+  cache_.Advance(n);
+  return Logits(x.Narrow(n - 1, 1));
+}
+
+std::vector<float> CachedDecoder::Logits(const Tensor& last) {
+  if (ends_.norm_bias == nullptr) {
+    RmsNormForward(last, ends_.norm_weight->value, ends_.norm_eps, lnf_, rstd_);
+  } else {
+    LayerNormForward(last, ends_.norm_weight->value, ends_.norm_bias->value,
+                     lnf_, mean_, rstd_);
+  }
+  MatmulForward(lnf_, ends_.head->value, Tensor(), logits_,
+                WeightLayout::kOutIn);
+  // Rank t holds vocabulary rows [t·Vl, (t+1)·Vl): in rank order the
+  // gathered rows are the padded vocabulary in order.
+  if (tp_.size > 1) {
+    tp_comm_.AllGather(logits_.View({vocab_.rows}), gathered_);
+  } else {
+    gathered_.CopyFrom(logits_.View({vocab_.rows}));
+  }
+  const Tensor* f32 = &gathered_;
+  if (dtype_ != DType::kF32) {
+    Convert(gathered_, logits_f32_);
+    f32 = &logits_f32_;
+  }
+  const Tensor host = f32->Narrow(0, config_.vocab_size).To(Device::Cpu());
+  const float* p = host.data<float>();
+  return std::vector<float>(p, p + config_.vocab_size);
+}
+
+}  // namespace trellis
