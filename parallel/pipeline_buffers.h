@@ -82,8 +82,9 @@ class PipelineBufferSlots {
   int count(PipelineBuffer kind, int vstage) const;
   // The slot of (kind, vstage, mb). REQUIRES: the list moves that buffer.
   int slot(PipelineBuffer kind, int vstage, int mb) const;
-  // Every count at least `other`'s (for buffers two schedules share).
-  // REQUIRES: the same number of virtual stages.
+  // Every count at least `other`'s (for buffers two schedules share);
+  // slot() still answers for this assignment's list. REQUIRES: the same
+  // number of virtual stages, or either assignment empty.
   void Widen(const PipelineBufferSlots& other);
   // "input activation: 2 | 2; output activation: 1 | 1; ..." (per virtual
   // stage).
