@@ -73,6 +73,9 @@ std::vector<Layout> BothSchedules(int dp, int tp, int pp) {
 struct Reference {
   std::vector<double> losses;                        // per step
   std::map<std::string, std::vector<double>> grads;  // after step 1, whole
+  // After the last step: the loss over these windows (when any).
+  std::vector<int64_t> eval_starts;
+  double eval_loss = 0.0;
 };
 
 // A parameter's gradient placed into its whole logical tensor.
@@ -124,8 +127,10 @@ class LayoutEquivalenceTest : public ::testing::Test {
     delete runtime_;
   }
 
-  static Reference ComputeReference(TrainOptions options) {
+  static Reference ComputeReference(TrainOptions options,
+                                    std::vector<int64_t> eval_starts = {}) {
     Reference ref;
+    ref.eval_starts = std::move(eval_starts);
     ParallelContext single = ParallelContext::Single();
     absl::StatusOr<std::unique_ptr<Trainer>> trainer =
         Trainer::Create(options, single.groups(), single.coord());
@@ -140,6 +145,11 @@ class LayoutEquivalenceTest : public ::testing::Test {
       for (const Parameter* p : (*trainer)->model().params().all()) {
         ref.grads[p->name] = LogicalGrad(*p);
       }
+    }
+    if (!ref.eval_starts.empty()) {
+      absl::StatusOr<double> loss = (*trainer)->Evaluate(ref.eval_starts);
+      EXPECT_TRUE(loss.ok()) << loss.status();
+      if (loss.ok()) ref.eval_loss = *loss;
     }
     return ref;
   }
@@ -207,6 +217,13 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
   }
   // Training did something: the loss moved.
   EXPECT_LT(reference_->losses.back(), reference_->losses.front() - 0.05);
+  if (!reference_->eval_starts.empty()) {
+    // The forward-only schedules, through the same buffers.
+    absl::StatusOr<double> loss = trainer.Evaluate(reference_->eval_starts);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_NEAR(*loss, reference_->eval_loss,
+                kTolerance * std::abs(reference_->eval_loss));
+  }
   // Everything the steps held (the buffers between stages among it) came
   // from the arena the plan sized, and at its peak within the plan but for
   // the per-step bookkeeping (token batches, scalars).
@@ -305,9 +322,10 @@ TEST_F(LayoutEquivalenceTest, EightRankLayoutsMatchOneProcess) {
 
 // Many microbatches through the few buffers between stages that the
 // schedules need (parallel/pipeline_buffers.h), under every schedule kind
-// over pp 4. Each message (560 rows × 32 floats, 70 KiB) is above Open
-// MPI's eager limits, so a send reads its buffer after it is posted: a
-// buffer overwritten before its send completed would train to other losses.
+// over pp 4, then an evaluation through the forward-only schedules. Each
+// message (560 rows × 32 floats, 70 KiB) is above Open MPI's eager limits, so a
+// send reads its buffer after it is posted: a buffer overwritten before its
+// send completed would train to other losses.
 TEST_F(LayoutEquivalenceTest,
        ManyMicrobatchesThroughFewBuffersMatchOneProcess) {
   const std::string data = *dir_ + "/tokens_many.h5";
@@ -319,7 +337,11 @@ TEST_F(LayoutEquivalenceTest,
   many.micro_batch_size = 5;
   many.global_batch_size = 60;  // m = 12 at dp 1, 6 at dp 2
   many.steps = 6;
-  Reference many_reference = ComputeReference(many);
+  // Then 67 windows evaluated: 14 microbatches at dp 1 (runs of 12 and 2)
+  // and 7 at dp 2 (6 and 1).
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < 67; ++i) starts.push_back(i * 797);
+  Reference many_reference = ComputeReference(many, starts);
   TrainOptions* const saved_options = options_;
   Reference* const saved_reference = reference_;
   options_ = &many;
