@@ -225,12 +225,15 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
                 kTolerance * std::abs(reference_->eval_loss));
   }
   // Everything the steps held (the buffers between stages among it) came
-  // from the arena the plan sized, and at its peak within the plan but for
-  // the per-step bookkeeping (token batches, scalars).
+  // from the arena the plan sized, and on CPU at its peak within the plan
+  // but for the per-step bookkeeping (token batches, scalars); on a GPU,
+  // cuDNN's call-long workspaces use the arena's headroom (docs/gpu.md).
   const MemoryArena::Stats arena = trainer.arena().stats();
   EXPECT_EQ(arena.fallbacks, 0u) << trainer.memory_plan().Format();
-  EXPECT_LE(arena.peak_in_use, trainer.memory_plan().total() + (256 << 10))
-      << trainer.memory_plan().Format();
+  if (!kOnGpu) {
+    EXPECT_LE(arena.peak_in_use, trainer.memory_plan().total() + (256 << 10))
+        << trainer.memory_plan().Format();
+  }
 }
 
 void LayoutEquivalenceTest::ExpectGradsMatch(const ParameterSet& params) {
