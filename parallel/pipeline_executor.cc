@@ -42,7 +42,8 @@ class Transfers {
 
   // Posts the transfers as one batch (Communicator::BatchSendRecv). A
   // receive into memory that a send of an earlier batch still reads waits
-  // for that send first.
+  // for that send first; one into memory that a receive whose compute has
+  // not run yet fills is a broken buffer assignment.
   void PostBatch(std::vector<Posting> batch) {
     std::vector<P2POp> ops;
     ops.reserve(batch.size());
@@ -51,6 +52,10 @@ class Transfers {
         WaitForSendsOverlapping(p.op.buffer);
         TRELLIS_CHECK(recvs_.count(p.key) == 0)
             << "a second receive for one buffer";
+        for (const auto& [key, recv] : recvs_) {
+          TRELLIS_CHECK(!Overlap(recv.buffer, p.op.buffer))
+              << "a receive into a buffer whose earlier data is unused";
+        }
       }
       ops.push_back(p.op);
     }
@@ -58,7 +63,7 @@ class Transfers {
         pipeline_.BatchSendRecv(ops);
     for (size_t i = 0; i < batch.size(); ++i) {
       if (batch[i].op.type == P2POp::Type::kRecv) {
-        recvs_[batch[i].key] = std::move(requests[i]);
+        recvs_[batch[i].key] = {batch[i].op.buffer, std::move(requests[i])};
       } else {
         sends_.push_back({batch[i].op.buffer, std::move(requests[i])});
       }
@@ -69,41 +74,12 @@ class Transfers {
   void WaitRecv(const Key& key) {
     auto it = recvs_.find(key);
     if (it == recvs_.end()) return;
-    Timed([&] { it->second->Wait(); });
+    Timed([&] { it->second.request->Wait(); });
     recvs_.erase(it);
   }
 
-  // Gives every transfer in flight a chance to move; drops finished sends.
-  void Progress() {
-    for (auto& [key, request] : recvs_) request->Poll();
-    for (auto it = sends_.begin(); it != sends_.end();) {
-      it = it->request->Poll() ? sends_.erase(it) : std::next(it);
-    }
-  }
-
-  void Finish() {
-    TRELLIS_CHECK(recvs_.empty())
-        << recvs_.size() << " receives were never used";
-    if (sends_.empty()) return;
-    Timed([&] {
-      for (Send& send : sends_) send.request->Wait();
-    });
-    sends_.clear();
-  }
-
- private:
-  struct Send {
-    Tensor buffer;
-    std::unique_ptr<Request> request;
-  };
-
-  template <typename Fn>
-  void Timed(Fn&& fn) {
-    const Clock::time_point start = Clock::now();
-    fn();
-    stats_.idle_seconds += Seconds(start, Clock::now());
-  }
-
+  // Waits for every send in flight that reads memory overlapping `buffer`
+  // (before a compute writes it, or a receive lands in it).
   void WaitForSendsOverlapping(const Tensor& buffer) {
     for (auto it = sends_.begin(); it != sends_.end();) {
       if (!Overlap(it->buffer, buffer)) {
@@ -115,10 +91,42 @@ class Transfers {
     }
   }
 
+  // Gives every transfer in flight a chance to move; drops finished sends.
+  void Progress() {
+    for (auto& [key, recv] : recvs_) recv.request->Poll();
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      it = it->request->Poll() ? sends_.erase(it) : std::next(it);
+    }
+  }
+
+  void Finish() {
+    TRELLIS_CHECK(recvs_.empty())
+        << recvs_.size() << " receives were never used";
+    if (sends_.empty()) return;
+    Timed([&] {
+      for (InFlight& send : sends_) send.request->Wait();
+    });
+    sends_.clear();
+  }
+
+ private:
+  // A send or receive in flight and the buffer it reads or fills.
+  struct InFlight {
+    Tensor buffer;
+    std::unique_ptr<Request> request;
+  };
+
+  template <typename Fn>
+  void Timed(Fn&& fn) {
+    const Clock::time_point start = Clock::now();
+    fn();
+    stats_.idle_seconds += Seconds(start, Clock::now());
+  }
+
   Communicator& pipeline_;
   PipelineStepStats& stats_;
-  std::map<Key, std::unique_ptr<Request>> recvs_;
-  std::vector<Send> sends_;
+  std::map<Key, InFlight> recvs_;
+  std::vector<InFlight> sends_;
 };
 
 // What a transfer action posts: into or from which buffer, to or from which
@@ -178,6 +186,12 @@ PipelineExecutor::PipelineExecutor(Communicator& pipeline,
         << a.ToString() << " with " << virtual_stages_ << " virtual stages";
     TRELLIS_CHECK(pipeline_.size() > 1 || IsCompute(a.type))
         << a.ToString() << " in a pipeline of one stage";
+    if (IsSend(a.type)) {
+      const ActionType producer = a.type == ActionType::kSendActivation
+                                      ? ActionType::kForward
+                                      : ActionType::kBackwardInput;
+      sent_outputs_.insert({producer, a.virtual_stage, a.microbatch});
+    }
   }
 }
 
@@ -189,8 +203,16 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
   const Clock::time_point step_start = Clock::now();
   TraceClock* device = device_clock_.get();
   if (device != nullptr) stats.device_start = device->Mark();
-  // Runs one compute after waiting for the receive it needs.
+  // Runs one compute after waiting for the receive it needs and, when it
+  // writes a buffer that is then sent, for any earlier send still reading
+  // that memory (buffers may be reused across microbatches).
   auto compute = [&](const Action& a, const Transfers::Key& needs, auto&& fn) {
+    if (sent_outputs_.count({a.type, a.virtual_stage, a.microbatch}) > 0) {
+      transfers.WaitForSendsOverlapping(
+          a.type == ActionType::kForward
+              ? stage.OutputActivation(a.virtual_stage, a.microbatch)
+              : stage.InputGradient(a.virtual_stage, a.microbatch));
+    }
     transfers.WaitRecv(needs);
     ActionTiming t;
     t.start = Clock::now();

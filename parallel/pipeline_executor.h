@@ -8,7 +8,8 @@
 //     that needs it waits for it first (the wait is idle time);
 //   - SendAct / SendGrad post a send of the buffer the compute just filled;
 //     sends are waited on at the end of the step, or earlier when a later
-//     receive targets memory that overlaps a buffer still being sent;
+//     compute or receive writes memory that overlaps a buffer still being
+//     sent (see the buffer contract below);
 //   - each run of consecutive transfer actions (those between two computes,
 //     TransferBatches) is posted as one batch (Communicator::BatchSendRecv),
 //     so on NCCL, where a send waits for its receive and transfers run in
@@ -26,10 +27,16 @@
 // device's stream, and PipelineStepStats::ResolveDeviceTime turns the marks
 // into the time the device computed (busy) and sat between computes (idle).
 //
-// Buffer contract: a buffer handed out for a send must not be written again
-// until Run returns; buffers of distinct (virtual stage, microbatch) pairs
-// should not alias (if a receive buffer aliases a pending send, the executor
-// waits for that send first).
+// Buffer contract: buffers of distinct (virtual stage, microbatch) pairs may
+// share memory (PipelineBufferSlots assigns the trainer's), as long as a
+// receive buffer is not received into again before the compute that reads
+// it has run (the executor checks that). The executor never lets memory be
+// overwritten while a send still reads it: before a compute that writes a
+// buffer it then sends, and before a receive, it waits for every pending
+// send from overlapping memory. On a GPU those waits order the compute
+// stream after the send (Request::Wait); a receive is posted after the
+// compute that last read its buffer was queued, and communicators order
+// their transfers after the work queued before them.
 //
 // Thread safety: Run drives the pipeline communicator; one thread.
 #ifndef TRELLIS_PARALLEL_PIPELINE_EXECUTOR_H_
@@ -38,6 +45,8 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -58,13 +67,15 @@ class PipelineStageCallbacks {
   // (chunks after the first).
   virtual Tensor InputActivation(int vstage, int mb) = 0;
   // The output activation F(vstage, mb) produced, to send (chunks before the
-  // last). Called after Forward(vstage, mb).
+  // last). Called after Forward(vstage, mb), and before it to learn which
+  // memory it writes: the same buffer both times.
   virtual Tensor OutputActivation(int vstage, int mb) = 0;
   // The buffer the gradient of F(vstage, mb)'s output is received into
   // (chunks before the last).
   virtual Tensor OutputGradient(int vstage, int mb) = 0;
   // The gradient of F(vstage, mb)'s input that BackwardInput produced, to
-  // send (chunks after the first). Called after BackwardInput(vstage, mb).
+  // send (chunks after the first). Called after BackwardInput(vstage, mb),
+  // and before it to learn which memory it writes: the same buffer.
   virtual Tensor InputGradient(int vstage, int mb) = 0;
 
   virtual void Forward(int vstage, int mb) = 0;
@@ -133,6 +144,9 @@ class PipelineExecutor {
   Communicator& pipeline_;
   std::vector<Action> actions_;
   int virtual_stages_;
+  // (compute type, virtual stage, microbatch) of the computes whose output
+  // the list sends.
+  std::set<std::tuple<ActionType, int, int>> sent_outputs_;
   Observer observer_;
   std::shared_ptr<TraceClock> device_clock_;
 };

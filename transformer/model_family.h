@@ -70,6 +70,9 @@ class ModelChunk {
   // the loss gradient is loss_scale · d(mean loss) and BackwardInput may
   // follow; 0 computes only the losses (evaluation: no gradient is
   // touched, and only Release may follow). Other chunks ignore it.
+  // `input` (and BackwardInput's `doutput`) are read during the call only:
+  // a chunk copies what later calls need, so the pipeline may reuse those
+  // buffers for other microbatches (parallel/pipeline_buffers.h).
   virtual void Forward(int mb, const Tensor& tokens, const Tensor& input,
                        const Tensor& targets, double loss_scale, Tensor* output,
                        Tensor* loss_sum = nullptr) = 0;

@@ -54,6 +54,13 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
         ChunkSetup{plan, tp, groups.tp, &params_, options.micro_batch_size,
                    device, dtype, block}));
   }
+  schedule_ =
+      BuildSchedule(options.schedule, coord.p, static_cast<int>(options.pp),
+                    static_cast<int>(options.microbatches()),
+                    static_cast<int>(options.virtual_stages));
+  train_slots_ = PipelineBufferSlots::Assign(
+      schedule_, static_cast<int>(options.virtual_stages));
+  planned_slots_ = PlannedSlots(schedule_);
   // Each W call reports each group once: a parameter is final after m
   // reports per group it appears in. The head's wte gradient is added in F,
   // which precedes its microbatch's W, so the last report still comes
@@ -138,15 +145,35 @@ MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
     }
     in_flight.push_back(PeakInFlight(mine));
   }
-  return Plan(in_flight, /*training=*/true);
+  return Plan(in_flight, PlannedSlots(schedule), /*training=*/true);
 }
 
 MemoryPlan StageModel::PlanEvalMemory() const {
   // Each chunk frees a microbatch's state right after its forward.
-  return Plan(std::vector<int>(chunks_.size(), 1), /*training=*/false);
+  return Plan(std::vector<int>(chunks_.size(), 1),
+              ForwardOnlySlots(static_cast<int>(options_.microbatches())),
+              /*training=*/false);
+}
+
+PipelineBufferSlots StageModel::ForwardOnlySlots(int n) const {
+  const int v = static_cast<int>(options_.virtual_stages);
+  return PipelineBufferSlots::Assign(
+      BuildForwardOnlySchedules(static_cast<int>(options_.pp), n, v)[coord_.p],
+      v);
+}
+
+PipelineBufferSlots StageModel::PlannedSlots(
+    const std::vector<Action>& schedule) const {
+  PipelineBufferSlots slots = PipelineBufferSlots::Assign(
+      schedule, static_cast<int>(options_.virtual_stages));
+  // ForwardOnly runs at most a step's microbatches at a time; shorter runs
+  // need no more slots (tests/parallel/pipeline_buffers_test.cc).
+  slots.Widen(ForwardOnlySlots(static_cast<int>(options_.microbatches())));
+  return slots;
 }
 
 MemoryPlan StageModel::Plan(const std::vector<int>& in_flight,
+                            const PipelineBufferSlots& slots,
                             bool training) const {
   MemoryPlan plan;
   // From the declared shapes: the parameters need not exist yet.
@@ -160,12 +187,6 @@ MemoryPlan StageModel::Plan(const std::vector<int>& in_flight,
     // AdamW's two moments, in the master weights' dtype.
     plan.optimizer += 2 * n * DTypeSize(master);
   }
-  const int64_t m = options_.microbatches();
-  const size_t hidden =
-      chunks_.front()->rows() * chunks_.front()->width() * DTypeSize(dtype_);
-  // Training receives activations and sends gradients on a chunk's input
-  // side and the reverse on its output side; evaluation only activations.
-  const int64_t per_side = training ? 2 : 1;
   for (size_t v = 0; v < chunks_.size(); ++v) {
     const ModelChunk& c = *chunks_[v];
     plan.activations += in_flight[v] * c.StateBytes();
@@ -177,15 +198,24 @@ MemoryPlan StageModel::Plan(const std::vector<int>& in_flight,
       }
       if (last_stage()) plan.workspace += kLossBlock * DTypeSize(DType::kF64);
     }
-    // Buffers for every microbatch of the step.
-    if (!c.plan().has_embedding) plan.pipeline += per_side * m * hidden;
-    if (!c.plan().has_head) plan.pipeline += per_side * m * hidden;
+    // The buffers between stages: one per slot (BufferFor).
+    const size_t hidden = c.rows() * c.width() * DTypeSize(dtype_);
+    for (int k = 0; k < kNumPipelineBuffers; ++k) {
+      plan.pipeline +=
+          slots.count(static_cast<PipelineBuffer>(k), static_cast<int>(v)) *
+          hidden;
+    }
   }
   return plan;
 }
 
-Tensor& StageModel::BufferFor(Buffer kind, int vstage, int mb) {
-  Tensor& t = buffers_[kind][{vstage, mb}];
+Tensor& StageModel::BufferFor(PipelineBuffer kind, int vstage, int mb) {
+  const PipelineBufferSlots& running =
+      eval_slots_ != nullptr ? *eval_slots_ : train_slots_;
+  const int slot = running.slot(kind, vstage, mb);
+  TRELLIS_CHECK_LT(slot, planned_slots_.count(kind, vstage))
+      << PipelineBufferName(kind) << " slot beyond the memory plan";
+  Tensor& t = buffers_[static_cast<int>(kind)][{vstage, slot}];
   if (!t.defined()) {
     t = Tensor::Empty({chunks_[vstage]->rows(), chunks_[vstage]->width()},
                       dtype_, device_);
@@ -244,10 +274,10 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
   TRELLIS_CHECK_EQ(microbatches.size(), rows.size());
   std::vector<MicroBatch> saved = std::move(microbatches_);
   eval_ = EvalTotals{};
-  // In runs of at most a training step's microbatches: they use the
-  // (virtual stage, microbatch) buffers training planned, and each chunk
-  // frees a microbatch's state right after its forward, so evaluation
-  // allocates nothing beyond the plan.
+  // In runs of at most a training step's microbatches: their buffer slots
+  // fit in those planned (PlannedSlots), and each chunk frees a
+  // microbatch's state right after its forward, so evaluation allocates
+  // nothing beyond the plan.
   const size_t step = static_cast<size_t>(options_.microbatches());
   const int pp = static_cast<int>(options_.pp);
   const int v = static_cast<int>(options_.virtual_stages);
@@ -256,11 +286,14 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
     microbatches_.assign(microbatches.begin() + first,
                          microbatches.begin() + first + n);
     eval_rows_.assign(rows.begin() + first, rows.begin() + first + n);
+    const PipelineBufferSlots slots = ForwardOnlySlots(static_cast<int>(n));
     PipelineExecutor executor(
         *groups_.pp,
         BuildForwardOnlySchedules(pp, static_cast<int>(n), v)[coord_.p], v);
     evaluating_ = true;
+    eval_slots_ = &slots;
     executor.Run(*this);
+    eval_slots_ = nullptr;
     evaluating_ = false;
   }
   microbatches_ = std::move(saved);

@@ -5,9 +5,15 @@
 // stage p holds chunks k = v·pp + p for v in [0, V) (Megatron's interleaved
 // assignment; V = 1 is plain pipelining). Chunk 0 embeds, chunk pp·V − 1
 // ends in the loss. StageModel implements the executor's callbacks: it owns
-// the activation and gradient buffers of every (virtual stage, microbatch),
-// feeds chunks their tokens and targets, collects microbatch losses, and
-// reports parameters whose gradients became final for the step.
+// the activation and gradient buffers between stages, feeds chunks their
+// tokens and targets, collects microbatch losses, and reports parameters
+// whose gradients became final for the step.
+//
+// Buffers between stages: only as many per kind and virtual stage as the
+// schedule has live at once (PipelineBufferSlots over schedule(), widened
+// to what a forward-only pass of a step's microbatches needs); microbatches
+// whose buffers are never live together share one. The memory plan counts
+// the same slots.
 //
 // Host waits: a step's tokens and targets go to the device in one
 // StagedUpload (pinned memory, asynchronous copies) into buffers kept for
@@ -28,6 +34,7 @@
 
 #include "framework/staged_upload.h"
 #include "parallel/bootstrap.h"
+#include "parallel/pipeline_buffers.h"
 #include "parallel/pipeline_executor.h"
 #include "tools/trainer/batch_loader.h"
 #include "tools/trainer/memory_plan.h"
@@ -56,6 +63,9 @@ class StageModel : public PipelineStageCallbacks {
   bool reads_tokens() const { return first_stage() || last_stage(); }
   // Layers of every chunk of this rank, for the layout printout.
   std::vector<ChunkPlan> chunk_plans() const;
+  // This stage's training schedule (BuildSchedule of the options): the
+  // executor must run this list, whose buffer slots the model uses.
+  const std::vector<Action>& schedule() const { return schedule_; }
 
   // Parameters in the order their gradients become final during backward
   // (for data-parallel buckets), each once.
@@ -103,11 +113,23 @@ class StageModel : public PipelineStageCallbacks {
   void BackwardWeight(int vstage, int mb) override;
 
  private:
-  enum Buffer { kInAct, kOutAct, kOutGrad, kInGrad, kNumBuffers };
-  Tensor& BufferFor(Buffer kind, int vstage, int mb);
-  // The plan with `in_flight[v]` microbatch states of chunk v; gradients,
-  // moments and gradient buffers between stages only when `training`.
-  MemoryPlan Plan(const std::vector<int>& in_flight, bool training) const;
+  static constexpr PipelineBuffer kInAct = PipelineBuffer::kInputActivation;
+  static constexpr PipelineBuffer kOutAct = PipelineBuffer::kOutputActivation;
+  static constexpr PipelineBuffer kOutGrad = PipelineBuffer::kOutputGradient;
+  static constexpr PipelineBuffer kInGrad = PipelineBuffer::kInputGradient;
+  // The buffer of (kind, vstage, mb): its slot's, under the slots of the
+  // schedule running now.
+  Tensor& BufferFor(PipelineBuffer kind, int vstage, int mb);
+  // The buffer slots `schedule` (this stage's training list) needs, with
+  // room for a forward-only pass of a step's microbatches: what the plan
+  // counts and the buffers may use.
+  PipelineBufferSlots PlannedSlots(const std::vector<Action>& schedule) const;
+  // The slots of this stage's forward-only list for `n` microbatches.
+  PipelineBufferSlots ForwardOnlySlots(int n) const;
+  // The plan with `in_flight[v]` microbatch states of chunk v and `slots`
+  // buffers between stages; gradients and moments only when `training`.
+  MemoryPlan Plan(const std::vector<int>& in_flight,
+                  const PipelineBufferSlots& slots, bool training) const;
   // Evaluation's F: the losses of the counted rows, then frees the state.
   void EvaluateForward(int vstage, int mb);
   // Forward of (vstage, mb); on the last chunk `loss_scale` > 0 also forms
@@ -125,7 +147,14 @@ class StageModel : public PipelineStageCallbacks {
   DType dtype_;
   ParameterSet params_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;  // by virtual stage
-  std::map<std::pair<int, int>, Tensor> buffers_[kNumBuffers];
+  // This stage's training schedule, its buffer slots, and the slots
+  // planned (training and evaluation).
+  std::vector<Action> schedule_;
+  PipelineBufferSlots train_slots_, planned_slots_;
+  // While ForwardOnly runs: the slots of its list (else training's).
+  const PipelineBufferSlots* eval_slots_ = nullptr;
+  // By kind, (virtual stage, slot).
+  std::map<std::pair<int, int>, Tensor> buffers_[kNumPipelineBuffers];
   // The step's microbatches on device_: views of step_data_ (tokens then
   // targets of each microbatch), filled by upload_.
   std::vector<MicroBatch> microbatches_;

@@ -153,9 +153,8 @@ absl::Status Trainer::Build(DType dtype) {
   TRELLIS_RETURN_IF_ERROR(CheckStartupStop("before declaring the model"));
   model_ = std::make_unique<StageModel>(o, groups_, coord_, device_, dtype);
   TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after declaring the model"));
-  std::vector<Action> schedule = BuildSchedule(
-      o.schedule, coord_.p, static_cast<int>(o.pp),
-      static_cast<int>(o.microbatches()), static_cast<int>(o.virtual_stages));
+  // The model's buffers between stages are laid out for this list.
+  std::vector<Action> schedule = model_->schedule();
   // NCCL's buffers are taken already (SetUpRankDevice warmed the groups).
   const size_t available = AvailableMemory(o, device_);
   TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));

@@ -33,6 +33,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "framework/device_info.h"
+#include "framework/memory_arena.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/mesh.h"
@@ -75,6 +76,9 @@ struct Reference {
   std::vector<double> losses;                        // per step
   std::vector<double> grad_norms;                    // per step
   std::map<std::string, std::vector<double>> grads;  // after step 1, whole
+  // After the last step: the loss over these windows (when any).
+  std::vector<int64_t> eval_starts;
+  double eval_loss = 0.0;
 };
 
 // A parameter's gradient placed into its whole logical tensor.
@@ -126,8 +130,10 @@ class LayoutEquivalenceTest : public ::testing::Test {
     delete runtime_;
   }
 
-  static Reference ComputeReference(TrainOptions options) {
+  static Reference ComputeReference(TrainOptions options,
+                                    std::vector<int64_t> eval_starts = {}) {
     Reference ref;
+    ref.eval_starts = std::move(eval_starts);
     ParallelContext single = ParallelContext::Single();
     absl::StatusOr<std::unique_ptr<Trainer>> trainer =
         Trainer::Create(options, single.groups(), single.coord());
@@ -143,6 +149,11 @@ class LayoutEquivalenceTest : public ::testing::Test {
       for (const Parameter* p : (*trainer)->model().params().all()) {
         ref.grads[p->name] = LogicalGrad(*p);
       }
+    }
+    if (!ref.eval_starts.empty()) {
+      absl::StatusOr<double> loss = (*trainer)->Evaluate(ref.eval_starts);
+      EXPECT_TRUE(loss.ok()) << loss.status();
+      if (loss.ok()) ref.eval_loss = *loss;
     }
     return ref;
   }
@@ -219,6 +230,23 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
   // Training did something: the loss moved.
   EXPECT_LT(reference_->losses.back(), reference_->losses.front() - 0.05);
   ExpectReplicasIdentical(trainer.model().params(), *run->context->groups().tp);
+  if (!reference_->eval_starts.empty()) {
+    // The forward-only schedules, through the same buffers.
+    absl::StatusOr<double> loss = trainer.Evaluate(reference_->eval_starts);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    EXPECT_NEAR(*loss, reference_->eval_loss,
+                kTolerance * std::abs(reference_->eval_loss));
+  }
+  // Everything the steps held (the buffers between stages among it) came
+  // from the arena the plan sized, and on CPU at its peak within the plan
+  // but for the per-step bookkeeping (token batches, scalars); on a GPU,
+  // cuDNN's call-long workspaces use the arena's headroom (docs/gpu.md).
+  const MemoryArena::Stats arena = trainer.arena().stats();
+  EXPECT_EQ(arena.fallbacks, 0u) << trainer.memory_plan().Format();
+  if (!kOnGpu) {
+    EXPECT_LE(arena.peak_in_use, trainer.memory_plan().total() + (256 << 10))
+        << trainer.memory_plan().Format();
+  }
 }
 
 // Every piece replicated over a sub-group of tp (key/value heads fewer than
@@ -350,6 +378,38 @@ TEST_F(LayoutEquivalenceTest, EightRankLayoutsMatchOneProcess) {
   layouts.push_back(L(2, 2, 2, "interleaved-1f1b", 2));
   layouts.push_back(L(2, 2, 2, "zb-h1"));
   RunAll(layouts);
+}
+
+// Many microbatches through the few buffers between stages that the
+// schedules need (parallel/pipeline_buffers.h), under every schedule kind
+// over pp 4, then an evaluation through the forward-only schedules. Each
+// message (560 rows × 32 floats, 70 KiB) is above Open MPI's eager limits, so a
+// send reads its buffer after it is posted: a buffer overwritten before its
+// send completed would train to other losses.
+TEST_F(LayoutEquivalenceTest,
+       ManyMicrobatchesThroughFewBuffersMatchOneProcess) {
+  const std::string data = *dir_ + "/tokens_many.h5";
+  ASSERT_TRUE(mpitest::WriteSharedTokenFile(data, 60000));
+  TrainOptions many = *options_;
+  many.data = data;
+  many.model.n_layer = 8;  // 8 chunks under interleaving with v = 2
+  many.model.seq_len = 112;
+  many.micro_batch_size = 5;
+  many.global_batch_size = 60;  // m = 12 at dp 1, 6 at dp 2
+  many.steps = 6;
+  // Then 67 windows evaluated: 14 microbatches at dp 1 (runs of 12 and 2)
+  // and 7 at dp 2 (6 and 1).
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < 67; ++i) starts.push_back(i * 797);
+  Reference many_reference = ComputeReference(many, starts);
+  TrainOptions* const saved_options = options_;
+  Reference* const saved_reference = reference_;
+  options_ = &many;
+  reference_ = &many_reference;
+  RunAll({L(1, 1, 4, "1f1b"), L(1, 1, 4, "gpipe"), L(1, 1, 4, "zb-h1"),
+          L(1, 1, 4, "interleaved-1f1b", 2), L(2, 1, 4, "1f1b")});
+  options_ = saved_options;
+  reference_ = saved_reference;
 }
 
 // ZeRO-1 (--zero=1) against the replicated optimizer (--zero=0) under the
