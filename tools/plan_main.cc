@@ -6,6 +6,7 @@
 //   trellis-plan --flagfile=configs/tiny.flags --cluster=cpu --world=2 --json
 //   trellis-plan ... --explain=1    (or a layout name from the table)
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "data/blend.h"
+#include "tools/plan/bench_profile.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/plan_report.h"
 #include "tools/plan/planner.h"
@@ -32,6 +34,10 @@ ABSL_FLAG(bool, json, false, "print every planned layout as JSON instead");
 ABSL_FLAG(std::string, explain, "",
           "break one layout's step down: its rank in the table (1 = best) "
           "or its name, e.g. dp2.tp1.pp1/1f1b/v1/mbs4/z0/none");
+ABSL_FLAG(std::string, profile, "",
+          "a trellis-bench --profile --json file measured on the cluster's "
+          "device: its GEMM and attention kernel rates replace the "
+          "cluster's efficiencies");
 ABSL_FLAG(int64_t, top, 20, "layouts the table shows (of each kind)");
 ABSL_FLAG(int64_t, max_micro_batch_size, 16,
           "largest micro batch size searched");
@@ -71,6 +77,16 @@ const LayoutPlan* FindLayout(const std::vector<LayoutPlan>& plans,
 absl::Status Run() {
   TRELLIS_ASSIGN_OR_RETURN(ClusterSpec cluster,
                            LoadCluster(absl::GetFlag(FLAGS_cluster)));
+  const std::string profile = absl::GetFlag(FLAGS_profile);
+  if (!profile.empty()) {
+    std::ifstream in(profile);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (!in || j.is_discarded()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--profile=", profile, " cannot be read as JSON"));
+    }
+    TRELLIS_RETURN_IF_ERROR(ApplyBenchProfile(j, profile, cluster));
+  }
   TRELLIS_ASSIGN_OR_RETURN(TrainOptions base, BaseOptions(cluster));
   const int64_t world = absl::GetFlag(FLAGS_world) > 0
                             ? absl::GetFlag(FLAGS_world)

@@ -12,11 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tests/tools/tools_test_util.h"
 
 namespace trellis {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Output {
   int code = -1;
@@ -28,12 +30,13 @@ std::string Slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-Output Plan(const std::string& args) {
+// Runs build/bin/trellis-<program> with `args`.
+Output RunProgram(const std::string& program, const std::string& args) {
   const std::string dir = ::testing::TempDir();
   const std::string err = dir + "/plan_stderr.txt";
   const std::string command =
       absl::StrCat("OPENBLAS_NUM_THREADS=1 ", TRELLIS_BINARY_DIR,
-                   "/bin/trellis-plan ", args, " 2>", err);
+                   "/bin/trellis-", program, " ", args, " 2>", err);
   Output o;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return o;
@@ -47,9 +50,12 @@ Output Plan(const std::string& args) {
   return o;
 }
 
-const std::string kModel =
+Output Plan(const std::string& args) { return RunProgram("plan", args); }
+
+const std::string kTrainModel =
     absl::StrCat("--flagfile=", TRELLIS_SOURCE_DIR,
-                 "/configs/tiny.flags --vocab_size=257 --global_batch_size=8");
+                 "/configs/tiny.flags --global_batch_size=8");
+const std::string kModel = kTrainModel + " --vocab_size=257";
 
 std::string WriteCluster(const std::string& name, const nlohmann::json& j) {
   const std::string path = ::testing::TempDir() + "/" + name;
@@ -143,6 +149,28 @@ TEST(PlanProgramTest, NothingFitsIsATable) {
   EXPECT_THAT(o.out, HasSubstr("nothing fits"));
   EXPECT_THAT(o.out, HasSubstr("do not fit"));
   EXPECT_THAT(o.out, HasSubstr("needs"));
+}
+
+TEST(PlanProgramTest, TrainPlanOnlyExplainsItsLayoutAndAllocatesNothing) {
+  const std::string data = ::testing::TempDir() + "/plan_only_tokens.h5";
+  test::WriteTokenFile(data, test::kByteVocab);
+  const std::string flags = absl::StrCat(kTrainModel, " --data=", data,
+                                         " --dp=1 --tp=1 --pp=2 --plan_only");
+  const Output o = RunProgram("train", flags);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("layout dp1.tp1.pp2/1f1b/v1/mbs"));
+  EXPECT_THAT(o.out, HasSubstr("exposed pp communication"));
+  EXPECT_THAT(o.out, HasSubstr("memory per rank"));
+  // It exits before the model exists: no arena, no step.
+  EXPECT_THAT(o.out, Not(HasSubstr("memory arena")));
+  EXPECT_THAT(o.out, Not(HasSubstr("| loss")));
+  // A layout the trainer refuses is refused the same way.
+  const Output bad =
+      RunProgram("train", absl::StrCat(kTrainModel, " --data=", data,
+                                       " --dp=1 --tp=3 --plan_only"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("trellis-train: error:"));
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
 
 }  // namespace
