@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "data/blend.h"
+#include "parallel/schedule.h"
 #include "tools/plan/bench_profile.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/plan_report.h"
@@ -113,6 +114,21 @@ absl::Status Run() {
     }
     std::printf("%s", FormatExplain(*plan, cluster).c_str());
     return absl::OkStatus();
+  }
+  if (plans.empty()) {
+    // Say why: the validator's verdict on the plainest layout.
+    TrainOptions plain = base;
+    plain.dp = 0;
+    plain.tp = 1;
+    plain.pp = 1;
+    plain.virtual_stages = 1;
+    plain.schedule = ScheduleKind::k1F1B;
+    const absl::Status why = ValidateLayout(plain, static_cast<int>(world));
+    if (!why.ok()) {
+      std::fprintf(stderr, "trellis-plan: note: dp%lld alone is refused: %s\n",
+                   static_cast<long long>(world),
+                   std::string(why.message()).c_str());
+    }
   }
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("%s\n", PlansJson(plans, cluster).dump(2).c_str());

@@ -10,6 +10,7 @@
 #include "parallel/schedule.h"
 #include "tools/plan/comm_cost.h"
 #include "transformer/config.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -160,6 +161,9 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
       }
     }
   }
+  if (windows.empty() || !cluster.async_collectives) {
+    windows.assign(1, {stage_end, stage_end});
+  }
   const double per_chunk = static_cast<double>(grads) / windows.size();
   double link_free = 0, produced = 0;
   for (int64_t sent = 0; sent < grads; sent += bucket) {
@@ -169,9 +173,8 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
     const size_t k = std::min(windows.size() - 1,
                               static_cast<size_t>((produced - 1) / per_chunk));
     const double into = (produced - k * per_chunk) / per_chunk;
-    double ready =
+    const double ready =
         windows[k].first + into * (windows[k].second - windows[k].first);
-    if (!cluster.async_collectives) ready = stage_end;
     const double cost = CollectiveSeconds(op, bytes, dp, link);
     *total += cost;
     link_free = std::max(link_free, ready) + cost;
@@ -238,6 +241,13 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
         std::max(synced, DataParallelEnd(o, stages[p], sim.timeline[p],
                                          stage_end, cluster, dp_link, &total));
     e.dp_comm_total = std::max(e.dp_comm_total, total);
+  }
+  // The tied embedding's gradient is then summed between the first and
+  // the last stage (float32, its local rows).
+  if (pp > 1 && !FamilyOf(o.model).TiedEmbedding(o.model).empty()) {
+    synced += CollectiveSeconds(CommOp::kAllReduce,
+                                static_cast<int64_t>(4 * s.vocab * s.width), 2,
+                                pp_link);
   }
   e.dp_comm = synced - sim.makespan;
   // The update: AdamW over the owned elements, then ZeRO-1's all-gather.

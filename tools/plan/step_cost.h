@@ -19,8 +19,10 @@
 // activation or gradient transfer; the data-parallel gradient buckets
 // start as the last W of their chunk produces them (on a cluster with
 // asynchronous collectives; otherwise when the pipeline ends) and go one
-// after another; then AdamW (memory-bound: 28 bytes per owned element, 30
-// with bf16 weights) and, under ZeRO-1, the all-gather of the weights.
+// after another, and with pp > 1 the tied embedding's gradient is summed
+// between the first and last stage; then AdamW (memory-bound: 28 bytes per
+// owned element, 30 with bf16 weights) and, under ZeRO-1, the all-gather of the
+// weights.
 //
 // Thread safety: pure functions.
 #ifndef TRELLIS_TOOLS_PLAN_STEP_COST_H_
@@ -44,7 +46,9 @@ struct StepEstimate {
   double tp_comm = 0;    // its tensor-parallel all-reduces
   double bubble = 0;     // its idle time, transfers taken as free
   double pp_comm = 0;    // what the transfers add to the makespan
-  double dp_comm = 0;    // gradient sync not hidden behind backward
+  double dp_comm = 0;    // gradient sync not hidden behind backward, and
+                         // the tied embedding's sum over the first and
+                         // last stage
   double optimizer = 0;  // AdamW, norm, ZeRO-1's all-gather
   double step = 0;
   double dp_comm_total = 0;    // the sync's whole duration, hidden or not
