@@ -182,6 +182,28 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
   return std::max(stage_end, link_free);
 }
 
+// The update: AdamW over the owned elements (memory-bound), then ZeRO-1's
+// all-gather of the weights; the slowest stage's.
+double UpdateSeconds(const TrainOptions& o,
+                     const std::vector<StageFacts>& stages, const Sizes& s,
+                     const LinkSpec& dp_link) {
+  double update = 0;
+  for (const StageFacts& stage : stages) {
+    const double owned = static_cast<double>(stage.local_parameters) /
+                         (o.zero > 0 ? static_cast<double>(o.dp) : 1.0);
+    const double bytes =
+        owned * (kAdamBytes + (s.bytes == 2 ? kAdamBf16Bytes : 0));
+    double t = bytes / s.memory_rate;
+    if (o.zero > 0) {
+      t += CollectiveSeconds(CommOp::kAllGather,
+                             static_cast<int64_t>(stage.memory.gradients),
+                             static_cast<int>(o.dp), dp_link);
+    }
+    update = std::max(update, t);
+  }
+  return update;
+}
+
 }  // namespace
 
 absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
@@ -250,21 +272,7 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
                                 pp_link);
   }
   e.dp_comm = synced - sim.makespan;
-  // The update: AdamW over the owned elements, then ZeRO-1's all-gather.
-  double update = 0;
-  for (const StageFacts& stage : stages) {
-    const double owned = static_cast<double>(stage.local_parameters) /
-                         (o.zero > 0 ? static_cast<double>(o.dp) : 1.0);
-    const double bytes =
-        owned * (kAdamBytes + (s.bytes == 2 ? kAdamBf16Bytes : 0));
-    double t = bytes / s.memory_rate;
-    if (o.zero > 0) {
-      t += CollectiveSeconds(CommOp::kAllGather,
-                             static_cast<int64_t>(stage.memory.gradients),
-                             static_cast<int>(o.dp), dp_link);
-    }
-    update = std::max(update, t);
-  }
+  const double update = UpdateSeconds(o, stages, s, dp_link);
   e.optimizer = update;
   e.step = synced + e.optimizer;
   return e;
