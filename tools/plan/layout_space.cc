@@ -37,6 +37,7 @@ std::vector<TrainOptions> Sizes(const TrainOptions& o, int world,
       out.back().tp = tp;
       out.back().pp = pp;
       out.back().dp = world / (tp * pp);
+      out.back().pp_layers.clear();  // an even split of the searched pp
     }
   }
   return out;

@@ -1,5 +1,6 @@
 #include "tools/plan/shape_only_groups.h"
 
+#include <cstdlib>
 #include <string>
 #include <utility>
 
