@@ -253,6 +253,12 @@ double ComputeCost(ActionType type, const ActionCosts& costs) {
   }
 }
 
+// The costs of `stage`'s virtual stage `vstage`: chunk vstage·P + stage.
+const ActionCosts& CostsOf(const std::vector<ActionCosts>& chunk_costs,
+                           int stage, int num_stages, int vstage) {
+  return chunk_costs[static_cast<size_t>(vstage * num_stages + stage)];
+}
+
 // The message a send puts on its channel.
 Message Deliver(const Action& send, int stage, int num_stages, double now,
                 const ActionCosts& costs) {
@@ -297,11 +303,13 @@ void WaitForInput(const Action& a, int stage, SimState& st,
 // its data only at the compute that needs it (as the executor does).
 // Returns whether it advanced; sets `status` on a mismatched receive.
 bool Advance(const std::vector<Action>& actions, int stage, int num_stages,
-             const ActionCosts& costs, SimState& st, ScheduleSimulation& sim,
-             absl::Status& status) {
+             const std::vector<ActionCosts>& chunk_costs, SimState& st,
+             ScheduleSimulation& sim, absl::Status& status) {
   bool advanced = false;
   while (st.next[stage] < actions.size()) {
     const Action& a = actions[st.next[stage]];
+    const ActionCosts& costs =
+        CostsOf(chunk_costs, stage, num_stages, a.virtual_stage);
     double& clock = st.clock[stage];
     if (IsCompute(a.type)) WaitForInput(a, stage, st, sim);
     const double start = clock;
@@ -532,7 +540,17 @@ absl::Status ValidateSchedules(
 absl::StatusOr<ScheduleSimulation> SimulateSchedules(
     const std::vector<std::vector<Action>>& per_stage, int virtual_stages,
     const ActionCosts& costs) {
+  return SimulateSchedules(
+      per_stage, virtual_stages,
+      std::vector<ActionCosts>(per_stage.size() * virtual_stages, costs));
+}
+
+absl::StatusOr<ScheduleSimulation> SimulateSchedules(
+    const std::vector<std::vector<Action>>& per_stage, int virtual_stages,
+    const std::vector<ActionCosts>& chunk_costs) {
   const int num_stages = static_cast<int>(per_stage.size());
+  TRELLIS_CHECK_EQ(chunk_costs.size(),
+                   static_cast<size_t>(num_stages * virtual_stages));
   SimState st{std::vector<size_t>(num_stages, 0),
               std::vector<double>(num_stages, 0.0),
               std::vector<std::deque<Message>>(num_stages),
@@ -545,7 +563,8 @@ absl::StatusOr<ScheduleSimulation> SimulateSchedules(
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < num_stages; ++s) {
-      progress |= Advance(per_stage[s], s, num_stages, costs, st, sim, status);
+      progress |=
+          Advance(per_stage[s], s, num_stages, chunk_costs, st, sim, status);
       TRELLIS_RETURN_IF_ERROR(status);
     }
   }

@@ -251,6 +251,14 @@ struct ScheduleSimulation {
 absl::StatusOr<ScheduleSimulation> SimulateSchedules(
     const std::vector<std::vector<Action>>& per_stage, int virtual_stages,
     const ActionCosts& costs = ActionCosts{});
+// The same with costs per model chunk: chunk_costs[k] for global chunk k
+// (virtual stage u of stage s is chunk u·P + s), e.g. when the first and
+// last chunks also embed and compute the loss. A transfer costs what its
+// sending chunk's `transfer` says. REQUIRES: chunk_costs.size() ==
+// per_stage.size() · virtual_stages.
+absl::StatusOr<ScheduleSimulation> SimulateSchedules(
+    const std::vector<std::vector<Action>>& per_stage, int virtual_stages,
+    const std::vector<ActionCosts>& chunk_costs);
 
 }  // namespace trellis
 

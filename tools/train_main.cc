@@ -13,7 +13,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "data/blend.h"
 #include "parallel/bootstrap.h"
+#include "tools/plan/cluster.h"
+#include "tools/plan/plan_report.h"
+#include "tools/plan/planner.h"
 #include "tools/trainer/layout_report.h"
 #include "tools/trainer/option_flags.h"
 #include "tools/trainer/program_help.h"
@@ -23,6 +27,13 @@
 ABSL_FLAG(std::string, stop_signals, "USR1,TERM",
           "signals that end the run cleanly after the current step, saving "
           "a checkpoint when --save_dir is set");
+
+ABSL_FLAG(bool, plan_only, false,
+          "print the planned memory per rank and step time of this layout "
+          "(trellis-plan's --explain) and exit before allocating anything");
+ABSL_FLAG(std::string, plan_cluster, "",
+          "the cluster --plan_only plans for (as trellis-plan's --cluster; "
+          "default: cpu on --device=cpu, else h100-sxm-8xN for the ranks)");
 
 namespace trellis {
 namespace {
@@ -53,6 +64,34 @@ std::vector<std::string> Hostnames(Communicator& world,
   return names;
 }
 
+// --plan_only: this layout's plan, from the flags alone (dp 0: the ranks
+// launched). Rank 0 prints it.
+absl::Status PlanOnly(const TrainOptions& options, const MpiRuntime& runtime) {
+  TrainOptions o = options;
+  TRELLIS_ASSIGN_OR_RETURN(TokenFileMetadata data, BlendMetadata(o.data));
+  o.model.vocab_size = data.vocab_size;
+  const int64_t world = o.dp > 0 ? o.dp * o.tp * o.pp : runtime.world_size();
+  std::string name = absl::GetFlag(FLAGS_plan_cluster);
+  if (name.empty()) {
+    name = o.device == DeviceType::kCPU
+               ? "cpu"
+               : absl::StrCat("h100-sxm-8x", (world + 7) / 8);
+  }
+  TRELLIS_ASSIGN_OR_RETURN(ClusterSpec cluster, LoadCluster(name));
+  if (world > cluster.world()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plan_only: the layout's ", world, " ranks exceed --plan_cluster=",
+        name, "'s ", cluster.world(), " devices"));
+  }
+  TRELLIS_ASSIGN_OR_RETURN(
+      LayoutPlan plan, PlanGivenLayout(o, static_cast<int>(world), cluster));
+  if (runtime.world_rank() == 0) {
+    std::printf("%s", FormatExplain(plan, cluster).c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 int Main(int argc, char** argv) {
   MpiRuntime runtime(&argc, &argv);
   absl::SetProgramUsageMessage(
@@ -79,6 +118,10 @@ int Main(int argc, char** argv) {
                 true);
   }
   const TrainOptions options = OptionsFromFlags();
+  if (absl::GetFlag(FLAGS_plan_only)) {
+    const absl::Status planned = PlanOnly(options, runtime);
+    return planned.ok() ? 0 : fail(planned, true);
+  }
   const absl::Status signals =
       InstallStopSignals(absl::GetFlag(FLAGS_stop_signals));
   if (!signals.ok()) return fail(signals, true);

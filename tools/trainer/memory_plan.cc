@@ -21,6 +21,9 @@ MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp) {
   if (zero >= 1) {
     const size_t ranks = static_cast<size_t>(dp);
     plan.optimizer = (plan.optimizer + ranks - 1) / ranks;
+    // Each bucket reduce-scatters in place, which MPI and NCCL do through
+    // a scratch block of 1/dp of it, held until the bucket is waited for.
+    if (dp > 1) plan.workspace += (plan.gradients + ranks - 1) / ranks;
   }
   return plan;
 }

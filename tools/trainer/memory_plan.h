@@ -32,7 +32,9 @@ struct MemoryPlan {
 // group of `dp`: level 1 keeps 1/dp of the AdamW moments (rounded up; the
 // buckets' padding, under dp elements each, is not counted). Weights and
 // gradients stay whole: the buckets carry the reduce-scatter and then the
-// all-gather of the updated weights. REQUIRES: zero is 0 or 1, dp ≥ 1.
+// all-gather of the updated weights; the in-place reduce-scatters'
+// scratch blocks, 1/dp of the gradients, join `workspace`.
+// REQUIRES: zero is 0 or 1, dp ≥ 1.
 MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp);
 
 // The bytes of the arena a run reserves for `plan` when `available` bytes

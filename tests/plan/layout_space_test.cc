@@ -1,0 +1,102 @@
+// The enumeration holds exactly the layouts the trainer's validator
+// accepts: none it refuses, and every one it accepts within the limits.
+#include "tools/plan/layout_space.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "parallel/schedule.h"
+
+namespace trellis {
+namespace {
+
+TrainOptions Small() {
+  TrainOptions o;
+  o.model.n_layer = 4;
+  o.model.n_head = 6;
+  o.model.d_model = 96;
+  o.model.seq_len = 32;
+  o.model.vocab_size = 257;
+  o.global_batch_size = 8;
+  return o;
+}
+
+TEST(LayoutSpaceTest, EveryLayoutPassesTheValidator) {
+  const std::vector<TrainOptions> layouts =
+      EnumerateLayouts(Small(), 4, SearchLimits{});
+  ASSERT_FALSE(layouts.empty());
+  for (const TrainOptions& o : layouts) {
+    TrainOptions again = o;
+    EXPECT_TRUE(ValidateLayout(again, 4).ok()) << LayoutName(o);
+    EXPECT_EQ(o.dp * o.tp * o.pp, 4);
+    // 6 heads do not split over 4 tensor-parallel ranks.
+    EXPECT_NE(o.tp, 4) << LayoutName(o);
+  }
+}
+
+TEST(LayoutSpaceTest, RefusedLayoutsNeverAppear) {
+  TrainOptions refused = Small();
+  refused.tp = 4;
+  refused.dp = 1;
+  EXPECT_FALSE(ValidateLayout(refused, 4).ok());
+  refused = Small();
+  refused.pp = 4;
+  refused.dp = 1;
+  refused.schedule = ScheduleKind::kInterleaved1F1B;
+  refused.virtual_stages = 2;  // 8 chunks for 4 layers
+  EXPECT_FALSE(ValidateLayout(refused, 4).ok());
+  std::set<std::string> names;
+  for (const TrainOptions& o : EnumerateLayouts(Small(), 4, SearchLimits{})) {
+    names.insert(LayoutName(o));
+  }
+  EXPECT_EQ(names.count("dp1.tp4.pp1/1f1b/v1/mbs8/z0/none"), 0u);
+  EXPECT_EQ(names.count("dp1.tp1.pp4/interleaved-1f1b/v2/mbs1/z0/none"), 0u);
+  EXPECT_EQ(names.count("dp2.tp2.pp1/1f1b/v1/mbs4/z1/full"), 1u);
+  EXPECT_EQ(names.count("dp1.tp1.pp4/zb-h1/v1/mbs2/z0/selective"), 1u);
+  EXPECT_EQ(names.count("dp1.tp2.pp2/interleaved-1f1b/v2/mbs4/z0/none"), 1u);
+}
+
+// A brute force over a superset of the axes, asking the validator alone,
+// finds the same layouts (pp = 1 keeps only 1F1B, as documented).
+TEST(LayoutSpaceTest, EveryAcceptedLayoutAppears) {
+  const SearchLimits limits{4, 3};
+  std::set<std::string> enumerated;
+  for (const TrainOptions& o : EnumerateLayouts(Small(), 4, limits)) {
+    EXPECT_TRUE(enumerated.insert(LayoutName(o)).second) << LayoutName(o);
+  }
+  std::set<std::string> accepted;
+  for (int64_t tp = 1; tp <= 4; ++tp) {
+    for (int64_t pp = 1; pp <= 4; ++pp) {
+      for (ScheduleKind kind :
+           {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+            ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1}) {
+        if (pp == 1 && kind != ScheduleKind::k1F1B) continue;
+        for (int64_t v = 1; v <= 3; ++v) {
+          for (int64_t mbs = 1; mbs <= 4; ++mbs) {
+            for (int64_t zero = 0; zero <= 1; ++zero) {
+              for (Recompute r : {Recompute::kNone, Recompute::kSelective,
+                                  Recompute::kFull}) {
+                TrainOptions o = Small();
+                o.tp = tp;
+                o.pp = pp;
+                o.dp = 0;
+                o.schedule = kind;
+                o.virtual_stages = v;
+                o.micro_batch_size = mbs;
+                o.zero = zero;
+                o.recompute = r;
+                if (ValidateLayout(o, 4).ok()) accepted.insert(LayoutName(o));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(enumerated, accepted);
+}
+
+}  // namespace
+}  // namespace trellis

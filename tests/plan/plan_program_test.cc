@@ -1,0 +1,177 @@
+// trellis-plan through the program: --help, --json's shape, --explain, a
+// bad cluster file as one line, and "nothing fits" as a table.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/tools/tools_test_util.h"
+
+namespace trellis {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Output {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Runs build/bin/trellis-<program> with `args`.
+Output RunProgram(const std::string& program, const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string err = dir + "/plan_stderr.txt";
+  const std::string command =
+      absl::StrCat("OPENBLAS_NUM_THREADS=1 ", TRELLIS_BINARY_DIR,
+                   "/bin/trellis-", program, " ", args, " 2>", err);
+  Output o;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return o;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    o.out.append(buffer, n);
+  const int status = pclose(pipe);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.err = Slurp(err);
+  return o;
+}
+
+Output Plan(const std::string& args) { return RunProgram("plan", args); }
+
+const std::string kTrainModel =
+    absl::StrCat("--flagfile=", TRELLIS_SOURCE_DIR,
+                 "/configs/tiny.flags --global_batch_size=8");
+const std::string kModel = kTrainModel + " --vocab_size=257";
+
+std::string WriteCluster(const std::string& name, const nlohmann::json& j) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+nlohmann::json SmallCluster(double memory_gib) {
+  return {{"device", "cpu"},
+          {"gpus_per_node", 2},
+          {"nodes", 1},
+          {"memory_gib", memory_gib},
+          {"peak_tflops", 0.02},
+          {"gemm_efficiency", 1},
+          {"attention_efficiency", 0.3},
+          {"memory_bandwidth_gbs", 5},
+          {"intra_node_bandwidth_gbs", 1},
+          {"intra_node_latency_us", 5},
+          {"inter_node_bandwidth_gbs", 1},
+          {"inter_node_latency_us", 5}};
+}
+
+TEST(PlanProgramTest, HelpListsItsFlags) {
+  const Output o = Plan("--help");
+  EXPECT_EQ(o.code, 0);
+  EXPECT_THAT(o.out, HasSubstr("--cluster="));
+  EXPECT_THAT(o.out, HasSubstr("--explain="));
+  EXPECT_THAT(o.out, HasSubstr("h100-sxm-8xN"));
+}
+
+TEST(PlanProgramTest, JsonHasEveryLayoutWithItsParts) {
+  const std::string cluster = WriteCluster("small.json", SmallCluster(4));
+  const Output o =
+      Plan(absl::StrCat(kModel, " --cluster=", cluster, " --json"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(j["cluster"]["gpus_per_node"], 2);
+  ASSERT_TRUE(j["layouts"].is_array());
+  ASSERT_FALSE(j["layouts"].empty());
+  EXPECT_EQ(j["fitting"], j["layouts"].size());
+  double previous = 1e300;
+  for (const nlohmann::json& l : j["layouts"]) {
+    EXPECT_EQ(l["dp"].get<int>() * l["tp"].get<int>() * l["pp"].get<int>(), 2);
+    for (const char* key : {"compute", "bubble", "tp_comm", "pp_comm",
+                            "dp_comm", "optimizer", "total"}) {
+      EXPECT_TRUE(l["step_s"].contains(key)) << key;
+    }
+    EXPECT_GT(l["memory"]["total"].get<double>(), 0);
+    const double tokens = l["tokens_per_s"].get<double>();
+    EXPECT_LE(tokens, previous * 1.001);  // ranked
+    previous = tokens;
+  }
+}
+
+TEST(PlanProgramTest, ExplainBreaksTheBestLayoutDown) {
+  const std::string cluster = WriteCluster("small.json", SmallCluster(4));
+  const Output o =
+      Plan(absl::StrCat(kModel, " --cluster=", cluster, " --explain=1"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  for (const char* part :
+       {"compute", "pipeline bubble", "exposed tp", "exposed pp", "exposed dp",
+        "optimizer", "memory per rank"}) {
+    EXPECT_THAT(o.out, HasSubstr(part));
+  }
+  const Output missing = Plan(
+      absl::StrCat(kModel, " --cluster=", cluster, " --explain=dp9.tp9.pp9"));
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("--explain"));
+}
+
+TEST(PlanProgramTest, BadClusterFileIsOneLineNamingTheField) {
+  nlohmann::json j = SmallCluster(4);
+  j.erase("inter_node_latency_us");
+  Output o = Plan(
+      absl::StrCat(kModel, " --cluster=", WriteCluster("missing.json", j)));
+  EXPECT_EQ(o.code, 1);
+  EXPECT_THAT(o.err, HasSubstr("\"inter_node_latency_us\" is missing"));
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  j = SmallCluster(4);
+  j["memory_gib"] = -2;
+  o = Plan(absl::StrCat(kModel, " --cluster=", WriteCluster("neg.json", j)));
+  EXPECT_EQ(o.code, 1);
+  EXPECT_THAT(o.err, HasSubstr("memory_gib"));
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+}
+
+TEST(PlanProgramTest, NothingFitsIsATable) {
+  const std::string cluster = WriteCluster("tiny.json", SmallCluster(0.001));
+  const Output o = Plan(absl::StrCat(kModel, " --cluster=", cluster));
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("nothing fits"));
+  EXPECT_THAT(o.out, HasSubstr("do not fit"));
+  EXPECT_THAT(o.out, HasSubstr("needs"));
+}
+
+TEST(PlanProgramTest, TrainPlanOnlyExplainsItsLayoutAndAllocatesNothing) {
+  const std::string data = ::testing::TempDir() + "/plan_only_tokens.h5";
+  test::WriteTokenFile(data, test::kByteVocab);
+  const std::string flags = absl::StrCat(kTrainModel, " --data=", data,
+                                         " --dp=1 --tp=1 --pp=2 --plan_only");
+  const Output o = RunProgram("train", flags);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("layout dp1.tp1.pp2/1f1b/v1/mbs"));
+  EXPECT_THAT(o.out, HasSubstr("exposed pp communication"));
+  EXPECT_THAT(o.out, HasSubstr("memory per rank"));
+  // It exits before the model exists: no arena, no step.
+  EXPECT_THAT(o.out, Not(HasSubstr("memory arena")));
+  EXPECT_THAT(o.out, Not(HasSubstr("| loss")));
+  // A layout the trainer refuses is refused the same way.
+  const Output bad =
+      RunProgram("train", absl::StrCat(kTrainModel, " --data=", data,
+                                       " --dp=1 --tp=3 --plan_only"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("trellis-train: error:"));
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,150 @@
+// The step-time model: its parts add up, each responds to the rate it is
+// made of, and the pipeline part is the schedule simulator's.
+#include "tools/plan/step_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "parallel/schedule.h"
+#include "tools/plan/layout_space.h"
+#include "tools/plan/planner.h"
+
+namespace trellis {
+namespace {
+
+ClusterSpec TestCluster() {
+  ClusterSpec c;
+  c.name = "test";
+  c.device = DeviceType::kCPU;
+  c.devices_per_node = 8;
+  c.nodes = 1;
+  c.memory_bytes = 1e12;
+  c.peak_flops = 1e10;
+  c.gemm_efficiency = 1;
+  c.attention_efficiency = 0.5;
+  c.memory_bandwidth = 1e10;
+  c.intra = {1e9, 1e-5};
+  c.inter = c.intra;
+  c.async_collectives = true;
+  return c;
+}
+
+TrainOptions Layout(int64_t dp, int64_t tp, int64_t pp,
+                    ScheduleKind kind = ScheduleKind::k1F1B) {
+  TrainOptions o;
+  o.model.n_layer = 8;
+  o.model.n_head = 4;
+  o.model.d_model = 128;
+  o.model.seq_len = 64;
+  o.model.vocab_size = 257;
+  o.global_batch_size = 16;
+  o.micro_batch_size = 2;
+  o.dp = dp;
+  o.tp = tp;
+  o.pp = pp;
+  o.schedule = kind;
+  EXPECT_TRUE(ValidateLayout(o, static_cast<int>(dp * tp * pp)).ok());
+  return o;
+}
+
+StepEstimate Estimate(const TrainOptions& o, const ClusterSpec& c) {
+  absl::StatusOr<StepEstimate> e = EstimateStep(o, PlanStages(o), c);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *e : StepEstimate{};
+}
+
+double Sum(const StepEstimate& e) {
+  return e.compute + e.tp_comm + e.bubble + e.pp_comm + e.dp_comm + e.optimizer;
+}
+
+TEST(StepCostTest, PartsAddUpToTheStep) {
+  for (const TrainOptions& o :
+       {Layout(1, 1, 1), Layout(2, 2, 2), Layout(1, 1, 4, ScheduleKind::kGPipe),
+        Layout(2, 1, 4, ScheduleKind::kZeroBubbleH1)}) {
+    const StepEstimate e = Estimate(o, TestCluster());
+    EXPECT_NEAR(Sum(e), e.step, 1e-9 * e.step) << LayoutName(o);
+    EXPECT_GT(e.compute, 0);
+  }
+}
+
+TEST(StepCostTest, OneRankHasNoCommunicationOrBubble) {
+  const StepEstimate e = Estimate(Layout(1, 1, 1), TestCluster());
+  EXPECT_EQ(e.tp_comm, 0);
+  EXPECT_EQ(e.pp_comm, 0);
+  EXPECT_EQ(e.dp_comm, 0);
+  EXPECT_NEAR(e.bubble, 0, 1e-12);
+}
+
+TEST(StepCostTest, ComputeScalesWithThePeak) {
+  ClusterSpec fast = TestCluster();
+  fast.peak_flops *= 2;
+  fast.memory_bandwidth *= 2;
+  const StepEstimate slow_e = Estimate(Layout(1, 1, 1), TestCluster());
+  const StepEstimate fast_e = Estimate(Layout(1, 1, 1), fast);
+  EXPECT_NEAR(fast_e.compute, slow_e.compute / 2, 1e-9);
+  EXPECT_NEAR(fast_e.optimizer, slow_e.optimizer / 2, 1e-12);
+}
+
+TEST(StepCostTest, CommunicationFollowsTheLinks) {
+  ClusterSpec c = TestCluster();
+  const StepEstimate e = Estimate(Layout(1, 2, 2), c);
+  EXPECT_GT(e.tp_comm, 0);
+  EXPECT_GT(e.pp_comm, 0);
+  c.intra = {std::numeric_limits<double>::infinity(), 0};
+  const StepEstimate free = Estimate(Layout(1, 2, 2), c);
+  EXPECT_EQ(free.tp_comm, 0);
+  EXPECT_NEAR(free.pp_comm, 0, 1e-12);
+}
+
+TEST(StepCostTest, AsyncGradientSyncHidesBehindBackward) {
+  ClusterSpec c = TestCluster();
+  // One bucket is ready only when the last W ends: nothing to hide.
+  const StepEstimate one = Estimate(Layout(4, 1, 1), c);
+  EXPECT_GT(one.dp_comm_total, 0);
+  EXPECT_NEAR(one.dp_comm, one.dp_comm_total, 1e-12);
+  // Small buckets start while later ones are still being produced.
+  TrainOptions small = Layout(4, 1, 1);
+  small.dp_bucket_mb = 0.25;
+  const StepEstimate async = Estimate(small, c);
+  EXPECT_LT(async.dp_comm, 0.9 * async.dp_comm_total);
+  c.async_collectives = false;
+  const StepEstimate blocking = Estimate(small, c);
+  EXPECT_NEAR(blocking.dp_comm, blocking.dp_comm_total, 1e-12);
+}
+
+TEST(StepCostTest, ZeroOneAddsTheWeightAllGatherAndShardsAdam) {
+  TrainOptions z0 = Layout(4, 1, 1), z1 = Layout(4, 1, 1);
+  z1.zero = 1;
+  ClusterSpec c = TestCluster();
+  c.intra = {std::numeric_limits<double>::infinity(), 0};
+  const StepEstimate e0 = Estimate(z0, c), e1 = Estimate(z1, c);
+  // With free links, only AdamW's share remains: a quarter of it.
+  EXPECT_NEAR(e1.optimizer, e0.optimizer / 4, 1e-3 * e0.optimizer);
+}
+
+TEST(StepCostTest, UniformStagesReproduceTheTextbookBubble) {
+  // Costs per chunk equal on every stage: the simulator's 1F1B bubble.
+  const int pp = 4, m = 8;
+  const auto schedules = BuildAllSchedules(ScheduleKind::k1F1B, pp, m);
+  absl::StatusOr<ScheduleSimulation> one =
+      SimulateSchedules(schedules, 1, ActionCosts{1.0, 1.0, 0.0, 0.0});
+  absl::StatusOr<ScheduleSimulation> per_chunk = SimulateSchedules(
+      schedules, 1, std::vector<ActionCosts>(pp, ActionCosts{1, 1, 0, 0}));
+  ASSERT_TRUE(one.ok() && per_chunk.ok());
+  EXPECT_DOUBLE_EQ(one->makespan, per_chunk->makespan);
+  EXPECT_NEAR(per_chunk->BubbleFraction(),
+              TheoreticalBubble(ScheduleKind::k1F1B, pp, m), 1e-9);
+  // A last stage twice as slow sets the pace: m of its F + B, plus the
+  // warm-up of the three stages before it.
+  std::vector<ActionCosts> costs(pp, ActionCosts{1, 1, 0, 0});
+  costs[pp - 1] = ActionCosts{2, 2, 0, 0};
+  absl::StatusOr<ScheduleSimulation> slow =
+      SimulateSchedules(schedules, 1, costs);
+  ASSERT_TRUE(slow.ok());
+  EXPECT_DOUBLE_EQ(slow->busy[pp - 1], m * 4.0);
+  EXPECT_DOUBLE_EQ(slow->makespan, m * 4.0 + 2 * (pp - 1));
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,79 @@
+#include "tools/plan/bench_profile.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "tools/plan/stage_facts.h"
+#include "tools/trainer/options.h"
+
+namespace trellis {
+namespace {
+
+absl::Status Bad(const std::string& where, const std::string& message) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--profile=", where, ": ", message));
+}
+
+}  // namespace
+
+absl::Status ApplyBenchProfile(const nlohmann::json& p,
+                               const std::string& where, ClusterSpec& cluster) {
+  if (!p.is_object() || !p.contains("kernels") || !p["kernels"].is_array() ||
+      p["kernels"].empty()) {
+    return Bad(where,
+               "holds no kernel table; write it with trellis-bench --profile "
+               "--json=FILE");
+  }
+  const std::string device = p.value("device", "");
+  if ((device == "cpu") != (cluster.device == DeviceType::kCPU)) {
+    return Bad(
+        where,
+        absl::StrCat("was measured on ", device, " but the cluster runs on ",
+                     cluster.device == DeviceType::kCPU ? "cpu" : "cuda"));
+  }
+  if (!p.contains("model") || !p["model"].is_object()) {
+    return Bad(where, "has no \"model\" object");
+  }
+  double gemm_ms = 0, attention_ms = 0;
+  for (const nlohmann::json& k : p["kernels"]) {
+    const std::string name = k.value("name", "");
+    const double ms = k.value("ms", 0.0);
+    if (absl::StartsWith(name, "Matmul")) gemm_ms += ms;
+    if (absl::StartsWith(name, "Attention")) attention_ms += ms;
+  }
+  if (gemm_ms <= 0 || attention_ms <= 0) {
+    return Bad(where, "times no Matmul* or no Attention* kernel");
+  }
+  TrainOptions o;  // the bench's single-rank run
+  const nlohmann::json& m = p["model"];
+  o.model.n_layer = m.value("n_layer", int64_t{0});
+  o.model.n_head = m.value("n_head", int64_t{0});
+  o.model.d_model = m.value("d_model", int64_t{0});
+  o.model.seq_len = m.value("seq_len", int64_t{0});
+  o.model.vocab_size = m.value("vocab_size", int64_t{0});
+  if (!o.model.Validate().ok()) {
+    return Bad(where, "its \"model\" is not a valid model shape");
+  }
+  const double tokens = p.value("tokens_per_step", 0.0);
+  if (tokens <= 0) return Bad(where, "has no \"tokens_per_step\"");
+  const double c = static_cast<double>(o.model.d_model);
+  const double layers = static_cast<double>(o.model.n_layer);
+  // Forward, input and weight gradients: three passes of 2 FLOPs per
+  // matrix element and token, the head's three GEMMs included.
+  const double gemm_flops =
+      tokens * 3 * 2 *
+      (layers * static_cast<double>(BlockGemmElements(o)) +
+       static_cast<double>(o.model.vocab_size) * c);
+  // 2·T·C per token and block forward (causal), twice that backward.
+  const double attention_flops =
+      tokens * layers * 3 * 2 * static_cast<double>(o.model.seq_len) * c;
+  cluster.gemm_efficiency =
+      std::clamp(gemm_flops / (gemm_ms / 1e3) / cluster.peak_flops, 1e-3, 1.0);
+  cluster.attention_efficiency = std::clamp(
+      attention_flops / (attention_ms / 1e3) / cluster.peak_flops, 1e-3, 1.0);
+  cluster.source = absl::StrCat(cluster.source, "; kernel rates from ", where);
+  return absl::OkStatus();
+}
+
+}  // namespace trellis

@@ -1,0 +1,28 @@
+// Kernel rates from a `trellis-bench --profile --json=FILE` run: the
+// profiled step's GEMM and attention kernels' times against the FLOPs the
+// plan counts for that step (the same per-block GEMM elements and causal
+// attention as step_cost.h) give the GEMM and attention efficiencies the
+// cluster's peak is scaled by. Run the bench on the target device.
+//
+// Thread safety: pure functions.
+#ifndef TRELLIS_TOOLS_PLAN_BENCH_PROFILE_H_
+#define TRELLIS_TOOLS_PLAN_BENCH_PROFILE_H_
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/status/status.h"
+#include "tools/plan/cluster.h"
+
+namespace trellis {
+
+// Sets cluster.gemm_efficiency and attention_efficiency from `profile`
+// (trellis-bench's JSON summary, `where` naming it in errors).
+// InvalidArgument in one line when it holds no kernel table, no model, or
+// a device other than the cluster's.
+absl::Status ApplyBenchProfile(const nlohmann::json& profile,
+                               const std::string& where, ClusterSpec& cluster);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_PLAN_BENCH_PROFILE_H_

@@ -1,0 +1,80 @@
+// ClusterSpec: the machines a layout is planned for — how many devices,
+// how much memory each has, how fast they compute and how fast they talk —
+// read from a preset name or a JSON file (docs/planning.md lists the fields
+// and the sources of the presets' figures).
+//
+//   TRELLIS_ASSIGN_OR_RETURN(ClusterSpec c, LoadCluster("h100-sxm-8x16"));
+//
+// Presets: "h100-sxm-8xN" and "h200-8xN" (N nodes of 8 GPUs, NVLink inside
+// a node, 8×400 Gb/s InfiniBand between nodes) and "cpu" (this machine: one
+// device per core, rates measured when the preset is loaded).
+//
+// Invariants of a loaded spec: every count ≥ 1, every rate and size > 0,
+// efficiencies in (0, 1], latencies ≥ 0.
+// Thread safety: the functions are safe to call from any thread ("cpu"
+// measures on the calling thread).
+#ifndef TRELLIS_TOOLS_PLAN_CLUSTER_H_
+#define TRELLIS_TOOLS_PLAN_CLUSTER_H_
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tools/trainer/option_types.h"
+
+namespace trellis {
+
+// One link class (inside a node, or between nodes): α-β model, a message
+// of B bytes over one hop takes latency + B / bandwidth.
+struct LinkSpec {
+  double bandwidth = 0;  // bytes/s one device sends (one direction)
+  double latency = 0;    // seconds per hop
+};
+
+struct ClusterSpec {
+  std::string name;
+  DeviceType device = DeviceType::kCUDA;
+  int64_t devices_per_node = 0;
+  int64_t nodes = 0;
+  double memory_bytes = 0;          // usable memory of one device
+  double reserved_bytes = 0;        // of it, taken by libraries (context, NCCL)
+  double peak_flops = 0;            // dense FLOP/s of one device (bf16 on GPUs)
+  double gemm_efficiency = 0;       // share of the peak large GEMMs reach
+  double attention_efficiency = 0;  // share of the peak attention reaches
+  double memory_bandwidth = 0;      // bytes/s (element-wise kernels, AdamW)
+  LinkSpec intra;                   // between devices of one node
+  LinkSpec inter;                   // between nodes
+  // Whether collectives progress while the device computes (NCCL on its
+  // own stream: yes; MPI on CPU ranks moves data only inside MPI calls).
+  bool async_collectives = true;
+  std::string source;  // where the figures come from
+
+  int64_t world() const { return devices_per_node * nodes; }
+  // The precision runs on this device use: bf16 on GPUs, fp32 on CPUs.
+  Precision precision() const {
+    return device == DeviceType::kCUDA ? Precision::kBf16 : Precision::kFp32;
+  }
+};
+
+// Reads a cluster from JSON (fields in docs/planning.md). `where` names the
+// source in errors. InvalidArgument names the first missing, non-numeric,
+// negative or out-of-range field in one line.
+absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& json,
+                                            const std::string& where);
+// The spec as JSON in the same fields (ClusterFromJson reads it back).
+nlohmann::json ClusterToJson(const ClusterSpec& cluster);
+
+// A preset name ("h100-sxm-8x16", "h200-8x4", "cpu") or a path to a .json
+// file. NotFound/InvalidArgument in one line naming the choices or field.
+absl::StatusOr<ClusterSpec> LoadCluster(const std::string& name_or_path);
+
+// This machine, measured now: one device per core, the float32 GEMM rate
+// of one core (as trellis-train's MFU does), the CPU attention kernel's
+// share of it, memory-copy bandwidth; MPI's shared-memory transport
+// estimated as two copies per message.
+ClusterSpec MeasureCpuCluster();
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_PLAN_CLUSTER_H_

@@ -1,0 +1,173 @@
+#include "tools/plan/plan_report.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "parallel/schedule.h"
+#include "tools/trainer/option_types.h"
+
+namespace trellis {
+namespace {
+
+std::string Bytes(double b) { return Readable(static_cast<size_t>(b)); }
+
+std::string Header(const std::vector<LayoutPlan>& plans, const ClusterSpec& c) {
+  std::string out = absl::StrFormat(
+      "cluster %s: %d × %d devices, %s each (%s reserved), %.4g TFLOP/s "
+      "peak; %s\n",
+      c.name, c.nodes, c.devices_per_node, Bytes(c.memory_bytes),
+      Bytes(c.reserved_bytes), c.peak_flops / 1e12, c.source);
+  if (!plans.empty()) {
+    const TrainOptions& o = plans.front().options;
+    absl::StrAppendFormat(
+        &out, "model: %s, %d parameters; global batch %d × %d tokens\n",
+        o.model.DebugString(), o.model.NumParameters(), o.global_batch_size,
+        o.model.seq_len);
+  }
+  return out;
+}
+
+double Ms(double seconds) { return seconds * 1e3; }
+
+}  // namespace
+
+std::string FormatPlanTable(const std::vector<LayoutPlan>& plans,
+                            const ClusterSpec& cluster, size_t top) {
+  std::string out = Header(plans, cluster);
+  const size_t fitting = static_cast<size_t>(std::count_if(
+      plans.begin(), plans.end(), [](const LayoutPlan& p) { return p.fits; }));
+  absl::StrAppendFormat(&out, "%d valid layouts, %d fit\n", plans.size(),
+                        fitting);
+  if (fitting == 0) {
+    if (plans.empty()) {
+      absl::StrAppend(&out,
+                      "nothing fits: no layout of this model and batch is "
+                      "valid on this many ranks\n");
+      return out;
+    }
+    absl::StrAppendFormat(
+        &out,
+        "nothing fits: every layout needs more than the %s a device offers; "
+        "the smallest, %s, needs %s per rank\n",
+        Bytes(plans.front().available_bytes), plans.front().name,
+        Bytes(plans.front().arena_bytes));
+  } else {
+    absl::StrAppendFormat(&out, "%4s  %-48s %12s %6s %10s %10s %7s %9s %9s\n",
+                          "rank", "layout", "tokens/s", "MFU", "mem/rank",
+                          "headroom", "bubble", "exp.comm", "step");
+    for (size_t i = 0; i < std::min(fitting, top); ++i) {
+      const LayoutPlan& p = plans[i];
+      const StepEstimate& e = p.step;
+      absl::StrAppendFormat(
+          &out, "%4d  %-48s %12.4g %5.1f%% %10s %10s %6.1f%% %7.2fms %7.2fms\n",
+          i + 1, p.name, p.tokens_per_s, 100 * p.mfu, Bytes(p.arena_bytes),
+          Bytes(p.available_bytes - p.arena_bytes), 100 * e.bubble / e.step,
+          Ms(e.tp_comm + e.pp_comm + e.dp_comm), Ms(e.step));
+    }
+  }
+  const size_t not_fitting = plans.size() - fitting;
+  if (not_fitting > 0) {
+    absl::StrAppendFormat(&out, "do not fit (%d; smallest need first):\n",
+                          not_fitting);
+    for (size_t i = fitting; i < std::min(plans.size(), fitting + top); ++i) {
+      const LayoutPlan& p = plans[i];
+      absl::StrAppendFormat(&out, "      %-48s needs %s per rank, has %s\n",
+                            p.name, Bytes(p.arena_bytes),
+                            Bytes(p.available_bytes));
+    }
+  }
+  return out;
+}
+
+nlohmann::json LayoutJson(const LayoutPlan& p) {
+  const TrainOptions& o = p.options;
+  const StepEstimate& e = p.step;
+  const MemoryPlan& m = p.memory;
+  return {{"layout", p.name},
+          {"dp", o.dp},
+          {"tp", o.tp},
+          {"pp", o.pp},
+          {"schedule", ScheduleKindName(o.schedule)},
+          {"virtual_stages", o.virtual_stages},
+          {"micro_batch_size", o.micro_batch_size},
+          {"zero", o.zero},
+          {"recompute", RecomputeName(o.recompute)},
+          {"fits", p.fits},
+          {"tokens_per_s", p.tokens_per_s},
+          {"mfu", p.mfu},
+          {"memory",
+           {{"weights", m.weights},
+            {"gradients", m.gradients},
+            {"optimizer", m.optimizer},
+            {"activations", m.activations},
+            {"workspace", m.workspace},
+            {"pipeline", m.pipeline},
+            {"total", m.total()},
+            {"arena", p.arena_bytes},
+            {"available", p.available_bytes},
+            {"largest_stage", p.largest_stage}}},
+          {"step_s",
+           {{"compute", e.compute},
+            {"bubble", e.bubble},
+            {"tp_comm", e.tp_comm},
+            {"pp_comm", e.pp_comm},
+            {"dp_comm", e.dp_comm},
+            {"optimizer", e.optimizer},
+            {"total", e.step},
+            {"dp_comm_total", e.dp_comm_total}}},
+          {"bubble_fraction", e.bubble_fraction}};
+}
+
+nlohmann::json PlansJson(const std::vector<LayoutPlan>& plans,
+                         const ClusterSpec& cluster) {
+  nlohmann::json layouts = nlohmann::json::array();
+  for (const LayoutPlan& p : plans) layouts.push_back(LayoutJson(p));
+  nlohmann::json model = nullptr;
+  if (!plans.empty()) {
+    const TrainOptions& o = plans.front().options;
+    model = {{"config", o.model.DebugString()},
+             {"parameters", o.model.NumParameters()},
+             {"flops_per_token", o.model.TrainingFlopsPerToken()},
+             {"global_batch_size", o.global_batch_size},
+             {"seq_len", o.model.seq_len}};
+  }
+  return {
+      {"cluster", ClusterToJson(cluster)},
+      {"model", model},
+      {"fitting", std::count_if(plans.begin(), plans.end(),
+                                [](const LayoutPlan& p) { return p.fits; })},
+      {"layouts", layouts}};
+}
+
+std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
+  const StepEstimate& e = p.step;
+  std::string out = absl::StrFormat(
+      "layout %s on %s: %.4g tokens/s, MFU %.1f%%, step %.2f ms\n", p.name,
+      cluster.name, p.tokens_per_s, 100 * p.mfu, Ms(e.step));
+  const std::pair<const char*, double> parts[] = {
+      {"compute (busiest stage's F, B, W)", e.compute},
+      {"pipeline bubble", e.bubble},
+      {"exposed tp communication", e.tp_comm},
+      {"exposed pp communication", e.pp_comm},
+      {"exposed dp communication", e.dp_comm},
+      {"optimizer", e.optimizer},
+  };
+  for (const auto& [what, seconds] : parts) {
+    absl::StrAppendFormat(&out, "  %-36s %9.3f ms %6.1f%%\n", what, Ms(seconds),
+                          100 * seconds / e.step);
+  }
+  absl::StrAppendFormat(&out,
+                        "  (dp gradient sync %.3f ms in all, %.3f ms hidden "
+                        "behind backward; simulated bubble fraction %.1f%%)\n",
+                        Ms(e.dp_comm_total),
+                        Ms(std::max(0.0, e.dp_comm_total - e.dp_comm)),
+                        100 * e.bubble_fraction);
+  absl::StrAppendFormat(
+      &out, "memory per rank (stage %d, the largest): %s; arena %s of %s%s\n",
+      p.largest_stage, p.memory.Format(), Bytes(p.arena_bytes),
+      Bytes(p.available_bytes), p.fits ? "" : " — does not fit");
+  return out;
+}
+
+}  // namespace trellis

@@ -1,0 +1,57 @@
+// The plan of one layout on a cluster — per-rank memory from the trainer's
+// memory plan, whether it fits, the predicted step — and the ranking of
+// every valid layout by throughput.
+//
+// Fitting: the largest rank's arena (MemoryPlan plus the arena's headroom,
+// ArenaCapacity) must fit in the device's memory less what libraries
+// reserve (ClusterSpec::reserved_bytes).
+//
+// Thread safety: pure functions of their arguments.
+#ifndef TRELLIS_TOOLS_PLAN_PLANNER_H_
+#define TRELLIS_TOOLS_PLAN_PLANNER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/plan/cluster.h"
+#include "tools/plan/layout_space.h"
+#include "tools/plan/step_cost.h"
+#include "tools/trainer/memory_plan.h"
+#include "tools/trainer/options.h"
+
+namespace trellis {
+
+struct LayoutPlan {
+  TrainOptions options;  // resolved
+  std::string name;      // LayoutName
+  MemoryPlan memory;     // of the rank that needs most
+  int largest_stage = 0;
+  double arena_bytes = 0;      // that rank's arena: plan + headroom
+  double available_bytes = 0;  // per device, after the reserve
+  bool fits = false;
+  StepEstimate step;
+  double tokens_per_s = 0;
+  double mfu = 0;  // model FLOPs / (world × peak)
+};
+
+// Plans resolved `options` (a layout the validator accepted) on `cluster`.
+absl::StatusOr<LayoutPlan> PlanLayout(const TrainOptions& options,
+                                      const ClusterSpec& cluster);
+
+// The layout `options` describes (dp 0: world / (tp·pp)) on `world` ranks:
+// the validator's error if it refuses it, else its plan.
+absl::StatusOr<LayoutPlan> PlanGivenLayout(TrainOptions options, int world,
+                                           const ClusterSpec& cluster);
+
+// Every valid layout of `base` on `world` ranks of `cluster`, planned:
+// those that fit first, fastest first; then those that do not, smallest
+// need first. REQUIRES: 1 ≤ world ≤ cluster.world().
+absl::StatusOr<std::vector<LayoutPlan>> PlanAll(const TrainOptions& base,
+                                                int world,
+                                                const ClusterSpec& cluster,
+                                                const SearchLimits& limits);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_PLAN_PLANNER_H_

@@ -1,0 +1,37 @@
+// ShapeOnlyGroups: process groups of a layout's sizes for one mesh
+// coordinate, whose communicators carry no data. They let the trainer's
+// own classes (StageModel, the chunks) be built for any rank of any layout
+// in one process, to read what they would allocate (their memory plan)
+// without allocating or communicating. Any collective or transfer on them
+// is an invariant failure (TRELLIS_CHECK): planning never runs the model.
+//
+// Thread safety: none needed (the communicators are never used).
+#ifndef TRELLIS_TOOLS_PLAN_SHAPE_ONLY_GROUPS_H_
+#define TRELLIS_TOOLS_PLAN_SHAPE_ONLY_GROUPS_H_
+
+#include <memory>
+#include <vector>
+
+#include "parallel/bootstrap.h"
+#include "parallel/mesh.h"
+
+namespace trellis {
+
+class ShapeOnlyGroups {
+ public:
+  // Groups of rank `coord` in a dp × tp × pp layout. REQUIRES: sizes ≥ 1,
+  // coord inside them.
+  ShapeOnlyGroups(int64_t dp, int64_t tp, int64_t pp, MeshCoord coord);
+  ShapeOnlyGroups(const ShapeOnlyGroups&) = delete;
+  ShapeOnlyGroups& operator=(const ShapeOnlyGroups&) = delete;
+
+  const ProcessGroups& groups() const { return groups_; }
+
+ private:
+  std::vector<std::unique_ptr<Communicator>> owned_;
+  ProcessGroups groups_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_PLAN_SHAPE_ONLY_GROUPS_H_

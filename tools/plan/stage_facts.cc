@@ -1,0 +1,60 @@
+#include "tools/plan/stage_facts.h"
+
+#include "parallel/schedule.h"
+#include "tools/plan/shape_only_groups.h"
+#include "tools/trainer/stage_model.h"
+#include "transformer/model_family.h"
+
+namespace trellis {
+
+PlanDevice PlanDeviceOf(const TrainOptions& options) {
+  if (options.device != DeviceType::kCUDA) return {};
+  return {DeviceType::kCUDA,
+          options.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32};
+}
+
+std::vector<StageFacts> PlanStages(const TrainOptions& options) {
+  const PlanDevice where = PlanDeviceOf(options);
+  const Device device =
+      where.device == DeviceType::kCUDA ? Device::Cuda(0) : Device::Cpu();
+  const std::vector<std::vector<Action>> schedules =
+      BuildAllSchedules(options.schedule, static_cast<int>(options.pp),
+                        static_cast<int>(options.microbatches()),
+                        static_cast<int>(options.virtual_stages));
+  std::vector<StageFacts> stages;
+  for (int p = 0; p < static_cast<int>(options.pp); ++p) {
+    const MeshCoord coord{0, 0, p};
+    ShapeOnlyGroups groups(options.dp, options.tp, options.pp, coord);
+    const StageModel model(options, groups.groups(), coord, device,
+                           where.dtype);
+    StageFacts facts;
+    facts.memory =
+        ShardOverDp(model.PlanMemory(schedules[p]), options.zero, options.dp);
+    facts.chunks = model.chunk_plans();
+    for (const Parameter* param : model.params().all()) {
+      facts.local_parameters += NumElements(param->spec.LocalShape());
+    }
+    stages.push_back(std::move(facts));
+  }
+  return stages;
+}
+
+int64_t BlockGemmElements(const TrainOptions& options) {
+  ChunkPlan one;
+  one.first_layer = 0;
+  one.num_layers = 1;
+  one.has_embedding = false;
+  one.has_head = false;
+  ParameterSet params;
+  FamilyOf(options.model)
+      .DeclareParameters(options.model, one, TpPlace{options.tp, 0},
+                         options.seed, Device::Cpu(), DType::kF32, params);
+  int64_t elements = 0;
+  for (const Parameter* p : params.all()) {
+    const Shape local = p->spec.LocalShape();
+    if (local.size() == 2) elements += NumElements(local);
+  }
+  return elements;
+}
+
+}  // namespace trellis

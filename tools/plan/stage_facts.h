@@ -1,0 +1,46 @@
+// StageFacts: what one pipeline stage of a layout holds and computes, read
+// from the trainer's own classes. The memory plan is StageModel::PlanMemory
+// (the figure trellis-train checks before it allocates, ShardOverDp applied
+// for the ZeRO level) for that stage's schedule; the chunks and their
+// per-layer GEMM weights come from the model family's declarations. Nothing
+// is allocated: StageModel is built over ShapeOnlyGroups and only declares.
+//
+// Thread safety: pure functions of their arguments.
+#ifndef TRELLIS_TOOLS_PLAN_STAGE_FACTS_H_
+#define TRELLIS_TOOLS_PLAN_STAGE_FACTS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "tools/trainer/memory_plan.h"
+#include "tools/trainer/options.h"
+#include "transformer/chunk_options.h"
+
+namespace trellis {
+
+struct StageFacts {
+  MemoryPlan memory;              // tp rank 0 of the stage, after ZeRO
+  std::vector<ChunkPlan> chunks;  // by virtual stage
+  int64_t local_parameters = 0;   // parameter elements this rank holds
+};
+
+// The device and element type a run of `options` computes in: a CUDA GPU
+// with bfloat16 under --precision=bf16, else float32 (on the CPU always).
+struct PlanDevice {
+  DeviceType device = DeviceType::kCPU;
+  DType dtype = DType::kF32;
+};
+PlanDevice PlanDeviceOf(const TrainOptions& options);
+
+// Every stage of `options`' layout, by stage. REQUIRES: `options` resolved
+// (TrainOptions::Resolve) and its schedule shape valid.
+std::vector<StageFacts> PlanStages(const TrainOptions& options);
+
+// Local elements of one transformer block's matrix weights on a tp rank
+// (the GEMM operands: 2 FLOPs per element per token forward), from the
+// family's declared parameters.
+int64_t BlockGemmElements(const TrainOptions& options);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_PLAN_STAGE_FACTS_H_
