@@ -70,6 +70,10 @@ class Block {
   struct State {
     Tensors kept;  // The per-microbatch subset.
     Tensor y;      // (N, C) block output
+    // (B, T) int32 or undefined: where each token's document starts
+    // (attention.h). Not allocated by the block: the chunk sets a view of
+    // its own per microbatch before Forward; BackwardInput reads it too.
+    Tensor doc_start;
   };
   struct Workspace {
     Tensors shared;  // The rest, reused by every microbatch.
@@ -107,11 +111,12 @@ class Block {
   // workspace's.
   Tensors Use(const State& state, const Workspace& work) const;
   // ln_1 through the GELU: everything but the MLP's projection and y.
-  void ForwardActivations(Communicator& tp, const Tensor& x, Tensors& a) const;
+  void ForwardActivations(Communicator& tp, const Tensor& x,
+                          const Tensor& doc_start, Tensors& a) const;
   // Refills what the recompute mode dropped; the GELU output only when
   // `need_gelu` (weight gradients read it, input gradients do not).
-  void Recompute(Communicator& tp, const Tensor& x, Tensors& a,
-                 bool need_gelu) const;
+  void Recompute(Communicator& tp, const Tensor& x, const Tensor& doc_start,
+                 Tensors& a, bool need_gelu) const;
   void WeightGradients(const Tensor& x, const Tensors& a) const;
 
   BlockOptions options_;

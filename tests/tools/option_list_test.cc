@@ -38,6 +38,8 @@ TrainOptions Unusual() {
   o.model.seq_len = 33;
   o.data = "some/tokens.h5";
   o.val_fraction = 0.125;
+  o.document_mask = true;
+  o.eod_mask_loss = true;
   o.micro_batch_size = 3;
   o.global_batch_size = 27;
   o.steps = 11;
@@ -97,7 +99,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     if (line_a == "--family=gpt2") continue;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 45);  // 5 model + 23 run + 17 layout and device options
+  EXPECT_EQ(lines, 47);  // 5 model + 25 run + 17 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -49,6 +49,7 @@ absl::StatusOr<std::unique_ptr<BatchLoader>> BatchLoader::Open(
                            config.seed));
     loader->blend_ = std::move(sampler);
   }
+  loader->consumed_ = loader->SamplerState();
   return loader;
 }
 

@@ -114,6 +114,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   config.dp = static_cast<int>(options.dp);
   config.dp_rank = coord.d;
   config.reads_tokens = e->model_->reads_tokens();
+  config.document_mask = options.document_mask;
+  config.prefetch = false;  // evaluation reads its windows itself
   TRELLIS_ASSIGN_OR_RETURN(e->loader_, BatchLoader::Open(options.data, config));
   TRELLIS_RETURN_IF_ERROR(
       LoadCheckpoint(dir, e->model_->params(), /*optimizer=*/nullptr));

@@ -1,6 +1,7 @@
 // The master test: the same seed, data and global batch train to the same
 // losses and gradients under every (dp, tp, pp) layout and pipeline
-// schedule as in one process; the same holds for a blend of two files.
+// schedule as in one process; the same holds for a blend of two files and
+// for document masking with EOT loss masking.
 //
 // Every rank first trains the reference itself (ParallelContext::Single(),
 // 20 steps) and keeps its per-step losses and its gradients after step 1 as
@@ -376,6 +377,29 @@ TEST_F(LayoutEquivalenceTest, BlendLayoutsMatchOneProcess) {
   options_ = &blended;
   reference_ = &blend_reference;
   RunAll({L(1, 1, 1), L(2, 1, 1), L(4, 1, 1), L(2, 2, 2)});
+  options_ = saved_options;
+  reference_ = saved_reference;
+}
+
+// --document_mask and --eod_mask_loss: every layout masks the same
+// attention scores and divides by the same count of the global batch's
+// counted targets, so it trains to the same losses; middle stages (pp 4,
+// interleaved chunks) read the document starts too. CPU only: the CUDA
+// attention kernels have no document mask yet.
+TEST_F(LayoutEquivalenceTest, DocumentMaskLayoutsMatchOneProcess) {
+  if (kOnGpu) GTEST_SKIP() << "--document_mask runs on cpu only";
+  TrainOptions masked = *options_;
+  masked.document_mask = true;
+  masked.eod_mask_loss = true;
+  Reference masked_reference = ComputeReference(masked);
+  ASSERT_EQ(masked_reference.losses.size(), reference_->losses.size());
+  EXPECT_NE(masked_reference.losses, reference_->losses);
+  TrainOptions* const saved_options = options_;
+  Reference* const saved_reference = reference_;
+  options_ = &masked;
+  reference_ = &masked_reference;
+  RunAll({L(2, 1, 1), L(4, 1, 1), L(1, 2, 1), L(1, 1, 4, "1f1b"),
+          L(1, 1, 2, "interleaved-1f1b", 2), L(2, 2, 2, "zb-h1")});
   options_ = saved_options;
   reference_ = saved_reference;
 }
