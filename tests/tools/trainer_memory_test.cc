@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "framework/memory_arena.h"
 #include "framework/tensor.h"
@@ -72,14 +73,21 @@ TEST_F(TrainerMemoryTest, RecomputeModesTrainToTheSameBits) {
   }
 }
 
+// With --document_mask and --eod_mask_loss too: their per-microbatch
+// tensors (doc starts, loss weights) are planned, so none falls back.
 TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
-  for (Recompute recompute :
-       {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+  const std::pair<Recompute, bool> cases[] = {{Recompute::kNone, false},
+                                              {Recompute::kSelective, false},
+                                              {Recompute::kFull, false},
+                                              {Recompute::kNone, true},
+                                              {Recompute::kFull, true}};
+  for (const auto& [recompute, documents] : cases) {
     for (ScheduleKind schedule :
          {ScheduleKind::kGPipe, ScheduleKind::kZeroBubbleH1}) {
       TrainOptions o = Options();
       o.recompute = recompute;
       o.schedule = schedule;
+      o.document_mask = o.eod_mask_loss = documents;
       const size_t before = StorageBytesLive(DeviceType::kCPU);
       std::unique_ptr<Trainer> trainer = Make(o);
       ASSERT_NE(trainer, nullptr);
@@ -89,6 +97,7 @@ TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
       // What the plan leaves out: the token file and the step's token
       // batches, a few KiB here.
       const size_t unplanned = 256 << 10;
+      SCOPED_TRACE(documents ? "document flags" : "no document flags");
       EXPECT_LE(planned, used) << recompute << ", " << schedule;
       EXPECT_LE(used, planned + unplanned)
           << recompute << ", " << schedule << ": "
