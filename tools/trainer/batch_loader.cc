@@ -146,8 +146,8 @@ absl::StatusOr<std::vector<MicroBatch>> BatchLoader::ReadStep(
   const double positions =
       static_cast<double>(all.size()) * static_cast<double>(config_.seq_len);
   // Every input EOT: nothing counts (weights 0; loss and gradients 0).
-  const double scale = counted > 0 ? positions / counted : 0.0;
-  return Build(tokens.data() + first * w, count, scale > 0 ? scale : -1.0);
+  const double weight = counted > 0 ? positions / counted : 0.0;
+  return Build(tokens.data() + first * w, count, static_cast<float>(weight));
 }
 
 absl::StatusOr<std::vector<MicroBatch>> BatchLoader::Windows(
@@ -178,7 +178,7 @@ absl::StatusOr<std::vector<int32_t>> BatchLoader::ReadTokens(
 }
 
 std::vector<MicroBatch> BatchLoader::Build(const int32_t* tokens, int64_t count,
-                                           double loss_scale) const {
+                                           std::optional<float> weight) const {
   const int64_t b = config_.micro_batch, t = config_.seq_len;
   const int32_t eot = static_cast<int32_t>(sources_[0].dataset.eot_token());
   std::vector<MicroBatch> out((count + b - 1) / b);
@@ -190,7 +190,7 @@ std::vector<MicroBatch> BatchLoader::Build(const int32_t* tokens, int64_t count,
     if (config_.document_mask) {
       mb.doc_start = Tensor::Empty({rows, t}, DType::kI32);
     }
-    if (loss_scale != 0) {
+    if (weight) {
       mb.loss_weight = Tensor::Empty({rows, t}, DType::kF32);
     }
     for (int64_t r = 0; r < rows; ++r) {
@@ -206,11 +206,9 @@ std::vector<MicroBatch> BatchLoader::Build(const int32_t* tokens, int64_t count,
         }
       }
       if (mb.loss_weight.defined()) {
-        float* weight = mb.loss_weight.data<float>() + r * t;
-        const float counted =
-            loss_scale > 0 ? static_cast<float>(loss_scale) : 0.0f;
+        float* row = mb.loss_weight.data<float>() + r * t;
         for (int64_t i = 0; i < t; ++i) {
-          weight[i] = window[i] == eot ? 0.0f : counted;
+          row[i] = window[i] == eot ? 0.0f : *weight;
         }
       }
     }

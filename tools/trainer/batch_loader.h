@@ -147,10 +147,10 @@ class BatchLoader {
   absl::StatusOr<std::vector<int32_t>> ReadTokens(
       std::span<const WindowRef> refs) const;
   // Microbatches of `count` windows (T + 1 tokens each, one after another
-  // in `tokens`); `loss_scale` > 0 fills loss weights: 0 at EOT inputs,
-  // else loss_scale.
+  // in `tokens`); a `weight` fills loss weights: 0 at EOT inputs, else
+  // *weight.
   std::vector<MicroBatch> Build(const int32_t* tokens, int64_t count,
-                                double loss_scale) const;
+                                std::optional<float> weight) const;
 
   Config config_;
   std::vector<Source> sources_;
