@@ -24,8 +24,9 @@ class EvaluatorTest : public ::testing::Test {
   }
 
   // Trains the tiny model a few steps and saves it; returns the trainer.
-  std::unique_ptr<Trainer> Train() {
+  std::unique_ptr<Trainer> Train(bool document_mask = false) {
     TrainOptions o = test::TinyOptions(data_);
+    o.document_mask = document_mask;
     o.steps = 3;
     o.save_dir = dir_ + "/ckpt";
     std::unique_ptr<Trainer> trainer = test::MakeTrainer(o, context_);
@@ -67,6 +68,26 @@ TEST_F(EvaluatorTest, ScoresACheckpointAsItsTrainerDoes) {
   EXPECT_TRUE(std::isfinite(*mine));
   // The trainer's microbatches hold four windows, the evaluator's three:
   // the same per-token losses, summed in another grouping.
+  EXPECT_NEAR(*mine, *theirs, 1e-6 * *theirs);
+}
+
+// A checkpoint trained with --document_mask is scored with the mask (the
+// flag comes from the checkpoint), as its trainer scores it.
+TEST_F(EvaluatorTest, ScoresADocumentMaskedCheckpointWithTheMask) {
+  std::unique_ptr<Trainer> trainer = Train(/*document_mask=*/true);
+  ASSERT_NE(trainer, nullptr);
+  absl::StatusOr<std::string> step = ResolveResume(dir_ + "/ckpt", "");
+  ASSERT_TRUE(step.ok()) << step.status();
+  absl::StatusOr<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(
+      EvalOptions(), context_.groups(), context_.coord(), *step);
+  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+  // Twelve windows one after another: documents of 40 to 100 tokens end
+  // inside several of them.
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < 12; ++i) starts.push_back(i * 16);
+  const absl::StatusOr<double> mine = (*evaluator)->Evaluate(starts);
+  const absl::StatusOr<double> theirs = trainer->Evaluate(starts);
+  ASSERT_TRUE(mine.ok() && theirs.ok());
   EXPECT_NEAR(*mine, *theirs, 1e-6 * *theirs);
 }
 

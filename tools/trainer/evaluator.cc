@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "framework/device_info.h"
 #include "framework/status.h"
 #include "tools/trainer/rank_device.h"
@@ -84,6 +86,11 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
     const std::string& dir, DType dtype) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
   options.model = state.model;
+  // A model trained with document masking is scored with it, as its
+  // trainer's validation does.
+  for (absl::string_view line : absl::StrSplit(state.flags, '\n')) {
+    if (line == "--document_mask=true") options.document_mask = true;
+  }
   TRELLIS_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open(options.data));
   TRELLIS_RETURN_IF_ERROR(
       options.Resolve(groups.world->size(), data.vocab_size()));
@@ -129,6 +136,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   config.dp = static_cast<int>(options.dp);
   config.dp_rank = coord.d;
   config.reads_tokens = e->model_->reads_tokens();
+  config.document_mask = options.document_mask;
+  config.prefetch = false;  // evaluation reads its windows itself
   TRELLIS_ASSIGN_OR_RETURN(e->loader_, BatchLoader::Open(options.data, config));
   TRELLIS_RETURN_IF_ERROR(
       LoadCheckpoint(dir, e->model_->params(), /*optimizer=*/nullptr));
