@@ -468,6 +468,12 @@ absl::StatusOr<std::string> HfTokenizer::Decode(
   return text;
 }
 
+std::optional<uint32_t> HfTokenizer::bos_token() const {
+  const std::vector<uint32_t>& prefix = post_processor_.prefix;
+  if (prefix.size() != 1 || prefix[0] == eot_token_) return std::nullopt;
+  return prefix[0];
+}
+
 std::optional<uint32_t> HfTokenizer::TokenId(std::string_view token) const {
   for (size_t id = 0; id < id_token_.size(); ++id) {
     if (id_known_[id] && id_token_[id] == token) {

@@ -68,6 +68,8 @@ class HfTokenizer final : public Tokenizer {
   std::string name() const override { return "hf"; }
   int64_t vocab_size() const override { return vocab_size_; }
   uint32_t eot_token() const override { return eot_token_; }
+  // The post-processor's prefix when it is one token other than eot.
+  std::optional<uint32_t> bos_token() const override;
   std::string source_sha256() const override { return sha256_; }
   void Encode(std::string_view text, std::vector<uint32_t>& out) const override;
   absl::StatusOr<std::string> Decode(

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -40,6 +41,13 @@ class Tokenizer {
   virtual std::string name() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual uint32_t eot_token() const = 0;
+  // The token a document starts with, when the tokenizer defines one:
+  // trellis-preprocess writes it before each document's tokens, as the
+  // model's pretraining did (hf: the one special token its post-processor
+  // puts before a single sequence, such as Llama 3's <|begin_of_text|>).
+  // byte, gpt2 and sentencepiece define none, and neither does an hf
+  // tokenizer whose post-processor adds no such token (GPT-2's).
+  virtual std::optional<uint32_t> bos_token() const { return std::nullopt; }
   // SHA-256 (hex) of the file that defines the tokenizer (tokenizer.json,
   // the .model), or "" for tokenizers fixed by their name (byte, gpt2).
   virtual std::string source_sha256() const { return ""; }

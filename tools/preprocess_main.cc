@@ -14,6 +14,10 @@
 // input order. At most a few batches per worker are in flight, so memory
 // stays bounded whatever the input size.
 //
+// Each document is written as its tokens and the end-of-text token, after
+// the tokenizer's beginning-of-sequence token when it defines one
+// (Tokenizer::bos_token: Llama 3's <|begin_of_text|>).
+//
 // The file is written to <output>.tmp and renamed at the end, so the output
 // path only ever holds a complete file: any error (a bad line under
 // --on_bad_line=fail included) leaves no output.
@@ -27,6 +31,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -240,15 +245,23 @@ absl::Status Process(DocumentReader& reader, int64_t total_bytes,
   ProgressBar progress(total_bytes);
   int64_t done_bytes = 0;
   absl::Status status;
+  // A document's first piece gets the tokenizer's BOS, if it has one (a
+  // document cut into pieces gets one BOS).
+  const std::optional<uint32_t> bos = tokenizer.bos_token();
+  bool starts_document = true;
   while (std::unique_ptr<Batch> batch = pipeline.Next(status)) {
     size_t begin = 0;
     for (size_t i = 0; i < batch->pieces.size() && status.ok(); ++i) {
       const size_t end = batch->piece_ends[i];
-      status = writer.AppendTokens(
-          std::span(batch->tokens).subspan(begin, end - begin));
-      if (status.ok() && batch->pieces[i].ends_document) {
-        status = writer.EndDocument();
+      if (bos.has_value() && starts_document) {
+        status = writer.AppendTokens(std::span(&*bos, 1));
       }
+      if (status.ok()) {
+        status = writer.AppendTokens(
+            std::span(batch->tokens).subspan(begin, end - begin));
+      }
+      starts_document = batch->pieces[i].ends_document;
+      if (status.ok() && starts_document) status = writer.EndDocument();
       begin = end;
     }
     if (!status.ok()) break;

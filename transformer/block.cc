@@ -100,13 +100,14 @@ std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
 }
 
 void Block::ForwardActivations(Communicator& tp, const Tensor& x,
-                               Tensors& a) const {
+                               const Tensor& doc_start, Tensors& a) const {
   const int64_t b = x.dim(0) / seq_len_;
   LayerNormForward(x, ln1_w_->value, ln1_b_->value, a.ln1, a.mean1, a.rstd1);
   c_attn_.Forward(a.ln1, a.qkv);
   Tensor att = a.att.View({b, seq_len_, local_width_});
-  AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), local_heads_,
-                   att, a.saved, options_.attention);
+  AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), doc_start,
+                   local_heads_, local_heads_, att, a.saved,
+                   options_.attention);
   attn_proj_.Forward(tp, a.att, a.x2);
   // The residual add and ln_2 in one pass; c_fc with GELU in its epilogue.
   AddLayerNormForward(a.x2, x, ln2_w_->value, ln2_b_->value, a.x2, a.ln2,
@@ -117,24 +118,26 @@ void Block::ForwardActivations(Communicator& tp, const Tensor& x,
 void Block::Forward(Communicator& tp, const Tensor& x, State& s,
                     Workspace& work) const {
   Tensors a = Use(s, work);
-  ForwardActivations(tp, x, a);
+  ForwardActivations(tp, x, s.doc_start, a);
   mlp_proj_.Forward(tp, a.gelu, s.y);
   Add(s.y, a.x2, s.y);
 }
 
-void Block::Recompute(Communicator& tp, const Tensor& x, Tensors& a,
+void Block::Recompute(Communicator& tp, const Tensor& x,
+                      const Tensor& doc_start, Tensors& a,
                       bool need_gelu) const {
   switch (options_.recompute) {
     case Recompute::kNone:
       return;
     case Recompute::kFull:
-      ForwardActivations(tp, x, a);
+      ForwardActivations(tp, x, doc_start, a);
       return;
     case Recompute::kSelective: {
       const int64_t b = x.dim(0) / seq_len_;
       Tensor att = a.att.View({b, seq_len_, local_width_});
-      AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}),
-                       local_heads_, att, a.saved, options_.attention);
+      AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), doc_start,
+                       local_heads_, local_heads_, att, a.saved,
+                       options_.attention);
       if (need_gelu) GeluForward(a.fc, a.gelu);
       return;
     }
@@ -146,7 +149,7 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
   const int64_t n = x.dim(0);
   Tensors a = Use(s, work);
   const bool defer = options_.defer_weight_grads;
-  Recompute(tp, x, a, /*need_gelu=*/!defer);
+  Recompute(tp, x, s.doc_start, a, /*need_gelu=*/!defer);
   if (defer) {
     a.dy.CopyFrom(dy);
   } else {
@@ -172,8 +175,8 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
   const Shape att_shape = {b, seq_len_, local_width_};
   Tensor dqkv = a.dqkv.View(qkv_shape);
   AttentionBackward(work.datt.View(att_shape), a.qkv.View(qkv_shape),
-                    a.att.View(att_shape), a.saved, local_heads_, dqkv,
-                    options_.attention);
+                    s.doc_start, a.att.View(att_shape), a.saved, local_heads_,
+                    local_heads_, dqkv, options_.attention);
   MatmulBackwardInput(a.dqkv, c_attn_w_->value, a.dln1, WeightLayout::kInOut,
                       GradWrite::kWrite);
   CopyToTp::Backward(tp, a.dln1);
@@ -187,7 +190,7 @@ void Block::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
                            Workspace& work) const {
   if (!options_.defer_weight_grads) return;  // Done in BackwardInput.
   Tensors a = Use(s, work);
-  Recompute(tp, x, a, /*need_gelu=*/true);
+  Recompute(tp, x, s.doc_start, a, /*need_gelu=*/true);
   WeightGradients(x, a);
 }
 

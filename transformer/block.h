@@ -71,11 +71,12 @@ class Block : public DecoderBlock {
   std::vector<Slot> Slots(int64_t batch, DType dtype,
                           Device device) const override;
   // ln_1 through the GELU: everything but the MLP's projection and y.
-  void ForwardActivations(Communicator& tp, const Tensor& x, Tensors& a) const;
+  void ForwardActivations(Communicator& tp, const Tensor& x,
+                          const Tensor& doc_start, Tensors& a) const;
   // Refills what the recompute mode dropped; the GELU output only when
   // `need_gelu` (weight gradients read it, input gradients do not).
-  void Recompute(Communicator& tp, const Tensor& x, Tensors& a,
-                 bool need_gelu) const;
+  void Recompute(Communicator& tp, const Tensor& x, const Tensor& doc_start,
+                 Tensors& a, bool need_gelu) const;
   void WeightGradients(const Tensor& x, const Tensors& a) const;
 
   BlockOptions options_;

@@ -41,6 +41,12 @@ struct BlockOptions {
   int64_t loss_chunk_rows = 1024;
   // Which kernels run attention on CUDA (framework/kernels/attention_path.h).
   AttentionPath attention = kDefaultAttentionPath;
+  // Document masking (--document_mask): every Forward gets a doc_start
+  // (ChunkMasks) and attention stops at document boundaries.
+  bool document_mask = false;
+  // Loss weights (--eod_mask_loss): a training Forward of the last chunk
+  // gets a per-target loss weight (ChunkMasks).
+  bool eod_mask_loss = false;
 };
 
 // The dtype of saved statistics (norm statistics, attention's saved state,

@@ -47,6 +47,11 @@ class DecoderBlock {
   struct State {
     Tensors kept;  // The per-microbatch subset.
     Tensor y;      // (N, C) block output
+    // (B, T) int32 or undefined: where each token's document starts
+    // (attention.h). Not allocated by the block: the chunk sets a view of
+    // its own per microbatch before Forward; BackwardInput and
+    // BackwardWeight (recomputation) read it too.
+    Tensor doc_start;
   };
   struct Workspace {
     Tensors shared;  // The rest, reused by every microbatch.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <utility>
 
 #include "framework/kernels/accumulate.h"
 #include "framework/kernels/elementwise.h"
@@ -23,6 +24,9 @@ struct DecoderChunk::State {
   Tensor dlnf;
   Tensor losses;  // (N) per-token losses
   bool has_dlnf = false;
+  Tensor doc_start;       // (B, T) int32, with document masking
+  Tensor loss_weight;     // (N) float32, with EOT loss masking (last chunk)
+  bool weighted = false;  // Forward had loss weights
 };
 
 DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
@@ -99,6 +103,8 @@ DecoderChunk::State& DecoderChunk::Acquire(int mb) {
       s->dlnf = next();
       s->losses = next();
     }
+    if (options_.document_mask) s->doc_start = next();
+    if (plan_.has_head && options_.eod_mask_loss) s->loss_weight = next();
     TRELLIS_CHECK_EQ(i, shapes.size());
     for (const auto& block : blocks_) {
       s->blocks.push_back(block->NewState(micro_batch_, dtype_, device_));
@@ -118,6 +124,12 @@ std::vector<std::pair<Shape, DType>> DecoderChunk::OwnStateShapes() const {
     shapes.push_back({{n}, stats});                  // rstdf
     shapes.push_back({{n, c}, dtype_});              // dlnf
     shapes.push_back({{n}, stats});                  // losses
+  }
+  if (options_.document_mask) {
+    shapes.push_back({{micro_batch_, config_.seq_len}, DType::kI32});
+  }
+  if (plan_.has_head && options_.eod_mask_loss) {
+    shapes.push_back({{n}, DType::kF32});  // loss_weight
   }
   return shapes;
 }
@@ -171,11 +183,37 @@ DecoderChunk::State& DecoderChunk::Live(int mb) {
   return *it->second;
 }
 
+void DecoderChunk::SetMasks(const ChunkMasks& masks) {
+  TRELLIS_CHECK(masks.doc_start.defined() == options_.document_mask)
+      << "doc_start given: " << masks.doc_start.defined()
+      << ", document masking: " << options_.document_mask;
+  TRELLIS_CHECK(!masks.loss_weight.defined() ||
+                (plan_.has_head && options_.eod_mask_loss))
+      << "loss weights need the last chunk with EOT loss masking";
+  next_masks_ = masks;
+}
+
+void DecoderChunk::TakeMasks(State& s, double loss_scale) {
+  const ChunkMasks masks = std::exchange(next_masks_, ChunkMasks{});
+  if (options_.document_mask) {
+    TRELLIS_CHECK(masks.doc_start.defined())
+        << "document masking: SetMasks before each Forward";
+    s.doc_start.CopyFrom(masks.doc_start);
+  }
+  for (DecoderBlock::State& b : s.blocks) b.doc_start = s.doc_start;
+  s.weighted = masks.loss_weight.defined();
+  if (s.weighted) s.loss_weight.CopyFrom(masks.loss_weight.View({rows()}));
+  TRELLIS_CHECK(!(plan_.has_head && options_.eod_mask_loss && loss_scale > 0 &&
+                  !s.weighted))
+      << "EOT loss masking: a training Forward needs loss weights";
+}
+
 void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
                            const Tensor& targets, double loss_scale,
                            Tensor* output, Tensor* loss_sum) {
   State& s = Acquire(mb);
   const int64_t n = rows();
+  TakeMasks(s, loss_scale);
   if (plan_.has_embedding) {
     s.ids.CopyFrom(tokens.View({n}));
     VocabParallelEmbeddingForward(tp_comm_, s.ids, *ends_.embedding, s.x0);
@@ -233,9 +271,14 @@ void DecoderChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
                                 head_sums_.Narrow(0, 2 * r).View({2, r}),
                                 s.losses.Narrow(start, r)};
     VocabParallelCrossEntropyForward(tp_comm_, logits, targets, vocab_, loss);
+    const Tensor weights =
+        s.weighted ? s.loss_weight.Narrow(start, r) : Tensor();
+    if (s.weighted) ScaleRows(weights, loss.losses);
     if (!s.has_dlnf) continue;
     VocabParallelCrossEntropyBackward(logits, targets, vocab_, loss, scale,
                                       logits);
+    // Each row's gradient weighs as its loss does.
+    if (s.weighted) ScaleRows(weights, logits);
     // This rank's vocabulary rows' share of d(ln_f); summed over tp below.
     Tensor dlnf = s.dlnf.Narrow(start, r);
     MatmulBackwardInput(logits, ends_.head->value, dlnf, WeightLayout::kOutIn);

@@ -17,9 +17,11 @@
 // microbatches. The full (N, Vl) logits never exist and a microbatch keeps only
 // d(ln_f) (N, C) for BackwardInput. So wte's gradient from the head accumulates
 // in Forward under every schedule (zero-bubble ones included); ln_f's waits for
-// B or W like the blocks'. Several microbatches may be in flight; their state
-// comes from a pool that is reused across steps, so steady-state training
-// allocates nothing.
+// B or W like the blocks'. Document masks (SetMasks): doc_start goes to every
+// block's attention; loss weights multiply each target's loss and its row of
+// dlogits, so the chunk's mean loss is the weighted sum over N. Several
+// microbatches may be in flight; their state comes from a pool that is reused
+// across steps, so steady-state training allocates nothing.
 //
 // All tensor-parallel communication goes through the `tp` communicator
 // handed in; the chunk never addresses another rank itself.
@@ -80,6 +82,7 @@ class DecoderChunk : public ModelChunk {
   void Forward(int mb, const Tensor& tokens, const Tensor& input,
                const Tensor& targets, double loss_scale, Tensor* output,
                Tensor* loss_sum = nullptr) override;
+  void SetMasks(const ChunkMasks& masks) override;
   double MeanLoss(int mb) const override;
   void BackwardInput(int mb, const Tensor& doutput, Tensor* dinput) override;
   void BackwardWeight(int mb, const WeightsDone& done = nullptr) override;
@@ -95,6 +98,8 @@ class DecoderChunk : public ModelChunk {
   struct State;
   State& Acquire(int mb);
   State& Live(int mb);
+  // Moves the masks SetMasks gave into `s` (and its blocks' doc_start).
+  void TakeMasks(State& s, double loss_scale);
   // Forward of the head on block output x, chunk by chunk; with
   // loss_scale > 0 also its gradients into s.dlnf and the head weight.
   void HeadForward(State& s, const Tensor& x, double loss_scale);
@@ -127,6 +132,7 @@ class DecoderChunk : public ModelChunk {
   // The head's workspace: ln_f's output (N, C), one row chunk's logits
   // (R, Vl; then its dlogits) and loss statistics (R and 2·R).
   Tensor head_lnf_, head_logits_, head_row_max_, head_sums_;
+  ChunkMasks next_masks_;  // for the next Forward
   std::map<int, std::unique_ptr<State>> live_;
   std::vector<std::unique_ptr<State>> free_;
   int states_allocated_ = 0;

@@ -111,21 +111,23 @@ DecoderBlock::Workspace LlamaBlock::NewWorkspace(int64_t batch, DType dtype,
   return w;
 }
 
-void LlamaBlock::Attention(Tensors& a, int64_t b) const {
+void LlamaBlock::Attention(Tensors& a, int64_t b,
+                           const Tensor& doc_start) const {
   Tensor att = a.att.View({b, seq_len_, local_width_});
-  AttentionForward(a.qkv.View({b, seq_len_, qkv_width_}), local_heads_,
-                   local_kv_heads_, att, a.saved, options_.attention);
+  AttentionForward(a.qkv.View({b, seq_len_, qkv_width_}), doc_start,
+                   local_heads_, local_kv_heads_, att, a.saved,
+                   options_.attention);
 }
 
 void LlamaBlock::ForwardActivations(Communicator& tp, const Tensor& x,
-                                    Tensors& a) const {
+                                    const Tensor& doc_start, Tensors& a) const {
   const int64_t b = x.dim(0) / seq_len_;
   RmsNormForward(x, norm1_->value, eps_, a.ln1, a.rstd1);
   qkv_proj_.Forward(a.ln1, a.qkv);
   // Positions are row mod T: the view's second-to-last dimension.
   Tensor qkv = a.qkv.View({b, seq_len_, qkv_width_});
   RopeForward(qkv, local_heads_, local_kv_heads_, a.cos, a.sin);
-  Attention(a, b);
+  Attention(a, b, doc_start);
   o_proj_.Forward(tp, a.att, a.x2);
   AddRmsNormForward(a.x2, x, norm2_->value, eps_, a.x2, a.ln2, a.rstd2);
   gate_up_proj_.Forward(a.ln2, a.fc);
@@ -135,22 +137,23 @@ void LlamaBlock::ForwardActivations(Communicator& tp, const Tensor& x,
 void LlamaBlock::Forward(Communicator& tp, const Tensor& x, State& s,
                          Workspace& work) const {
   Tensors a = Use(s, work);
-  ForwardActivations(tp, x, a);
+  ForwardActivations(tp, x, s.doc_start, a);
   down_proj_.Forward(tp, a.gelu, s.y);
   Add(s.y, a.x2, s.y);
 }
 
-void LlamaBlock::Recompute(Communicator& tp, const Tensor& x, Tensors& a,
+void LlamaBlock::Recompute(Communicator& tp, const Tensor& x,
+                           const Tensor& doc_start, Tensors& a,
                            bool need_act) const {
   switch (options_.recompute) {
     case trellis::Recompute::kNone:
       return;
     case trellis::Recompute::kFull:
-      ForwardActivations(tp, x, a);
+      ForwardActivations(tp, x, doc_start, a);
       return;
     case trellis::Recompute::kSelective:
       // qkv is kept already rotated.
-      Attention(a, x.dim(0) / seq_len_);
+      Attention(a, x.dim(0) / seq_len_, doc_start);
       if (need_act) SwiGluForward(a.fc, a.gelu);
       return;
   }
@@ -161,7 +164,7 @@ void LlamaBlock::BackwardInput(Communicator& tp, const Tensor& x,
                                Tensor& dx) const {
   Tensors a = Use(s, work);
   const bool defer = options_.defer_weight_grads;
-  Recompute(tp, x, a, /*need_act=*/!defer);
+  Recompute(tp, x, s.doc_start, a, /*need_act=*/!defer);
   if (defer) {
     a.dy.CopyFrom(dy);
   } else {
@@ -185,7 +188,7 @@ void LlamaBlock::BackwardInput(Communicator& tp, const Tensor& x,
   const Shape att_shape = {b, seq_len_, local_width_};
   Tensor dqkv = a.dqkv.View(qkv_shape);
   AttentionBackward(work.datt.View(att_shape), a.qkv.View(qkv_shape),
-                    a.att.View(att_shape), a.saved, local_heads_,
+                    s.doc_start, a.att.View(att_shape), a.saved, local_heads_,
                     local_kv_heads_, dqkv, options_.attention);
   RopeBackward(dqkv, local_heads_, local_kv_heads_, a.cos, a.sin);
   MatmulBackwardInput(a.dqkv, qkv_w_->value, a.dln1, WeightLayout::kInOut,
@@ -200,7 +203,7 @@ void LlamaBlock::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
                                 Workspace& work) const {
   if (!options_.defer_weight_grads) return;  // Done in BackwardInput.
   Tensors a = Use(s, work);
-  Recompute(tp, x, a, /*need_act=*/true);
+  Recompute(tp, x, s.doc_start, a, /*need_act=*/true);
   WeightGradients(x, a);
 }
 

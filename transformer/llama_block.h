@@ -16,7 +16,9 @@
 // qkv (N, (H + 2·Hkv)·D / tp) after RoPE, fc the gate_up projection
 // (N, 2·F/tp, [gate | up]), gelu the SwiGLU output (N, F/tp), dgelu its
 // gradient, cos and sin the RoPE tables (T, D/2) in the workspace.
-// kSelective recomputes the attention and the SwiGLU output.
+// kSelective recomputes the attention and the SwiGLU output. With document
+// masking (State::doc_start) attention stops at document boundaries; RoPE
+// positions stay the positions in the window.
 // Every mode computes the same numbers in the same order on the CPU.
 #ifndef TRELLIS_TRANSFORMER_LLAMA_BLOCK_H_
 #define TRELLIS_TRANSFORMER_LLAMA_BLOCK_H_
@@ -56,12 +58,15 @@ class LlamaBlock : public DecoderBlock {
   std::vector<Slot> Slots(int64_t batch, DType dtype,
                           Device device) const override;
   // rmsnorm_1 through the SwiGLU: everything but down_proj and y.
-  void ForwardActivations(Communicator& tp, const Tensor& x, Tensors& a) const;
+  void ForwardActivations(Communicator& tp, const Tensor& x,
+                          const Tensor& doc_start, Tensors& a) const;
   // Refills what the recompute mode dropped; the SwiGLU output only when
   // `need_act` (weight gradients read it, input gradients do not).
-  void Recompute(Communicator& tp, const Tensor& x, Tensors& a,
-                 bool need_act) const;
-  void Attention(Tensors& a, int64_t batch) const;
+  void Recompute(Communicator& tp, const Tensor& x, const Tensor& doc_start,
+                 Tensors& a, bool need_act) const;
+  // Attention on the rotated qkv; doc_start (B, T) or undefined
+  // (attention.h).
+  void Attention(Tensors& a, int64_t batch, const Tensor& doc_start) const;
   void WeightGradients(const Tensor& x, const Tensors& a) const;
 
   BlockOptions options_;

@@ -37,6 +37,13 @@
 
 namespace trellis {
 
+// A microbatch's document masks (tools/trainer/batch_loader.h), on the host
+// or the chunk's device; each undefined unless its option is on.
+struct ChunkMasks {
+  Tensor doc_start;    // (B, T) int32: where each token's document starts
+  Tensor loss_weight;  // (B, T) float32: each target's loss weight
+};
+
 // The part of a model that one pipeline (virtual) stage runs on one rank.
 //
 // Per microbatch:
@@ -76,6 +83,15 @@ class ModelChunk {
   virtual void Forward(int mb, const Tensor& tokens, const Tensor& input,
                        const Tensor& targets, double loss_scale, Tensor* output,
                        Tensor* loss_sum = nullptr) = 0;
+  // The masks of the next Forward (BlockOptions::document_mask,
+  // eod_mask_loss): doc_start on every chunk with blocks, loss_weight on
+  // the last chunk of a training Forward (evaluation passes none: every
+  // target counts). A family without document masking keeps this default,
+  // which accepts only undefined masks.
+  virtual void SetMasks(const ChunkMasks& masks) {
+    TRELLIS_CHECK(!masks.doc_start.defined() && !masks.loss_weight.defined())
+        << "this model family has no document masking";
+  }
   // The last chunk's mean loss of microbatch `mb`, read to the host (one
   // host wait; for tests and tools). Valid while TokenLosses(mb) is.
   virtual double MeanLoss(int mb) const = 0;

@@ -88,6 +88,8 @@ void Convert(const Tensor& src, Tensor& dst);
 void Add(const Tensor& a, const Tensor& b, Tensor& out);
 void Axpy(double alpha, const Tensor& x, Tensor& y);
 void Scale(Tensor& x, double s);
+// ScaleRows: w float32, x float32 or bfloat16.
+void ScaleRows(const Tensor& w, Tensor& x);
 void AddBias(const Tensor& bias, Tensor& out);
 void BiasBackward(const Tensor& dout, Tensor& dbias);
 // ColumnSumsMany: dout and x of one dtype per job, mean and rstd float32,

@@ -31,6 +31,8 @@ void Convert(Elem src_type, const void* src, Elem dst_type, void* dst,
 void Add(Elem t, const void* a, const void* b, void* out, int64_t n);
 void Axpy(Elem t, float alpha, const void* x, void* y, int64_t n);
 void Scale(Elem t, float s, void* x, int64_t n);
+// x (rows, cols) row i *= w[i], w float32.
+void ScaleRows(Elem t, const float* w, void* x, int64_t rows, int64_t cols);
 // out (rows, cols) += bias (cols).
 void AddBias(Elem t, const void* bias, void* out, int64_t rows, int64_t cols);
 // out (cols) += column sums of in (rows, cols), summed in float32 in a fixed

@@ -68,6 +68,14 @@ __global__ void ScaleKernel(float s, T* x, int64_t n) {
   TRELLIS_TAIL_STRIDE(i, n, P) x[i] = FromFloat<T>(ToFloat(x[i]) * s);
 }
 
+template <typename T>
+__global__ void ScaleRowsKernel(const float* w, T* x, int64_t rows,
+                                int64_t cols) {
+  TRELLIS_GRID_STRIDE(i, rows * cols) {
+    x[i] = FromFloat<T>(ToFloat(x[i]) * w[i / cols]);
+  }
+}
+
 // out (n) += src (n), src float32.
 template <typename T>
 __global__ void AccumulateFloatKernel(const float* src, T* out, int64_t n) {
@@ -290,6 +298,16 @@ void Scale(Elem t, float s, void* x, int64_t n) {
       ScaleKernel<P><<<GridFor(n / P + 1, kThreads), kThreads>>>(
           s, static_cast<T*>(x), n);
     });
+  });
+  TRELLIS_CUDA_CHECK_LAUNCH();
+}
+
+void ScaleRows(Elem t, const float* w, void* x, int64_t rows, int64_t cols) {
+  if (rows == 0 || cols == 0) return;
+  DispatchElem(t, [&](auto tag) {
+    using T = decltype(tag);
+    ScaleRowsKernel<<<GridFor(rows * cols, kThreads), kThreads>>>(
+        w, static_cast<T*>(x), rows, cols);
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
 }

@@ -126,6 +126,17 @@ void Scale(Tensor& x, double s) {
                      x.numel());
 }
 
+void ScaleRows(const Tensor& w, Tensor& x) {
+  CudaDeviceGuard guard(CommonDevice("ScaleRows", {&w, &x}));
+  const int64_t n = w.numel();
+  TRELLIS_CHECK(w.dtype() == DType::kF32 && w.ndim() == 1 && x.ndim() >= 1 &&
+                x.dim(0) == n)
+      << "ScaleRows: w " << ShapeString(w.shape()) << ", x "
+      << ShapeString(x.shape());
+  cuda_launch::ScaleRows(ElemOf("ScaleRows", x), w.data<float>(), x.raw(), n,
+                         n == 0 ? 0 : x.numel() / n);
+}
+
 void AddBias(const Tensor& bias, Tensor& out) {
   CudaDeviceGuard guard(CommonDevice("AddBias", {&bias, &out}));
   RequireDType("AddBias", out.dtype(), {&bias});

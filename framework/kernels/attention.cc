@@ -5,7 +5,9 @@
 // H·D). A key/value head's dK, dV accumulate over its group's query heads
 // (the backward gemms add, beta = 1). Rows go in blocks of kBlock so that the
 // products skip the blocks above the diagonal: for a row block, only columns up
-// to its end.
+// to its end. With document masking, row t's softmax runs over columns
+// [doc_start[t], t] and is zero elsewhere; backward needs nothing more,
+// since dS = P ⊙ (dP - rowsum(dP ⊙ P)) is zero wherever P is.
 #include "framework/kernels/attention.h"
 
 #include <algorithm>
@@ -56,27 +58,33 @@ struct Head {
 };
 
 // Rows [r0, r0 + rows) of p (T, T) hold raw scores in columns [0, r0 + rows);
-// each row t becomes softmax over columns [0, t], zero after.
+// each row t becomes softmax over columns [lo, t] (lo = doc_start[t], or 0
+// without document masking), zero elsewhere.
 template <typename T>
-void CausalSoftmaxRows(int64_t n, int64_t r0, int64_t rows, T* p) {
+void CausalSoftmaxRows(int64_t n, int64_t r0, int64_t rows,
+                       const int32_t* doc_start, T* p) {
   for (int64_t t = r0; t < r0 + rows; ++t) {
     T* row = p + t * n;
-    const T row_max = MaxLanes(row, t + 1);
-    const T inv_sum = T{1} / ExpShiftSum(row, row_max, t + 1, row);
-    for (int64_t j = 0; j <= t; ++j) row[j] *= inv_sum;
+    const int64_t lo = doc_start == nullptr ? 0 : doc_start[t];
+    T* live = row + lo;
+    const T row_max = MaxLanes(live, t + 1 - lo);
+    const T inv_sum = T{1} / ExpShiftSum(live, row_max, t + 1 - lo, live);
+    for (int64_t j = lo; j <= t; ++j) row[j] *= inv_sum;
+    std::fill(row, row + lo, T{0});
     std::fill(row + t + 1, row + n, T{0});
   }
 }
 
-// p (T, T) = causal softmax(scale · Q K^T); o (T, D) = p V.
+// p (T, T) = causal softmax(scale · Q K^T); o (T, D) = p V. doc_start (T)
+// or null: see CausalSoftmaxRows.
 template <typename T>
-void HeadForward(const Head<T>& h, T* p, T* o) {
+void HeadForward(const Head<T>& h, const int32_t* doc_start, T* p, T* o) {
   for (int64_t r0 = 0; r0 < h.n; r0 += kBlock) {
     const int64_t rows = std::min(kBlock, h.n - r0), cols = r0 + rows;
     // (rows, cols) = scale · Q[r0:] (rows, D) @ K[:cols]^T (D, cols)
     Gemm<T>(false, true, rows, cols, h.d, h.scale, h.q + r0 * h.ld, h.ld, h.k,
             h.ld, 0, p + r0 * h.n, h.n);
-    CausalSoftmaxRows(h.n, r0, rows, p);
+    CausalSoftmaxRows(h.n, r0, rows, doc_start, p);
     // O[r0:] (rows, D) = P (rows, cols) @ V[:cols] (cols, D)
     Gemm<T>(false, false, rows, h.d, cols, 1, p + r0 * h.n, h.n, h.v, h.ld, 0,
             o + r0 * h.ldo, h.ldo);
@@ -140,10 +148,14 @@ Head<T> MakeHead(const Dims& d, const T* qkv, int64_t b, int64_t h) {
 }
 
 template <typename T>
-void AttentionForwardCpu(const Dims& d, const T* qkv, T* out, T* probs) {
+void AttentionForwardCpu(const Dims& d, const T* qkv, const int32_t* doc_start,
+                         T* out, T* probs) {
   for (int64_t b = 0; b < d.B; ++b) {
+    const int32_t* row_start =
+        doc_start == nullptr ? nullptr : doc_start + b * d.T;
     for (int64_t h = 0; h < d.H; ++h) {
-      HeadForward(MakeHead(d, qkv, b, h), probs + (b * d.H + h) * d.T * d.T,
+      HeadForward(MakeHead(d, qkv, b, h), row_start,
+                  probs + (b * d.H + h) * d.T * d.T,
                   out + b * d.T * d.C() + h * d.D);
     }
   }
@@ -192,6 +204,24 @@ Dims CheckShapes(const char* kernel, const Tensor& qkv, int64_t n_head,
   return d;
 }
 
+// doc_start, when defined: (B, T) int32 on the CPU, each row's starts in
+// [0, t] and non-decreasing.
+void CheckDocStart(const char* kernel, const Dims& d, const Tensor& doc_start) {
+  if (!doc_start.defined()) return;
+  TRELLIS_CHECK(doc_start.dtype() == DType::kI32 &&
+                doc_start.shape() == Shape({d.B, d.T}))
+      << kernel << ": doc_start " << ShapeString(doc_start.shape())
+      << ", expected int32 " << ShapeString(Shape{d.B, d.T});
+  const int32_t* s = doc_start.data<int32_t>();
+  for (int64_t b = 0; b < d.B; ++b) {
+    for (int64_t t = 0; t < d.T; ++t) {
+      const int32_t v = s[b * d.T + t];
+      TRELLIS_CHECK(v >= 0 && v <= t && (t == 0 || v >= s[b * d.T + t - 1]))
+          << kernel << ": doc_start[" << b << ", " << t << "] = " << v;
+    }
+  }
+}
+
 }  // namespace
 
 Shape AttentionSavedShape(Device device, int64_t B, int64_t T, int64_t n_head) {
@@ -199,25 +229,35 @@ Shape AttentionSavedShape(Device device, int64_t B, int64_t T, int64_t n_head) {
   return {B, n_head, T, T};
 }
 
-void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
-                      Tensor& out, Tensor& saved, AttentionPath path) {
+void AttentionForward(const Tensor& qkv, const Tensor& doc_start,
+                      int64_t n_head, int64_t n_kv_head, Tensor& out,
+                      Tensor& saved, AttentionPath path) {
   const char* kernel = "AttentionForward";
+  TRELLIS_CHECK(!doc_start.defined() || !qkv.device().is_cuda())
+      << kernel << ": document masking runs on the CPU only";
   TRELLIS_CUDA_DISPATCH(
       cuda::AttentionForward(qkv, n_head, n_kv_head, out, saved, path), &qkv,
       &out, &saved);
   RequireCpu(kernel, {&qkv, &out, &saved});
   RequireDType(kernel, qkv.dtype(), {&out, &saved});
   const Dims d = CheckShapes(kernel, qkv, n_head, n_kv_head, {&out}, saved);
+  CheckDocStart(kernel, d, doc_start);
+  const int32_t* starts =
+      doc_start.defined() ? doc_start.data<int32_t>() : nullptr;
   DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    AttentionForwardCpu(d, qkv.data<T>(), out.data<T>(), saved.data<T>());
+    AttentionForwardCpu(d, qkv.data<T>(), starts, out.data<T>(),
+                        saved.data<T>());
   });
 }
 
-void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+void AttentionBackward(const Tensor& dout, const Tensor& qkv,
+                       const Tensor& doc_start, const Tensor& out,
                        const Tensor& saved, int64_t n_head, int64_t n_kv_head,
                        Tensor& dqkv, AttentionPath path) {
   const char* kernel = "AttentionBackward";
+  TRELLIS_CHECK(!doc_start.defined() || !qkv.device().is_cuda())
+      << kernel << ": document masking runs on the CPU only";
   TRELLIS_CUDA_DISPATCH(cuda::AttentionBackward(dout, qkv, out, saved, n_head,
                                                 n_kv_head, dqkv, path),
                         &dout, &qkv, &out, &saved, &dqkv);
@@ -228,11 +268,25 @@ void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
   TRELLIS_CHECK(dqkv.shape() == qkv.shape())
       << kernel << ": dqkv " << ShapeString(dqkv.shape()) << ", qkv "
       << ShapeString(qkv.shape());
+  // The saved probabilities already hold the mask (see the top).
+  CheckDocStart(kernel, d, doc_start);
   DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     AttentionBackwardCpu(d, dout.data<T>(), qkv.data<T>(), saved.data<T>(),
                          dqkv.data<T>());
   });
+}
+
+void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
+                      Tensor& out, Tensor& saved, AttentionPath path) {
+  AttentionForward(qkv, Tensor(), n_head, n_kv_head, out, saved, path);
+}
+
+void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                       const Tensor& saved, int64_t n_head, int64_t n_kv_head,
+                       Tensor& dqkv, AttentionPath path) {
+  AttentionBackward(dout, qkv, Tensor(), out, saved, n_head, n_kv_head, dqkv,
+                    path);
 }
 
 void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,

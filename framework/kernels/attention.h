@@ -12,6 +12,14 @@
 // the softmax probabilities (B, H, T, T); on CUDA the row log-sum-exps
 // (B, H, T), so that no T×T matrix is stored.
 //
+// Document masking: `doc_start` (B, T) int32, where doc_start[b, t] is the
+// position in the window at which token t's document starts
+// (0 <= doc_start[b, t] <= t, non-decreasing along t), makes query t attend
+// keys [doc_start[b, t], t] only: block-causal over the window's documents.
+// An undefined doc_start is plain causal attention, bit for bit the
+// overloads without it. CPU only for now: a CUDA call with a defined
+// doc_start fails its check (the trainer refuses --document_mask on cuda).
+//
 // `path` picks the CUDA implementation (attention_path.h: cuDNN where a plan
 // builds, else the tensor-core kernels, by default); CPU calls ignore it.
 #ifndef TRELLIS_FRAMEWORK_KERNELS_ATTENTION_H_
@@ -33,6 +41,18 @@ void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
 // dqkv += dL/dqkv. `out` is the forward output (CUDA backward needs it). A
 // key/value head's dK and dV are summed over the query heads of its group.
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                       const Tensor& saved, int64_t n_head, int64_t n_kv_head,
+                       Tensor& dqkv,
+                       AttentionPath path = kDefaultAttentionPath);
+
+// With document masking (see above); doc_start may be undefined. Backward
+// takes the forward's doc_start.
+void AttentionForward(const Tensor& qkv, const Tensor& doc_start,
+                      int64_t n_head, int64_t n_kv_head, Tensor& out,
+                      Tensor& saved,
+                      AttentionPath path = kDefaultAttentionPath);
+void AttentionBackward(const Tensor& dout, const Tensor& qkv,
+                       const Tensor& doc_start, const Tensor& out,
                        const Tensor& saved, int64_t n_head, int64_t n_kv_head,
                        Tensor& dqkv,
                        AttentionPath path = kDefaultAttentionPath);

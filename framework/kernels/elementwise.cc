@@ -89,6 +89,23 @@ void Axpy(double alpha, const Tensor& x, Tensor& y) {
   });
 }
 
+void ScaleRows(const Tensor& w, Tensor& x) {
+  TRELLIS_CUDA_DISPATCH(cuda::ScaleRows(w, x), &w, &x);
+  RequireCpu("ScaleRows", {&w, &x});
+  const int64_t n = w.numel();
+  TRELLIS_CHECK(w.dtype() == DType::kF32 && w.ndim() == 1 && x.ndim() >= 1 &&
+                x.dim(0) == n)
+      << "ScaleRows: w " << ShapeString(w.shape()) << ", x "
+      << ShapeString(x.shape());
+  const int64_t m = n == 0 ? 0 : x.numel() / n;
+  DispatchFloat("ScaleRows", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t i = 0; i < n; ++i) {
+      ScaleCpu(static_cast<T>(w.data<float>()[i]), m, x.data<T>() + i * m);
+    }
+  });
+}
+
 void Scale(Tensor& x, double s) {
   TRELLIS_CUDA_DISPATCH(cuda::Scale(x, s), &x);
   RequireCpu("Scale", {&x});

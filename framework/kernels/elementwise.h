@@ -14,6 +14,9 @@ void Add(const Tensor& a, const Tensor& b, Tensor& out);
 void Axpy(double alpha, const Tensor& x, Tensor& y);
 // x *= s.
 void Scale(Tensor& x, double s);
+// x (N, M) row i *= w[i]; w (N) float32 (per-row weights, such as loss
+// weights). x may be 1-D (N), each element a row.
+void ScaleRows(const Tensor& w, Tensor& x);
 // out (N, M) += bias (M).
 void AddBias(const Tensor& bias, Tensor& out);
 // dbias (M) += column sums of dout (N, M).

@@ -51,6 +51,17 @@ TEST_P(CudaElementwiseTest, AddAxpyScale) {
   ExpectClose(d_y, y, Tolerance(dtype(), 1e-6, 2 * kBf16Out), "Scale");
 }
 
+// Per-row weights (loss masking), some of them zero.
+TEST_P(CudaElementwiseTest, ScaleRows) {
+  Tensor x = Input({37, 129}, 5);
+  Tensor w = Random({37}, 6);
+  for (int64_t i = 0; i < 37; i += 5) w.data<float>()[i] = 0.0f;
+  Tensor d_x = Dev(x);
+  ScaleRows(w, x);
+  ScaleRows(w.To(cuda_test::Gpu()), d_x);
+  ExpectClose(d_x, x, Tolerance(dtype(), 1e-6, kBf16Out), "ScaleRows");
+}
+
 TEST_P(CudaElementwiseTest, BiasAndItsGradient) {
   const Tensor bias = Input({96}, 3);
   Tensor out = Input({5, 40, 96}, 4);

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -80,6 +81,8 @@ TEST_F(HfGpt2Test, EndOfTextInTextIsOrdinaryText) {
   EXPECT_THAT(EncodeWith(*hf_, "a<|endoftext|>b"), Not(Contains(50256u)));
   const std::vector<uint32_t> eot = {50256};
   EXPECT_EQ(hf_->Decode(eot).value(), "<|endoftext|>");
+  // GPT-2's post-processor adds no token: documents start without a BOS.
+  EXPECT_EQ(hf_->bos_token(), std::nullopt);
 }
 
 TEST(HfTokenizerTest, Llama3StyleSpecialTokensAndIgnoreMerges) {
@@ -108,6 +111,8 @@ TEST(HfTokenizerTest, Llama3StyleSpecialTokensAndIgnoreMerges) {
   std::vector<uint32_t> expected = {bos};
   for (uint32_t id : EncodeWith(*t, "the")) expected.push_back(id);
   EXPECT_EQ(with_bos, expected);
+  // The token each document starts with in token files.
+  EXPECT_EQ(t->bos_token(), bos);
   for (const std::string& text : hf_testing::MixedTexts(100, {})) {
     ExpectRoundTrip(*t, text);
   }
@@ -117,6 +122,7 @@ TEST(HfTokenizerTest, Llama2StyleByteFallbackAndDecoders) {
   const auto t = Parse(hf_testing::Llama2StyleJson());
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->eot_token(), 2u);
+  EXPECT_EQ(t->bos_token(), t->TokenId("<s>"));
   // "é" is not in the vocabulary: its two UTF-8 bytes become <0xC3> <0xA9>.
   const std::vector<uint32_t> ids = EncodeWith(*t, "é");
   EXPECT_THAT(ids,

@@ -51,6 +51,8 @@ TrainOptions Unusual() {
   o.model.tie_embeddings = false;
   o.data = "some/tokens.h5";
   o.val_fraction = 0.125;
+  o.document_mask = true;
+  o.eod_mask_loss = true;
   o.micro_batch_size = 3;
   o.global_batch_size = 27;
   o.steps = 11;
@@ -114,7 +116,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 63);  // 17 model + 28 run + 18 layout and device options
+  EXPECT_EQ(lines, 65);  // 17 model + 30 run + 18 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

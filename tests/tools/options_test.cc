@@ -71,6 +71,24 @@ TEST(TrainOptionsTest, AcceptsEveryAttentionPathOnEveryDevice) {
   }
 }
 
+// The document flags resolve on CPU; --document_mask is refused on cuda
+// (either for the mask or, in a build without CUDA, for the device).
+TEST(TrainOptionsTest, DocumentFlagsResolveOnCpuOnly) {
+  TrainOptions o = Valid();
+  ASSERT_TRUE(
+      o.ApplyFlagString("--document_mask=true\n--eod_mask_loss=true").ok());
+  EXPECT_TRUE(o.Resolve(1, 257).ok());
+  EXPECT_THAT(o.ToFlagString(), HasSubstr("\n--document_mask=true\n"));
+  TrainOptions cuda = Valid();
+  cuda.document_mask = true;
+  cuda.device = DeviceType::kCUDA;
+  const absl::Status status = cuda.Resolve(1, 257);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              ::testing::AnyOf(HasSubstr("--document_mask runs on"),
+                               HasSubstr("this build has no CUDA")));
+}
+
 TEST(TrainOptionsTest, StageLayersSplitsEvenlyOrAsGiven) {
   EXPECT_THAT(StageLayers(7, 3, {}), ElementsAre(3, 2, 2));
   EXPECT_THAT(StageLayers(7, 2, {2, 5}), ElementsAre(2, 5));

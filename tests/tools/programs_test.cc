@@ -378,6 +378,17 @@ TEST_F(ProgramsTest, EvalSucceedsThenRefusesBadFiles) {
   const ProgramResult r = RunProgram("eval", good, dir_);
   EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("eval", good, r);
   EXPECT_THAT(r.out, HasSubstr("eval_loss "));
+  // A blend: each file's loss after the weighted total, and in the JSON.
+  const std::string second = dir_ + "/second.h5";
+  test::WriteTokenFile(second, test::kByteVocab, 3000);
+  const std::vector<std::string> blend = {
+      "--load=" + ckpt, "--data=0.5:" + byte_data_ + ",0.5:" + second,
+      "--max_windows=4"};
+  const ProgramResult b = RunProgram("eval", blend, dir_);
+  EXPECT_TRUE(b.exited && b.exit_code == 0) << Describe("eval", blend, b);
+  EXPECT_THAT(b.out, HasSubstr(" (" + byte_data_ + " "));
+  EXPECT_THAT(b.out, HasSubstr(", " + second + " "));
+  EXPECT_THAT(b.out, HasSubstr("\"eval_loss_by_source\":{"));
   ExpectError("eval", {"--load=" + ckpt, "--data=" + dir_ + "/missing.h5"},
               {dir_ + "/missing.h5"});
   ExpectError("eval", {"--load=" + dir_ + "/nothing", "--data=" + byte_data_},

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "framework/memory_arena.h"
@@ -73,14 +74,21 @@ TEST_F(TrainerMemoryTest, RecomputeModesTrainToTheSameBits) {
   }
 }
 
+// With --document_mask and --eod_mask_loss too: their per-microbatch
+// tensors (doc starts, loss weights) are planned, so none falls back.
 TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
-  for (Recompute recompute :
-       {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+  const std::pair<Recompute, bool> cases[] = {{Recompute::kNone, false},
+                                              {Recompute::kSelective, false},
+                                              {Recompute::kFull, false},
+                                              {Recompute::kNone, true},
+                                              {Recompute::kFull, true}};
+  for (const auto& [recompute, documents] : cases) {
     for (ScheduleKind schedule :
          {ScheduleKind::kGPipe, ScheduleKind::kZeroBubbleH1}) {
       TrainOptions o = Options();
       o.recompute = recompute;
       o.schedule = schedule;
+      o.document_mask = o.eod_mask_loss = documents;
       const size_t before = StorageBytesLive(DeviceType::kCPU);
       std::unique_ptr<Trainer> trainer = Make(o);
       ASSERT_NE(trainer, nullptr);
@@ -90,6 +98,7 @@ TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
       // What the plan leaves out: the token file and the step's token
       // batches, a few KiB here.
       const size_t unplanned = 256 << 10;
+      SCOPED_TRACE(documents ? "document flags" : "no document flags");
       EXPECT_LE(planned, used) << recompute << ", " << schedule;
       EXPECT_LE(used, planned + unplanned)
           << recompute << ", " << schedule << ": "
@@ -105,38 +114,42 @@ TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
 }
 
 TEST_F(TrainerMemoryTest, LlamaPlanAccountsForWhatTrainingAllocates) {
-  // Grouped-query attention, an untied head and RoPE tables: the plan still
-  // covers what a step allocates, and every recompute mode trains to the
-  // same bits.
-  for (ScheduleKind schedule :
-       {ScheduleKind::kGPipe, ScheduleKind::kZeroBubbleH1}) {
-    std::vector<double> reference;
-    for (Recompute recompute :
-         {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-      TrainOptions o = Options();
-      o.model.family = ModelFamilyKind::kLlama;
-      o.model.n_kv_heads = 2;
-      o.model.ffn_hidden = 160;
-      o.model.tie_embeddings = false;
-      o.recompute = recompute;
-      o.schedule = schedule;
-      const size_t before = StorageBytesLive(DeviceType::kCPU);
-      std::unique_ptr<Trainer> trainer = Make(o);
-      ASSERT_NE(trainer, nullptr);
-      ASSERT_TRUE(trainer->Step().ok());
-      const size_t used = StorageBytesLive(DeviceType::kCPU) - before;
-      const size_t planned = trainer->memory_plan().total();
-      EXPECT_LE(planned, used) << recompute << ", " << schedule;
-      EXPECT_LE(used, planned + (256 << 10))
-          << recompute << ", " << schedule << ": "
-          << trainer->memory_plan().Format();
-      EXPECT_EQ(trainer->arena().stats().fallbacks, 0u);
-      ASSERT_TRUE(trainer->Run().ok());
-      if (recompute == Recompute::kNone) {
-        reference = trainer->losses();
-      } else {
-        EXPECT_EQ(trainer->losses(), reference)
-            << schedule << ", " << recompute;
+  // Grouped-query attention, an untied head and RoPE tables, with and
+  // without --document_mask --eod_mask_loss: the plan still covers what a
+  // step allocates, and every recompute mode trains to the same bits.
+  for (const bool documents : {false, true}) {
+    for (ScheduleKind schedule :
+         {ScheduleKind::kGPipe, ScheduleKind::kZeroBubbleH1}) {
+      SCOPED_TRACE(documents ? "document flags" : "no document flags");
+      std::vector<double> reference;
+      for (Recompute recompute :
+           {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+        TrainOptions o = Options();
+        o.document_mask = o.eod_mask_loss = documents;
+        o.model.family = ModelFamilyKind::kLlama;
+        o.model.n_kv_heads = 2;
+        o.model.ffn_hidden = 160;
+        o.model.tie_embeddings = false;
+        o.recompute = recompute;
+        o.schedule = schedule;
+        const size_t before = StorageBytesLive(DeviceType::kCPU);
+        std::unique_ptr<Trainer> trainer = Make(o);
+        ASSERT_NE(trainer, nullptr);
+        ASSERT_TRUE(trainer->Step().ok());
+        const size_t used = StorageBytesLive(DeviceType::kCPU) - before;
+        const size_t planned = trainer->memory_plan().total();
+        EXPECT_LE(planned, used) << recompute << ", " << schedule;
+        EXPECT_LE(used, planned + (256 << 10))
+            << recompute << ", " << schedule << ": "
+            << trainer->memory_plan().Format();
+        EXPECT_EQ(trainer->arena().stats().fallbacks, 0u);
+        ASSERT_TRUE(trainer->Run().ok());
+        if (recompute == Recompute::kNone) {
+          reference = trainer->losses();
+        } else {
+          EXPECT_EQ(trainer->losses(), reference)
+              << schedule << ", " << recompute;
+        }
       }
     }
   }

@@ -11,10 +11,32 @@
 // always. Several (`--data=0.7:a.h5,0.3:b.h5`): BlendSampler, each source
 // split into train and validation windows on its own; every source must
 // share one tokenizer. A microbatch may hold windows of several sources.
+//
+// Documents (--document_mask, --eod_mask_loss): a document starts at a
+// window's first token and right after each end-of-text (EOT) input token,
+// as the token file lays documents out (each ends with its EOT). With
+// document_mask every microbatch carries doc_start: for each input position
+// the position in the window where its document starts (attention.h). With
+// eod_mask_loss it carries loss_weight: 0 where the input token is EOT (the
+// position that would predict the next document's first token), else
+// G·T / N, where N counts the weighted positions of the whole global batch
+// (G windows of T). So the usual per-microbatch mean, scaled by 1/m and
+// averaged over dp, is the mean over the global batch's counted tokens,
+// whatever the layout. Ranks read the whole global batch's inputs to count
+// N. Evaluation windows (Windows) carry doc_start but no loss weight.
+//
+// Prefetch: NextStep returns the step's batch and starts reading the next
+// one on a background thread while the step runs. The sampler runs ahead by
+// that one batch, but samples_consumed() and source_samples() report the
+// batches NextStep returned, so checkpoints and Restore are exact.
+//
+// Thread safety: one thread calls the public methods; the background read
+// touches only the token files (HDF5 serializes calls) and its own result.
 #ifndef TRELLIS_TOOLS_TRAINER_BATCH_LOADER_H_
 #define TRELLIS_TOOLS_TRAINER_BATCH_LOADER_H_
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -32,6 +54,12 @@ namespace trellis {
 struct MicroBatch {
   Tensor tokens;   // (B, T) int32
   Tensor targets;  // (B, T) int32
+  // (B, T) int32, with document masking: where each input's document starts
+  // in its window. Undefined otherwise.
+  Tensor doc_start;
+  // (B, T) float32, with EOT loss masking: each target's loss weight (see
+  // the top). Undefined otherwise.
+  Tensor loss_weight;
 };
 
 class BatchLoader {
@@ -44,8 +72,12 @@ class BatchLoader {
     uint64_t seed = 0;
     int dp = 1;
     int dp_rank = 0;
-    bool reads_tokens = true;  // false on ranks that need no data
+    bool reads_tokens = true;    // false on ranks that need no data
+    bool document_mask = false;  // fill MicroBatch::doc_start
+    bool eod_mask_loss = false;  // fill MicroBatch::loss_weight
+    bool prefetch = true;        // read the next step in the background
   };
+  ~BatchLoader();
   // `data`: a --data spec (blend.h): one path, or weight:path items.
   static absl::StatusOr<std::unique_ptr<BatchLoader>> Open(
       const std::string& data, const Config& config);
@@ -62,13 +94,10 @@ class BatchLoader {
     return blend_ ? blend_->weights()[source] : 1.0;
   }
 
-  int64_t samples_consumed() const {
-    return blend_ ? blend_->samples_consumed() : sampler_->samples_consumed();
-  }
+  // Samples of the batches NextStep returned so far.
+  int64_t samples_consumed() const { return consumed_.samples; }
   // Samples each source gave so far; empty for a single file.
-  std::vector<int64_t> source_samples() const {
-    return blend_ ? blend_->source_samples() : std::vector<int64_t>();
-  }
+  std::vector<int64_t> source_samples() const { return consumed_.sources; }
   // Resumes the data order. A blend needs one count per source (as
   // source_samples() gave them); a single file takes none.
   absl::Status Restore(int64_t samples_consumed,
@@ -93,15 +122,42 @@ class BatchLoader {
     int source = 0;
     int64_t start = 0;
   };
+  // The sampler's state after a batch.
+  struct Consumed {
+    int64_t samples = 0;
+    std::vector<int64_t> sources;  // per source; empty for one file
+  };
+  // A step's batch: read (or being read) and the state after it.
+  struct Pending {
+    std::future<absl::StatusOr<std::vector<MicroBatch>>> batch;
+    Consumed after;
+  };
   BatchLoader(Config config, std::vector<Source> sources)
       : config_(config), sources_(std::move(sources)) {}
-  absl::StatusOr<std::vector<MicroBatch>> Read(
+  Consumed SamplerState() const;
+  // Draws the next global batch and starts reading this rank's share
+  // (in the background when config_.prefetch).
+  Pending Launch();
+  // Reads this rank's `mine` windows of a global batch `all` (for the EOT
+  // count); `all` may be empty without loss masking.
+  absl::StatusOr<std::vector<MicroBatch>> ReadStep(std::vector<WindowRef> all,
+                                                   int64_t first,
+                                                   int64_t count) const;
+  // The T + 1 tokens of each window of `refs`, one after another.
+  absl::StatusOr<std::vector<int32_t>> ReadTokens(
       std::span<const WindowRef> refs) const;
+  // Microbatches of `count` windows (T + 1 tokens each, one after another
+  // in `tokens`); a `weight` fills loss weights: 0 at EOT inputs, else
+  // *weight.
+  std::vector<MicroBatch> Build(const int32_t* tokens, int64_t count,
+                                std::optional<float> weight) const;
 
   Config config_;
   std::vector<Source> sources_;
   std::optional<TrainSampler> sampler_;  // one source
   std::optional<BlendSampler> blend_;    // two or more
+  Consumed consumed_;
+  std::optional<Pending> pending_;  // the next step's batch
 };
 
 }  // namespace trellis

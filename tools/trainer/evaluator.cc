@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "data/blend.h"
 #include "framework/device_info.h"
 #include "framework/status.h"
 #include "tools/trainer/rank_device.h"
@@ -84,13 +89,26 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
     const std::string& dir, DType dtype) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
   options.model = state.model;
-  TRELLIS_ASSIGN_OR_RETURN(TokenDataset data, TokenDataset::Open(options.data));
+  // A model trained with document masking is scored with it, as its
+  // trainer's validation does.
+  for (absl::string_view line : absl::StrSplit(state.flags, '\n')) {
+    if (line == "--document_mask=true") options.document_mask = true;
+  }
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<BlendSource> sources,
+                           ParseBlend(options.data));
+  std::vector<TokenDataset> data;
+  for (const BlendSource& source : sources) {
+    TRELLIS_ASSIGN_OR_RETURN(TokenDataset d, TokenDataset::Open(source.path));
+    data.push_back(std::move(d));
+  }
   TRELLIS_RETURN_IF_ERROR(
-      options.Resolve(groups.world->size(), data.vocab_size()));
-  // The data's vocabulary (Resolve took it) and tokenizer must be the
-  // checkpoint's.
-  TRELLIS_RETURN_IF_ERROR(
-      CheckCheckpointMatches(dir, state, options.model, data, options.data));
+      options.Resolve(groups.world->size(), data.front().vocab_size()));
+  // Every source's vocabulary (Resolve took the first's) and tokenizer must
+  // be the checkpoint's.
+  for (const TokenDataset& d : data) {
+    TRELLIS_RETURN_IF_ERROR(
+        CheckCheckpointMatches(dir, state, options.model, d, d.path()));
+  }
   if (groups.tp->size() != options.tp || groups.dp->size() != options.dp ||
       groups.pp->size() != options.pp) {
     return absl::InvalidArgumentError(
@@ -129,14 +147,41 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   config.dp = static_cast<int>(options.dp);
   config.dp_rank = coord.d;
   config.reads_tokens = e->model_->reads_tokens();
+  config.document_mask = options.document_mask;
+  config.prefetch = false;  // evaluation reads its windows itself
   TRELLIS_ASSIGN_OR_RETURN(e->loader_, BatchLoader::Open(options.data, config));
   TRELLIS_RETURN_IF_ERROR(
       LoadCheckpoint(dir, e->model_->params(), /*optimizer=*/nullptr));
   return e;
 }
 
-absl::StatusOr<double> Evaluator::Evaluate(const std::vector<int64_t>& starts) {
-  return EvaluateWindows(*model_, *loader_, groups_, coord_, options_, starts);
+absl::StatusOr<double> Evaluator::Evaluate(const std::vector<int64_t>& starts,
+                                           int source) {
+  return EvaluateWindows(*model_, *loader_, groups_, coord_, options_, starts,
+                         source);
+}
+
+absl::StatusOr<StreamEval> Evaluator::EvaluateStreams(int64_t max_windows) {
+  const int64_t window = options_.model.seq_len + 1;
+  StreamEval result;
+  for (int source = 0; source < loader_->num_sources(); ++source) {
+    const TokenDataset& data = loader_->dataset(source);
+    int64_t n = data.num_tokens() / window;
+    if (max_windows > 0) n = std::min(n, max_windows);
+    if (n == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(data.path(), " holds fewer than seq_len + 1 = ", window,
+                       " tokens; give --data a longer file"));
+    }
+    std::vector<int64_t> starts(n);
+    for (int64_t i = 0; i < n; ++i) starts[i] = i * window;
+    TRELLIS_ASSIGN_OR_RETURN(const double loss, Evaluate(starts, source));
+    const double weight = loader_->weight(source);
+    result.sources.push_back({data.path(), weight, n, loss});
+    result.loss += weight * loss;
+    result.windows += n;
+  }
+  return result;
 }
 
 }  // namespace trellis

@@ -4,10 +4,16 @@
 // builds no optimizer state and no gradient buckets; the pipeline executor
 // runs forward-only schedules (StageModel::ForwardOnly).
 //
+// --data may be a blend (`0.7:a.h5,0.3:b.h5`, data/blend.h): every source
+// must match the checkpoint's tokenizer, and EvaluateStreams scores each
+// source on its own and reports their weighted mean, as the trainer's
+// validation does.
+//
 // All ranks of the world must call Create and Evaluate together.
 #ifndef TRELLIS_TOOLS_TRAINER_EVALUATOR_H_
 #define TRELLIS_TOOLS_TRAINER_EVALUATOR_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +30,22 @@
 
 namespace trellis {
 
+// What EvaluateStreams measured on one source of --data.
+struct SourceEval {
+  std::string path;
+  double weight = 1;    // normalized blend weight (1 for one file)
+  int64_t windows = 0;  // windows scored
+  double loss = 0;      // mean next-token loss over them
+};
+
+// EvaluateStreams' result: `loss` is Σ weight · loss over `sources` (the
+// one source's loss for a single file).
+struct StreamEval {
+  double loss = 0;
+  int64_t windows = 0;  // over all sources
+  std::vector<SourceEval> sources;
+};
+
 class Evaluator {
  public:
   // `options` holds the layout and device options, --data and
@@ -36,9 +58,17 @@ class Evaluator {
       TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
       const std::string& dir, DType dtype = DType::kF32);
 
-  // Mean next-token loss over the windows at token offsets `starts`
-  // (seq_len + 1 tokens each), split over data-parallel ranks.
-  absl::StatusOr<double> Evaluate(const std::vector<int64_t>& starts);
+  // Mean next-token loss over the windows of source `source` at token
+  // offsets `starts` (seq_len + 1 tokens each), split over data-parallel
+  // ranks.
+  absl::StatusOr<double> Evaluate(const std::vector<int64_t>& starts,
+                                  int source = 0);
+  // trellis-eval's rule on every source of --data: its token stream cut,
+  // from its start, into consecutive windows of seq_len + 1 tokens (a last
+  // partial one dropped), the first `max_windows` of them (all when 0)
+  // scored. Fails, naming the file, when a source holds no whole window.
+  absl::StatusOr<StreamEval> EvaluateStreams(int64_t max_windows);
+  const BatchLoader& loader() const { return *loader_; }
 
   const TrainOptions& options() const { return options_; }
   const MemoryPlan& memory_plan() const { return memory_plan_; }

@@ -101,6 +101,11 @@ absl::Status CheckScalars(const TrainOptions& o) {
         "--precision=bf16 needs --device=cuda (the CPU kernels compute in "
         "float32); use --precision=fp32 on CPU");
   }
+  if (o.document_mask && o.device == DeviceType::kCUDA) {
+    return Bad(
+        "--document_mask runs on --device=cpu only for now (the CUDA "
+        "attention kernels have no document mask); drop it on cuda");
+  }
   if (o.loss_chunk_rows < 0) {
     return Bad(absl::StrCat("--loss_chunk_rows=", o.loss_chunk_rows,
                             " must be ≥ 0 (0: a whole microbatch at once)"));

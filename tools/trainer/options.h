@@ -29,6 +29,12 @@ namespace trellis {
     "one tokenizer, weight:path,... (e.g. 0.7:web.h5,0.3:code.h5)")           \
   X(Data, double, val_fraction, 0.02,                                         \
     "share of the token stream held out (its tail) for validation")           \
+  X(Data, bool, document_mask, false,                                         \
+    "attention stops at document boundaries inside a window (a token "        \
+    "attends only to earlier tokens of its own document; cpu only)")          \
+  X(Data, bool, eod_mask_loss, false,                                         \
+    "no loss where the input token is end-of-text (predicting the next "      \
+    "document's first token); the mean is over the counted tokens")           \
   X(Batch, int64_t, micro_batch_size, 4,                                      \
     "windows per microbatch on each data-parallel rank")                      \
   X(Batch, int64_t, global_batch_size, 32,                                    \

@@ -48,6 +48,8 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   block.attention = options.attention;
   block.defer_weight_grads = options.schedule == ScheduleKind::kZeroBubbleH1;
   block.loss_chunk_rows = options.loss_chunk_rows;
+  block.document_mask = options.document_mask;
+  block.eod_mask_loss = options.eod_mask_loss;
   for (const ChunkPlan& plan : plans) {
     chunks_.push_back(family.NewChunk(
         options.model,
@@ -78,6 +80,9 @@ void StageModel::Allocate() {
   if (reads_tokens()) {
     step_data_ = Tensor::Empty(StepDataShape(), DType::kI32, device_);
   }
+  if (!StepWeightShape().empty()) {
+    step_weights_ = Tensor::Empty(StepWeightShape(), DType::kF32, device_);
+  }
   if (last_stage()) {
     loss_sum_ = Tensor::Zeros({kLossBlock}, DType::kF64, device_).Narrow(0, 1);
   }
@@ -85,7 +90,13 @@ void StageModel::Allocate() {
 }
 
 Shape StageModel::StepDataShape() const {
-  return {2 * options_.microbatches(), options_.micro_batch_size,
+  return {StepDataParts() * options_.microbatches(), options_.micro_batch_size,
+          options_.model.seq_len};
+}
+
+Shape StageModel::StepWeightShape() const {
+  if (!last_stage() || !options_.eod_mask_loss) return {};
+  return {options_.microbatches(), options_.micro_batch_size,
           options_.model.seq_len};
 }
 
@@ -116,13 +127,25 @@ void StageModel::BeginStep(const std::vector<MicroBatch>& microbatches) {
   microbatches_.assign(m, MicroBatch{});
   if (reads_tokens()) {
     std::vector<std::pair<const Tensor*, Tensor*>> copies;
+    const int64_t k = StepDataParts();
     for (int64_t i = 0; i < m; ++i) {
-      microbatches_[i].tokens =
-          step_data_.Narrow(2 * i, 1).View(microbatches[i].tokens.shape());
-      microbatches_[i].targets =
-          step_data_.Narrow(2 * i + 1, 1).View(microbatches[i].targets.shape());
-      copies.push_back({&microbatches[i].tokens, &microbatches_[i].tokens});
-      copies.push_back({&microbatches[i].targets, &microbatches_[i].targets});
+      const MicroBatch& host = microbatches[i];
+      MicroBatch& mb = microbatches_[i];
+      const Shape shape = host.tokens.shape();
+      mb.tokens = step_data_.Narrow(k * i, 1).View(shape);
+      mb.targets = step_data_.Narrow(k * i + 1, 1).View(shape);
+      copies.push_back({&host.tokens, &mb.tokens});
+      copies.push_back({&host.targets, &mb.targets});
+      if (options_.document_mask) {
+        TRELLIS_CHECK(host.doc_start.defined());
+        mb.doc_start = step_data_.Narrow(k * i + 2, 1).View(shape);
+        copies.push_back({&host.doc_start, &mb.doc_start});
+      }
+      if (step_weights_.defined()) {
+        TRELLIS_CHECK(host.loss_weight.defined());
+        mb.loss_weight = step_weights_.Narrow(i, 1).View(shape);
+        copies.push_back({&host.loss_weight, &mb.loss_weight});
+      }
     }
     upload_->Upload(copies);
   }
@@ -196,6 +219,10 @@ MemoryPlan StageModel::Plan(const std::vector<int>& in_flight,
       if (reads_tokens()) {
         plan.workspace += NumElements(StepDataShape()) * DTypeSize(DType::kI32);
       }
+      if (!StepWeightShape().empty()) {
+        plan.workspace +=
+            NumElements(StepWeightShape()) * DTypeSize(DType::kF32);
+      }
       if (last_stage()) plan.workspace += kLossBlock * DTypeSize(DType::kF64);
     }
     // The buffers between stages: one per slot (BufferFor).
@@ -250,6 +277,10 @@ void StageModel::RunForward(int v, int mb, double loss_scale) {
   // Training adds the microbatch's mean loss to the step's total on the
   // device; evaluation (no loss scale) reads the token losses itself.
   Tensor* loss_sum = c.plan().has_head && loss_scale > 0 ? &loss_sum_ : nullptr;
+  // Loss weights only in training: evaluation counts every target.
+  c.SetMasks({data.doc_start, loss_scale > 0 && c.plan().has_head
+                                  ? data.loss_weight
+                                  : Tensor()});
   c.Forward(mb, data.tokens, input, data.targets, loss_scale, output, loss_sum);
 }
 

@@ -59,8 +59,11 @@ class StageModel : public PipelineStageCallbacks {
   const ParameterSet& params() const { return params_; }
   bool first_stage() const { return coord_.p == 0; }
   bool last_stage() const { return coord_.p == options_.pp - 1; }
-  // Does this rank need token data (it embeds or computes the loss)?
-  bool reads_tokens() const { return first_stage() || last_stage(); }
+  // Does this rank need token data (it embeds or computes the loss, or
+  // every stage does for the document masks)?
+  bool reads_tokens() const {
+    return first_stage() || last_stage() || options_.document_mask;
+  }
   // Layers of every chunk of this rank, for the layout printout.
   std::vector<ChunkPlan> chunk_plans() const;
   // This stage's training schedule (BuildSchedule of the options): the
@@ -136,8 +139,13 @@ class StageModel : public PipelineStageCallbacks {
   // the head's gradients (training), 0 only the losses (evaluation).
   void RunForward(int vstage, int mb, double loss_scale);
   ModelChunk& chunk(int vstage) { return *chunks_[vstage]; }
-  // (2·m, B, T): microbatch i's tokens at 2i, its targets at 2i + 1.
+  // (k·m, B, T): microbatch i's tokens at k·i, its targets at k·i + 1 and,
+  // with document masking (k = 3), its doc_start at k·i + 2.
   Shape StepDataShape() const;
+  int64_t StepDataParts() const { return options_.document_mask ? 3 : 2; }
+  // (m, B, T) float32: the loss weights, with EOT loss masking on the last
+  // stage; else empty.
+  Shape StepWeightShape() const;
   int64_t num_chunks() const { return options_.pp * options_.virtual_stages; }
 
   TrainOptions options_;
@@ -155,10 +163,12 @@ class StageModel : public PipelineStageCallbacks {
   const PipelineBufferSlots* eval_slots_ = nullptr;
   // By kind, (virtual stage, slot).
   std::map<std::pair<int, int>, Tensor> buffers_[kNumPipelineBuffers];
-  // The step's microbatches on device_: views of step_data_ (tokens then
-  // targets of each microbatch), filled by upload_.
+  // The step's microbatches on device_: views of step_data_ (tokens,
+  // targets and doc starts of each microbatch) and step_weights_, filled
+  // by upload_.
   std::vector<MicroBatch> microbatches_;
-  Tensor step_data_;  // (2·m, B, T) int32, on ranks that read tokens
+  Tensor step_data_;     // StepDataShape() int32, on ranks that read tokens
+  Tensor step_weights_;  // StepWeightShape() float32, when not empty
   std::unique_ptr<StagedUpload> upload_;
   Tensor loss_sum_;  // (1) float64: the step's sum of microbatch mean losses
   std::unordered_map<const Parameter*, int> expected_, seen_;

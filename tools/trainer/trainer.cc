@@ -174,6 +174,8 @@ absl::Status Trainer::Build(DType dtype) {
   data.dp = static_cast<int>(o.dp);
   data.dp_rank = coord_.d;
   data.reads_tokens = model_->reads_tokens();
+  data.document_mask = o.document_mask;
+  data.eod_mask_loss = o.eod_mask_loss;
   TRELLIS_ASSIGN_OR_RETURN(loader_, BatchLoader::Open(o.data, data));
   executor_ = std::make_unique<PipelineExecutor>(
       *groups_.pp, std::move(schedule), static_cast<int>(o.virtual_stages));

@@ -1,6 +1,7 @@
 // The master test: the same seed, data and global batch train to the same
 // losses and gradients under every (dp, tp, pp) layout and pipeline
-// schedule as in one process; the same holds for a blend of two files.
+// schedule as in one process; the same holds for a blend of two files, for
+// Llama, and for document masking and EOT loss masking in both families.
 //
 // Every rank first trains the reference itself (ParallelContext::Single(),
 // 20 steps) and keeps its per-step losses and its gradients after step 1 as
@@ -560,6 +561,78 @@ TEST_F(LayoutEquivalenceTest, LlamaReplicatedKeyValueHeadsMatchOneProcess) {
     options_ = saved_options;
     reference_ = saved_reference;
   }
+}
+
+// The Llama settings of LlamaLayoutsMatchOneProcess, untied.
+TrainOptions Llama(TrainOptions options) {
+  options.model.family = ModelFamilyKind::kLlama;
+  options.model.n_kv_heads = 2;
+  options.model.ffn_hidden = 64;
+  options.model.rope_theta = 500.0;
+  options.model.tie_embeddings = false;
+  return options;
+}
+
+// --document_mask and --eod_mask_loss, together and each alone, for GPT-2
+// and Llama: every layout masks the same attention scores and divides by
+// the same count of the global batch's counted targets, so it trains to the
+// same losses; middle stages (pp 4, interleaved chunks) read the document
+// starts too. CPU only: the CUDA attention kernels have no document mask
+// yet.
+TEST_F(LayoutEquivalenceTest, DocumentMaskLayoutsMatchOneProcess) {
+  if (kOnGpu) GTEST_SKIP() << "--document_mask runs on cpu only";
+  struct Case {
+    const char* name;
+    bool llama, document_mask, eod_mask_loss;
+    std::vector<Layout> layouts;
+  };
+  const std::vector<Case> cases = {
+      {"gpt2, both",
+       false,
+       true,
+       true,
+       {L(2, 1, 1), L(4, 1, 1), L(1, 2, 1), L(1, 1, 4, "1f1b"),
+        L(1, 1, 2, "interleaved-1f1b", 2), L(2, 2, 2, "zb-h1")}},
+      {"gpt2, document mask",
+       false,
+       true,
+       false,
+       {L(1, 2, 2, "gpipe"), L(1, 1, 4, "zb-h1")}},
+      {"gpt2, EOT loss mask",
+       false,
+       false,
+       true,
+       {L(4, 1, 1), L(2, 2, 2, "1f1b")}},
+      {"llama, both",
+       true,
+       true,
+       true,
+       {L(2, 1, 1), L(1, 2, 1), L(1, 1, 4, "1f1b"),
+        L(1, 1, 2, "interleaved-1f1b", 2), L(2, 2, 2, "zb-h1")}},
+  };
+  TrainOptions* const saved_options = options_;
+  Reference* const saved_reference = reference_;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TrainOptions plain = c.llama ? Llama(*saved_options) : *saved_options;
+    TrainOptions masked = plain;
+    masked.document_mask = c.document_mask;
+    masked.eod_mask_loss = c.eod_mask_loss;
+    const Reference plain_reference =
+        c.llama ? ComputeReference(plain) : *saved_reference;
+    Reference masked_reference = ComputeReference(masked);
+    if (masked_reference.losses.size() != saved_reference->losses.size()) {
+      ADD_FAILURE() << "the one-process reference did not train";
+      continue;
+    }
+    // The masks change what is trained.
+    EXPECT_NE(masked_reference.losses, plain_reference.losses);
+    options_ = &masked;
+    reference_ = &masked_reference;
+    RunAll(c.layouts);
+  }
+  options_ = saved_options;
+  reference_ = saved_reference;
 }
 
 }  // namespace
