@@ -41,6 +41,10 @@ struct BlockOptions {
   int64_t loss_chunk_rows = 1024;
   // Which kernels run attention on CUDA (framework/kernels/attention_path.h).
   AttentionPath attention = kDefaultAttentionPath;
+  // Megatron's sequence parallelism (transformer/sequence_split.h): between
+  // the tensor-parallel layers each tp rank holds 1/tp of the rows.
+  // Nothing changes with one tp rank.
+  bool sequence_parallel = false;
 };
 
 // The dtype of saved statistics (norm statistics, attention's saved state,

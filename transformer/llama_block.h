@@ -18,6 +18,8 @@
 // gradient, cos and sin the RoPE tables (T, D/2) in the workspace.
 // kSelective recomputes the attention and the SwiGLU output.
 // Every mode computes the same numbers in the same order on the CPU.
+// --sequence_parallel splits the RMSNorms and residuals over tp as GPT-2's
+// Block does (decoder_block.h).
 #ifndef TRELLIS_TRANSFORMER_LLAMA_BLOCK_H_
 #define TRELLIS_TRANSFORMER_LLAMA_BLOCK_H_
 
@@ -50,16 +52,23 @@ class LlamaBlock : public DecoderBlock {
   void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
                       Workspace& work) const override;
   std::vector<Parameter*> parameters() const override { return params_; }
+  std::vector<Parameter*> NormParameters() const override {
+    return {norm1_, norm2_};
+  }
 
  private:
   std::vector<Slot> Slots(int64_t batch, DType dtype,
                           Device device) const override;
   // rmsnorm_1 through the SwiGLU: everything but down_proj and y.
-  void ForwardActivations(Communicator& tp, const Tensor& x, Tensors& a) const;
+  // `partial`: the workspace's scratch for the row-parallel layer.
+  void ForwardActivations(Communicator& tp, const Tensor& x, Tensors& a,
+                          Tensor& partial) const;
   // Refills what the recompute mode dropped; the SwiGLU output only when
   // `need_act` (weight gradients read it, input gradients do not).
-  void Recompute(Communicator& tp, const Tensor& x, Tensors& a,
+  void Recompute(Communicator& tp, const Tensor& x, Tensors& a, Tensor& partial,
                  bool need_act) const;
+  // Where dy lives (as Block::DyPlace).
+  Place DyPlace() const;
   void Attention(Tensors& a, int64_t batch) const;
   void WeightGradients(const Tensor& x, const Tensors& a) const;
 

@@ -380,6 +380,77 @@ TEST_F(LayoutEquivalenceTest, BlendLayoutsMatchOneProcess) {
   reference_ = saved_reference;
 }
 
+// --sequence_parallel against the same layout without it, for both
+// families: each step's loss to 1e-6 relative (kTolerance on a GPU), and,
+// like every layout, the one-process losses and every gradient after step 1
+// (the norms' gradients, partial sums over tp until the trainer sums them,
+// included). tp 2 and 4 split the 16 rows of a microbatch into blocks of 8
+// and 4; dp2·tp2·pp2 sends those blocks between stages; zb-h1 keeps the
+// gathered output gradients for W.
+TEST_F(LayoutEquivalenceTest, SequenceParallelMatchesTensorParallel) {
+  TrainOptions llama = *options_;
+  llama.model.family = ModelFamilyKind::kLlama;
+  llama.model.n_kv_heads = 2;
+  llama.model.ffn_hidden = 64;
+  llama.model.rope_theta = 500.0;
+  llama.model.tie_embeddings = false;
+  Reference llama_reference = ComputeReference(llama);
+  struct Case {
+    const TrainOptions* options;
+    Reference* reference;
+    Layout layout;
+  };
+  const std::vector<Case> cases = {
+      {options_, reference_, L(1, 2, 1)},
+      {options_, reference_, L(2, 2, 2)},
+      {options_, reference_, L(1, 4, 1)},
+      {options_, reference_, L(1, 2, 2, "zb-h1")},
+      {&llama, &llama_reference, L(1, 2, 1)},
+      {&llama, &llama_reference, L(2, 2, 2)},
+      {&llama, &llama_reference, L(1, 2, 2, "zb-h1")},
+  };
+  std::vector<int> sizes;
+  for (const Case& c : cases) sizes.push_back(c.layout.world());
+  mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
+    const Case& c = cases[job];
+    SCOPED_TRACE(absl::StrCat(c.layout.Name(), ", ",
+                              ModelFamilyName(c.options->model.family)));
+    std::vector<std::vector<double>> losses(2);
+    for (const bool sequence_parallel : {false, true}) {
+      TrainOptions options = *c.options;
+      options.sequence_parallel = sequence_parallel;
+      if (kOnGpu) {
+        options.device = DeviceType::kCUDA;
+        options.gpu_comm = DeviceTransport::kHostStaged;
+      }
+      absl::StatusOr<mpitest::LayoutRun> run =
+          mpitest::StartLayout(*runtime_, c.layout, options, comm);
+      ASSERT_TRUE(run.ok()) << run.status();
+      for (int64_t step = 0; step < options.steps; ++step) {
+        absl::StatusOr<StepMetrics> m = run->trainer->Step();
+        ASSERT_TRUE(m.ok()) << m.status();
+        losses[sequence_parallel].push_back(m->loss);
+        if (step > 0 || !sequence_parallel) continue;
+        // ExpectGradsMatch reads the case's reference.
+        Reference* const saved = reference_;
+        reference_ = c.reference;
+        ExpectGradsMatch(run->trainer->model().params());
+        reference_ = saved;
+      }
+    }
+    const double tolerance = kOnGpu ? kTolerance : 1e-6;
+    for (size_t step = 0; step < losses[1].size(); ++step) {
+      EXPECT_NEAR(losses[1][step], losses[0][step],
+                  tolerance * std::abs(losses[0][step]))
+          << "step " << step + 1;
+      const double want = c.reference->losses[step];
+      EXPECT_NEAR(losses[1][step], want, kTolerance * std::abs(want))
+          << "step " << step + 1;
+    }
+    EXPECT_LT(losses[1].back(), losses[1].front() - 0.05);
+  });
+}
+
 // Llama (grouped-query attention, RoPE, RMSNorm, SwiGLU) under every
 // schedule and each kind of split: heads and key/value heads over tp, the
 // untied lm_head over the vocabulary, layers over pp. The tied variant
