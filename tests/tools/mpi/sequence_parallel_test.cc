@@ -11,6 +11,7 @@
 //    norm statistics, the head's d(ln_f)), its pipeline buffers by tp, and
 //    the arena covers what a step allocates, as trainer_memory_test checks
 //    without it.
+//  - Every recompute mode trains to the same bits with it.
 // Losses against the run without it are layout_equivalence_test's.
 #include <algorithm>
 #include <cmath>
@@ -296,6 +297,48 @@ TEST_F(SequenceParallelTest, StepTrafficAndMemoryPlan) {
           static_cast<size_t>(in_flight * kFloat * per_state / tp * (tp - 1)));
       EXPECT_EQ(with.plan.pipeline * tp, without.plan.pipeline);
       EXPECT_EQ(with.plan.weights, without.plan.weights);
+    }
+  }
+}
+
+// Recomputation reruns the gathers and reduce-scatters with the rows split:
+// every mode trains to the same bits, under a schedule that keeps weight
+// gradients for W (zb-h1) and one that does not.
+TEST_F(SequenceParallelTest, RecomputeModesTrainToTheSameBits) {
+  TrainOptions gpt = mpitest::TinyModelOptions(*data_);
+  gpt.steps = 4;
+  gpt.sequence_parallel = true;
+  TrainOptions llama = gpt;
+  llama.model.family = ModelFamilyKind::kLlama;
+  llama.model.n_kv_heads = 2;
+  llama.model.ffn_hidden = 64;
+  for (const TrainOptions& base : {gpt, llama}) {
+    for (const char* schedule : {"1f1b", "zb-h1"}) {
+      const Layout layout{1, 2, 2, schedule};
+      SCOPED_TRACE(
+          absl::StrCat(ModelFamilyName(base.model.family), " ", layout.Name()));
+      mpitest::RunSideBySide({layout.world()}, [&](int, MPI_Comm comm) {
+        std::vector<double> reference;
+        for (Recompute recompute :
+             {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          TrainOptions o = base;
+          o.recompute = recompute;
+          absl::StatusOr<mpitest::LayoutRun> run =
+              mpitest::StartLayout(*runtime_, layout, o, comm);
+          ASSERT_TRUE(run.ok()) << run.status();
+          std::vector<double> losses;
+          for (int64_t step = 0; step < o.steps; ++step) {
+            absl::StatusOr<StepMetrics> m = run->trainer->Step();
+            ASSERT_TRUE(m.ok()) << m.status();
+            losses.push_back(m->loss);
+          }
+          if (recompute == Recompute::kNone) {
+            reference = losses;
+          } else {
+            EXPECT_EQ(losses, reference) << "--recompute=" << recompute;
+          }
+        }
+      });
     }
   }
 }
