@@ -423,8 +423,8 @@ TEST_F(LayoutEquivalenceTest, SequenceParallelMatchesTensorParallel) {
         options.device = DeviceType::kCUDA;
         options.gpu_comm = DeviceTransport::kHostStaged;
       }
-      absl::StatusOr<mpitest::LayoutRun> run =
-          mpitest::StartLayout(*runtime_, c.layout, options, comm);
+      absl::StatusOr<mpitest::LayoutRun> run = mpitest::StartLayout(
+          *runtime_, c.layout, options, comm, PipelineP2P());
       ASSERT_TRUE(run.ok()) << run.status();
       for (int64_t step = 0; step < options.steps; ++step) {
         absl::StatusOr<StepMetrics> m = run->trainer->Step();
