@@ -10,7 +10,7 @@
 //    that sequence parallelism splits (block inputs and outputs, residuals,
 //    norm statistics, the head's d(ln_f)), its pipeline buffers by tp, and
 //    the arena covers what a step allocates, as trainer_memory_test checks
-//    without it.
+//    without it; pipeline transfers carry 1/tp of the bytes.
 //  - Every recompute mode trains to the same bits with it.
 // Losses against the run without it are layout_equivalence_test's.
 #include <algorithm>
@@ -202,7 +202,7 @@ TEST_F(SequenceParallelTest, BlockMatchesItsRowsAndMovesWhatItsAllReducesDid) {
 // A step's tp traffic and memory plan with and without sequence
 // parallelism, on dp1·tp2·pp2 and dp1·tp4·pp1.
 struct StepResult {
-  CommStats tp;
+  CommStats tp, pp;
   MemoryPlan plan;
   int64_t partial_bytes = 0;  // the norms' gradients on this rank
   int64_t layers = 0;         // blocks on this rank
@@ -220,6 +220,7 @@ StepResult RunSteps(const MpiRuntime& runtime, const Layout& layout,
   if (!run.ok()) return r;
   Trainer& trainer = *run->trainer;
   run->context->groups().tp->ResetStats();
+  run->context->groups().pp->ResetStats();
   for (int64_t step = 0; step < steps; ++step) {
     absl::StatusOr<StepMetrics> m = trainer.Step();
     EXPECT_TRUE(m.ok()) << m.status();
@@ -234,6 +235,7 @@ StepResult RunSteps(const MpiRuntime& runtime, const Layout& layout,
     EXPECT_GE(trainer.arena().stats().peak_in_use, planned);
   }
   r.tp = run->context->groups().tp->stats();
+  r.pp = run->context->groups().pp->stats();
   r.plan = trainer.memory_plan();
   for (const Parameter* p : trainer.model().TpPartialGradients()) {
     r.partial_bytes += p->grad.nbytes();
@@ -296,6 +298,14 @@ TEST_F(SequenceParallelTest, StepTrafficAndMemoryPlan) {
           without.plan.activations - with.plan.activations,
           static_cast<size_t>(in_flight * kFloat * per_state / tp * (tp - 1)));
       EXPECT_EQ(with.plan.pipeline * tp, without.plan.pipeline);
+      // Pipeline transfers carry this rank's rows only.
+      for (CommOp op : {CommOp::kSend, CommOp::kRecv}) {
+        EXPECT_EQ(with.pp.Bytes(op) * tp, without.pp.Bytes(op));
+        EXPECT_EQ(with.pp.Calls(op), without.pp.Calls(op));
+        if (layout.pp > 1) {
+          EXPECT_GT(with.pp.Bytes(op), 0);
+        }
+      }
       EXPECT_EQ(with.plan.weights, without.plan.weights);
     }
   }
