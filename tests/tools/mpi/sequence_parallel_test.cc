@@ -11,11 +11,13 @@
 //    norm statistics, the head's d(ln_f)), its pipeline buffers by tp, and
 //    the arena covers what a step allocates, as trainer_memory_test checks
 //    without it; pipeline transfers carry 1/tp of the bytes.
-//  - Every recompute mode trains to the same bits with it.
+//  - Every recompute mode trains to the same bits with it, and evaluation
+//    gives the validation loss of the run without it.
 // Losses against the run without it are layout_equivalence_test's.
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -351,6 +353,34 @@ TEST_F(SequenceParallelTest, RecomputeModesTrainToTheSameBits) {
       });
     }
   }
+}
+
+// Evaluation runs the same chunks forward only (no d(ln_f) to
+// reduce-scatter): the validation losses match the run without it.
+TEST_F(SequenceParallelTest, EvaluationMatchesTheRunWithoutIt) {
+  TrainOptions o = mpitest::TinyModelOptions(*data_);
+  o.steps = 2;
+  o.eval_windows = 8;
+  const Layout layout{1, 2, 2};
+  mpitest::RunSideBySide({layout.world()}, [&](int, MPI_Comm comm) {
+    std::vector<double> val;
+    for (const bool sequence_parallel : {false, true}) {
+      TrainOptions options = o;
+      options.sequence_parallel = sequence_parallel;
+      absl::StatusOr<mpitest::LayoutRun> run =
+          mpitest::StartLayout(*runtime_, layout, options, comm);
+      ASSERT_TRUE(run.ok()) << run.status();
+      for (int64_t step = 0; step < options.steps; ++step) {
+        ASSERT_TRUE(run->trainer->Step().ok());
+      }
+      StepMetrics m;
+      const absl::Status validated = run->trainer->Validate(m);
+      ASSERT_TRUE(validated.ok()) << validated;
+      ASSERT_TRUE(m.val_loss.has_value());
+      val.push_back(*m.val_loss);
+    }
+    EXPECT_NEAR(val[1], val[0], 1e-6 * std::abs(val[0]));
+  });
 }
 
 }  // namespace
