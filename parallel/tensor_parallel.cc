@@ -16,6 +16,35 @@ void ReduceFromTp::Forward(Communicator& tp, Tensor& x) {
   if (tp.size() > 1) tp.AllReduce(x, ReduceOp::kSum);
 }
 
+void GatherFromSequence::Forward(Communicator& tp, Tensor& full) {
+  if (tp.size() == 1) return;
+  tp.AllGather(SequenceRows(full, tp.size(), tp.rank()), full);
+}
+
+void GatherFromSequence::Backward(Communicator& tp, Tensor& dfull) {
+  if (tp.size() == 1) return;
+  Tensor mine = SequenceRows(dfull, tp.size(), tp.rank());
+  tp.ReduceScatter(dfull, mine, ReduceOp::kSum);
+}
+
+void ScatterToSequence::Forward(Communicator& tp, const Tensor& partial,
+                                Tensor& local) {
+  tp.ReduceScatter(partial, local, ReduceOp::kSum);
+}
+
+void ScatterToSequence::Backward(Communicator& tp, const Tensor& dlocal,
+                                 Tensor& dfull) {
+  tp.AllGather(dlocal, dfull);
+}
+
+Tensor SequenceRows(const Tensor& full, int64_t parts, int64_t index) {
+  if (parts == 1) return full;
+  const int64_t rows = full.dim(0);
+  TRELLIS_CHECK_EQ(rows % parts, 0) << "sequence parallelism needs the " << rows
+                                    << " rows divisible by tp = " << parts;
+  return full.Narrow(index * (rows / parts), rows / parts);
+}
+
 ShardSpec ColumnParallelLinear::WeightSpec(int64_t in, int64_t out,
                                            int64_t parts, int64_t index,
                                            int64_t groups) {
@@ -129,6 +158,13 @@ void RowParallelLinear::Forward(Communicator& tp, const Tensor& x,
   if (bias_ != nullptr) AddBias(bias_->value, y);
 }
 
+void RowParallelLinear::ForwardToSequence(Communicator& tp, const Tensor& x,
+                                          Tensor& partial, Tensor& y) const {
+  MatmulForward(x, weight_.value, Tensor(), partial);
+  ScatterToSequence::Forward(tp, partial, y);
+  if (bias_ != nullptr) AddBias(bias_->value, y);
+}
+
 void RowParallelLinear::BackwardInput(const Tensor& dy, Tensor& dx) const {
   // ReduceFromTp's backward is the identity: dy is already replicated.
   MatmulBackwardInput(dy, weight_.value, dx);
@@ -159,6 +195,14 @@ void VocabParallelEmbeddingForward(Communicator& tp, const Tensor& ids,
   const VocabShard shard = VocabShard::For(table.spec);
   EmbeddingForward(ids, table.value, shard.start, out);
   ReduceFromTp::Forward(tp, out);
+}
+
+void VocabParallelEmbeddingToSequence(Communicator& tp, const Tensor& ids,
+                                      const Parameter& table, Tensor& partial,
+                                      Tensor& out) {
+  const VocabShard shard = VocabShard::For(table.spec);
+  EmbeddingForward(ids, table.value, shard.start, partial);
+  ScatterToSequence::Forward(tp, partial, out);
 }
 
 void VocabParallelEmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,

@@ -9,6 +9,19 @@
 // column → local work → row issues exactly one all-reduce forward and one
 // backward. Groups of one rank issue none.
 //
+// Sequence parallelism (Megatron's) adds the other conjugate pair. Outside
+// the tensor-parallel layers (norms, residuals) each tp rank then holds a
+// contiguous 1/tp block of the (N, C) rows, rank t rows
+// [t·N/tp, (t+1)·N/tp), and
+//   GatherFromSequence  all-gather forward, reduce-scatter backward
+//   ScatterToSequence   reduce-scatter forward, all-gather backward
+// feed a column-parallel layer the whole rows and turn a row-parallel
+// layer's partial sums into this rank's block of their sum. A reduce-scatter
+// and an all-gather of one buffer move what its all-reduce does, so a block
+// built as gather → column → local work → row → scatter communicates as
+// much as without sequence parallelism, and holds 1/tp of the rows between
+// its layers.
+//
 // Layers do not own parameters or activations; they are handed both, so a
 // model can keep state for several microbatches at once. Backward is split
 // into BackwardInput (activation gradients, the pipeline's B) and
@@ -37,6 +50,30 @@ struct ReduceFromTp {
   static void Forward(Communicator& tp, Tensor& x);
   static void Backward(Communicator& tp, Tensor& dx) {}
 };
+
+// g' (sequence parallel): `full` (N, ·) holds this rank's rows in its block;
+// Forward fills the other ranks' blocks (all-gather in place). Backward
+// reduce-scatters partial sums in place: afterwards this rank's block of
+// `dfull` holds the sum over tp (the rest is stale).
+// REQUIRES: N divisible by tp.size().
+struct GatherFromSequence {
+  static void Forward(Communicator& tp, Tensor& full);
+  static void Backward(Communicator& tp, Tensor& dfull);
+};
+
+// f' (sequence parallel): Forward writes `local` (N/tp, ·) = this rank's
+// rows of the sum over tp of `partial` (N, ·); Backward gathers every
+// rank's `dlocal` (N/tp, ·) into `dfull` (N, ·). `local` may be this rank's
+// block of `partial`, `dlocal` this rank's block of `dfull`.
+struct ScatterToSequence {
+  static void Forward(Communicator& tp, const Tensor& partial, Tensor& local);
+  static void Backward(Communicator& tp, const Tensor& dlocal, Tensor& dfull);
+};
+
+// This rank's block of the rows of `full` (N, ...) when the rows are split
+// over `parts` ranks (rank `index`); `full` itself for one part.
+// REQUIRES: N divisible by parts.
+Tensor SequenceRows(const Tensor& full, int64_t parts, int64_t index);
 
 // Each layer states how its parameters are split over the tp group (the
 // *Spec functions: a model declares its parameters with them) and checks at
@@ -98,6 +135,11 @@ class RowParallelLinear {
   // Without a bias. REQUIRES (checked): weight split as WeightSpec states.
   explicit RowParallelLinear(Parameter& weight);
   void Forward(Communicator& tp, const Tensor& x, Tensor& y) const;
+  // Sequence parallel: partial (N, M) = x @ W[shard, :] (scratch), then y
+  // (N/tp, M) = this rank's rows of the sum over tp (ScatterToSequence),
+  // plus the bias.
+  void ForwardToSequence(Communicator& tp, const Tensor& x, Tensor& partial,
+                         Tensor& y) const;
   // dx (N, K/tp) += dy @ W^T. No communication.
   void BackwardInput(const Tensor& dy, Tensor& dx) const;
   void BackwardWeight(const Tensor& dy, const Tensor& x) const;
@@ -120,6 +162,12 @@ struct VocabShard {
 // out (N, C) = table[ids], summed over tp (each rank fills its rows).
 void VocabParallelEmbeddingForward(Communicator& tp, const Tensor& ids,
                                    const Parameter& table, Tensor& out);
+// Sequence parallel: partial (N, C) = this rank's rows of the table
+// (scratch), out (N/tp, C) = this rank's block of table[ids], the sum over
+// tp (ScatterToSequence).
+void VocabParallelEmbeddingToSequence(Communicator& tp, const Tensor& ids,
+                                      const Parameter& table, Tensor& partial,
+                                      Tensor& out);
 // dtable[ids] += dout for the ids this rank holds (dout is replicated).
 void VocabParallelEmbeddingBackwardWeight(const Tensor& ids, const Tensor& dout,
                                           Parameter& table);

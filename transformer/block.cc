@@ -21,7 +21,8 @@ Parameter& Find(const ParameterSet& params, int64_t layer, const char* suffix) {
 Block::Block(const ModelConfig& config, int64_t layer, TpPlace tp,
              const ParameterSet& params, BlockOptions options)
     : DecoderBlock(config.seq_len, config.d_model,
-                   config.n_head / tp.size * config.head_dim()),
+                   config.n_head / tp.size * config.head_dim(),
+                   SequenceSplit(tp, options.sequence_parallel)),
       options_(options),
       layer_(layer),
       local_heads_(config.n_head / tp.size),
@@ -58,9 +59,16 @@ Block::Block(const ModelConfig& config, int64_t layer, TpPlace tp,
 
 std::vector<Parameter*> Block::parameters() const { return params_; }
 
+std::vector<Parameter*> Block::NormParameters() const {
+  return {ln1_w_, ln1_b_, ln2_w_, ln2_b_};
+}
+
 std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
                                       Device device) const {
   const int64_t n = batch * seq_len_, c = d_model_, cl = local_width_;
+  // Rows held here of the norms' inputs and statistics (N/tp under
+  // sequence parallelism).
+  const int64_t nl = rows_.Local(n);
   const DType stats = StatsDType(dtype);
   const bool full = options_.recompute == Recompute::kFull;
   const bool keep_all = options_.recompute == Recompute::kNone;
@@ -72,25 +80,23 @@ std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
       options_.defer_weight_grads ? Place::kState : Place::kWorkspace;
   return {
       {&Tensors::ln1, {n, c}, dtype, input},
-      {&Tensors::mean1, {n}, stats, input},
-      {&Tensors::rstd1, {n}, stats, input},
+      {&Tensors::mean1, {nl}, stats, input},
+      {&Tensors::rstd1, {nl}, stats, input},
       {&Tensors::qkv, {n, 3 * cl}, dtype, input},
       {&Tensors::att, {n, cl}, dtype, cheap},
       {&Tensors::saved,
        AttentionSavedShape(device, batch, seq_len_, local_heads_),
        // The CPU keeps probabilities (activations), CUDA row statistics.
        device.is_cpu() ? dtype : stats, cheap},
-      {&Tensors::x2, {n, c}, dtype, input},
+      {&Tensors::x2, {nl, c}, dtype, input},
       {&Tensors::ln2, {n, c}, dtype, input},
-      {&Tensors::mean2, {n}, stats, input},
-      {&Tensors::rstd2, {n}, stats, input},
+      {&Tensors::mean2, {nl}, stats, input},
+      {&Tensors::rstd2, {nl}, stats, input},
       {&Tensors::fc, {n, 4 * cl}, dtype, input},
       {&Tensors::gelu, {n, 4 * cl}, dtype, cheap},
-      // Without deferral the incoming gradient is read in place.
-      {&Tensors::dy,
-       {n, c},
-       dtype,
-       options_.defer_weight_grads ? Place::kState : Place::kUnused},
+      // Without deferral the incoming gradient is read in place (gathered
+      // into the workspace under sequence parallelism).
+      {&Tensors::dy, {n, c}, dtype, DyPlace()},
       {&Tensors::dfc, {n, 4 * cl}, dtype, grad},
       {&Tensors::dln2, {n, c}, dtype, grad},
       {&Tensors::dx2, {n, c}, dtype, grad},
@@ -100,40 +106,52 @@ std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
 }
 
 void Block::ForwardActivations(Communicator& tp, const Tensor& x,
-                               const Tensor& doc_start, Tensors& a) const {
-  const int64_t b = x.dim(0) / seq_len_;
-  LayerNormForward(x, ln1_w_->value, ln1_b_->value, a.ln1, a.mean1, a.rstd1);
+                               const Tensor& doc_start, Tensors& a,
+                               Tensor& partial) const {
+  const int64_t b = a.ln1.dim(0) / seq_len_;
+  // Each norm writes this rank's rows of its output; the gather (sequence
+  // parallel) completes them for the column-parallel layer.
+  Tensor ln1 = rows_.Mine(a.ln1);
+  LayerNormForward(x, ln1_w_->value, ln1_b_->value, ln1, a.mean1, a.rstd1);
+  rows_.GatherInput(tp, a.ln1);
   c_attn_.Forward(a.ln1, a.qkv);
   Tensor att = a.att.View({b, seq_len_, local_width_});
   AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), doc_start,
                    local_heads_, local_heads_, att, a.saved,
                    options_.attention);
-  attn_proj_.Forward(tp, a.att, a.x2);
+  rows_.RowOutput(tp, attn_proj_, a.att, partial, a.x2);
   // The residual add and ln_2 in one pass; c_fc with GELU in its epilogue.
-  AddLayerNormForward(a.x2, x, ln2_w_->value, ln2_b_->value, a.x2, a.ln2,
-                      a.mean2, a.rstd2);
+  Tensor ln2 = rows_.Mine(a.ln2);
+  AddLayerNormForward(a.x2, x, ln2_w_->value, ln2_b_->value, a.x2, ln2, a.mean2,
+                      a.rstd2);
+  rows_.GatherInput(tp, a.ln2);
   c_fc_.ForwardGelu(a.ln2, a.fc, a.gelu);
 }
 
 void Block::Forward(Communicator& tp, const Tensor& x, State& s,
                     Workspace& work) const {
   Tensors a = Use(s, work);
-  ForwardActivations(tp, x, s.doc_start, a);
-  mlp_proj_.Forward(tp, a.gelu, s.y);
+  ForwardActivations(tp, x, s.doc_start, a, work.partial);
+  rows_.RowOutput(tp, mlp_proj_, a.gelu, work.partial, s.y);
   Add(s.y, a.x2, s.y);
 }
 
+DecoderBlock::Place Block::DyPlace() const {
+  if (options_.defer_weight_grads) return Place::kState;
+  return rows_.on() ? Place::kWorkspace : Place::kUnused;
+}
+
 void Block::Recompute(Communicator& tp, const Tensor& x,
-                      const Tensor& doc_start, Tensors& a,
+                      const Tensor& doc_start, Tensors& a, Tensor& partial,
                       bool need_gelu) const {
   switch (options_.recompute) {
     case Recompute::kNone:
       return;
     case Recompute::kFull:
-      ForwardActivations(tp, x, doc_start, a);
+      ForwardActivations(tp, x, doc_start, a, partial);
       return;
     case Recompute::kSelective: {
-      const int64_t b = x.dim(0) / seq_len_;
+      const int64_t b = a.qkv.dim(0) / seq_len_;
       Tensor att = a.att.View({b, seq_len_, local_width_});
       AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), doc_start,
                        local_heads_, local_heads_, att, a.saved,
@@ -146,26 +164,29 @@ void Block::Recompute(Communicator& tp, const Tensor& x,
 
 void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                           State& s, Workspace& work, Tensor& dx) const {
-  const int64_t n = x.dim(0);
   Tensors a = Use(s, work);
+  const int64_t n = a.qkv.dim(0);
   const bool defer = options_.defer_weight_grads;
-  Recompute(tp, x, s.doc_start, a, /*need_gelu=*/!defer);
-  if (defer) {
-    a.dy.CopyFrom(dy);
-  } else {
+  Recompute(tp, x, s.doc_start, a, work.partial, /*need_gelu=*/!defer);
+  if (DyPlace() == Place::kUnused) {
     a.dy = dy;
+  } else {
+    rows_.GatherOutputGrad(tp, dy, a.dy);
   }
   // Each gradient buffer is written, not zero-filled and added to; the
   // layers' input gradients are called as kernels here (the tp all-reduce
-  // of a column-parallel layer's input gradient is CopyToTp's backward).
+  // of a column-parallel layer's input gradient is CopyToTp's backward, a
+  // reduce-scatter under sequence parallelism, leaving this rank's rows).
   // MLP: dy -> dfc (GELU's derivative in the GEMM's epilogue) -> dln2
   // (all-reduced) -> dx2 = dy + LayerNorm's input gradient.
   MatmulBackwardInputGelu(a.dy, mlp_proj_w_->value, a.fc, a.dfc);
   MatmulBackwardInput(a.dfc, c_fc_w_->value, a.dln2, WeightLayout::kInOut,
                       GradWrite::kWrite);
-  CopyToTp::Backward(tp, a.dln2);
-  LayerNormBackwardInputResidual(a.dln2, a.x2, ln2_w_->value, a.mean2, a.rstd2,
-                                 a.dy, a.dx2);
+  rows_.ReduceInputGrad(tp, a.dln2);
+  Tensor dx2 = rows_.Mine(a.dx2);
+  LayerNormBackwardInputResidual(rows_.Mine(a.dln2), a.x2, ln2_w_->value,
+                                 a.mean2, a.rstd2, rows_.Mine(a.dy), dx2);
+  rows_.GatherOutputGrad(tp, dx2, a.dx2);
   // Attention: dx2 -> datt -> dqkv -> dln1 (all-reduced) -> dx.
   MatmulBackwardInput(a.dx2, attn_proj_w_->value, work.datt,
                       WeightLayout::kInOut, GradWrite::kWrite);
@@ -179,25 +200,28 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                     local_heads_, dqkv, options_.attention);
   MatmulBackwardInput(a.dqkv, c_attn_w_->value, a.dln1, WeightLayout::kInOut,
                       GradWrite::kWrite);
-  CopyToTp::Backward(tp, a.dln1);
+  rows_.ReduceInputGrad(tp, a.dln1);
   if (!defer) WeightGradients(x, a);
   // Last: dx may be the buffer dy came in (the caller's ping-pong).
-  LayerNormBackwardInputResidual(a.dln1, x, ln1_w_->value, a.mean1, a.rstd1,
-                                 a.dx2, dx);
+  LayerNormBackwardInputResidual(rows_.Mine(a.dln1), x, ln1_w_->value, a.mean1,
+                                 a.rstd1, rows_.Mine(a.dx2), dx);
 }
 
 void Block::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
                            Workspace& work) const {
   if (!options_.defer_weight_grads) return;  // Done in BackwardInput.
   Tensors a = Use(s, work);
-  Recompute(tp, x, s.doc_start, a, /*need_gelu=*/true);
+  Recompute(tp, x, s.doc_start, a, work.partial, /*need_gelu=*/true);
   WeightGradients(x, a);
 }
 
 void Block::WeightGradients(const Tensor& x, const Tensors& a) const {
   // The four weight GEMMs, then every bias and LayerNorm parameter gradient
-  // (column sums of the gradients above) in one ColumnSumsMany.
+  // (column sums of the gradients above) in one ColumnSumsMany. The
+  // LayerNorms' sums run over this rank's rows (a share under sequence
+  // parallelism); the biases' over the whole gathered gradients.
   Tensor no_bias;
+  const Tensor dln2 = rows_.Mine(a.dln2), dln1 = rows_.Mine(a.dln1);
   MatmulBackwardWeight(a.dy, a.gelu, mlp_proj_w_->grad, no_bias);
   MatmulBackwardWeight(a.dfc, a.ln2, c_fc_w_->grad, no_bias);
   MatmulBackwardWeight(a.dx2, a.att, attn_proj_w_->grad, no_bias);
@@ -205,7 +229,7 @@ void Block::WeightGradients(const Tensor& x, const Tensors& a) const {
   ColumnSumsMany({
       {.dout = &a.dy, .db = &mlp_proj_b_->grad},
       {.dout = &a.dfc, .db = &c_fc_b_->grad},
-      {.dout = &a.dln2,
+      {.dout = &dln2,
        .x = &a.x2,
        .mean = &a.mean2,
        .rstd = &a.rstd2,
@@ -213,7 +237,7 @@ void Block::WeightGradients(const Tensor& x, const Tensors& a) const {
        .db = &ln2_b_->grad},
       {.dout = &a.dx2, .db = &attn_proj_b_->grad},
       {.dout = &a.dqkv, .db = &c_attn_b_->grad},
-      {.dout = &a.dln1,
+      {.dout = &dln1,
        .x = &x,
        .mean = &a.mean1,
        .rstd = &a.rstd1,

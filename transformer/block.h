@@ -26,6 +26,10 @@
 // backward (BlockOptions::attention kCudnn on CUDA) may sum in another order
 // on each call.
 //
+// Under --sequence_parallel the norms and residuals run on this rank's N/tp
+// rows (see decoder_block.h): all-gathers feed c_attn and c_fc, and
+// reduce-scatters replace the c_projs' all-reduces.
+//
 // Shapes: N = B·T rows, C = d_model, H = heads on this rank, Cl = C/tp.
 // Statistics (LayerNorm mean and rstd, attention's saved state) are float32
 // for float32 and bfloat16 activations, float64 for float64.
@@ -65,18 +69,26 @@ class Block : public DecoderBlock {
 
   // The block's parameters, in registration order.
   std::vector<Parameter*> parameters() const override;
+  std::vector<Parameter*> NormParameters() const override;
   const BlockOptions& options() const { return options_; }
 
  private:
   std::vector<Slot> Slots(int64_t batch, DType dtype,
                           Device device) const override;
   // ln_1 through the GELU: everything but the MLP's projection and y.
+  // `partial`: the workspace's scratch for the row-parallel layer;
+  // doc_start (B, T) or undefined (attention.h).
   void ForwardActivations(Communicator& tp, const Tensor& x,
-                          const Tensor& doc_start, Tensors& a) const;
+                          const Tensor& doc_start, Tensors& a,
+                          Tensor& partial) const;
   // Refills what the recompute mode dropped; the GELU output only when
   // `need_gelu` (weight gradients read it, input gradients do not).
   void Recompute(Communicator& tp, const Tensor& x, const Tensor& doc_start,
-                 Tensors& a, bool need_gelu) const;
+                 Tensors& a, Tensor& partial, bool need_gelu) const;
+  // Where the output gradient dy lives: kept with deferred weight
+  // gradients, gathered into the workspace under sequence parallelism,
+  // else read in place.
+  Place DyPlace() const;
   void WeightGradients(const Tensor& x, const Tensors& a) const;
 
   BlockOptions options_;

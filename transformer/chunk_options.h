@@ -47,6 +47,10 @@ struct BlockOptions {
   // Loss weights (--eod_mask_loss): a training Forward of the last chunk
   // gets a per-target loss weight (ChunkMasks).
   bool eod_mask_loss = false;
+  // Megatron's sequence parallelism (transformer/sequence_split.h): between
+  // the tensor-parallel layers each tp rank holds 1/tp of the rows.
+  // Nothing changes with one tp rank.
+  bool sequence_parallel = false;
 };
 
 // The dtype of saved statistics (norm statistics, attention's saved state,

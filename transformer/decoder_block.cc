@@ -10,7 +10,7 @@ DecoderBlock::State DecoderBlock::NewState(int64_t batch, DType dtype,
       s.kept.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
     }
   }
-  s.y = Tensor::Empty({batch * seq_len_, d_model_}, dtype, device);
+  s.y = Tensor::Empty({rows_.Local(batch * seq_len_), d_model_}, dtype, device);
   return s;
 }
 
@@ -23,12 +23,16 @@ DecoderBlock::Workspace DecoderBlock::NewWorkspace(int64_t batch, DType dtype,
     }
   }
   w.datt = Tensor::Empty({batch * seq_len_, local_width_}, dtype, device);
+  if (rows_.on()) {
+    w.partial = Tensor::Empty({batch * seq_len_, d_model_}, dtype, device);
+  }
   return w;
 }
 
 size_t DecoderBlock::StateBytes(int64_t batch, DType dtype,
                                 Device device) const {
-  size_t bytes = batch * seq_len_ * d_model_ * DTypeSize(dtype);  // y
+  size_t bytes =
+      rows_.Local(batch * seq_len_) * d_model_ * DTypeSize(dtype);  // y
   for (const Slot& slot : Slots(batch, dtype, device)) {
     if (slot.place == Place::kState) {
       bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
@@ -40,6 +44,7 @@ size_t DecoderBlock::StateBytes(int64_t batch, DType dtype,
 size_t DecoderBlock::WorkspaceBytes(int64_t batch, DType dtype,
                                     Device device) const {
   size_t bytes = batch * seq_len_ * local_width_ * DTypeSize(dtype);  // datt
+  if (rows_.on()) bytes += batch * seq_len_ * d_model_ * DTypeSize(dtype);
   for (const Slot& slot : Slots(batch, dtype, device)) {
     if (slot.place == Place::kWorkspace) {
       bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);

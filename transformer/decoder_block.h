@@ -8,6 +8,13 @@
 // ones it needs under the same roles (see its header): ln1/ln2 the norms'
 // outputs, fc the MLP's first projection, gelu its activation.
 //
+// Under sequence parallelism (SequenceSplit) the block's input and output,
+// the residual x2 and the norm statistics hold this rank's N/tp rows; the
+// norm outputs (the column-parallel layers' inputs) and the gradients the
+// tensor-parallel layers read are whole (N, ·), and the norms' weight
+// gradients are this rank's rows' share (NormParameters: summed over tp by
+// the trainer).
+//
 // Thread safety: none; the chunk's one thread drives its blocks.
 #ifndef TRELLIS_TRANSFORMER_DECODER_BLOCK_H_
 #define TRELLIS_TRANSFORMER_DECODER_BLOCK_H_
@@ -19,6 +26,7 @@
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
+#include "transformer/sequence_split.h"
 
 namespace trellis {
 
@@ -56,6 +64,9 @@ class DecoderBlock {
   struct Workspace {
     Tensors shared;  // The rest, reused by every microbatch.
     Tensor datt;     // (N, Cl)
+    // Sequence parallel only: (N, C) partial sums of a row-parallel layer
+    // before their reduce-scatter.
+    Tensor partial;
   };
 
   virtual ~DecoderBlock() = default;
@@ -67,7 +78,8 @@ class DecoderBlock {
   size_t StateBytes(int64_t batch, DType dtype, Device device) const;
   size_t WorkspaceBytes(int64_t batch, DType dtype, Device device) const;
 
-  // x (N, C) must stay alive until BackwardWeight. Writes state.y.
+  // x (N/tp, C) under sequence parallelism, else (N, C); so are y, dy and
+  // dx below. x must stay alive until BackwardWeight. Writes state.y.
   virtual void Forward(Communicator& tp, const Tensor& x, State& state,
                        Workspace& work) const = 0;
   // Overwrites dx (N, C) with dL/dx given dy = dL/dy (dy is not kept).
@@ -78,6 +90,10 @@ class DecoderBlock {
                               Workspace& work) const = 0;
   // The block's parameters, in registration order.
   virtual std::vector<Parameter*> parameters() const = 0;
+  // The norms' parameters: under sequence parallelism their gradients are
+  // partial sums over tp.
+  virtual std::vector<Parameter*> NormParameters() const = 0;
+  const SequenceSplit& rows() const { return rows_; }
 
  protected:
   enum class Place { kState, kWorkspace, kUnused };
@@ -87,8 +103,12 @@ class DecoderBlock {
     DType dtype;
     Place place;
   };
-  DecoderBlock(int64_t seq_len, int64_t d_model, int64_t local_width)
-      : seq_len_(seq_len), d_model_(d_model), local_width_(local_width) {}
+  DecoderBlock(int64_t seq_len, int64_t d_model, int64_t local_width,
+               SequenceSplit rows = {})
+      : seq_len_(seq_len),
+        d_model_(d_model),
+        local_width_(local_width),
+        rows_(rows) {}
 
   // Every member of Tensors the block uses, with its shape and place.
   virtual std::vector<Slot> Slots(int64_t batch, DType dtype,
@@ -100,6 +120,7 @@ class DecoderBlock {
   int64_t seq_len_;
   int64_t d_model_;
   int64_t local_width_;  // Cl: the attention output's width on this rank
+  SequenceSplit rows_;   // Where the row tensors live over tp.
 };
 
 }  // namespace trellis

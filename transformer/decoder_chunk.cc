@@ -13,13 +13,14 @@
 
 namespace trellis {
 
+// Nl: the rows held here, N/tp under sequence parallelism, else N.
 struct DecoderChunk::State {
   Tensor ids, targets;  // (N) int32
-  Tensor x0;            // (N, C) chunk input
+  Tensor x0;            // (Nl, C) chunk input
   Tensor dx0;           // (N, C) gradient of the input (first chunk: for W)
   std::vector<DecoderBlock::State> blocks;
-  Tensor meanf, rstdf;  // (N): the final norm's statistics (RMSNorm: rstdf)
-  // (N, C): d(loss)/d(ln_f output), summed over tp; Forward fills it when
+  Tensor meanf, rstdf;  // (Nl): the final norm's statistics (RMSNorm: rstdf)
+  // (Nl, C): d(loss)/d(ln_f output), summed over tp; Forward fills it when
   // given a loss scale (then `has_dlnf`).
   Tensor dlnf;
   Tensor losses;  // (N) per-token losses
@@ -44,6 +45,7 @@ DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
       options_(options),
       ends_(ends),
       rms_norm_(ends.norm_bias == nullptr),
+      rows_(tp, options.sequence_parallel),
       blocks_(std::move(blocks)) {
   TRELLIS_CHECK_EQ(tp_comm.size(), tp.size);
   TRELLIS_CHECK_EQ(static_cast<int64_t>(blocks_.size()), plan.num_layers);
@@ -63,6 +65,9 @@ void DecoderChunk::AllocateWorkspace() {
   }
   ping_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
   pong_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
+  if (NeedsFullRows()) {
+    full_rows_ = Tensor::Empty({FullRows(), config_.d_model}, dtype_, device_);
+  }
   if (plan_.has_head) {
     const std::vector<std::pair<Shape, DType>> shapes = HeadWorkspaceShapes();
     Tensor* buffers[] = {&head_lnf_, &head_logits_, &head_row_max_,
@@ -114,16 +119,16 @@ DecoderChunk::State& DecoderChunk::Acquire(int mb) {
 }
 
 std::vector<std::pair<Shape, DType>> DecoderChunk::OwnStateShapes() const {
-  const int64_t n = rows(), c = config_.d_model;
+  const int64_t n = FullRows(), nl = rows(), c = config_.d_model;
   const DType stats = StatsDType(dtype_);
   std::vector<std::pair<Shape, DType>> shapes = {
-      {{n}, DType::kI32}, {{n}, DType::kI32}, {{n, c}, dtype_}};
+      {{n}, DType::kI32}, {{n}, DType::kI32}, {{nl, c}, dtype_}};
   if (plan_.has_embedding) shapes.push_back({{n, c}, dtype_});
   if (plan_.has_head) {
-    if (!rms_norm_) shapes.push_back({{n}, stats});  // meanf
-    shapes.push_back({{n}, stats});                  // rstdf
-    shapes.push_back({{n, c}, dtype_});              // dlnf
-    shapes.push_back({{n}, stats});                  // losses
+    if (!rms_norm_) shapes.push_back({{nl}, stats});  // meanf
+    shapes.push_back({{nl}, stats});                  // rstdf
+    shapes.push_back({{nl, c}, dtype_});              // dlnf
+    shapes.push_back({{n}, stats});                   // losses
   }
   if (options_.document_mask) {
     shapes.push_back({{micro_batch_, config_.seq_len}, DType::kI32});
@@ -136,17 +141,34 @@ std::vector<std::pair<Shape, DType>> DecoderChunk::OwnStateShapes() const {
 
 int64_t DecoderChunk::HeadChunkRows() const {
   const int64_t r = options_.loss_chunk_rows;
-  return r == 0 ? rows() : std::min(r, rows());
+  return r == 0 ? FullRows() : std::min(r, FullRows());
+}
+
+bool DecoderChunk::NeedsFullRows() const {
+  return rows_.on() && (plan_.has_embedding || plan_.has_head);
+}
+
+std::vector<Parameter*> DecoderChunk::TpPartialGradients() const {
+  if (!rows_.on()) return {};
+  std::vector<Parameter*> partial;
+  for (const auto& block : blocks_) {
+    for (Parameter* p : block->NormParameters()) partial.push_back(p);
+  }
+  if (plan_.has_head) {
+    partial.push_back(ends_.norm_weight);
+    if (ends_.norm_bias != nullptr) partial.push_back(ends_.norm_bias);
+  }
+  return partial;
 }
 
 std::vector<std::pair<Shape, DType>> DecoderChunk::HeadWorkspaceShapes() const {
   if (!plan_.has_head) return {};
   const int64_t r = HeadChunkRows();
   const DType stats = StatsDType(dtype_);
-  return {{{rows(), config_.d_model}, dtype_},  // ln_f output
-          {{r, vocab_.rows}, dtype_},           // logits, then dlogits
-          {{r}, stats},                         // row max
-          {{2 * r}, stats}};                    // sum of exps, target logit
+  return {{{FullRows(), config_.d_model}, dtype_},  // ln_f output
+          {{r, vocab_.rows}, dtype_},               // logits, then dlogits
+          {{r}, stats},                             // row max
+          {{2 * r}, stats}};                        // sum of exps, target logit
 }
 
 namespace {
@@ -171,6 +193,9 @@ size_t DecoderChunk::StateBytes() const {
 
 size_t DecoderChunk::WorkspaceBytes() const {
   size_t bytes = 2 * rows() * config_.d_model * DTypeSize(dtype_);  // ping-pong
+  if (NeedsFullRows()) {
+    bytes += FullRows() * config_.d_model * DTypeSize(dtype_);
+  }
   if (!blocks_.empty()) {
     bytes += blocks_.front()->WorkspaceBytes(micro_batch_, dtype_, device_);
   }
@@ -202,7 +227,7 @@ void DecoderChunk::TakeMasks(State& s, double loss_scale) {
   }
   for (DecoderBlock::State& b : s.blocks) b.doc_start = s.doc_start;
   s.weighted = masks.loss_weight.defined();
-  if (s.weighted) s.loss_weight.CopyFrom(masks.loss_weight.View({rows()}));
+  if (s.weighted) s.loss_weight.CopyFrom(masks.loss_weight.View({FullRows()}));
   TRELLIS_CHECK(!(plan_.has_head && options_.eod_mask_loss && loss_scale > 0 &&
                   !s.weighted))
       << "EOT loss masking: a training Forward needs loss weights";
@@ -212,15 +237,11 @@ void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
                            const Tensor& targets, double loss_scale,
                            Tensor* output, Tensor* loss_sum) {
   State& s = Acquire(mb);
-  const int64_t n = rows();
+  const int64_t n = FullRows();
   TakeMasks(s, loss_scale);
   if (plan_.has_embedding) {
     s.ids.CopyFrom(tokens.View({n}));
-    VocabParallelEmbeddingForward(tp_comm_, s.ids, *ends_.embedding, s.x0);
-    if (ends_.positions != nullptr) {
-      Tensor x = s.x0.View({micro_batch_, config_.seq_len, config_.d_model});
-      AddPositionEmbedding(ends_.positions->value, x);
-    }
+    Embed(s);
   } else {
     s.x0.CopyFrom(input);
   }
@@ -241,26 +262,58 @@ void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
 }
 
 double DecoderChunk::MeanLoss(int mb) const {
-  return Sum(TokenLosses(mb)) / static_cast<double>(rows());
+  return Sum(TokenLosses(mb)) / static_cast<double>(FullRows());
+}
+
+void DecoderChunk::Embed(State& s) {
+  if (!rows_.on()) {
+    VocabParallelEmbeddingForward(tp_comm_, s.ids, *ends_.embedding, s.x0);
+    if (ends_.positions != nullptr) {
+      Tensor x = s.x0.View({micro_batch_, config_.seq_len, config_.d_model});
+      AddPositionEmbedding(ends_.positions->value, x);
+    }
+    return;
+  }
+  VocabParallelEmbeddingToSequence(tp_comm_, s.ids, *ends_.embedding,
+                                   full_rows_, s.x0);
+  if (ends_.positions == nullptr) return;
+  // This rank's rows may start inside a sequence and span several: add
+  // each run of rows within one sequence its positions.
+  const int64_t t = config_.seq_len, first = rows_.First(FullRows());
+  for (int64_t row = 0; row < rows();) {
+    const int64_t pos = (first + row) % t;
+    const int64_t run = std::min(t - pos, rows() - row);
+    Tensor x = s.x0.Narrow(row, run).View({1, run, config_.d_model});
+    AddPositionEmbedding(ends_.positions->value.Narrow(pos, run), x);
+    row += run;
+  }
 }
 
 void DecoderChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
   TRELLIS_CHECK_GE(loss_scale, 0.0);
+  // The norm on this rank's rows; under sequence parallelism a gather
+  // gives the head every row.
+  Tensor lnf_mine = rows_.Mine(head_lnf_);
   if (rms_norm_) {
-    RmsNormForward(x, ends_.norm_weight->value, ends_.norm_eps, head_lnf_,
+    RmsNormForward(x, ends_.norm_weight->value, ends_.norm_eps, lnf_mine,
                    s.rstdf);
   } else {
     LayerNormForward(x, ends_.norm_weight->value, ends_.norm_bias->value,
-                     head_lnf_, s.meanf, s.rstdf);
+                     lnf_mine, s.meanf, s.rstdf);
   }
+  rows_.GatherInput(tp_comm_, head_lnf_);
   s.has_dlnf = loss_scale > 0;
-  if (s.has_dlnf) s.dlnf.Zero();
+  // d(ln_f) of every row: reduce-scattered into s.dlnf below when sequence
+  // parallel.
+  Tensor dlnf_all = rows_.on() ? full_rows_ : s.dlnf;
+  if (s.has_dlnf) dlnf_all.Zero();
   // d(mean loss)/d(loss of a row) = 1/N.
-  const double scale = loss_scale / static_cast<double>(rows());
+  const int64_t n = FullRows();
+  const double scale = loss_scale / static_cast<double>(n);
   const int64_t chunk = HeadChunkRows();
   Tensor no_bias;
-  for (int64_t start = 0; start < rows(); start += chunk) {
-    const int64_t r = std::min(chunk, rows() - start);
+  for (int64_t start = 0; start < n; start += chunk) {
+    const int64_t r = std::min(chunk, n - start);
     const Tensor lnf = head_lnf_.Narrow(start, r);
     const Tensor targets = s.targets.Narrow(start, r);
     Tensor logits = head_logits_.Narrow(0, r);
@@ -280,12 +333,17 @@ void DecoderChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
     // Each row's gradient weighs as its loss does.
     if (s.weighted) ScaleRows(weights, logits);
     // This rank's vocabulary rows' share of d(ln_f); summed over tp below.
-    Tensor dlnf = s.dlnf.Narrow(start, r);
+    Tensor dlnf = dlnf_all.Narrow(start, r);
     MatmulBackwardInput(logits, ends_.head->value, dlnf, WeightLayout::kOutIn);
     MatmulBackwardWeight(logits, lnf, ends_.head->grad, no_bias,
                          WeightLayout::kOutIn);
   }
-  if (s.has_dlnf) CopyToTp::Backward(tp_comm_, s.dlnf);
+  if (!s.has_dlnf) return;
+  if (rows_.on()) {
+    ScatterToSequence::Forward(tp_comm_, full_rows_, s.dlnf);
+  } else {
+    CopyToTp::Backward(tp_comm_, s.dlnf);
+  }
 }
 
 void DecoderChunk::HeadBackwardInput(State& s, const Tensor& x, Tensor& dx) {
@@ -343,7 +401,9 @@ void DecoderChunk::BackwardInput(int mb, const Tensor& doutput,
     dy = dx;
   }
   if (plan_.has_embedding) {
-    s.dx0.CopyFrom(dy);
+    // The embedding's gradients read every row (an all-gather under
+    // sequence parallelism).
+    rows_.GatherOutputGrad(tp_comm_, dy, s.dx0);
     if (!options_.defer_weight_grads) EmbeddingBackwardWeight(s);
   } else {
     dinput->CopyFrom(dy);

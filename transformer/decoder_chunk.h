@@ -23,6 +23,14 @@
 // microbatches may be in flight; their state comes from a pool that is reused
 // across steps, so steady-state training allocates nothing.
 //
+// With BlockOptions::sequence_parallel the hidden tensors it receives, sends
+// and passes between blocks hold this rank's N/tp rows (SequenceSplit): the
+// first chunk reduce-scatters the embedding's partial sums (and adds the
+// positions of its rows), the last chunk runs the final norm on its rows and
+// all-gathers them for the LM head, whose d(ln_f) is reduce-scattered in
+// turn; the norms' weight gradients are partial sums over tp
+// (TpPartialGradients).
+//
 // All tensor-parallel communication goes through the `tp` communicator
 // handed in; the chunk never addresses another rank itself.
 //
@@ -43,6 +51,7 @@
 #include "transformer/config.h"
 #include "transformer/decoder_block.h"
 #include "transformer/model_family.h"
+#include "transformer/sequence_split.h"
 
 namespace trellis {
 
@@ -77,7 +86,8 @@ class DecoderChunk : public ModelChunk {
   // the vocabulary; its workspace holds one row chunk's logits.
   void AllocateWorkspace() override;
   const ChunkPlan& plan() const override { return plan_; }
-  int64_t rows() const override { return micro_batch_ * config_.seq_len; }
+  // B·T, or B·T/tp under sequence parallelism.
+  int64_t rows() const override { return rows_.Local(FullRows()); }
   int64_t width() const override { return config_.d_model; }
   void Forward(int mb, const Tensor& tokens, const Tensor& input,
                const Tensor& targets, double loss_scale, Tensor* output,
@@ -93,6 +103,7 @@ class DecoderChunk : public ModelChunk {
   size_t WorkspaceBytes() const override;
   int InFlight() const override { return static_cast<int>(live_.size()); }
   int StatesAllocated() const override { return states_allocated_; }
+  std::vector<Parameter*> TpPartialGradients() const override;
 
  private:
   struct State;
@@ -100,6 +111,13 @@ class DecoderChunk : public ModelChunk {
   State& Live(int mb);
   // Moves the masks SetMasks gave into `s` (and its blocks' doc_start).
   void TakeMasks(State& s, double loss_scale);
+  // B·T: the rows of a microbatch.
+  int64_t FullRows() const { return micro_batch_ * config_.seq_len; }
+  // Whether the (N, C) full_rows_ scratch exists: sequence parallel with
+  // an embedding or a head.
+  bool NeedsFullRows() const;
+  // s.x0 = the embedding of s.ids (this rank's rows of it).
+  void Embed(State& s);
   // Forward of the head on block output x, chunk by chunk; with
   // loss_scale > 0 also its gradients into s.dlnf and the head weight.
   void HeadForward(State& s, const Tensor& x, double loss_scale);
@@ -125,10 +143,14 @@ class DecoderChunk : public ModelChunk {
   BlockOptions options_;
   ChunkEnds ends_;
   bool rms_norm_ = false;  // The final norm is an RMSNorm (no bias).
+  SequenceSplit rows_;     // Where the hidden rows live over tp.
   VocabShard vocab_;
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
   DecoderBlock::Workspace work_;
-  Tensor ping_, pong_;  // (N, C) gradient scratch
+  Tensor ping_, pong_;  // (Nl, C) gradient scratch
+  // Sequence parallel: (N, C) partial sums of the embedding, then of the
+  // head's d(ln_f), before their reduce-scatter.
+  Tensor full_rows_;
   // The head's workspace: ln_f's output (N, C), one row chunk's logits
   // (R, Vl; then its dlogits) and loss statistics (R and 2·R).
   Tensor head_lnf_, head_logits_, head_row_max_, head_sums_;

@@ -26,7 +26,8 @@ DType TableDType(DType dtype, Device device) {
 LlamaBlock::LlamaBlock(const ModelConfig& config, int64_t layer, TpPlace tp,
                        const ParameterSet& params, BlockOptions options)
     : DecoderBlock(config.seq_len, config.d_model,
-                   config.n_head / tp.size * config.head_dim()),
+                   config.n_head / tp.size * config.head_dim(),
+                   SequenceSplit(tp, options.sequence_parallel)),
       options_(options),
       local_heads_(config.n_head / tp.size),
       local_kv_heads_(LlamaLocalKvHeads(config, tp.size)),
@@ -61,6 +62,7 @@ std::vector<DecoderBlock::Slot> LlamaBlock::Slots(int64_t batch, DType dtype,
                                                   Device device) const {
   const int64_t n = batch * seq_len_, c = d_model_, cl = local_width_;
   const int64_t w = qkv_width_, f = ffn_width_;
+  const int64_t nl = rows_.Local(n);  // Rows of x2 and the statistics here.
   const DType stats = StatsDType(dtype);
   const bool full = options_.recompute == Recompute::kFull;
   const bool keep_all = options_.recompute == Recompute::kNone;
@@ -71,21 +73,18 @@ std::vector<DecoderBlock::Slot> LlamaBlock::Slots(int64_t batch, DType dtype,
   const DType table = TableDType(dtype, device);
   return {
       {&Tensors::ln1, {n, c}, dtype, input},
-      {&Tensors::rstd1, {n}, stats, input},
+      {&Tensors::rstd1, {nl}, stats, input},
       {&Tensors::qkv, {n, w}, dtype, input},
       {&Tensors::att, {n, cl}, dtype, cheap},
       {&Tensors::saved,
        AttentionSavedShape(device, batch, seq_len_, local_heads_),
        device.is_cpu() ? dtype : stats, cheap},
-      {&Tensors::x2, {n, c}, dtype, input},
+      {&Tensors::x2, {nl, c}, dtype, input},
       {&Tensors::ln2, {n, c}, dtype, input},
-      {&Tensors::rstd2, {n}, stats, input},
+      {&Tensors::rstd2, {nl}, stats, input},
       {&Tensors::fc, {n, 2 * f}, dtype, input},
       {&Tensors::gelu, {n, f}, dtype, cheap},
-      {&Tensors::dy,
-       {n, c},
-       dtype,
-       options_.defer_weight_grads ? Place::kState : Place::kUnused},
+      {&Tensors::dy, {n, c}, dtype, DyPlace()},
       {&Tensors::dfc, {n, 2 * f}, dtype, grad},
       {&Tensors::dln2, {n, c}, dtype, grad},
       {&Tensors::dx2, {n, c}, dtype, grad},
@@ -119,17 +118,29 @@ void LlamaBlock::Attention(Tensors& a, int64_t b,
                    options_.attention);
 }
 
+DecoderBlock::Place LlamaBlock::DyPlace() const {
+  if (options_.defer_weight_grads) return Place::kState;
+  return rows_.on() ? Place::kWorkspace : Place::kUnused;
+}
+
 void LlamaBlock::ForwardActivations(Communicator& tp, const Tensor& x,
-                                    const Tensor& doc_start, Tensors& a) const {
-  const int64_t b = x.dim(0) / seq_len_;
-  RmsNormForward(x, norm1_->value, eps_, a.ln1, a.rstd1);
+                                    const Tensor& doc_start, Tensors& a,
+                                    Tensor& partial) const {
+  const int64_t b = a.ln1.dim(0) / seq_len_;
+  // Each norm writes this rank's rows; the gather (sequence parallel)
+  // completes them for the column-parallel layer.
+  Tensor ln1 = rows_.Mine(a.ln1);
+  RmsNormForward(x, norm1_->value, eps_, ln1, a.rstd1);
+  rows_.GatherInput(tp, a.ln1);
   qkv_proj_.Forward(a.ln1, a.qkv);
   // Positions are row mod T: the view's second-to-last dimension.
   Tensor qkv = a.qkv.View({b, seq_len_, qkv_width_});
   RopeForward(qkv, local_heads_, local_kv_heads_, a.cos, a.sin);
   Attention(a, b, doc_start);
-  o_proj_.Forward(tp, a.att, a.x2);
-  AddRmsNormForward(a.x2, x, norm2_->value, eps_, a.x2, a.ln2, a.rstd2);
+  rows_.RowOutput(tp, o_proj_, a.att, partial, a.x2);
+  Tensor ln2 = rows_.Mine(a.ln2);
+  AddRmsNormForward(a.x2, x, norm2_->value, eps_, a.x2, ln2, a.rstd2);
+  rows_.GatherInput(tp, a.ln2);
   gate_up_proj_.Forward(a.ln2, a.fc);
   SwiGluForward(a.fc, a.gelu);
 }
@@ -137,23 +148,23 @@ void LlamaBlock::ForwardActivations(Communicator& tp, const Tensor& x,
 void LlamaBlock::Forward(Communicator& tp, const Tensor& x, State& s,
                          Workspace& work) const {
   Tensors a = Use(s, work);
-  ForwardActivations(tp, x, s.doc_start, a);
-  down_proj_.Forward(tp, a.gelu, s.y);
+  ForwardActivations(tp, x, s.doc_start, a, work.partial);
+  rows_.RowOutput(tp, down_proj_, a.gelu, work.partial, s.y);
   Add(s.y, a.x2, s.y);
 }
 
 void LlamaBlock::Recompute(Communicator& tp, const Tensor& x,
-                           const Tensor& doc_start, Tensors& a,
+                           const Tensor& doc_start, Tensors& a, Tensor& partial,
                            bool need_act) const {
   switch (options_.recompute) {
     case trellis::Recompute::kNone:
       return;
     case trellis::Recompute::kFull:
-      ForwardActivations(tp, x, doc_start, a);
+      ForwardActivations(tp, x, doc_start, a, partial);
       return;
     case trellis::Recompute::kSelective:
       // qkv is kept already rotated.
-      Attention(a, x.dim(0) / seq_len_, doc_start);
+      Attention(a, a.qkv.dim(0) / seq_len_, doc_start);
       if (need_act) SwiGluForward(a.fc, a.gelu);
       return;
   }
@@ -164,26 +175,29 @@ void LlamaBlock::BackwardInput(Communicator& tp, const Tensor& x,
                                Tensor& dx) const {
   Tensors a = Use(s, work);
   const bool defer = options_.defer_weight_grads;
-  Recompute(tp, x, s.doc_start, a, /*need_act=*/!defer);
-  if (defer) {
-    a.dy.CopyFrom(dy);
-  } else {
+  Recompute(tp, x, s.doc_start, a, work.partial, /*need_act=*/!defer);
+  if (DyPlace() == Place::kUnused) {
     a.dy = dy;
+  } else {
+    rows_.GatherOutputGrad(tp, dy, a.dy);
   }
-  // MLP: dy -> d(swiglu) -> d(gate_up) -> dln2 (all-reduced) -> dx2.
+  // MLP: dy -> d(swiglu) -> d(gate_up) -> dln2 (all-reduced; reduce-
+  // scattered to this rank's rows under sequence parallelism) -> dx2.
   MatmulBackwardInput(a.dy, down_w_->value, a.dgelu, WeightLayout::kInOut,
                       GradWrite::kWrite);
   SwiGluBackwardWrite(a.fc, a.dgelu, a.dfc);
   MatmulBackwardInput(a.dfc, gate_up_w_->value, a.dln2, WeightLayout::kInOut,
                       GradWrite::kWrite);
-  CopyToTp::Backward(tp, a.dln2);
-  RmsNormBackwardInputResidual(a.dln2, a.x2, norm2_->value, a.rstd2, a.dy,
-                               a.dx2);
+  rows_.ReduceInputGrad(tp, a.dln2);
+  Tensor dx2 = rows_.Mine(a.dx2);
+  RmsNormBackwardInputResidual(rows_.Mine(a.dln2), a.x2, norm2_->value, a.rstd2,
+                               rows_.Mine(a.dy), dx2);
+  rows_.GatherOutputGrad(tp, dx2, a.dx2);
   // Attention: dx2 -> datt -> d(rotated qkv) -> dqkv -> dln1 -> dx.
   MatmulBackwardInput(a.dx2, o_w_->value, work.datt, WeightLayout::kInOut,
                       GradWrite::kWrite);
   a.dqkv.Zero();  // AttentionBackward accumulates.
-  const int64_t b = x.dim(0) / seq_len_;
+  const int64_t b = a.qkv.dim(0) / seq_len_;
   const Shape qkv_shape = {b, seq_len_, qkv_width_};
   const Shape att_shape = {b, seq_len_, local_width_};
   Tensor dqkv = a.dqkv.View(qkv_shape);
@@ -193,17 +207,18 @@ void LlamaBlock::BackwardInput(Communicator& tp, const Tensor& x,
   RopeBackward(dqkv, local_heads_, local_kv_heads_, a.cos, a.sin);
   MatmulBackwardInput(a.dqkv, qkv_w_->value, a.dln1, WeightLayout::kInOut,
                       GradWrite::kWrite);
-  CopyToTp::Backward(tp, a.dln1);
+  rows_.ReduceInputGrad(tp, a.dln1);
   if (!defer) WeightGradients(x, a);
   // Last: dx may be the buffer dy came in.
-  RmsNormBackwardInputResidual(a.dln1, x, norm1_->value, a.rstd1, a.dx2, dx);
+  RmsNormBackwardInputResidual(rows_.Mine(a.dln1), x, norm1_->value, a.rstd1,
+                               rows_.Mine(a.dx2), dx);
 }
 
 void LlamaBlock::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
                                 Workspace& work) const {
   if (!options_.defer_weight_grads) return;  // Done in BackwardInput.
   Tensors a = Use(s, work);
-  Recompute(tp, x, s.doc_start, a, /*need_act=*/true);
+  Recompute(tp, x, s.doc_start, a, work.partial, /*need_act=*/true);
   WeightGradients(x, a);
 }
 
@@ -213,8 +228,9 @@ void LlamaBlock::WeightGradients(const Tensor& x, const Tensors& a) const {
   MatmulBackwardWeight(a.dfc, a.ln2, gate_up_w_->grad, no_bias);
   MatmulBackwardWeight(a.dx2, a.att, o_w_->grad, no_bias);
   MatmulBackwardWeight(a.dqkv, a.ln1, qkv_w_->grad, no_bias);
-  RmsNormBackwardWeight(a.dln2, a.x2, a.rstd2, norm2_->grad);
-  RmsNormBackwardWeight(a.dln1, x, a.rstd1, norm1_->grad);
+  // Over this rank's rows: a share under sequence parallelism.
+  RmsNormBackwardWeight(rows_.Mine(a.dln2), a.x2, a.rstd2, norm2_->grad);
+  RmsNormBackwardWeight(rows_.Mine(a.dln1), x, a.rstd1, norm1_->grad);
 }
 
 }  // namespace trellis

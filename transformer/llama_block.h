@@ -20,6 +20,8 @@
 // masking (State::doc_start) attention stops at document boundaries; RoPE
 // positions stay the positions in the window.
 // Every mode computes the same numbers in the same order on the CPU.
+// --sequence_parallel splits the RMSNorms and residuals over tp as GPT-2's
+// Block does (decoder_block.h).
 #ifndef TRELLIS_TRANSFORMER_LLAMA_BLOCK_H_
 #define TRELLIS_TRANSFORMER_LLAMA_BLOCK_H_
 
@@ -53,17 +55,25 @@ class LlamaBlock : public DecoderBlock {
   void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
                       Workspace& work) const override;
   std::vector<Parameter*> parameters() const override { return params_; }
+  std::vector<Parameter*> NormParameters() const override {
+    return {norm1_, norm2_};
+  }
 
  private:
   std::vector<Slot> Slots(int64_t batch, DType dtype,
                           Device device) const override;
   // rmsnorm_1 through the SwiGLU: everything but down_proj and y.
+  // `partial`: the workspace's scratch for the row-parallel layer;
+  // doc_start (B, T) or undefined (attention.h).
   void ForwardActivations(Communicator& tp, const Tensor& x,
-                          const Tensor& doc_start, Tensors& a) const;
+                          const Tensor& doc_start, Tensors& a,
+                          Tensor& partial) const;
   // Refills what the recompute mode dropped; the SwiGLU output only when
   // `need_act` (weight gradients read it, input gradients do not).
   void Recompute(Communicator& tp, const Tensor& x, const Tensor& doc_start,
-                 Tensors& a, bool need_act) const;
+                 Tensors& a, Tensor& partial, bool need_act) const;
+  // Where dy lives (as Block::DyPlace).
+  Place DyPlace() const;
   // Attention on the rotated qkv; doc_start (B, T) or undefined
   // (attention.h).
   void Attention(Tensors& a, int64_t batch, const Tensor& doc_start) const;

@@ -63,7 +63,8 @@ class ModelChunk {
   // first Forward does it otherwise. Construction allocates nothing.
   virtual void AllocateWorkspace() = 0;
   virtual const ChunkPlan& plan() const = 0;
-  // Rows of the hidden tensors this chunk sends and receives: B·T.
+  // Rows of the hidden tensors this chunk sends and receives: B·T, or this
+  // rank's B·T/tp under sequence parallelism.
   virtual int64_t rows() const = 0;
   // Width of those hidden tensors.
   virtual int64_t width() const = 0;
@@ -120,6 +121,10 @@ class ModelChunk {
   // high-water mark).
   virtual int InFlight() const = 0;
   virtual int StatesAllocated() const = 0;
+  // Parameters whose gradients this chunk leaves as partial sums over its
+  // tp group (the norms' under sequence parallelism: each rank sums its own
+  // rows); their owner sums them over tp once the step's backward is done.
+  virtual std::vector<Parameter*> TpPartialGradients() const { return {}; }
 };
 
 // Everything a chunk is built from. `params` must hold the chunk's declared

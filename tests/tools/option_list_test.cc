@@ -88,6 +88,7 @@ TrainOptions Unusual() {
   o.pp_layers = {3, 4};
   o.dp_bucket_mb = 0.75;
   o.zero = 1;
+  o.sequence_parallel = true;
   o.comm_timeout_s = 45.5;
   o.device = DeviceType::kCUDA;
   o.precision = Precision::kBf16;
@@ -116,7 +117,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 65);  // 17 model + 30 run + 18 layout and device options
+  EXPECT_EQ(lines, 66);  // 17 model + 30 run + 19 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -284,6 +284,29 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
+// --sequence_parallel splits rows over tp: it needs tp ranks, and rows
+// that divide among them.
+INSTANTIATE_TEST_SUITE_P(
+    SequenceParallel, TrainOptionsBadTest,
+    ::testing::Values(BadCase{"without_tp",
+                              1,
+                              [](O& o) { o.sequence_parallel = true; },
+                              {"--sequence_parallel", "--tp > 1", "--tp=1"}},
+                      BadCase{
+                          "rows_not_divisible",
+                          3,
+                          [](O& o) {
+                            o.tp = 3;
+                            o.model.n_head = 3;
+                            o.model.d_model = 24;
+                            o.micro_batch_size = 1;
+                            o.sequence_parallel = true;
+                          },
+                          {"--sequence_parallel", "1 × 16 = 16", "--tp=3"}}),
+    [](const ::testing::TestParamInfo<BadCase>& info) {
+      return info.param.name;
+    });
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Every floating-point flag must be finite (each of these trained on NaN

@@ -216,6 +216,19 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
       return Bad("--pp_layers cannot be combined with --virtual_stages > 1");
     }
   }
+  if (o.sequence_parallel && o.tp < 2) {
+    return Bad(
+        absl::StrCat("--sequence_parallel needs --tp > 1 (it splits "
+                     "rows over the tensor-parallel ranks); --tp=",
+                     o.tp, ": raise --tp or drop --sequence_parallel"));
+  }
+  const int64_t rows = o.micro_batch_size * o.model.seq_len;
+  if (o.sequence_parallel && rows % o.tp != 0) {
+    return Bad(absl::StrCat(
+        "--sequence_parallel needs --micro_batch_size × --seq_len = ",
+        o.micro_batch_size, " × ", o.model.seq_len, " = ", rows,
+        " rows divisible by --tp=", o.tp, "; change one of them"));
+  }
   const int64_t per_step = o.dp * o.micro_batch_size;
   if (o.global_batch_size % per_step != 0) {
     return Bad(absl::StrCat(

@@ -102,6 +102,10 @@ namespace trellis {
   X(Layout, int64_t, zero, 0,                                                \
     "ZeRO sharding over dp: 0 (none) or 1 (AdamW moments sharded, "          \
     "gradients reduce-scattered, weights all-gathered)")                     \
+  X(Layout, bool, sequence_parallel, false,                                  \
+    "split the norm and residual rows over tp (Megatron's sequence "         \
+    "parallelism; needs --tp > 1): all-gathers and reduce-scatters replace " \
+    "the tp all-reduces, activations there shrink by tp")                    \
   X(Layout, double, comm_timeout_s, 600,                                     \
     "seconds a rank waits on one communication before it reports every "     \
     "rank's recent operations and ends the job (0: no deadline)")            \

@@ -50,6 +50,7 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   block.loss_chunk_rows = options.loss_chunk_rows;
   block.document_mask = options.document_mask;
   block.eod_mask_loss = options.eod_mask_loss;
+  block.sequence_parallel = options.sequence_parallel;
   for (const ChunkPlan& plan : plans) {
     chunks_.push_back(family.NewChunk(
         options.model,
@@ -118,6 +119,17 @@ std::vector<Parameter*> StageModel::GradientReadyOrder() const {
   }
   TRELLIS_CHECK_EQ(order.size(), params_.all().size());
   return order;
+}
+
+std::vector<Parameter*> StageModel::TpPartialGradients() const {
+  std::vector<Parameter*> partial;
+  std::unordered_set<Parameter*> seen;
+  for (const auto& c : chunks_) {
+    for (Parameter* p : c->TpPartialGradients()) {
+      if (seen.insert(p).second) partial.push_back(p);
+    }
+  }
+  return partial;
 }
 
 void StageModel::BeginStep(const std::vector<MicroBatch>& microbatches) {

@@ -73,6 +73,10 @@ class StageModel : public PipelineStageCallbacks {
   // Parameters in the order their gradients become final during backward
   // (for data-parallel buckets), each once.
   std::vector<Parameter*> GradientReadyOrder() const;
+  // Parameters whose gradients the chunks leave as partial sums over tp
+  // (ModelChunk::TpPartialGradients: the norms' under
+  // --sequence_parallel), each once; the trainer sums them over tp.
+  std::vector<Parameter*> TpPartialGradients() const;
   // Called once per parameter per step, when its gradient is final.
   void set_on_gradient_final(std::function<void(const Parameter*)> fn) {
     on_final_ = std::move(fn);

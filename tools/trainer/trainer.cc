@@ -321,6 +321,22 @@ absl::Status Trainer::Resume(const std::string& dir) {
   return absl::OkStatus();
 }
 
+void Trainer::SumPartialGradientsOverTp(TraceRecorder* trace) {
+  // Under --sequence_parallel each tp rank's norm gradients cover its own
+  // rows; the dp average (already done) and this sum commute. Under ZeRO-1
+  // only the owned block of a bucket is current, and it is the same block
+  // on every tp rank, so summing whole tensors leaves it right.
+  const std::vector<Parameter*> partial = model_->TpPartialGradients();
+  if (partial.empty() || groups_.tp->size() == 1) return;
+  const ScopedTraceSpan span(trace, "tp sync", kTraceCategoryStep,
+                             StepTracer::kStepLane);
+  std::vector<std::unique_ptr<Request>> requests;
+  for (Parameter* p : partial) {
+    requests.push_back(groups_.tp->AllReduceAsync(p->grad, ReduceOp::kSum));
+  }
+  for (auto& request : requests) request->Wait();
+}
+
 double Trainer::ReduceLoss(double local) const {
   const double last = model_->last_stage() ? local : 0.0;
   return AllReduceScalar(*groups_.dp,
@@ -366,6 +382,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   // identical. After the dp average, which it commutes with; under ZeRO the
   // owned blocks are the same on every replica, the rest is unused.
   SumReplicatedGradients(*groups_.tp, model_->params().all());
+  SumPartialGradientsOverTp(trace);
   // The tied embedding: the first and last stage sum their gradients.
   const std::string tied =
       FamilyOf(options_.model).TiedEmbedding(options_.model);

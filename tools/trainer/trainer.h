@@ -113,6 +113,9 @@ class Trainer {
   absl::Status Resume(const std::string& dir);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
+  // Sums the gradients the model leaves partial over tp
+  // (StageModel::TpPartialGradients), after the data-parallel sync.
+  void SumPartialGradientsOverTp(TraceRecorder* trace);
   // The guard's verdict on the step's gradients and loss (into `m`), and
   // the update unless it skips.
   void GuardedUpdate(StepMetrics& m);

@@ -498,6 +498,85 @@ TEST_F(LayoutEquivalenceTest, BlendLayoutsMatchOneProcess) {
   reference_ = saved_reference;
 }
 
+// --sequence_parallel against the same layout without it, for both
+// families: each step's loss to 1e-6 relative (kTolerance on a GPU), and,
+// like every layout, the one-process losses and every gradient after step 1
+// (the norms' gradients, partial sums over tp until the trainer sums them,
+// included). tp 2 and 4 split the 16 rows of a microbatch into blocks of 8
+// and 4; dp2·tp2·pp2 sends those blocks between stages; zb-h1 keeps the
+// gathered output gradients for W; with --zero=1 the norms' gradients are
+// summed over tp after the buckets' reduce-scatter (losses only there).
+TEST_F(LayoutEquivalenceTest, SequenceParallelMatchesTensorParallel) {
+  TrainOptions llama = *options_;
+  llama.model.family = ModelFamilyKind::kLlama;
+  llama.model.n_kv_heads = 2;
+  llama.model.ffn_hidden = 64;
+  llama.model.rope_theta = 500.0;
+  llama.model.tie_embeddings = false;
+  Reference llama_reference = ComputeReference(llama);
+  struct Case {
+    const TrainOptions* options;
+    Reference* reference;
+    Layout layout;
+    int zero = 0;
+  };
+  const std::vector<Case> cases = {
+      {options_, reference_, L(1, 2, 1)},
+      {options_, reference_, L(2, 2, 2)},
+      {options_, reference_, L(1, 4, 1)},
+      {options_, reference_, L(1, 2, 2, "zb-h1")},
+      {&llama, &llama_reference, L(1, 2, 1)},
+      {&llama, &llama_reference, L(2, 2, 2)},
+      {&llama, &llama_reference, L(1, 2, 2, "zb-h1")},
+      // The norms' gradients summed over tp after ZeRO-1's reduce-scatter.
+      {options_, reference_, L(2, 2, 2), 1},
+      {&llama, &llama_reference, L(2, 2, 2), 1},
+  };
+  std::vector<int> sizes;
+  for (const Case& c : cases) sizes.push_back(c.layout.world());
+  mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
+    const Case& c = cases[job];
+    SCOPED_TRACE(absl::StrCat(c.layout.Name(), ", ",
+                              ModelFamilyName(c.options->model.family),
+                              ", --zero=", c.zero));
+    std::vector<std::vector<double>> losses(2);
+    for (const bool sequence_parallel : {false, true}) {
+      TrainOptions options = *c.options;
+      options.sequence_parallel = sequence_parallel;
+      options.zero = c.zero;
+      if (kOnGpu) {
+        options.device = DeviceType::kCUDA;
+        options.gpu_comm = DeviceTransport::kHostStaged;
+      }
+      absl::StatusOr<mpitest::LayoutRun> run = mpitest::StartLayout(
+          *runtime_, c.layout, options, comm, PipelineP2P());
+      ASSERT_TRUE(run.ok()) << run.status();
+      for (int64_t step = 0; step < options.steps; ++step) {
+        absl::StatusOr<StepMetrics> m = run->trainer->Step();
+        ASSERT_TRUE(m.ok()) << m.status();
+        losses[sequence_parallel].push_back(m->loss);
+        // Under ZeRO-1 only the owned blocks of the buckets are current.
+        if (step > 0 || !sequence_parallel || c.zero > 0) continue;
+        // ExpectGradsMatch reads the case's reference.
+        Reference* const saved = reference_;
+        reference_ = c.reference;
+        ExpectGradsMatch(run->trainer->model().params());
+        reference_ = saved;
+      }
+    }
+    const double tolerance = kOnGpu ? kTolerance : 1e-6;
+    for (size_t step = 0; step < losses[1].size(); ++step) {
+      EXPECT_NEAR(losses[1][step], losses[0][step],
+                  tolerance * std::abs(losses[0][step]))
+          << "step " << step + 1;
+      const double want = c.reference->losses[step];
+      EXPECT_NEAR(losses[1][step], want, kTolerance * std::abs(want))
+          << "step " << step + 1;
+    }
+    EXPECT_LT(losses[1].back(), losses[1].front() - 0.05);
+  });
+}
+
 // Llama (grouped-query attention, RoPE, RMSNorm, SwiGLU) under every
 // schedule and each kind of split: heads and key/value heads over tp, the
 // untied lm_head over the vocabulary, layers over pp. The tied variant
@@ -585,6 +664,7 @@ TEST_F(LayoutEquivalenceTest, DocumentMaskLayoutsMatchOneProcess) {
     const char* name;
     bool llama, document_mask, eod_mask_loss;
     std::vector<Layout> layouts;
+    bool sequence_parallel = false;  // the layouts' tp ranks split the rows
   };
   const std::vector<Case> cases = {
       {"gpt2, both",
@@ -609,6 +689,18 @@ TEST_F(LayoutEquivalenceTest, DocumentMaskLayoutsMatchOneProcess) {
        true,
        {L(2, 1, 1), L(1, 2, 1), L(1, 1, 4, "1f1b"),
         L(1, 1, 2, "interleaved-1f1b", 2), L(2, 2, 2, "zb-h1")}},
+      {"gpt2, both, sequence parallel",
+       false,
+       true,
+       true,
+       {L(1, 2, 1), L(2, 2, 2, "1f1b")},
+       true},
+      {"llama, both, sequence parallel",
+       true,
+       true,
+       true,
+       {L(1, 2, 2, "zb-h1")},
+       true},
   };
   TrainOptions* const saved_options = options_;
   Reference* const saved_reference = reference_;
@@ -621,6 +713,8 @@ TEST_F(LayoutEquivalenceTest, DocumentMaskLayoutsMatchOneProcess) {
     const Reference plain_reference =
         c.llama ? ComputeReference(plain) : *saved_reference;
     Reference masked_reference = ComputeReference(masked);
+    // The one-process reference has no tp to split rows over.
+    masked.sequence_parallel = c.sequence_parallel;
     if (masked_reference.losses.size() != saved_reference->losses.size()) {
       ADD_FAILURE() << "the one-process reference did not train";
       continue;
