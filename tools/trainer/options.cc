@@ -128,12 +128,13 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (o.comm_timeout_s < 0) {
     return Bad("--comm_timeout_s must be 0 (off) or positive");
   }
-  if (o.zero == 2 || o.zero == 3) {
-    return Bad(absl::StrCat("--zero=", o.zero,
-                            " is not implemented yet; use --zero=0 or 1"));
+  if (o.zero == 3) {
+    return Bad(
+        "--zero=3 (sharded parameters) is not implemented yet; use --zero=0, "
+        "1 or 2");
   }
   if (o.zero < 0 || o.zero > 3) {
-    return Bad(absl::StrCat("--zero=", o.zero, " must be 0 or 1"));
+    return Bad(absl::StrCat("--zero=", o.zero, " must be 0, 1 or 2"));
   }
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
     return Bad(

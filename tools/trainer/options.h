@@ -94,11 +94,12 @@ namespace trellis {
   X(Layout, double, dp_bucket_mb, 25.0,                                      \
     "data-parallel gradient bucket size in MiB")                             \
   X(Layout, int64_t, zero, 0,                                                \
-    "ZeRO sharding over dp: 0 (none) or 1 (AdamW moments sharded, "          \
-    "gradients reduce-scattered, weights all-gathered)")                     \
+    "ZeRO sharding over dp: 0 (none), 1 (AdamW moments sharded, "            \
+    "gradients reduce-scattered, weights all-gathered) or 2 (gradients "     \
+    "sharded too: each microbatch's reduce-scattered into the owned block)") \
   X(Layout, double, comm_timeout_s, 600,                                     \
-    "seconds a rank waits on one communication before it reports every "    \
-    "rank's recent operations and ends the job (0: no deadline)")           \
+    "seconds a rank waits on one communication before it reports every "     \
+    "rank's recent operations and ends the job (0: no deadline)")            \
   X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")             \
   X(Device, Precision, precision, Precision::kFp32,                          \
     "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "        \

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "framework/device_info.h"
@@ -185,12 +187,21 @@ absl::Status Trainer::Build(DType dtype) {
   std::vector<const Parameter*> alone;
   const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
   if (zero && !tied.empty()) alone.push_back(model_->params().Find(tied));
+  const GradSync sync = o.zero == 0   ? GradSync::kAllReduce
+                        : o.zero == 1 ? GradSync::kReduceScatter
+                                      : GradSync::kShardGradients;
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
-      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp,
-      zero ? GradSync::kReduceScatter : GradSync::kAllReduce, alone);
+      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp, sync,
+      alone);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
+  if (sync == GradSync::kShardGradients) {
+    // ZeRO-2 holds a bucket only while its gradients are written.
+    model_->set_gradient_writes(ModelChunk::GradientWrites{
+        [this](const std::vector<Parameter*>& g) { buckets_->BeforeWrite(g); },
+        [this](const std::vector<Parameter*>& g) { buckets_->AfterWrite(g); }});
+  }
   OptimizerConfig opt;
   opt.schedule = {o.lr, o.min_lr, o.warmup_steps, o.steps};
   opt.beta1 = o.beta1;
@@ -247,10 +258,63 @@ absl::Status Trainer::CheckStartupStop(const char* phase) {
                    "), before the first step; nothing was saved"));
 }
 
+size_t Trainer::PlanBucketsInFlight(const MemoryPlan& replicated,
+                                    size_t* largest_bucket) const {
+  // From the declared shapes: the parameters need not exist yet.
+  const std::vector<Parameter*> order = model_->GradientReadyOrder();
+  std::unordered_map<const Parameter*, size_t> index;
+  std::vector<GradientBuckets::LayoutItem> items;
+  int64_t elements = 0;
+  for (const Parameter* p : order) {
+    index[p] = items.size();
+    items.push_back({NumElements(p->spec.LocalShape()), 0, 0, false});
+    elements += items.back().elements;
+  }
+  if (elements == 0) return 0;
+  for (auto& item : items) {
+    item.element_bytes = replicated.gradients / static_cast<size_t>(elements);
+  }
+  std::vector<std::vector<size_t>> groups;
+  for (const std::vector<Parameter*>& group : model_->WeightGroups()) {
+    groups.emplace_back();
+    for (const Parameter* p : group) groups.back().push_back(index.at(p));
+  }
+  // The tied embedding has a bucket of its own (Build). The last stage's
+  // head weight is written in forward, ahead of its group: it is taken to
+  // be the stage's largest parameter (V/tp rows of the model width).
+  const std::string tied =
+      FamilyOf(options_.model).TiedEmbedding(options_.model);
+  if (!tied.empty()) items[index.at(model_->params().Find(tied))].alone = true;
+  std::vector<size_t> early;
+  if (model_->last_stage()) {
+    size_t head = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].elements > items[head].elements) head = i;
+    }
+    early.push_back(head);
+  }
+  return GradientBuckets::PlanBoundBytes(
+      items, static_cast<int64_t>(options_.dp_bucket_mb * 1024 * 1024),
+      static_cast<int>(options_.dp), groups, early, largest_bucket);
+}
+
 absl::Status Trainer::PlanMemory(size_t available,
                                  const std::vector<Action>& schedule) {
+  const MemoryPlan replicated = model_->PlanMemory(schedule);
+  size_t largest_bucket = 0;
+  const size_t in_flight =
+      options_.zero >= 2 ? PlanBucketsInFlight(replicated, &largest_bucket) : 0;
+  // CPU ranks reduce-scatter over MPI, through a scratch block per
+  // reduce-scatter in flight: every bucket's under ZeRO-1.
+  const size_t dp = static_cast<size_t>(options_.dp);
+  size_t staging = 0;
+  if (device_.is_cpu() && dp > 1) {
+    staging = options_.zero == 1 ? (replicated.gradients + dp - 1) / dp
+                                 : GradientBuckets::kMaxInFlight *
+                                       ((largest_bucket + dp - 1) / dp);
+  }
   memory_plan_ =
-      ShardOverDp(model_->PlanMemory(schedule), options_.zero, options_.dp);
+      ShardOverDp(replicated, options_.zero, options_.dp, in_flight, staging);
   const absl::Status fits =
       CheckMemoryPlan(memory_plan_, available,
                       absl::StrCat("rank ", groups_.world->rank(), " (",
@@ -363,7 +427,12 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       FamilyOf(options_.model).TiedEmbedding(options_.model);
   if (groups_.embed != nullptr && groups_.embed->size() > 1 && !tied.empty()) {
     const ScopedTraceSpan span = phase("embed sync");
-    groups_.embed->AllReduce(model_->params().Find(tied)->grad, ReduceOp::kSum);
+    const Parameter* embedding = model_->params().Find(tied);
+    // ZeRO-2 keeps only this rank's block of it (its bucket's, alone).
+    Tensor grad = buckets_->sync() == GradSync::kShardGradients
+                      ? buckets_->Shard(buckets_->BucketOf(embedding))
+                      : embedding->grad;
+    groups_.embed->AllReduce(grad, ReduceOp::kSum);
   }
   {
     const ScopedTraceSpan span = phase("optimizer");

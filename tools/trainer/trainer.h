@@ -96,6 +96,8 @@ class Trainer {
   const std::vector<double>& losses() const { return losses_; }
   Device device() const { return device_; }
   const MemoryPlan& memory_plan() const { return memory_plan_; }
+  // The data-parallel gradient buckets.
+  const GradientBuckets& buckets() const { return *buckets_; }
   // The arena that holds the plan's tensors.
   const MemoryArena& arena() const { return *arena_scope_->arena(); }
   // Loads the weights (not the optimizer) of checkpoint `dir`, checking
@@ -110,6 +112,11 @@ class Trainer {
   absl::Status CheckStartupStop(const char* phase);
   absl::Status PlanMemory(size_t available,
                           const std::vector<Action>& schedule);
+  // ZeRO-2: the gradient bucket bytes bound at once, planned from the
+  // declared shapes (`replicated` is the level-0 plan); `largest_bucket`
+  // gets the largest bucket's bytes.
+  size_t PlanBucketsInFlight(const MemoryPlan& replicated,
+                             size_t* largest_bucket) const;
   absl::Status Resume(const std::string& dir);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
