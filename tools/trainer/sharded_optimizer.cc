@@ -169,7 +169,7 @@ void ShardedOptimizer::GatherMoments(const std::vector<Tensor>& blocks,
     if (dp.size() > 1) dp.AllGather(block, buffer);
     for (const GradientBuckets::Member& member : buckets_.members(b)) {
       for (size_t i = 0; i < params().all().size(); ++i) {
-        if (params().all()[i] != member.param) continue;
+        if (params().all()[i] != member.param || !whole[i].defined()) continue;
         Flat(whole[i]).CopyFrom(
             buffer.Narrow(member.offset, member.param->numel()));
       }
@@ -177,14 +177,24 @@ void ShardedOptimizer::GatherMoments(const std::vector<Tensor>& blocks,
   }
 }
 
+bool ShardedOptimizer::SavesMoments(size_t i) const {
+  return static_cast<int>(i % static_cast<size_t>(buckets_.dp().size())) ==
+         buckets_.dp().rank();
+}
+
 void ShardedOptimizer::BeginCheckpointIo(CheckpointIo io) {
   m().clear();
   v().clear();
-  for (const Parameter* p : params().all()) {
-    m().push_back(
-        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
-    v().push_back(
-        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
+  const std::vector<Parameter*>& all = params().all();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Parameter* p = all[i];
+    const bool kept = io == CheckpointIo::kLoad || SavesMoments(i);
+    m().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
+                                       p->value.device())
+                       : Tensor());
+    v().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
+                                       p->value.device())
+                       : Tensor());
   }
   if (io == CheckpointIo::kSave) {
     // Through the buckets: the gradients there are spent after a step and

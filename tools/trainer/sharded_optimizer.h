@@ -27,8 +27,10 @@
 //
 // Memory: moments are 1/dp of Optimizer's plus the buckets' padding (under
 // dp per bucket); weights stay whole. Checkpoints stay layout-free:
-// BeginCheckpointIo(kSave) gathers whole per-parameter moments (through
-// bucket-sized buffers), kLoad allocates them to be read and
+// BeginCheckpointIo(kSave) gathers, through bucket-sized buffers, the whole
+// moments of the parameters this rank saves (SavesMoments: every dp-th, so
+// the dp ranks write the optimizer file together, each holding about 1/dp
+// of the moments whole for it); kLoad allocates them all to be read and
 // EndCheckpointIo(kLoad) keeps the owned segments, so a checkpoint moves
 // between ZeRO levels and layouts.
 //
@@ -58,6 +60,9 @@ class ShardedOptimizer : public Optimizer {
   StepReport Apply(double grad_norm) override;
   void BeginCheckpointIo(CheckpointIo io) override;
   void EndCheckpointIo(CheckpointIo io) override;
+  // Parameter i's moments are saved by dp rank i mod dp.
+  bool SavesOwnMoments() const override { return true; }
+  bool SavesMoments(size_t i) const override;
 
   // Elements of each moment this rank keeps (its blocks, padding included).
   int64_t shard_elements() const;
