@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "framework/device_info.h"
@@ -17,6 +16,7 @@
 #include "tools/trainer/peak_flops.h"
 #include "tools/trainer/rank_device.h"
 #include "tools/trainer/sharded_optimizer.h"
+#include "tools/trainer/zero_memory.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -258,63 +258,11 @@ absl::Status Trainer::CheckStartupStop(const char* phase) {
                    "), before the first step; nothing was saved"));
 }
 
-size_t Trainer::PlanBucketsInFlight(const MemoryPlan& replicated,
-                                    size_t* largest_bucket) const {
-  // From the declared shapes: the parameters need not exist yet.
-  const std::vector<Parameter*> order = model_->GradientReadyOrder();
-  std::unordered_map<const Parameter*, size_t> index;
-  std::vector<GradientBuckets::LayoutItem> items;
-  int64_t elements = 0;
-  for (const Parameter* p : order) {
-    index[p] = items.size();
-    items.push_back({NumElements(p->spec.LocalShape()), 0, 0, false});
-    elements += items.back().elements;
-  }
-  if (elements == 0) return 0;
-  for (auto& item : items) {
-    item.element_bytes = replicated.gradients / static_cast<size_t>(elements);
-  }
-  std::vector<std::vector<size_t>> groups;
-  for (const std::vector<Parameter*>& group : model_->WeightGroups()) {
-    groups.emplace_back();
-    for (const Parameter* p : group) groups.back().push_back(index.at(p));
-  }
-  // The tied embedding has a bucket of its own (Build). The last stage's
-  // head weight is written in forward, ahead of its group: it is taken to
-  // be the stage's largest parameter (V/tp rows of the model width).
-  const std::string tied =
-      FamilyOf(options_.model).TiedEmbedding(options_.model);
-  if (!tied.empty()) items[index.at(model_->params().Find(tied))].alone = true;
-  std::vector<size_t> early;
-  if (model_->last_stage()) {
-    size_t head = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (items[i].elements > items[head].elements) head = i;
-    }
-    early.push_back(head);
-  }
-  return GradientBuckets::PlanBoundBytes(
-      items, static_cast<int64_t>(options_.dp_bucket_mb * 1024 * 1024),
-      static_cast<int>(options_.dp), groups, early, largest_bucket);
-}
-
 absl::Status Trainer::PlanMemory(size_t available,
                                  const std::vector<Action>& schedule) {
-  const MemoryPlan replicated = model_->PlanMemory(schedule);
-  size_t largest_bucket = 0;
-  const size_t in_flight =
-      options_.zero >= 2 ? PlanBucketsInFlight(replicated, &largest_bucket) : 0;
-  // CPU ranks reduce-scatter over MPI, through a scratch block per
-  // reduce-scatter in flight: every bucket's under ZeRO-1.
-  const size_t dp = static_cast<size_t>(options_.dp);
-  size_t staging = 0;
-  if (device_.is_cpu() && dp > 1) {
-    staging = options_.zero == 1 ? (replicated.gradients + dp - 1) / dp
-                                 : GradientBuckets::kMaxInFlight *
-                                       ((largest_bucket + dp - 1) / dp);
-  }
-  memory_plan_ =
-      ShardOverDp(replicated, options_.zero, options_.dp, in_flight, staging);
+  // CPU ranks reduce-scatter over MPI, through scratch blocks.
+  memory_plan_ = PlanZeroMemory(*model_, options_, model_->PlanMemory(schedule),
+                                device_.is_cpu());
   const absl::Status fits =
       CheckMemoryPlan(memory_plan_, available,
                       absl::StrCat("rank ", groups_.world->rank(), " (",

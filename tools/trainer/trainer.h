@@ -112,11 +112,6 @@ class Trainer {
   absl::Status CheckStartupStop(const char* phase);
   absl::Status PlanMemory(size_t available,
                           const std::vector<Action>& schedule);
-  // ZeRO-2: the gradient bucket bytes bound at once, planned from the
-  // declared shapes (`replicated` is the level-0 plan); `largest_bucket`
-  // gets the largest bucket's bytes.
-  size_t PlanBucketsInFlight(const MemoryPlan& replicated,
-                             size_t* largest_bucket) const;
   absl::Status Resume(const std::string& dir);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
