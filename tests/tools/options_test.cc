@@ -176,7 +176,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"zero_three_not_implemented",
                 1,
                 [](O& o) { o.zero = 3; },
-                {"--zero=3", "not implemented yet"}},
+                {"--zero=3", "not implemented yet", "--zero=0, 1 or 2"}},
         BadCase{"zero_negative", 1, [](O& o) { o.zero = -1; }, {"--zero=-1"}},
         BadCase{"tp_zero", 1, [](O& o) { o.tp = 0; }, {"--tp=0"}},
         BadCase{"virtual_stages_zero",
