@@ -15,6 +15,16 @@
 // returns, only this rank's block of each bucket, Shard(b), holds the
 // averaged gradients; the rest of the bucket holds this rank's own sums and
 // may be reused (the trainer all-gathers updated weights through it).
+// GradSync::kShardGradients (ZeRO-2) lays the buckets out the same way but
+// keeps only this rank's block of each, Shard(b), as a float accumulator.
+// A bucket's full buffer exists only while gradients are written into it:
+// BeforeWrite binds it (zeroed; the parameters' grads become views of it),
+// and once AfterWrite has seen each of its parameters it is reduce-
+// scattered (average) at once; when that finishes its block is added to
+// Shard(b) and the buffer is released (the grads become undefined). So a
+// bucket is reduce-scattered once per microbatch, and at most
+// kMaxInFlight reduce-scatters run at once (launching another first
+// finishes the oldest). MarkReady is ignored; Wait() finishes every bucket.
 // Parameters listed as `alone` get a bucket of their own, so ranks with
 // different neighbours in their buckets (the tied embedding on the first and
 // last pipeline stage) own the same elements of it.
@@ -34,7 +44,7 @@
 
 namespace trellis {
 
-enum class GradSync { kAllReduce, kReduceScatter };
+enum class GradSync { kAllReduce, kReduceScatter, kShardGradients };
 
 class GradientBuckets {
  public:
@@ -52,45 +62,102 @@ class GradientBuckets {
                   GradSync sync = GradSync::kAllReduce,
                   const std::vector<const Parameter*>& alone = {});
 
+  // Reduce-scatters running at once under kShardGradients.
+  static constexpr int kMaxInFlight = 2;
+
+  // A parameter as the bucket layout sees it: its gradient's elements and
+  // bytes per element, a key of its gradient's dtype and device (buckets
+  // hold one kind), and whether it gets a bucket of its own.
+  struct LayoutItem {
+    int64_t elements = 0;
+    size_t element_bytes = 4;
+    int kind = 0;
+    bool alone = false;
+  };
+  // The buckets the constructor makes of `items` (in ready order): each
+  // bucket's item indices in order.
+  static std::vector<std::vector<size_t>> Layout(
+      const std::vector<LayoutItem>& items, int64_t bucket_bytes);
+  // For planning memory without tensors: a bound on the bucket bytes
+  // kShardGradients holds at once, when gradients are written in `groups`
+  // (item indices; the chunks' WeightGroups) and the items in `early` are
+  // written ahead of their group (the head's weight, in forward):
+  // kMaxInFlight of the largest buckets being reduce-scattered, the buckets
+  // of `early`, and the buckets that the widest group touches. `largest`
+  // (if not null) gets the largest bucket's bytes.
+  static size_t PlanBoundBytes(const std::vector<LayoutItem>& items,
+                               int64_t bucket_bytes, int dp,
+                               const std::vector<std::vector<size_t>>& groups,
+                               const std::vector<size_t>& early,
+                               size_t* largest = nullptr);
+
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   GradSync sync() const { return sync_; }
   Communicator& dp() { return dp_; }
-  // Bucket b's flat gradients (padded to a multiple of the dp size under
-  // kReduceScatter) and its parameters in order.
+  // Bucket b's flat gradients (padded to a multiple of the dp size unless
+  // kAllReduce; undefined under kShardGradients while unbound) and its
+  // parameters in order.
   Tensor& flat(int b) { return buckets_[b].flat; }
   const std::vector<Member>& members(int b) const {
     return buckets_[b].members;
   }
-  // This rank's block of bucket b: all of it under kAllReduce.
+  // Bucket b's elements (padding included) and where this rank's block
+  // starts in them.
+  int64_t bucket_elements(int b) const { return buckets_[b].elements; }
+  int64_t block_start(int b) const;
+  // This rank's block of bucket b: all of it under kAllReduce; its own
+  // accumulator under kShardGradients.
   Tensor Shard(int b) const;
+  // The bucket holding `p`.
+  int BucketOf(const Parameter* p) const;
+  // A buffer of bucket b's size to all-gather through: flat(b), or under
+  // kShardGradients a new one the caller drops when done.
+  Tensor GatherBuffer(int b) const;
   // Elements of the gradients, padding included.
   int64_t elements() const;
   // Zeroes every gradient and forgets readiness: call at each step's start.
   void StartStep();
   // `p`'s gradient is final for this step.
   void MarkReady(const Parameter* p);
+  // kShardGradients (no-ops otherwise): `group`'s gradients are about to
+  // be added to, and the microbatch's additions to them are done.
+  void BeforeWrite(const std::vector<Parameter*>& group);
+  void AfterWrite(const std::vector<Parameter*>& group);
   // Launches buckets not yet launched, waits for all; returns the seconds
   // spent waiting.
   double Wait();
   // Buckets launched before Wait() in the last step (overlapped).
   int launched_early() const { return launched_early_; }
+  // kShardGradients: the most bytes of bucket buffers bound at once.
+  size_t peak_bound_bytes() const { return peak_bound_bytes_; }
 
  private:
   struct Bucket {
     Tensor flat;
-    Tensor shard;  // this rank's block of flat
+    Tensor shard;  // this rank's block of flat (kShardGradients: its own)
+    int64_t elements = 0;
+    DType dtype = DType::kF32;
+    Device device;
     std::vector<Member> members;
     int params = 0;
     int ready = 0;
+    std::vector<bool> written;  // kShardGradients: AfterWrite since bound
     std::unique_ptr<Request> request;
   };
   void Launch(Bucket& bucket);
+  // kShardGradients: a zeroed buffer for bucket b, the grads viewing it.
+  void Bind(int b);
+  // kShardGradients: waits for b's reduce-scatter, adds its block to the
+  // accumulator, releases the buffer.
+  void Finish(int b);
 
   Communicator& dp_;
   GradSync sync_;
   std::vector<Bucket> buckets_;
   std::unordered_map<const Parameter*, int> bucket_of_;
+  std::vector<int> in_flight_;  // kShardGradients, oldest first
   int launched_early_ = 0;
+  size_t bound_bytes_ = 0, peak_bound_bytes_ = 0;
 };
 
 }  // namespace trellis

@@ -312,6 +312,9 @@ void DecoderChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
   const double scale = loss_scale / static_cast<double>(n);
   const int64_t chunk = HeadChunkRows();
   Tensor no_bias;
+  // The head weight's share is added here; its group's `after` follows in
+  // BackwardInput or BackwardWeight.
+  if (s.has_dlnf && writes_.before) writes_.before({ends_.head});
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t r = std::min(chunk, n - start);
     const Tensor lnf = head_lnf_.Narrow(start, r);
@@ -384,11 +387,17 @@ void DecoderChunk::BackwardInput(int mb, const Tensor& doutput,
     return l == 0 ? s.x0 : s.blocks[l - 1].y;
   };
   // `dy` holds the gradient of the current top; ping/pong alternate.
+  // Without deferral the weight gradients are added here, group by group.
+  const bool now = !options_.defer_weight_grads;
+  const std::vector<std::vector<Parameter*>> groups =
+      now ? WeightGroups() : std::vector<std::vector<Parameter*>>();
+  size_t group = 0;
   Tensor dy;
   if (plan_.has_head) {
     HeadBackwardInput(s, block_input(num_blocks), ping_);
-    if (!options_.defer_weight_grads) {
-      HeadBackwardWeight(s, block_input(num_blocks));
+    if (now) {
+      Writing(groups[group++],
+              [&] { HeadBackwardWeight(s, block_input(num_blocks)); });
     }
     dy = ping_;
   } else {
@@ -396,15 +405,22 @@ void DecoderChunk::BackwardInput(int mb, const Tensor& doutput,
   }
   for (int64_t l = num_blocks - 1; l >= 0; --l) {
     Tensor& dx = (dy.raw() == ping_.raw()) ? pong_ : ping_;
-    blocks_[l]->BackwardInput(tp_comm_, block_input(l), dy, s.blocks[l], work_,
-                              dx);
+    auto backward = [&] {
+      blocks_[l]->BackwardInput(tp_comm_, block_input(l), dy, s.blocks[l],
+                                work_, dx);
+    };
+    if (now) {
+      Writing(groups[group++], backward);
+    } else {
+      backward();
+    }
     dy = dx;
   }
   if (plan_.has_embedding) {
     // The embedding's gradients read every row (an all-gather under
     // sequence parallelism).
     rows_.GatherOutputGrad(tp_comm_, dy, s.dx0);
-    if (!options_.defer_weight_grads) EmbeddingBackwardWeight(s);
+    if (now) Writing(groups[group++], [&] { EmbeddingBackwardWeight(s); });
   } else {
     dinput->CopyFrom(dy);
   }
@@ -434,30 +450,31 @@ void DecoderChunk::BackwardWeight(int mb, const WeightsDone& done) {
   auto it = live_.find(mb);
   TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
   State& s = *it->second;
-  const std::vector<std::vector<Parameter*>> groups =
-      done ? WeightGroups() : std::vector<std::vector<Parameter*>>();
-  size_t group = 0;
-  auto report = [&]() {
-    if (done) done(groups[group++]);
-  };
   // Without deferral BackwardInput already did the work: only report.
   const bool defer = options_.defer_weight_grads;
+  const std::vector<std::vector<Parameter*>> groups =
+      done || defer ? WeightGroups() : std::vector<std::vector<Parameter*>>();
+  size_t group = 0;
+  // Adds (when deferred) the next group's gradients, then reports it.
+  auto next = [&](auto add) {
+    const std::vector<Parameter*>* g =
+        groups.empty() ? nullptr : &groups[group++];
+    if (defer) Writing(*g, add);
+    if (done) done(*g);
+  };
   const int64_t num_blocks = static_cast<int64_t>(blocks_.size());
   auto block_input = [&](int64_t l) -> const Tensor& {
     return l == 0 ? s.x0 : s.blocks[l - 1].y;
   };
   if (plan_.has_head) {
-    if (defer) HeadBackwardWeight(s, block_input(num_blocks));
-    report();
+    next([&] { HeadBackwardWeight(s, block_input(num_blocks)); });
   }
   for (int64_t l = num_blocks - 1; l >= 0; --l) {
-    blocks_[l]->BackwardWeight(tp_comm_, block_input(l), s.blocks[l], work_);
-    report();
+    next([&] {
+      blocks_[l]->BackwardWeight(tp_comm_, block_input(l), s.blocks[l], work_);
+    });
   }
-  if (plan_.has_embedding) {
-    if (defer) EmbeddingBackwardWeight(s);
-    report();
-  }
+  if (plan_.has_embedding) next([&] { EmbeddingBackwardWeight(s); });
   free_.push_back(std::move(it->second));
   live_.erase(it);
 }

@@ -99,6 +99,9 @@ class DecoderChunk : public ModelChunk {
   const Tensor& TokenLosses(int mb) const override;
   void Release(int mb) override;
   std::vector<std::vector<Parameter*>> WeightGroups() const override;
+  void set_gradient_writes(GradientWrites writes) override {
+    writes_ = std::move(writes);
+  }
   size_t StateBytes() const override;
   size_t WorkspaceBytes() const override;
   int InFlight() const override { return static_cast<int>(live_.size()); }
@@ -124,6 +127,14 @@ class DecoderChunk : public ModelChunk {
   void HeadBackwardInput(State& s, const Tensor& x, Tensor& dx);
   void HeadBackwardWeight(const State& s, const Tensor& x);
   void EmbeddingBackwardWeight(const State& s);
+  // Runs `add` (additions to `group`'s gradients) between the
+  // GradientWrites calls.
+  template <typename Add>
+  void Writing(const std::vector<Parameter*>& group, Add add) {
+    if (writes_.before) writes_.before(group);
+    add();
+    if (writes_.after) writes_.after(group);
+  }
   // Tensors of one microbatch's state besides the blocks', as (shape,
   // dtype); Acquire allocates exactly these.
   std::vector<std::pair<Shape, DType>> OwnStateShapes() const;
@@ -158,6 +169,7 @@ class DecoderChunk : public ModelChunk {
   std::map<int, std::unique_ptr<State>> live_;
   std::vector<std::unique_ptr<State>> free_;
   int states_allocated_ = 0;
+  GradientWrites writes_;
 };
 
 }  // namespace trellis

@@ -112,6 +112,18 @@ class ModelChunk {
   // they hold every parameter of the chunk. A report means mb's
   // contributions to the group are done.
   virtual std::vector<std::vector<Parameter*>> WeightGroups() const = 0;
+  // Calls around the chunk's additions to parameter gradients, group by
+  // group (WeightGroups' groups; the head weight alone in a Forward with a
+  // loss scale, which adds its share early): `before` ahead of a group's
+  // first addition for a microbatch, `after` once the microbatch's last
+  // addition to the group is done (in BackwardInput, or in BackwardWeight
+  // when weight gradients are deferred). Each group gets one `after` per
+  // microbatch. Lets ZeRO-2 hold a gradient's memory only while it is
+  // written. Default: none.
+  struct GradientWrites {
+    std::function<void(const std::vector<Parameter*>&)> before, after;
+  };
+  virtual void set_gradient_writes(GradientWrites writes) = 0;
 
   // Bytes of one microbatch's state and of the chunk's shared buffers
   // (exactly what the chunk allocates).

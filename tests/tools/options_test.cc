@@ -194,7 +194,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"zero_three_not_implemented",
                 1,
                 [](O& o) { o.zero = 3; },
-                {"--zero=3", "not implemented yet"}},
+                {"--zero=3", "not implemented yet", "--zero=0, 1 or 2"}},
         BadCase{"zero_negative", 1, [](O& o) { o.zero = -1; }, {"--zero=-1"}},
         BadCase{"tp_zero", 1, [](O& o) { o.tp = 0; }, {"--tp=0"}},
         BadCase{"virtual_stages_zero",
@@ -292,17 +292,35 @@ INSTANTIATE_TEST_SUITE_P(
                               1,
                               [](O& o) { o.sequence_parallel = true; },
                               {"--sequence_parallel", "--tp > 1", "--tp=1"}},
-                      BadCase{
-                          "rows_not_divisible",
-                          3,
-                          [](O& o) {
-                            o.tp = 3;
-                            o.model.n_head = 3;
-                            o.model.d_model = 24;
-                            o.micro_batch_size = 1;
-                            o.sequence_parallel = true;
-                          },
-                          {"--sequence_parallel", "1 × 16 = 16", "--tp=3"}}),
+                      BadCase{"rows_not_divisible",
+                              3,
+                              [](O& o) {
+                                o.tp = 3;
+                                o.model.n_head = 3;
+                                o.model.d_model = 24;
+                                o.micro_batch_size = 1;
+                                o.sequence_parallel = true;
+                              },
+                              {"--sequence_parallel", "1 × 16 = 16", "--tp=3"}},
+                      BadCase{"with_zero_two",
+                              4,
+                              [](O& o) {
+                                o.dp = 2;
+                                o.tp = 2;
+                                o.zero = 2;
+                                o.sequence_parallel = true;
+                              },
+                              {"--zero=2", "--sequence_parallel", "--zero=1"}},
+                      BadCase{"zero_two_with_replicated_kv_heads",
+                              4,
+                              [](O& o) {
+                                o.dp = 2;
+                                o.tp = 2;
+                                o.zero = 2;
+                                o.model.family = ModelFamilyKind::kLlama;
+                                o.model.n_kv_heads = 1;
+                              },
+                              {"--zero=2", "--tp=2 > --n_kv_heads=1"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       return info.param.name;
     });

@@ -3,6 +3,7 @@
 #include "parallel/schedule.h"
 #include "tools/plan/shape_only_groups.h"
 #include "tools/trainer/stage_model.h"
+#include "tools/trainer/zero_memory.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -28,8 +29,10 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options) {
     const StageModel model(options, groups.groups(), coord, device,
                            where.dtype);
     StageFacts facts;
-    facts.memory =
-        ShardOverDp(model.PlanMemory(schedules[p]), options.zero, options.dp);
+    // The trainer's own plan of the rank's ZeRO level (CPU ranks
+    // reduce-scatter through MPI's scratch blocks).
+    facts.memory = PlanZeroMemory(
+        model, options, model.PlanMemory(schedules[p]), device.is_cpu());
     facts.chunks = model.chunk_plans();
     for (const Parameter* param : model.params().all()) {
       facts.local_parameters += NumElements(param->spec.LocalShape());

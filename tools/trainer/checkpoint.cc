@@ -85,9 +85,12 @@ absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
   }
   TRELLIS_RETURN_IF_ERROR(model.Close());
   if (!mine.has_optimizer()) return absl::OkStatus();
+  // The first writer with moments makes the file (under ZeRO the model's
+  // first writer may hold none).
+  const bool make = create || !fs::exists(dir / kOptimizerFile);
   TRELLIS_ASSIGN_OR_RETURN(hdf5::File opt,
-                           OpenForDefining(dir / kOptimizerFile, create));
-  if (create) {
+                           OpenForDefining(dir / kOptimizerFile, make));
+  if (make) {
     TRELLIS_RETURN_IF_ERROR(
         opt.WriteInt64Attribute("step", mine.optimizer_step));
   }
@@ -375,10 +378,26 @@ absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,
                             Communicator& world, bool writer) {
-  const CheckpointShards mine =
-      writer ? ShardsOf(params, optimizer, /*primary_only=*/true)
-             : CheckpointShards();
-  return SaveShards(save_dir, state, mine, world, writer);
+  // The model's writers write the primary parameters; their moments too,
+  // unless the optimizer spreads those over its ranks (ZeRO).
+  CheckpointShards mine;
+  const std::vector<Parameter*>& all = params.all();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Parameter& p = *all[i];
+    if (!p.primary) continue;
+    // bfloat16 runs store their float32 master weights.
+    if (writer) mine.model.push_back({p.name, p.spec, p.weights()});
+    const bool moments =
+        optimizer != nullptr &&
+        (optimizer->SavesOwnMoments() ? optimizer->SavesMoments(i) : writer);
+    if (moments) {
+      mine.exp_avg.push_back({p.name, p.spec, optimizer->exp_avg(i)});
+      mine.exp_avg_sq.push_back({p.name, p.spec, optimizer->exp_avg_sq(i)});
+    }
+  }
+  if (optimizer != nullptr) mine.optimizer_step = optimizer->step();
+  return SaveShards(save_dir, state, mine, world,
+                    writer || mine.has_optimizer());
 }
 
 absl::Status SaveShards(const std::string& save_dir_name,

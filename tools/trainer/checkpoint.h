@@ -14,7 +14,9 @@
 //   <save_dir>/latest                      "step_00000100", written last
 //
 // Saving: ranks of data-parallel replica 0 (`writer`) each write the slices
-// of the primary parameters they hold; no rank gathers the model. The
+// of the primary parameters they hold; no rank gathers the model. Their
+// moments are written by the same ranks, or, when the optimizer says so
+// (Optimizer::SavesOwnMoments, ZeRO), by the ranks it gives each to. The
 // writers first define the datasets they touch, one at a time (serial HDF5
 // allows one writer per file), as contiguous datasets allocated at once;
 // then all of them write their slices' raw bytes concurrently at the

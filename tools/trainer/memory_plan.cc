@@ -15,16 +15,18 @@ std::string Readable(size_t bytes) {
   return absl::StrFormat("%.1f KiB", b / (1 << 10));
 }
 
-MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp) {
-  TRELLIS_CHECK(zero == 0 || zero == 1) << "ZeRO level " << zero;
+MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp,
+                       size_t buckets_in_flight, size_t staging) {
+  TRELLIS_CHECK(zero >= 0 && zero <= 2) << "ZeRO level " << zero;
   TRELLIS_CHECK_GE(dp, 1);
-  if (zero >= 1) {
-    const size_t ranks = static_cast<size_t>(dp);
-    plan.optimizer = (plan.optimizer + ranks - 1) / ranks;
-    // Each bucket reduce-scatters in place, which MPI and NCCL do through
-    // a scratch block of 1/dp of it, held until the bucket is waited for.
-    if (dp > 1) plan.workspace += (plan.gradients + ranks - 1) / ranks;
+  const size_t ranks = static_cast<size_t>(dp);
+  auto share = [ranks](size_t bytes) { return (bytes + ranks - 1) / ranks; };
+  if (zero >= 1) plan.optimizer = share(plan.optimizer);
+  if (zero >= 2) {
+    plan.gradients =
+        share(plan.gradients) + std::min(plan.gradients, buckets_in_flight);
   }
+  if (zero >= 1) plan.gradients += staging;
   return plan;
 }
 

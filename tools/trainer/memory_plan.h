@@ -30,12 +30,18 @@ struct MemoryPlan {
 
 // `plan` (a replicated-optimizer plan) under ZeRO level `zero` over a dp
 // group of `dp`: level 1 keeps 1/dp of the AdamW moments (rounded up; the
-// buckets' padding, under dp elements each, is not counted). Weights and
+// buckets' padding, under dp elements each, is not counted); weights and
 // gradients stay whole: the buckets carry the reduce-scatter and then the
-// all-gather of the updated weights; the in-place reduce-scatters'
-// scratch blocks, 1/dp of the gradients, join `workspace`.
-// REQUIRES: zero is 0 or 1, dp ≥ 1.
-MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp);
+// all-gather of the updated weights. Level 2 also keeps 1/dp of the
+// gradients (the owned blocks) plus `buckets_in_flight` bytes of bucket
+// buffers bound at once (GradientBuckets::PlanBoundBytes), never more than
+// the whole gradients. Levels 1 and 2 also count `staging` bytes of
+// reduce-scatter scratch (MPI reduces an in-place reduce-scatter into a
+// scratch block and copies it out: at level 1 every bucket's at once, at
+// level 2 those of the buckets in flight). REQUIRES: zero is 0, 1 or 2,
+// dp ≥ 1.
+MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp,
+                       size_t buckets_in_flight = 0, size_t staging = 0);
 
 // The bytes of the arena a run reserves for `plan` when `available` bytes
 // are free: the plan plus headroom (1/32 of it, at least 8 MiB) for block

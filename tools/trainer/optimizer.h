@@ -82,6 +82,12 @@ class Optimizer {
   virtual void BeginCheckpointIo(CheckpointIo) {}
   // kLoad: takes the moments read; both: releases what Begin made.
   virtual void EndCheckpointIo(CheckpointIo) {}
+  // Whether each rank saves the moments it is given (SavesMoments), not
+  // the model's writers all of them: a sharded optimizer spreads them over
+  // its dp group. Between BeginCheckpointIo(kSave) and End, exp_avg(i) is
+  // defined exactly where SavesMoments(i).
+  virtual bool SavesOwnMoments() const { return false; }
+  virtual bool SavesMoments(size_t /*i*/) const { return true; }
 
  protected:
   // Without moments: a subclass keeps its own (m_, v_ stay empty until it

@@ -133,12 +133,13 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (o.comm_timeout_s < 0) {
     return Bad("--comm_timeout_s must be 0 (off) or positive");
   }
-  if (o.zero == 2 || o.zero == 3) {
-    return Bad(absl::StrCat("--zero=", o.zero,
-                            " is not implemented yet; use --zero=0 or 1"));
+  if (o.zero == 3) {
+    return Bad(
+        "--zero=3 (sharded parameters) is not implemented yet; use --zero=0, "
+        "1 or 2");
   }
   if (o.zero < 0 || o.zero > 3) {
-    return Bad(absl::StrCat("--zero=", o.zero, " must be 0 or 1"));
+    return Bad(absl::StrCat("--zero=", o.zero, " must be 0, 1 or 2"));
   }
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
     return Bad(
@@ -221,6 +222,21 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
         absl::StrCat("--sequence_parallel needs --tp > 1 (it splits "
                      "rows over the tensor-parallel ranks); --tp=",
                      o.tp, ": raise --tp or drop --sequence_parallel"));
+  }
+  // Both sum gradients over tp after the data-parallel sync, where
+  // --zero=2 keeps only the owned blocks of the reduce-scattered buckets.
+  if (o.zero == 2 && o.sequence_parallel) {
+    return Bad(
+        "--zero=2 cannot be combined with --sequence_parallel yet (the "
+        "norms' partial gradients are summed over tp after the gradients are "
+        "sharded); use --zero=1");
+  }
+  if (o.zero == 2 && o.tp > o.model.kv_heads()) {
+    return Bad(absl::StrCat(
+        "--zero=2 cannot be combined yet with key/value heads replicated "
+        "over tp (--tp=",
+        o.tp, " > --n_kv_heads=", o.model.kv_heads(),
+        "); use --zero=1 or a --tp dividing the key/value heads"));
   }
   const int64_t rows = o.micro_batch_size * o.model.seq_len;
   if (o.sequence_parallel && rows % o.tp != 0) {

@@ -24,16 +24,14 @@ ShardedOptimizer::ShardedOptimizer(OptimizerConfig config,
                                    const ParameterSet& params,
                                    GradientBuckets& buckets)
     : Optimizer(config, params, NoMoments{}), buckets_(buckets) {
-  TRELLIS_CHECK(buckets.sync() == GradSync::kReduceScatter)
+  TRELLIS_CHECK(buckets.sync() != GradSync::kAllReduce)
       << "a sharded optimizer needs reduce-scattered gradient buckets";
   std::unordered_map<const Parameter*, size_t> index;
   for (size_t i = 0; i < params.all().size(); ++i) index[params.all()[i]] = i;
   std::vector<bool> covered(params.all().size(), false);
   for (int b = 0; b < buckets.num_buckets(); ++b) {
     const Tensor block = buckets.Shard(b);
-    const int64_t start = static_cast<int64_t>(
-        (block.byte_offset() - buckets.flat(b).byte_offset()) /
-        DTypeSize(block.dtype()));
+    const int64_t start = buckets.block_start(b);
     const int64_t end = start + block.numel();
     for (const GradientBuckets::Member& member : buckets.members(b)) {
       auto it = index.find(member.param);
@@ -136,29 +134,46 @@ StepReport ShardedOptimizer::Apply(double grad_norm) {
   return report;
 }
 
+Tensor ShardedOptimizer::Block(const Tensor& buffer, int b) const {
+  return buffer.Narrow(buckets_.block_start(b), buckets_.Shard(b).numel());
+}
+
 void ShardedOptimizer::GatherWeights() {
   const std::vector<Parameter*>& all = params().all();
-  for (const Segment& s : segments_) {
-    buckets_.Shard(s.bucket)
-        .Narrow(s.block_offset, s.length)
-        .CopyFrom(Piece(all[s.param]->weights(), s));
-  }
+  const int n = buckets_.num_buckets();
+  // ZeRO-1 gathers through the (spent) gradient buckets, all launched
+  // before the first is waited on; ZeRO-2 through buffers of their own, at
+  // most kMaxInFlight at once.
+  const int window = buckets_.sync() == GradSync::kShardGradients
+                         ? GradientBuckets::kMaxInFlight
+                         : n;
+  std::vector<Tensor> buffers(n);
+  std::vector<std::unique_ptr<Request>> gathers(n);
   Communicator& dp = buckets_.dp();
-  std::vector<std::unique_ptr<Request>> gathers;
-  for (int b = 0; b < buckets_.num_buckets(); ++b) {
-    const Tensor block = buckets_.Shard(b);
-    gathers.push_back(dp.size() > 1 ? dp.AllGatherAsync(block, buckets_.flat(b))
-                                    : std::make_unique<DoneRequest>());
-  }
+  auto launch = [&](int b) {
+    buffers[b] = buckets_.GatherBuffer(b);
+    const Tensor block = Block(buffers[b], b);
+    for (size_t k = 0; k < segments_.size(); ++k) {
+      const Segment& s = segments_[k];
+      if (s.bucket != b) continue;
+      block.Narrow(s.block_offset, s.length)
+          .CopyFrom(Piece(all[s.param]->weights(), s));
+    }
+    gathers[b] = dp.size() > 1 ? dp.AllGatherAsync(block, buffers[b])
+                               : std::make_unique<DoneRequest>();
+  };
+  for (int b = 0; b < std::min(window, n); ++b) launch(b);
   // Copies out bucket by bucket while later gathers are still running.
-  for (int b = 0; b < buckets_.num_buckets(); ++b) {
+  for (int b = 0; b < n; ++b) {
     gathers[b]->Wait();
+    gathers[b].reset();
     for (const GradientBuckets::Member& member : buckets_.members(b)) {
       Parameter& p = *member.param;
-      Flat(p.weights())
-          .CopyFrom(buckets_.flat(b).Narrow(member.offset, p.numel()));
+      Flat(p.weights()).CopyFrom(buffers[b].Narrow(member.offset, p.numel()));
       RefreshFromMaster(p);
     }
+    buffers[b] = Tensor();
+    if (b + window < n) launch(b + window);
   }
 }
 
@@ -166,27 +181,38 @@ void ShardedOptimizer::GatherMoments(const std::vector<Tensor>& blocks,
                                      std::vector<Tensor>& whole) {
   Communicator& dp = buckets_.dp();
   for (int b = 0; b < buckets_.num_buckets(); ++b) {
-    Tensor block = buckets_.Shard(b);
+    Tensor buffer = buckets_.GatherBuffer(b);
+    Tensor block = Block(buffer, b);
     block.CopyFrom(blocks[b]);
-    if (dp.size() > 1) dp.AllGather(block, buckets_.flat(b));
+    if (dp.size() > 1) dp.AllGather(block, buffer);
     for (const GradientBuckets::Member& member : buckets_.members(b)) {
       for (size_t i = 0; i < params().all().size(); ++i) {
-        if (params().all()[i] != member.param) continue;
+        if (params().all()[i] != member.param || !whole[i].defined()) continue;
         Flat(whole[i]).CopyFrom(
-            buckets_.flat(b).Narrow(member.offset, member.param->numel()));
+            buffer.Narrow(member.offset, member.param->numel()));
       }
     }
   }
 }
 
+bool ShardedOptimizer::SavesMoments(size_t i) const {
+  return static_cast<int>(i % static_cast<size_t>(buckets_.dp().size())) ==
+         buckets_.dp().rank();
+}
+
 void ShardedOptimizer::BeginCheckpointIo(CheckpointIo io) {
   m().clear();
   v().clear();
-  for (const Parameter* p : params().all()) {
-    m().push_back(
-        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
-    v().push_back(
-        Tensor::Zeros(p->value.shape(), MomentType(*p), p->value.device()));
+  const std::vector<Parameter*>& all = params().all();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Parameter* p = all[i];
+    const bool kept = io == CheckpointIo::kLoad || SavesMoments(i);
+    m().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
+                                       p->value.device())
+                       : Tensor());
+    v().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
+                                       p->value.device())
+                       : Tensor());
   }
   if (io == CheckpointIo::kSave) {
     // Through the buckets: the gradients there are spent after a step and

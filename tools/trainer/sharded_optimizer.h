@@ -1,31 +1,36 @@
 // ShardedOptimizer: AdamW with its state sharded over the data-parallel
-// group (ZeRO level 1).
+// group (ZeRO levels 1 and 2).
 //
-// The gradient buckets (GradientBuckets in GradSync::kReduceScatter) lay
-// every parameter's gradient out in flat buckets, each padded to a multiple
-// of the dp size, and reduce-scatter them during backward: dp rank r ends up
-// with the averaged gradients of block r of every bucket (equal blocks, a
-// contiguous 1/dp of each bucket). This optimizer owns the same blocks: it
-// keeps the AdamW moments (float32; float64 for float64 parameters) of its
-// blocks only, and steps only the weight elements in them (the full-
-// precision weights: the float32 master of a bfloat16 value). A block cuts
-// parameters anywhere; each piece of a parameter that falls in it is one
-// segment, stepped with that parameter's weight decay.
+// The gradient buckets (GradientBuckets in GradSync::kReduceScatter or
+// kShardGradients) lay every parameter's gradient out in flat buckets,
+// each padded to a multiple of the dp size, and reduce-scatter them during
+// backward: dp rank r ends up with the averaged gradients of block r of
+// every bucket (equal blocks, a contiguous 1/dp of each bucket), Shard(b).
+// This optimizer owns the same blocks: it keeps the AdamW moments (float32;
+// float64 for float64 parameters) of its blocks only, and steps only the
+// weight elements in them (the full-precision weights: the float32 master
+// of a bfloat16 value). A block cuts parameters anywhere; each piece of a
+// parameter that falls in it is one segment, stepped with that parameter's
+// weight decay.
 //
 // One step: the gradient norm sums the squares of the owned segments of
 // primary parameters and reduces them over dp, tp and pp at once (each
 // logical element is counted once, as Optimizer does); clipping and AdamW
 // follow on the segments; then each rank writes its updated weights into
-// its block of the bucket (the gradients there are spent) and the buckets
-// are all-gathered over dp, every gather launched before the first is
-// waited on, and each parameter's weights are copied back out of its bucket
-// (bfloat16 values refreshed from their masters). The elementwise numbers
+// its block of a bucket-sized buffer and the buffers are all-gathered over
+// dp, and each parameter's weights are copied back out (bfloat16 values
+// refreshed from their masters). Under kReduceScatter the buffers are the
+// (spent) gradient buckets and every gather is launched before the first
+// is waited on; under kShardGradients they are allocated for the gather,
+// at most GradientBuckets::kMaxInFlight at once. The elementwise numbers
 // are Optimizer's; only the norm's summation order differs.
 //
 // Memory: moments are 1/dp of Optimizer's plus the buckets' padding (under
-// dp per bucket); weights and gradient buckets stay whole. Checkpoints stay
-// layout-free: BeginCheckpointIo(kSave) gathers whole per-parameter
-// moments (through the buckets), kLoad allocates them to be read and
+// dp per bucket); weights stay whole. Checkpoints stay layout-free:
+// BeginCheckpointIo(kSave) gathers, through bucket-sized buffers, the whole
+// moments of the parameters this rank saves (SavesMoments: every dp-th, so
+// the dp ranks write the optimizer file together, each holding about 1/dp
+// of the moments whole for it); kLoad allocates them all to be read and
 // EndCheckpointIo(kLoad) keeps the owned segments, so a checkpoint moves
 // between ZeRO levels and layouts.
 //
@@ -44,7 +49,8 @@ namespace trellis {
 
 class ShardedOptimizer : public Optimizer {
  public:
-  // REQUIRES: `buckets` use GradSync::kReduceScatter and hold every
+  // REQUIRES: `buckets` reduce-scatter (kReduceScatter or kShardGradients)
+  // and hold every
   // parameter of `params`; both outlive this.
   ShardedOptimizer(OptimizerConfig config, const ParameterSet& params,
                    GradientBuckets& buckets);
@@ -55,6 +61,9 @@ class ShardedOptimizer : public Optimizer {
   void PoisonGradient() override;
   void BeginCheckpointIo(CheckpointIo io) override;
   void EndCheckpointIo(CheckpointIo io) override;
+  // Parameter i's moments are saved by dp rank i mod dp.
+  bool SavesOwnMoments() const override { return true; }
+  bool SavesMoments(size_t i) const override;
 
   // Elements of each moment this rank keeps (its blocks, padding included).
   int64_t shard_elements() const;
@@ -74,6 +83,8 @@ class ShardedOptimizer : public Optimizer {
   std::vector<Tensor> GradientPieces() const;
   // The segment's elements of a tensor in its parameter's shape.
   static Tensor Piece(const Tensor& whole, const Segment& s);
+  // This rank's block of `buffer`, a buffer of bucket b's size.
+  Tensor Block(const Tensor& buffer, int b) const;
   // Copies each bucket's owned weights into its block, all-gathers the
   // buckets and copies every parameter's weights out.
   void GatherWeights();

@@ -81,6 +81,18 @@ class StageModel : public PipelineStageCallbacks {
   void set_on_gradient_final(std::function<void(const Parameter*)> fn) {
     on_final_ = std::move(fn);
   }
+  // Every chunk's WeightGroups (the units gradients are written in).
+  std::vector<std::vector<Parameter*>> WeightGroups() const {
+    std::vector<std::vector<Parameter*>> groups;
+    for (const auto& c : chunks_) {
+      for (auto& g : c->WeightGroups()) groups.push_back(std::move(g));
+    }
+    return groups;
+  }
+  // Hands `writes` to every chunk (ModelChunk::set_gradient_writes).
+  void set_gradient_writes(const ModelChunk::GradientWrites& writes) {
+    for (const auto& c : chunks_) c->set_gradient_writes(writes);
+  }
 
   // The bytes this rank's training steps hold on its device when running
   // `schedule` (this stage's actions): parameters, gradients, the

@@ -18,7 +18,7 @@
 //
 // Tests only: TRELLIS_TEST_INJECT_NAN=STEP:RANK (or STEP+:RANK) makes world
 // rank RANK write a NaN into a gradient its optimizer reads (the first
-// counted one; under --zero=1 a piece of its own reduced block) on the
+// counted one; under --zero=1 or 2 a piece of its own reduced block) on the
 // first attempt of optimizer step STEP (1-based, as logged; with '+', on
 // every attempt of every step from STEP on), after the gradients are
 // synchronized and before the norm is taken. Only that rank's gradient is

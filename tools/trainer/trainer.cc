@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "tools/trainer/peak_flops.h"
 #include "tools/trainer/rank_device.h"
 #include "tools/trainer/sharded_optimizer.h"
+#include "tools/trainer/zero_memory.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -187,12 +189,21 @@ absl::Status Trainer::Build(DType dtype) {
   std::vector<const Parameter*> alone;
   const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
   if (zero && !tied.empty()) alone.push_back(model_->params().Find(tied));
+  const GradSync sync = o.zero == 0   ? GradSync::kAllReduce
+                        : o.zero == 1 ? GradSync::kReduceScatter
+                                      : GradSync::kShardGradients;
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
-      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp,
-      zero ? GradSync::kReduceScatter : GradSync::kAllReduce, alone);
+      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp, sync,
+      alone);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
+  if (sync == GradSync::kShardGradients) {
+    // ZeRO-2 holds a bucket only while its gradients are written.
+    model_->set_gradient_writes(ModelChunk::GradientWrites{
+        [this](const std::vector<Parameter*>& g) { buckets_->BeforeWrite(g); },
+        [this](const std::vector<Parameter*>& g) { buckets_->AfterWrite(g); }});
+  }
   OptimizerConfig opt;
   opt.schedule = {o.lr, o.min_lr, o.warmup_steps, o.steps};
   opt.beta1 = o.beta1;
@@ -251,8 +262,9 @@ absl::Status Trainer::CheckStartupStop(const char* phase) {
 
 absl::Status Trainer::PlanMemory(size_t available,
                                  const std::vector<Action>& schedule) {
-  memory_plan_ =
-      ShardOverDp(model_->PlanMemory(schedule), options_.zero, options_.dp);
+  // CPU ranks reduce-scatter over MPI, through scratch blocks.
+  memory_plan_ = PlanZeroMemory(*model_, options_, model_->PlanMemory(schedule),
+                                device_.is_cpu());
   const absl::Status fits =
       CheckMemoryPlan(memory_plan_, available,
                       absl::StrCat("rank ", groups_.world->rank(), " (",
@@ -388,7 +400,12 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
       FamilyOf(options_.model).TiedEmbedding(options_.model);
   if (groups_.embed != nullptr && groups_.embed->size() > 1 && !tied.empty()) {
     const ScopedTraceSpan span = phase("embed sync");
-    groups_.embed->AllReduce(model_->params().Find(tied)->grad, ReduceOp::kSum);
+    const Parameter* embedding = model_->params().Find(tied);
+    // ZeRO-2 keeps only this rank's block of it (its bucket's, alone).
+    Tensor grad = buckets_->sync() == GradSync::kShardGradients
+                      ? buckets_->Shard(buckets_->BucketOf(embedding))
+                      : embedding->grad;
+    groups_.embed->AllReduce(grad, ReduceOp::kSum);
   }
   {
     const ScopedTraceSpan span = phase("optimizer");

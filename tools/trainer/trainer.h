@@ -96,6 +96,8 @@ class Trainer {
   const std::vector<double>& losses() const { return losses_; }
   Device device() const { return device_; }
   const MemoryPlan& memory_plan() const { return memory_plan_; }
+  // The data-parallel gradient buckets.
+  const GradientBuckets& buckets() const { return *buckets_; }
   // The arena that holds the plan's tensors.
   const MemoryArena& arena() const { return *arena_scope_->arena(); }
   // Loads the weights (not the optimizer) of checkpoint `dir`, checking

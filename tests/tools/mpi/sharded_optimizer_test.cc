@@ -84,6 +84,12 @@ int WorldSize() {
   return size;
 }
 
+int WorldRank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
 void ExpectClose(const Tensor& got, const Tensor& want,
                  const std::string& what) {
   for (int64_t j = 0; j < want.numel(); ++j) {
@@ -108,9 +114,15 @@ TEST(ShardedOptimizerTest, StepsAsTheReplicatedOptimizerDoes) {
                     absl::StrCat("step ", step, " p", i));
       }
     }
-    // The moments, gathered whole for a checkpoint.
+    // The moments, gathered whole for a checkpoint on the rank that saves
+    // them (every dp-th parameter's), and held nowhere else.
     zero.optimizer->BeginCheckpointIo(CheckpointIo::kSave);
+    ASSERT_TRUE(zero.optimizer->SavesOwnMoments());
     for (size_t i = 0; i < plain.order.size(); ++i) {
+      const bool saves = zero.optimizer->SavesMoments(i);
+      EXPECT_EQ(saves, static_cast<int>(i) % WorldSize() == WorldRank());
+      EXPECT_EQ(zero.optimizer->exp_avg(i).defined(), saves);
+      if (!saves) continue;
       ExpectClose(zero.optimizer->exp_avg(i), plain.optimizer->exp_avg(i),
                   absl::StrCat("exp_avg p", i));
       ExpectClose(zero.optimizer->exp_avg_sq(i), plain.optimizer->exp_avg_sq(i),

@@ -1,0 +1,38 @@
+// PlanZeroMemory: a rank's memory plan under its ZeRO level (--zero), from
+// the stage's declared parameters (no tensor need exist).
+//
+// Level 0 is the replicated plan. Level 1 keeps 1/dp of the AdamW moments;
+// level 2 also 1/dp of the gradients plus the bucket buffers in flight,
+// planned with GradientBuckets::PlanBoundBytes over the stage's weight
+// groups (the tied embedding alone in its bucket; the last stage's head
+// weight, taken to be its largest parameter, written ahead in forward).
+// With `staged_reduce_scatter` (MPI: an in-place reduce-scatter goes
+// through a scratch block of 1/dp of the bucket) levels 1 and 2 add those
+// blocks: every bucket's at once under level 1, kMaxInFlight of the
+// largest under level 2. See ShardOverDp.
+// Thread safety: a pure function of its arguments.
+#ifndef TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
+#define TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
+
+#include <cstddef>
+
+#include "tools/trainer/memory_plan.h"
+#include "tools/trainer/options.h"
+#include "tools/trainer/stage_model.h"
+
+namespace trellis {
+
+// `replicated`: model.PlanMemory's plan (level 0).
+MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
+                          const MemoryPlan& replicated,
+                          bool staged_reduce_scatter);
+
+// Level 2's bucket bytes bound at once; `largest_bucket` (if not null)
+// gets the largest bucket's bytes.
+size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
+                           const MemoryPlan& replicated,
+                           size_t* largest_bucket);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
