@@ -119,7 +119,9 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
   const int64_t nc = n * o.model.d_model;
   Traffic t;
   CommStats& world = t.stats["world"];
-  if (o.dp * o.tp * o.pp > 1) Add(world, CommOp::kAllReduce, 1, 8);
+  // The step guard's verdict and the largest rank's memory high-water mark:
+  // one float64 each.
+  if (o.dp * o.tp * o.pp > 1) Add(world, CommOp::kAllReduce, 2, 16);
   CommStats& tp = t.stats["tp"];
   if (o.tp > 1) {
     const int64_t big = m * (4 * plan.layers + plan.first + plan.last);
