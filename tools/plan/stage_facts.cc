@@ -31,8 +31,9 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options) {
     StageFacts facts;
     // The trainer's own plan of the rank's ZeRO level (CPU ranks
     // reduce-scatter through MPI's scratch blocks).
-    facts.memory = PlanZeroMemory(
-        model, options, model.PlanMemory(schedules[p]), device.is_cpu());
+    const MemoryPlan replicated = model.PlanMemory(schedules[p]);
+    facts.memory = PlanZeroMemory(model, options, replicated, device.is_cpu());
+    facts.gradient_bytes = static_cast<int64_t>(replicated.gradients);
     facts.chunks = model.chunk_plans();
     for (const Parameter* param : model.params().all()) {
       facts.local_parameters += NumElements(param->spec.LocalShape());

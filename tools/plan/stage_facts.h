@@ -19,7 +19,9 @@
 namespace trellis {
 
 struct StageFacts {
-  MemoryPlan memory;              // tp rank 0 of the stage, after ZeRO
+  MemoryPlan memory;  // tp rank 0 of the stage, after ZeRO
+  // The whole gradients' bytes (before ZeRO): what the dp sync moves.
+  int64_t gradient_bytes = 0;
   std::vector<ChunkPlan> chunks;  // by virtual stage
   int64_t local_parameters = 0;   // parameter elements this rank holds
 };

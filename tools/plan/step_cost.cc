@@ -145,7 +145,7 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
                        double stage_end, const ClusterSpec& cluster,
                        const LinkSpec& link, double* total) {
   const int dp = static_cast<int>(o.dp);
-  const int64_t grads = static_cast<int64_t>(stage.memory.gradients);
+  const int64_t grads = stage.gradient_bytes;
   const int64_t bucket = static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024);
   const CommOp op = o.zero > 0 ? CommOp::kReduceScatter : CommOp::kAllReduce;
   *total = 0;
@@ -195,8 +195,7 @@ double UpdateSeconds(const TrainOptions& o,
         owned * (kAdamBytes + (s.bytes == 2 ? kAdamBf16Bytes : 0));
     double t = bytes / s.memory_rate;
     if (o.zero > 0) {
-      t += CollectiveSeconds(CommOp::kAllGather,
-                             static_cast<int64_t>(stage.memory.gradients),
+      t += CollectiveSeconds(CommOp::kAllGather, stage.gradient_bytes,
                              static_cast<int>(o.dp), dp_link);
     }
     update = std::max(update, t);
