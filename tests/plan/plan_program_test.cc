@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -33,7 +34,9 @@ std::string Slurp(const std::string& path) {
 // Runs build/bin/trellis-<program> with `args`.
 Output RunProgram(const std::string& program, const std::string& args) {
   const std::string dir = ::testing::TempDir();
-  const std::string err = dir + "/plan_stderr.txt";
+  // Per process: ctest runs this suite's tests side by side.
+  const std::string err =
+      absl::StrCat(dir, "/plan_stderr_", ::getpid(), ".txt");
   const std::string command =
       absl::StrCat("OPENBLAS_NUM_THREADS=1 ", TRELLIS_BINARY_DIR,
                    "/bin/trellis-", program, " ", args, " 2>", err);
@@ -58,7 +61,8 @@ const std::string kTrainModel =
 const std::string kModel = kTrainModel + " --vocab_size=257";
 
 std::string WriteCluster(const std::string& name, const nlohmann::json& j) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/", ::getpid(), "_", name);
   std::ofstream(path) << j.dump();
   return path;
 }
@@ -152,7 +156,8 @@ TEST(PlanProgramTest, NothingFitsIsATable) {
 }
 
 TEST(PlanProgramTest, TrainPlanOnlyExplainsItsLayoutAndAllocatesNothing) {
-  const std::string data = ::testing::TempDir() + "/plan_only_tokens.h5";
+  const std::string data = absl::StrCat(
+      ::testing::TempDir(), "/plan_only_tokens_", ::getpid(), ".h5");
   test::WriteTokenFile(data, test::kByteVocab);
   const std::string flags = absl::StrCat(kTrainModel, " --data=", data,
                                          " --dp=1 --tp=1 --pp=2 --plan_only");
