@@ -204,8 +204,8 @@ int Main(int argc, char** argv) {
   }
   auto start = Clock::now();
   ParameterSet params;
-  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true}, TpPlace{},
-                   1337, Device::Cpu(), DType::kF32, params);
+  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true},
+                     TpPlace{}, 1337, Device::Cpu(), DType::kF32, params);
   // Gradients play no part: free them, so memory holds what a checkpoint
   // holds and the page cache keeps its room.
   for (Parameter* p : params.all()) p->grad = Tensor();

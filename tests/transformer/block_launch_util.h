@@ -36,7 +36,7 @@ inline int64_t CountBlockBackward(Device device, DType dtype,
   const ModelConfig config = Gpt2BlockConfig();
   ParameterSet params;
   AddModelParameters(config, ChunkPlan{0, 1, true, true}, TpPlace{}, 7, device,
-                   dtype, params);
+                     dtype, params);
   const Block block(config, 0, TpPlace{}, params, options);
   SelfCommunicator tp("tp");
   Block::State state = block.NewState(batch, dtype, device);

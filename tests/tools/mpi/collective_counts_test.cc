@@ -236,7 +236,7 @@ TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
     const TpPlace place{tp, context->coord().t};
     ParameterSet params;
     AddModelParameters(config, ChunkPlan{0, 1, false, false}, place, 7,
-                     Device::Cpu(), DType::kF32, params);
+                       Device::Cpu(), DType::kF32, params);
     const Block block(config, 0, place, params);
     Block::State state = block.NewState(batch, DType::kF32, Device::Cpu());
     Block::Workspace work =
