@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/tools/checkpoint_test_util.h"
 #include "tests/tools/tools_test_util.h"
@@ -139,7 +140,12 @@ TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
   EXPECT_GE(CountDumps(save_dir), 1) << output;
 }
 
-TEST(WatchdogJobsTest, SkippedCollectiveNamesTheLaggingRank) {
+// The fault program's six operations on world are all-reduces or barriers
+// (the parameter): a barrier waits under the deadline as the others do.
+class WatchdogSkipTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WatchdogSkipTest, SkippedCollectiveNamesTheLaggingRank) {
+  const std::string operation = GetParam();
   const std::string dir = test::ScratchDir();
   const std::string log = dir + "/job.txt";
   std::vector<std::string> argv =
@@ -147,6 +153,7 @@ TEST(WatchdogJobsTest, SkippedCollectiveNamesTheLaggingRank) {
   argv.push_back(TRELLIS_WATCHDOG_FAULT_PROGRAM);
   argv.push_back(dir);
   argv.push_back(std::to_string(kTimeoutS));
+  argv.push_back(operation);
   ::setenv("TRELLIS_TEST_SKIP_COLLECTIVE", "2:world:3", 1);
   const pid_t mpirun = test::StartProgram(argv, log);
   ::unsetenv("TRELLIS_TEST_SKIP_COLLECTIVE");
@@ -165,9 +172,10 @@ TEST(WatchdogJobsTest, SkippedCollectiveNamesTheLaggingRank) {
   ASSERT_FALSE(reports.empty()) << output;
   for (const std::string& line : reports) {
     // The others wait on world's seq 5, which rank 2 (5 issued) never posts.
-    EXPECT_THAT(line, testing::ContainsRegex(
-                          "all_reduce seq 5 of group world .*lagging on world "
-                          "\\(has not issued seq 5\\): rank 2 \\(issued 5\\)"))
+    EXPECT_THAT(line, testing::ContainsRegex(absl::StrCat(
+                          operation,
+                          " seq 5 of group world .*lagging on world "
+                          "\\(has not issued seq 5\\): rank 2 \\(issued 5\\)")))
         << line;
     EXPECT_THAT(line, testing::Not(testing::HasSubstr("no answer")))
         << "rank 2 waits in a watched call and should answer: " << line;
@@ -181,49 +189,11 @@ TEST(WatchdogJobsTest, SkippedCollectiveNamesTheLaggingRank) {
   EXPECT_EQ(dump["operations"][3]["state"], "skipped");
 }
 
-// A barrier waits under the deadline as the other collectives do.
-TEST(WatchdogJobsTest, SkippedBarrierNamesTheLaggingRank) {
-  const std::string dir = test::ScratchDir();
-  const std::string log = dir + "/job.txt";
-  std::vector<std::string> argv =
-      test::Mpirun(4, {"TRELLIS_TEST_SKIP_COLLECTIVE"});
-  argv.push_back(TRELLIS_WATCHDOG_FAULT_PROGRAM);
-  argv.push_back(dir);
-  argv.push_back(std::to_string(kTimeoutS));
-  argv.push_back("barrier");
-  ::setenv("TRELLIS_TEST_SKIP_COLLECTIVE", "2:world:3", 1);
-  const pid_t mpirun = test::StartProgram(argv, log);
-  ::unsetenv("TRELLIS_TEST_SKIP_COLLECTIVE");
-  ASSERT_GT(mpirun, 0);
-  const Clock::time_point start = Clock::now();
-  const int exit_code = test::WaitProgram(mpirun, kTimeoutS + 60);
-  const double seconds =
-      std::chrono::duration<double>(Clock::now() - start).count();
-  KillJob(mpirun, -1);
-
-  const std::string output = test::ReadFile(log);
-  EXPECT_NE(exit_code, 0) << output;
-  EXPECT_NE(exit_code, -1) << "the job hung:\n" << output;
-  EXPECT_LT(seconds, kTimeoutS + 30) << output;
-  const std::vector<std::string> reports = ReportLines(output);
-  ASSERT_FALSE(reports.empty()) << output;
-  for (const std::string& line : reports) {
-    // The others wait on world's seq 5, which rank 2 (5 issued) never posts.
-    EXPECT_THAT(line, testing::ContainsRegex(
-                          "barrier seq 5 of group world .*lagging on world "
-                          "\\(has not issued seq 5\\): rank 2 \\(issued 5\\)"))
-        << line;
-    EXPECT_THAT(line, testing::Not(testing::HasSubstr("no answer")))
-        << "rank 2 waits in a watched call and should answer: " << line;
-  }
-  // The ranks that timed out and rank 2, which answered their notice.
-  EXPECT_GE(CountDumps(dir), 2) << output;
-  std::ifstream in(dir + "/flight_2.json");
-  ASSERT_TRUE(in.good()) << output;
-  const nlohmann::json dump = nlohmann::json::parse(in);
-  EXPECT_EQ(dump["issued"]["world"], 5);
-  EXPECT_EQ(dump["operations"][3]["state"], "skipped");
-}
+INSTANTIATE_TEST_SUITE_P(Operations, WatchdogSkipTest,
+                         ::testing::Values("all_reduce", "barrier"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return i.param;
+                         });
 
 TEST(WatchdogJobsTest, FaultProgramCompletesWithoutAFault) {
   const std::string dir = test::ScratchDir();
