@@ -64,6 +64,12 @@ Parameter* ParameterSet::Find(const std::string& name) const {
   return it == index_.end() ? nullptr : it->second;
 }
 
+Parameter& ParameterSet::Get(const std::string& name) const {
+  Parameter* p = Find(name);
+  TRELLIS_CHECK(p != nullptr) << "no parameter " << name;
+  return *p;
+}
+
 int64_t ParameterSet::LocalElements() const {
   int64_t n = 0;
   for (const Parameter* p : order_) n += p->numel();

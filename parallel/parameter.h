@@ -85,6 +85,9 @@ class ParameterSet {
   // by the embedding and the LM head on a single stage).
   void AddShared(Parameter* parameter);
   Parameter* Find(const std::string& name) const;
+  // Find for a parameter that must be there (a model's own declaration):
+  // a missing one is an invariant failure naming it.
+  Parameter& Get(const std::string& name) const;
   const std::vector<Parameter*>& all() const { return order_; }
   int64_t LocalElements() const;
   void ZeroGrads();

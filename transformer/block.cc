@@ -11,9 +11,7 @@ namespace trellis {
 namespace {
 
 Parameter& Find(const ParameterSet& params, int64_t layer, const char* suffix) {
-  Parameter* p = params.Find(LayerParameterName(layer, suffix));
-  TRELLIS_CHECK(p != nullptr) << LayerParameterName(layer, suffix);
-  return *p;
+  return params.Get(LayerParameterName(layer, suffix));
 }
 
 }  // namespace

@@ -13,12 +13,6 @@
 namespace trellis {
 namespace {
 
-Parameter& Find(const ParameterSet& params, const std::string& name) {
-  Parameter* p = params.Find(name);
-  TRELLIS_CHECK(p != nullptr) << name;
-  return *p;
-}
-
 // ln_1 → c_attn → attention over the cache → c_proj (all-reduced) →
 // residual → ln_2 → c_fc + GELU → mlp.c_proj (all-reduced) → residual.
 class GptCachedBlock : public CachedBlock {
@@ -83,7 +77,7 @@ class GptCachedBlock : public CachedBlock {
  private:
   static Parameter& P(const ParameterSet& params, int64_t layer,
                       const char* suffix) {
-    return Find(params, LayerParameterName(layer, suffix));
+    return params.Get(LayerParameterName(layer, suffix));
   }
 
   int64_t heads_, head_dim_, d_model_;
@@ -103,10 +97,10 @@ std::unique_ptr<ModelDecoder> NewGptDecoder(const ModelConfig& config,
                                             const DecoderSetup& setup) {
   const ParameterSet& params = *setup.params;
   ChunkEnds ends;
-  ends.embedding = &Find(params, "wte");
-  ends.positions = &Find(params, "wpe");
-  ends.norm_weight = &Find(params, "ln_f.weight");
-  ends.norm_bias = &Find(params, "ln_f.bias");
+  ends.embedding = &params.Get("wte");
+  ends.positions = &params.Get("wpe");
+  ends.norm_weight = &params.Get("ln_f.weight");
+  ends.norm_bias = &params.Get("ln_f.bias");
   ends.head = ends.embedding;
   std::vector<std::unique_ptr<CachedBlock>> blocks;
   for (int64_t l = 0; l < config.n_layer; ++l) {

@@ -11,9 +11,7 @@ namespace trellis {
 namespace {
 
 Parameter& Find(const ParameterSet& params, int64_t layer, const char* suffix) {
-  Parameter* p = params.Find(LlamaLayerName(layer, suffix));
-  TRELLIS_CHECK(p != nullptr) << LlamaLayerName(layer, suffix);
-  return *p;
+  return params.Get(LlamaLayerName(layer, suffix));
 }
 
 // The RoPE tables' dtype: the activations' on the CPU, float32 on CUDA.

@@ -15,12 +15,6 @@
 namespace trellis {
 namespace {
 
-Parameter& Find(const ParameterSet& params, const std::string& name) {
-  Parameter* p = params.Find(name);
-  TRELLIS_CHECK(p != nullptr) << name;
-  return *p;
-}
-
 // RMSNorm → qkv_proj → RoPE at the tokens' positions → attention over the
 // cache → o_proj (all-reduced) → residual → RMSNorm → gate_up_proj →
 // SwiGLU → down_proj (all-reduced) → residual.
@@ -97,7 +91,7 @@ class LlamaCachedBlock : public CachedBlock {
  private:
   static Parameter& P(const ParameterSet& params, int64_t layer,
                       const char* suffix) {
-    return Find(params, LlamaLayerName(layer, suffix));
+    return params.Get(LlamaLayerName(layer, suffix));
   }
 
   ModelConfig config_;
@@ -116,11 +110,10 @@ std::unique_ptr<ModelDecoder> NewLlamaDecoder(const ModelConfig& config,
                                               const DecoderSetup& setup) {
   const ParameterSet& params = *setup.params;
   ChunkEnds ends;
-  ends.embedding = &Find(params, kLlamaEmbedding);
-  ends.norm_weight = &Find(params, kLlamaNorm);
+  ends.embedding = &params.Get(kLlamaEmbedding);
+  ends.norm_weight = &params.Get(kLlamaNorm);
   ends.norm_eps = config.norm_eps;
-  ends.head =
-      &Find(params, config.tie_embeddings ? kLlamaEmbedding : kLlamaHead);
+  ends.head = &params.Get(config.tie_embeddings ? kLlamaEmbedding : kLlamaHead);
   std::vector<std::unique_ptr<CachedBlock>> blocks;
   for (int64_t l = 0; l < config.n_layer; ++l) {
     blocks.push_back(
