@@ -25,40 +25,10 @@ import argparse
 import json
 import math
 import os
-import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-
-
-def read_safetensors(torch, path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = bytearray(f.read())
-    dtypes = {"F32": torch.float32, "F16": torch.float16,
-              "BF16": torch.bfloat16}
-    out = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        t = torch.frombuffer(data[begin:end], dtype=dtypes[entry["dtype"]])
-        out[name] = t.reshape(entry["shape"]).clone()
-    return out
-
-
-def read_model(torch, model_dir):
-    single = os.path.join(model_dir, "model.safetensors")
-    if os.path.exists(single):
-        return read_safetensors(torch, single)
-    with open(os.path.join(model_dir, "model.safetensors.index.json")) as f:
-        index = json.load(f)
-    tensors = {}
-    for file in sorted(set(index["weight_map"].values())):
-        tensors.update(read_safetensors(torch, os.path.join(model_dir, file)))
-    return tensors
 
 
 def inv_freq(torch, config, head_dim):
@@ -91,20 +61,19 @@ def rms_norm(torch, x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def loss(torch, config, w, tokens):
-    """Mean next-token loss of windows `tokens` (B, T + 1)."""
+def logits(torch, config, w, inputs):
+    """The next-token logits (B, T, V) of token ids `inputs` (B, T)."""
     c = config["hidden_size"]
     n_head = config["num_attention_heads"]
     n_kv = config.get("num_key_value_heads", n_head)
     d = c // n_head
     eps = config.get("rms_norm_eps", 1e-6)
-    inputs, targets = tokens[:, :-1], tokens[:, 1:]
     b, t = inputs.shape
     angles = torch.outer(torch.arange(t, dtype=torch.float64),
                          inv_freq(torch, config, d))
     emb = torch.cat((angles, angles), dim=-1).to(w["model.norm.weight"])
     cos, sin = emb.cos(), emb.sin()
-    mask = torch.tril(torch.ones(t, t, device=tokens.device)).bool()
+    mask = torch.tril(torch.ones(t, t, device=inputs.device)).bool()
     x = w["model.embed_tokens.weight"][inputs]
     for layer in range(config["num_hidden_layers"]):
         p = f"model.layers.{layer}."
@@ -132,9 +101,15 @@ def loss(torch, config, w, tokens):
     head = w["model.embed_tokens.weight"]
     if not config.get("tie_word_embeddings", False):
         head = w["lm_head.weight"]
-    logits = x @ head.T
+    return x @ head.T
+
+
+def loss(torch, config, w, tokens):
+    """Mean next-token loss of windows `tokens` (B, T + 1)."""
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    out = logits(torch, config, w, inputs)
     return torch.nn.functional.cross_entropy(
-        logits.reshape(b * t, -1), targets.reshape(-1)).item()
+        out.reshape(-1, out.shape[-1]), targets.reshape(-1)).item()
 
 
 def main():
@@ -154,8 +129,7 @@ def main():
         common.skip(args.json, f"no PyTorch in {sys.executable} ({e})")
     if args.device == "cuda" and not torch.cuda.is_available():
         common.skip(args.json, "PyTorch sees no CUDA device")
-    with open(os.path.join(args.model_dir, "config.json")) as f:
-        config = json.load(f)
+    config = common.read_config(args.model_dir)
     with open(args.tokens_file) as f:
         ids = [int(s) for s in f.read().split()]
     n = args.windows * (args.seq_len + 1)
@@ -163,7 +137,7 @@ def main():
         sys.exit(f"{args.tokens_file} holds fewer than {args.windows} windows")
     dtype = getattr(torch, args.dtype)
     weights = {k: v.to(args.device, dtype)
-               for k, v in read_model(torch, args.model_dir).items()}
+               for k, v in common.read_model(torch, args.model_dir).items()}
     tokens = torch.tensor(ids[:n], device=args.device).view(
         args.windows, args.seq_len + 1)
     with torch.no_grad():
