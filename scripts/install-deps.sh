@@ -16,6 +16,7 @@ packages=(
   bible-kjv
   clang-format
   python3-protobuf protobuf-compiler
+  python3-torch
   slurm-wlm munge libpmix2
 )
 

@@ -4,7 +4,10 @@
 // The rule: the file's token stream is cut, from its start, into
 // consecutive non-overlapping windows of seq_len + 1 tokens (a last partial
 // window is dropped); each window predicts its last seq_len tokens from the
-// ones before. eval_loss is the mean over all predicted tokens of the first
+// ones before. seq_len is the checkpoint's, or --seq_len to evaluate at
+// another context length: any for rotary-position models (Llama), at most
+// the learned positions for GPT-2. eval_loss is the mean over all predicted
+// tokens of the first
 // --max_windows windows (all windows when 0). It prints `eval_loss <value>`
 // and one JSON line. A blend (--data=0.7:a.h5,0.3:b.h5) scores each file so;
 // eval_loss is then their weighted mean, printed with each file's loss as
@@ -42,6 +45,10 @@ ABSL_FLAG(std::string, data, "",
 ABSL_FLAG(int64_t, max_windows, 0,
           "windows to evaluate from each file (0: all)");
 ABSL_FLAG(int64_t, micro_batch_size, 4, "windows per forward pass");
+ABSL_FLAG(int64_t, seq_len, 0,
+          "context length to evaluate at (0: the checkpoint's); a model with "
+          "rotary positions (llama) takes any, GPT-2 at most its learned "
+          "positions (wpe rows)");
 // The layout and device flags are trellis-train's (ReadParallelFlags).
 
 namespace trellis {
@@ -74,7 +81,8 @@ absl::StatusOr<StreamEval> Evaluate(const MpiRuntime& runtime) {
                            ParallelContext::Create(runtime, mesh));
   TRELLIS_ASSIGN_OR_RETURN(
       std::unique_ptr<Evaluator> evaluator,
-      Evaluator::Create(o, context.groups(), context.coord(), dir));
+      Evaluator::Create(o, context.groups(), context.coord(), dir, DType::kF32,
+                        absl::GetFlag(FLAGS_seq_len)));
   return evaluator->EvaluateStreams(absl::GetFlag(FLAGS_max_windows));
 }
 
@@ -113,7 +121,7 @@ int Main(int argc, char** argv) {
   MpiRuntime runtime(&argc, &argv);
   absl::SetProgramUsageMessage(
       "trellis-eval --load CKPT --data FILE.h5|W:A.h5,W:B.h5,... "
-      "[--max_windows N]");
+      "[--max_windows N --seq_len T]");
   if (trellis::PrintHelpIfAsked(argc, argv,
                                 std::string(absl::ProgramUsageMessage()))) {
     return 0;

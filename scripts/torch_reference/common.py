@@ -1,15 +1,19 @@
 """Shared pieces of the PyTorch reference scripts (gpt2_bench.py,
-sdpa_bench.py): the clean skip when PyTorch or its GPU is missing, the
-timing of a callable with CUDA events, and the JSON result file.
+sdpa_bench.py, hf_llama_loss.py, hf_generate.py): the clean skip when
+PyTorch or its GPU is missing, the timing of a callable with CUDA events,
+the JSON result file, and the reading of a Hugging Face model directory
+(config.json and its safetensors) into torch tensors.
 
-Both scripts write one JSON object to --json. A run that cannot measure
+The scripts write one JSON object to --json. A run that cannot measure
 (no PyTorch, no CUDA device, a PyTorch too old for what is timed) writes
 {"skipped": "<why>"} and exits 0, so the GPU check reports a note instead
-of a failure.
+of a failure (the tests, which need PyTorch, fail on it instead).
 """
 
 import json
+import os
 import statistics
+import struct
 import sys
 import time
 
@@ -90,3 +94,40 @@ def parse_shape(text):
         raise ValueError(f"shape '{text}' is not BxTxHxD with positive sizes")
     b, t, h, d = (int(p) for p in parts)
     return {"name": "custom", "B": b, "T": t, "H": h, "D": d}
+
+
+def read_safetensors(torch, path):
+    """{name: tensor} of one safetensors file (F32, F16, BF16)."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = bytearray(f.read())
+    dtypes = {"F32": torch.float32, "F16": torch.float16,
+              "BF16": torch.bfloat16}
+    out = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        t = torch.frombuffer(data[begin:end], dtype=dtypes[entry["dtype"]])
+        out[name] = t.reshape(entry["shape"]).clone()
+    return out
+
+
+def read_model(torch, model_dir):
+    """The tensors of a Hugging Face directory: model.safetensors, or the
+    shards that model.safetensors.index.json names."""
+    single = os.path.join(model_dir, "model.safetensors")
+    if os.path.exists(single):
+        return read_safetensors(torch, single)
+    with open(os.path.join(model_dir, "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    tensors = {}
+    for file in sorted(set(index["weight_map"].values())):
+        tensors.update(read_safetensors(torch, os.path.join(model_dir, file)))
+    return tensors
+
+
+def read_config(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return json.load(f)

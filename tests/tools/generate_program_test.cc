@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tests/tools/generate_test_util.h"
+#include "tests/tools/torch_reference_util.h"
 
 namespace trellis {
 namespace {
@@ -91,9 +91,6 @@ TEST_F(GenerateProgramTest, TensorParallelGivesOneRanksTokens) {
 }
 
 TEST_F(GenerateProgramTest, GreedyTokensEqualAPlainPythonGpt2) {
-  if (std::system("python3 --version > /dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "no python3 on PATH";
-  }
   const std::string checkpoint = test::TinyCheckpoint("gpt2");
   const std::string hf = dir_ + "/hf";
   const std::string log = dir_ + "/convert.txt";
@@ -107,7 +104,7 @@ TEST_F(GenerateProgramTest, GreedyTokensEqualAPlainPythonGpt2) {
     ids.push_back(absl::StrCat(static_cast<unsigned char>(ch)));
   }
   const std::string out = dir_ + "/reference.txt";
-  ASSERT_EQ(test::RunProgram({"python3",
+  ASSERT_EQ(test::RunProgram({test::Python(),
                               std::string(TRELLIS_SOURCE_DIR) +
                                   "/tests/tools/gpt2_reference.py",
                               hf, absl::StrJoin(ids, ","), "32"},

@@ -190,16 +190,20 @@ absl::Status WriteHf(const ConvertOptions& o, const Input& in, ProgressBar& bar,
       o.hf_lm_head.value_or(SourceValue(m, "hf", "lm_head") == "1");
   const std::string tokenizer =
       in.is_trellis ? in.state.tokenizer : o.tokenizer;
+  const HfSpecialTokens special = HfSpecialTokensOf(
+      tokenizer,
+      in.is_trellis ? in.state.tokenizer_identity : TokenizerIdentity(),
+      m.config.family, m.config.vocab_size);
   absl::StatusOr<std::vector<HfOutputTensor>> tensors;
   std::string config;
   if (m.config.family == ModelFamilyKind::kLlama) {
     tensors = HfLlamaTensors(m, dtype, lm_head);
-    config = HfLlamaConfigJson(m.config, dtype, tokenizer);
+    config = HfLlamaConfigJson(m.config, dtype, tokenizer, special);
   } else {
     tensors = HfGpt2Tensors(
         m, dtype, o.hf_prefix.value_or(SourceValue(m, "hf", "prefix")),
         lm_head);
-    config = HfConfigJson(m.config, dtype, tokenizer);
+    config = HfConfigJson(m.config, dtype, tokenizer, special);
   }
   TRELLIS_RETURN_IF_ERROR(tensors.status());
   const fs::path dir(o.output);

@@ -225,29 +225,30 @@ absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path) {
 }
 
 std::string HfConfigJson(const ModelConfig& config, DType dtype,
-                         const std::string& tokenizer) {
+                         const std::string& tokenizer,
+                         const HfSpecialTokens& special) {
   const char* torch_dtype = dtype == DType::kBF16  ? "bfloat16"
                             : dtype == DType::kF16 ? "float16"
                                                    : "float32";
-  const nlohmann::ordered_json j = {{"architectures", {"GPT2LMHeadModel"}},
-                                    {"model_type", "gpt2"},
-                                    {"activation_function", "gelu_new"},
-                                    {"layer_norm_epsilon", kLayerNormEps},
-                                    {"n_layer", config.n_layer},
-                                    {"n_head", config.n_head},
-                                    {"n_embd", config.d_model},
-                                    {"n_inner", nullptr},
-                                    {"n_positions", config.seq_len},
-                                    {"n_ctx", config.seq_len},
-                                    {"vocab_size", config.vocab_size},
-                                    {"bos_token_id", config.vocab_size - 1},
-                                    {"eos_token_id", config.vocab_size - 1},
-                                    {"tie_word_embeddings", true},
-                                    {"attn_pdrop", 0.0},
-                                    {"embd_pdrop", 0.0},
-                                    {"resid_pdrop", 0.0},
-                                    {"torch_dtype", torch_dtype},
-                                    {"trellis_tokenizer", tokenizer}};
+  nlohmann::ordered_json j = {{"architectures", {"GPT2LMHeadModel"}},
+                              {"model_type", "gpt2"},
+                              {"activation_function", "gelu_new"},
+                              {"layer_norm_epsilon", kLayerNormEps},
+                              {"n_layer", config.n_layer},
+                              {"n_head", config.n_head},
+                              {"n_embd", config.d_model},
+                              {"n_inner", nullptr},
+                              {"n_positions", config.seq_len},
+                              {"n_ctx", config.seq_len},
+                              {"vocab_size", config.vocab_size},
+                              {"tie_word_embeddings", true},
+                              {"attn_pdrop", 0.0},
+                              {"embd_pdrop", 0.0},
+                              {"resid_pdrop", 0.0},
+                              {"torch_dtype", torch_dtype},
+                              {"trellis_tokenizer", tokenizer}};
+  if (special.bos) j["bos_token_id"] = *special.bos;
+  if (special.eos) j["eos_token_id"] = *special.eos;
   return j.dump(2) + "\n";
 }
 

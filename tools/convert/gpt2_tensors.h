@@ -80,8 +80,10 @@ std::string HfName(const std::string& logical);
 // (activation, LayerNorm epsilon, n_inner, untied embeddings).
 absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path);
 // The config.json of a model, as GPT2LMHeadModel's save_pretrained writes.
+// bos_token_id and eos_token_id are those of `special` that are known.
 std::string HfConfigJson(const ModelConfig& config, DType dtype,
-                         const std::string& tokenizer);
+                         const std::string& tokenizer,
+                         const HfSpecialTokens& special);
 
 // Reads the safetensors (one file or shards) of the model `config`
 // describes. Errors name the file (or index) and the tensor (missing, wrong

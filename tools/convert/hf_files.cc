@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -268,6 +269,36 @@ absl::StatusOr<int64_t> ParseByteSize(const std::string& text) {
         "' is not a positive byte count such as 5GB, 500MB, 2GiB or 1000000"));
   }
   return n * scale;
+}
+
+HfSpecialTokens HfSpecialTokensOf(const std::string& spec,
+                                  const TokenizerIdentity& identity,
+                                  ModelFamilyKind family, int64_t vocab_size) {
+  HfSpecialTokens t;
+  if (!spec.empty()) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        MakeTokenizer(spec, kDefaultGpt2AssetsDir);
+    if (tokenizer.ok() &&
+        (identity.kind.empty() ||
+         IdentityMismatch(identity, TokenizerIdentity::Of(**tokenizer))
+             .empty())) {
+      t.eos = (*tokenizer)->eot_token();
+      if (const std::optional<uint32_t> bos = (*tokenizer)->bos_token()) {
+        t.bos = *bos;
+      }
+    }
+  }
+  if (!t.eos && !identity.kind.empty()) t.eos = identity.eot_token;
+  // GPT-2's end-of-text is fixed by its vocabulary (data/tokenizer.h),
+  // whether or not encoder.json is at hand.
+  if (!t.eos && spec == "gpt2") t.eos = 50256;
+  if (!t.bos && family == ModelFamilyKind::kGpt2) t.bos = t.eos;
+  auto in_vocab = [vocab_size](std::optional<int64_t>& id) {
+    if (id && (*id < 0 || *id >= vocab_size)) id.reset();
+  };
+  in_vocab(t.bos);
+  in_vocab(t.eos);
+  return t;
 }
 
 }  // namespace trellis

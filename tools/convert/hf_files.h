@@ -23,10 +23,12 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/tokenizer.h"
 #include "framework/safetensors.h"
 #include "framework/tensor.h"
 #include "transformer/config.h"
@@ -88,6 +90,23 @@ absl::StatusOr<int64_t> WriteHfSafetensors(
     const std::string& dir, const std::vector<HfOutputTensor>& tensors,
     int64_t max_shard_size,
     const std::function<void(int64_t, int64_t, int64_t)>& progress);
+
+// The special token ids a config.json names (bos_token_id, eos_token_id),
+// where the model's tokenizer knows them.
+struct HfSpecialTokens {
+  std::optional<int64_t> bos, eos;
+};
+// The special tokens of tokenizer `spec` (a --tokenizer spec; "" when
+// unknown), recorded in a checkpoint as `identity` (kind "" when it was
+// not): eos is its end-of-text, bos the token its documents start with
+// (Tokenizer::bos_token: Llama 3's <|begin_of_text|>). The spec's
+// files are read when they are there and match `identity`; otherwise eos
+// is the recorded end-of-text, or GPT-2's 50256 for spec "gpt2", and bos
+// is unknown. A gpt2-family model without a bos takes eos for both, as
+// GPT-2's own config.json does. Ids outside [0, vocab_size) are left out.
+HfSpecialTokens HfSpecialTokensOf(const std::string& spec,
+                                  const TokenizerIdentity& identity,
+                                  ModelFamilyKind family, int64_t vocab_size);
 
 // "5GB" (10⁹), "500MB", "64KB", "2GiB" (2³⁰), "512MiB", "8KiB" or a byte
 // count; InvalidArgument naming the text otherwise or when not positive.

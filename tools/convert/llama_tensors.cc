@@ -275,7 +275,8 @@ absl::StatusOr<ModelConfig> ReadHfLlamaConfig(const std::string& path) {
 }
 
 std::string HfLlamaConfigJson(const ModelConfig& c, DType dtype,
-                              const std::string& tokenizer) {
+                              const std::string& tokenizer,
+                              const HfSpecialTokens& special) {
   const char* torch_dtype = dtype == DType::kBF16  ? "bfloat16"
                             : dtype == DType::kF16 ? "float16"
                                                    : "float32";
@@ -288,29 +289,31 @@ std::string HfLlamaConfigJson(const ModelConfig& c, DType dtype,
         {"high_freq_factor", c.rope_high_freq_factor},
         {"original_max_position_embeddings", c.rope_original_max_positions}};
   }
-  const nlohmann::ordered_json j = {{"architectures", {"LlamaForCausalLM"}},
-                                    {"model_type", "llama"},
-                                    {"attention_bias", false},
-                                    {"attention_dropout", 0.0},
-                                    {"head_dim", c.head_dim()},
-                                    {"hidden_act", "silu"},
-                                    {"hidden_size", c.d_model},
-                                    {"initializer_range", 0.02},
-                                    {"intermediate_size", c.LlamaFfnHidden()},
-                                    {"max_position_embeddings", c.seq_len},
-                                    {"mlp_bias", false},
-                                    {"num_attention_heads", c.n_head},
-                                    {"num_hidden_layers", c.n_layer},
-                                    {"num_key_value_heads", c.kv_heads()},
-                                    {"pretraining_tp", 1},
-                                    {"rms_norm_eps", c.norm_eps},
-                                    {"rope_scaling", scaling},
-                                    {"rope_theta", c.rope_theta},
-                                    {"tie_word_embeddings", c.tie_embeddings},
-                                    {"torch_dtype", torch_dtype},
-                                    {"use_cache", true},
-                                    {"vocab_size", c.vocab_size},
-                                    {"trellis_tokenizer", tokenizer}};
+  nlohmann::ordered_json j = {{"architectures", {"LlamaForCausalLM"}},
+                              {"model_type", "llama"},
+                              {"attention_bias", false},
+                              {"attention_dropout", 0.0},
+                              {"head_dim", c.head_dim()},
+                              {"hidden_act", "silu"},
+                              {"hidden_size", c.d_model},
+                              {"initializer_range", 0.02},
+                              {"intermediate_size", c.LlamaFfnHidden()},
+                              {"max_position_embeddings", c.seq_len},
+                              {"mlp_bias", false},
+                              {"num_attention_heads", c.n_head},
+                              {"num_hidden_layers", c.n_layer},
+                              {"num_key_value_heads", c.kv_heads()},
+                              {"pretraining_tp", 1},
+                              {"rms_norm_eps", c.norm_eps},
+                              {"rope_scaling", scaling},
+                              {"rope_theta", c.rope_theta},
+                              {"tie_word_embeddings", c.tie_embeddings},
+                              {"torch_dtype", torch_dtype},
+                              {"use_cache", true},
+                              {"vocab_size", c.vocab_size},
+                              {"trellis_tokenizer", tokenizer}};
+  if (special.bos) j["bos_token_id"] = *special.bos;
+  if (special.eos) j["eos_token_id"] = *special.eos;
   return j.dump(2) + "\n";
 }
 

@@ -48,9 +48,11 @@ namespace trellis {
 
 // Reads config.json at `path` (whose model_type is llama).
 absl::StatusOr<ModelConfig> ReadHfLlamaConfig(const std::string& path);
-// The config.json LlamaForCausalLM.from_pretrained reads for `config`.
+// The config.json LlamaForCausalLM.from_pretrained reads for `config`,
+// with those of `special`'s bos_token_id and eos_token_id that are known.
 std::string HfLlamaConfigJson(const ModelConfig& config, DType dtype,
-                              const std::string& tokenizer);
+                              const std::string& tokenizer,
+                              const HfSpecialTokens& special);
 
 // The model's tensors from `files`, float32 in trellis's parameter order
 // (ModelTensorShapes). Errors name the file and the tensor.

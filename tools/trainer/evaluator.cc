@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "framework/device_info.h"
 #include "framework/status.h"
 #include "tools/trainer/rank_device.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 
@@ -53,6 +55,73 @@ absl::Status CheckCheckpointMatches(const std::string& dir,
   return absl::OkStatus();
 }
 
+absl::StatusOr<ModelConfig> ModelAtContext(const ModelConfig& stored,
+                                           int64_t seq_len) {
+  if (seq_len == 0) return stored;
+  if (seq_len < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--seq_len=", seq_len,
+                     " is negative; give a context length, or 0 "
+                     "for the checkpoint's"));
+  }
+  ModelConfig model = stored;
+  model.seq_len = seq_len;
+  const auto before = ModelTensorShapes(stored),
+             after = ModelTensorShapes(model);
+  TRELLIS_CHECK_EQ(before.size(), after.size());
+  for (size_t i = 0; i < before.size(); ++i) {
+    const auto& [name, shape] = before[i];
+    const Shape& wanted = after[i].second;
+    if (shape == wanted) continue;
+    // Only a table with a row per position depends on the context.
+    TRELLIS_CHECK(shape.size() == 2 && wanted.size() == 2 &&
+                  shape[0] == stored.seq_len && wanted[0] == seq_len &&
+                  shape[1] == wanted[1])
+        << name;
+    if (seq_len > stored.seq_len) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--seq_len=", seq_len, " exceeds the ", stored.seq_len,
+                       " positions the model's learned position table ", name,
+                       " holds; give --seq_len of at most ", stored.seq_len));
+    }
+  }
+  return model;
+}
+
+namespace {
+
+// Fills `params` from checkpoint `dir` of model `stored`; a parameter with
+// fewer rows than its stored tensor (a position table at a shorter
+// context) takes the first rows.
+absl::Status LoadWeights(const std::string& dir, const ModelConfig& stored,
+                         ParameterSet& params) {
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, shape] : ModelTensorShapes(stored)) {
+    shapes[name] = shape;
+  }
+  CheckpointShards shards;
+  std::vector<std::pair<Parameter*, Tensor>> prefixes;
+  for (Parameter* p : params.all()) {
+    const auto it = shapes.find(p->name);
+    if (it == shapes.end() || it->second == p->spec.logical_shape) {
+      shards.model.push_back({p->name, p->spec, p->weights()});
+      continue;
+    }
+    TRELLIS_CHECK(p->spec.replicated()) << p->name;
+    Tensor whole = Tensor::Empty(it->second, p->weights().dtype());
+    shards.model.push_back({p->name, ShardSpec::Replicated(it->second), whole});
+    prefixes.push_back({p, whole});
+  }
+  TRELLIS_RETURN_IF_ERROR(LoadShards(dir, shards));
+  for (auto& [p, whole] : prefixes) {
+    p->weights().CopyFrom(whole.Narrow(0, p->weights().dim(0)));
+  }
+  for (Parameter* p : params.all()) RefreshFromMaster(*p);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
                                        const ProcessGroups& groups,
                                        MeshCoord coord,
@@ -86,8 +155,10 @@ absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
 
 absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
     TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
-    const std::string& dir, DType dtype) {
+    const std::string& dir, DType dtype, int64_t seq_len) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
+  const ModelConfig stored = state.model;
+  TRELLIS_ASSIGN_OR_RETURN(state.model, ModelAtContext(stored, seq_len));
   options.model = state.model;
   // A model trained with document masking is scored with it, as its
   // trainer's validation does.
@@ -150,8 +221,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   config.document_mask = options.document_mask;
   config.prefetch = false;  // evaluation reads its windows itself
   TRELLIS_ASSIGN_OR_RETURN(e->loader_, BatchLoader::Open(options.data, config));
-  TRELLIS_RETURN_IF_ERROR(
-      LoadCheckpoint(dir, e->model_->params(), /*optimizer=*/nullptr));
+  TRELLIS_RETURN_IF_ERROR(LoadWeights(dir, stored, e->model_->params()));
   return e;
 }
 

@@ -53,10 +53,11 @@ class Evaluator {
   // microbatch per step); the model is the checkpoint's (`dir`, a step
   // directory). Checks the checkpoint against the data, prints the memory
   // plan on rank 0 and fails on every rank when it does not fit, then
-  // allocates one arena and loads the weights.
+  // allocates one arena and loads the weights. `seq_len` > 0 evaluates at
+  // that context instead of the checkpoint's (ModelAtContext).
   static absl::StatusOr<std::unique_ptr<Evaluator>> Create(
       TrainOptions options, const ProcessGroups& groups, MeshCoord coord,
-      const std::string& dir, DType dtype = DType::kF32);
+      const std::string& dir, DType dtype = DType::kF32, int64_t seq_len = 0);
 
   // Mean next-token loss over the windows of source `source` at token
   // offsets `starts` (seq_len + 1 tokens each), split over data-parallel
@@ -99,6 +100,15 @@ absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
                                        const TrainOptions& options,
                                        const std::vector<int64_t>& starts,
                                        int source = 0);
+
+// The checkpoint's model `stored` evaluated at context `seq_len` (0: its
+// own). A model whose parameters do not depend on the context (rotary
+// positions: Llama) takes any length; one with a row of weights per
+// position (GPT-2's learned wpe) takes at most its rows, and a shorter
+// context uses the first ones (Evaluator::Create loads them). Else
+// InvalidArgument naming --seq_len, the table and its rows.
+absl::StatusOr<ModelConfig> ModelAtContext(const ModelConfig& stored,
+                                           int64_t seq_len);
 
 // OK when checkpoint `dir` (its training state `state`) holds the model
 // `model` and was trained on data of `data`'s tokenizer (name, and the
