@@ -755,6 +755,14 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsSumOverTpOnTheOwnedBlocks) {
       }
       ExpectReplicasIdentical(run->trainer->model().params(),
                               *run->context->groups().tp);
+      // The sums' buffers too came from the arena the plan sized.
+      const MemoryArena::Stats arena = run->trainer->arena().stats();
+      EXPECT_EQ(arena.fallbacks, 0u);
+      if (!kOnGpu) {
+        EXPECT_LE(arena.peak_in_use,
+                  run->trainer->memory_plan().total() + (256 << 10))
+            << run->trainer->memory_plan().Format();
+      }
     }
     for (int64_t step = 0; step < kSteps; ++step) {
       const double want = c.reference->losses[step];
