@@ -49,89 +49,115 @@ void ForEachColumnRange(int64_t row, int64_t col, int64_t width, int64_t begin,
   if (r1 > r0) clip(r1);
 }
 
+// A rectangle of a range's replicated elements: `rows` rows of `width`
+// elements from column `column` of a gradient row of `row` elements,
+// starting at row `first_row`; `data` holds the range, whose element 0 is
+// the parameter's flat element `base`.
+struct Part {
+  const Tensor* data;
+  int64_t base;
+  int64_t first_row, rows, column, width, row;
+  int64_t piece = 0, pieces = 1;  // The piece's place in its block.
+  int64_t slot = 0;               // Where its block starts in a buffer.
+};
+
+// Calls visit(part) for the rectangles of the replicated pieces (those
+// `pick` accepts) that lie in each range, in order.
+template <typename Pick, typename Visit>
+void ForEachReplicatedPart(const std::vector<GradRange>& ranges, Pick&& pick,
+                           Visit&& visit) {
+  for (const GradRange& range : ranges) {
+    const Parameter& p = *range.param;
+    if (!p.spec.has_replicated_pieces()) continue;
+    const bool own = range.grad.defined();
+    const Tensor* data = own ? &range.grad : &p.grad;
+    const int64_t base = own ? range.begin : 0;
+    const Layout l = LayoutOf(p);
+    for (const ShardSpec::ReplicatedPiece& r : p.spec.ReplicatedPieces()) {
+      if (!pick(r)) continue;
+      ForEachColumnRange(
+          l.row, r.local_start * l.inner, r.length * l.inner, range.begin,
+          range.end,
+          [&](int64_t first_row, int64_t rows, int64_t column, int64_t width) {
+            visit(Part{data, base, first_row, rows, column, width, l.row,
+                       r.piece, r.block_size / r.length});
+          });
+    }
+  }
+}
+
+char* PartStart(const Part& part) {
+  return Bytes(*part.data, part.first_row * part.row + part.column - part.base);
+}
+
 }  // namespace
 
 void SumReplicatedGradients(Communicator& tp,
                             const std::vector<Parameter*>& params) {
-  if (tp.size() == 1) return;
-  // Offsets of each parameter's blocks in one buffer of whole blocks.
-  struct Slot {
-    Parameter* param;
-    ShardSpec::ReplicatedPiece piece;
-    int64_t offset;
-  };
-  std::vector<Slot> slots;
-  int64_t total = 0;
+  std::vector<GradRange> ranges;
   for (Parameter* p : params) {
-    if (!p->spec.has_replicated_pieces()) continue;
-    const Layout l = LayoutOf(*p);
-    for (const ShardSpec::ReplicatedPiece& r : p->spec.ReplicatedPieces()) {
-      slots.push_back({p, r, total});
-      total += l.rows * r.block_size * l.inner;
-    }
+    if (p->spec.has_replicated_pieces()) ranges.push_back({p, 0, p->numel()});
   }
-  if (slots.empty()) return;
-  const Tensor& first = slots.front().param->grad;
+  SumReplicatedGradients(tp, ranges);
+}
+
+void SumReplicatedGradients(Communicator& tp,
+                            const std::vector<GradRange>& ranges) {
+  if (tp.size() == 1) return;
+  // Each rectangle gets a slot of its block's width (pieces × its width);
+  // a rank writes its piece at the piece's place there, the others' stay
+  // zero. The slots follow the ranges, the same on every rank.
+  std::vector<Part> parts;
+  int64_t total = 0;
+  ForEachReplicatedPart(
+      ranges, [](const ShardSpec::ReplicatedPiece&) { return true; },
+      [&](Part part) {
+        part.slot = total;
+        total += part.rows * part.pieces * part.width;
+        parts.push_back(part);
+      });
+  if (parts.empty()) return;
+  const Tensor& first = *parts.front().data;
   Tensor buffer = Tensor::Zeros({total}, first.dtype(), first.device());
   const size_t elem = DTypeSize(first.dtype());
-  for (const Slot& s : slots) {
-    const Tensor& g = s.param->grad;
-    TRELLIS_CHECK(g.dtype() == first.dtype() && g.device() == first.device())
-        << s.param->name << ": replicated gradients of mixed dtype or device";
-    const Layout l = LayoutOf(*s.param);
-    const ShardSpec::ReplicatedPiece& r = s.piece;
-    DeviceCopyRows(Bytes(buffer, s.offset + r.piece * r.length * l.inner),
-                   r.block_size * l.inner * elem,
-                   Bytes(g, r.local_start * l.inner), l.row * elem,
-                   r.length * l.inner * elem, l.rows, g.device());
+  for (const Part& part : parts) {
+    TRELLIS_CHECK(part.data->dtype() == first.dtype() &&
+                  part.data->device() == first.device())
+        << "replicated gradients of mixed dtype or device";
+    DeviceCopyRows(Bytes(buffer, part.slot + part.piece * part.width),
+                   part.pieces * part.width * elem, PartStart(part),
+                   part.row * elem, part.width * elem, part.rows,
+                   first.device());
   }
   tp.AllReduce(buffer, ReduceOp::kSum);
-  for (const Slot& s : slots) {
-    const Tensor& g = s.param->grad;
-    const Layout l = LayoutOf(*s.param);
-    const ShardSpec::ReplicatedPiece& r = s.piece;
-    DeviceCopyRows(Bytes(g, r.local_start * l.inner), l.row * elem,
-                   Bytes(buffer, s.offset + r.piece * r.length * l.inner),
-                   r.block_size * l.inner * elem, r.length * l.inner * elem,
-                   l.rows, g.device());
+  for (const Part& part : parts) {
+    DeviceCopyRows(PartStart(part), part.row * elem,
+                   Bytes(buffer, part.slot + part.piece * part.width),
+                   part.pieces * part.width * elem, part.width * elem,
+                   part.rows, first.device());
   }
 }
 
 double UnownedGradSquares(const std::vector<GradRange>& ranges) {
   // Sizes first, then one gather and one reduction.
-  struct Part {
-    const Tensor* grad;
-    int64_t first_row, rows, column, width;
-    int64_t row;
-  };
   std::vector<Part> parts;
   int64_t total = 0;
-  for (const GradRange& range : ranges) {
-    const Parameter& p = *range.param;
-    if (!p.spec.has_replicated_pieces()) continue;
-    const Layout l = LayoutOf(p);
-    for (const ShardSpec::ReplicatedPiece& r : p.spec.ReplicatedPieces()) {
-      if (r.owned) continue;
-      ForEachColumnRange(
-          l.row, r.local_start * l.inner, r.length * l.inner, range.begin,
-          range.end,
-          [&](int64_t first_row, int64_t rows, int64_t column, int64_t width) {
-            parts.push_back({&p.grad, first_row, rows, column, width, l.row});
-            total += rows * width;
-          });
-    }
-  }
+  ForEachReplicatedPart(
+      ranges, [](const ShardSpec::ReplicatedPiece& r) { return !r.owned; },
+      [&](const Part& part) {
+        parts.push_back(part);
+        total += part.rows * part.width;
+      });
   if (parts.empty()) return 0.0;
-  const Tensor& first = *parts.front().grad;
+  const Tensor& first = *parts.front().data;
   Tensor gathered = Tensor::Empty({total}, first.dtype(), first.device());
   const size_t elem = DTypeSize(first.dtype());
   int64_t at = 0;
   for (const Part& part : parts) {
-    TRELLIS_CHECK(part.grad->dtype() == first.dtype() &&
-                  part.grad->device() == first.device())
+    TRELLIS_CHECK(part.data->dtype() == first.dtype() &&
+                  part.data->device() == first.device())
         << "replicated gradients of mixed dtype or device";
-    DeviceCopyRows(Bytes(gathered, at), part.width * elem,
-                   Bytes(*part.grad, part.first_row * part.row + part.column),
+    DeviceCopyRows(Bytes(gathered, at), part.width * elem, PartStart(part),
                    part.row * elem, part.width * elem, part.rows,
                    first.device());
     at += part.rows * part.width;

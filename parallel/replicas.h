@@ -19,6 +19,13 @@
 // a sub-group communicator: the key/value blocks are small, and no group
 // beyond tp is needed.
 //
+// Both also work on flat ranges of the gradients (GradRange) where a rank
+// holds only some elements, as under ZeRO, which keeps the owned block of
+// each reduce-scattered bucket: the sum then carries the replicated
+// elements of the ranges only. Its buffer is laid out by the ranges, so the
+// tp ranks must pass the same ranges (same parameters, same [begin, end));
+// they do when their bucket layouts match (parallel/tp_gradient_sums.h).
+//
 // Thread safety: none; the training thread calls these.
 #ifndef TRELLIS_PARALLEL_REPLICAS_H_
 #define TRELLIS_PARALLEL_REPLICAS_H_
@@ -31,6 +38,16 @@
 
 namespace trellis {
 
+// Flat elements [begin, end) of one parameter's gradient, and where they
+// are: `grad`, a flat tensor of end - begin elements (a ZeRO shard's
+// piece), or when undefined param->grad's elements [begin, end).
+struct GradRange {
+  const Parameter* param = nullptr;
+  int64_t begin = 0;
+  int64_t end = 0;
+  Tensor grad = {};
+};
+
 // Replaces the gradient of each replicated piece of `params` by its sum
 // over the ranks holding it. Collective over `tp`: every rank of the group
 // passes parameters with the same specs (one pipeline stage's). Does
@@ -39,13 +56,12 @@ namespace trellis {
 // share one dtype and device.
 void SumReplicatedGradients(Communicator& tp,
                             const std::vector<Parameter*>& params);
-
-// Flat elements [begin, end) of one parameter's gradient.
-struct GradRange {
-  const Parameter* param;
-  int64_t begin;
-  int64_t end;
-};
+// The same on the elements in `ranges` only; the rest is left alone. One
+// all-reduce of the ranges' replicated elements (times the pieces per
+// block). REQUIRES: every rank of `tp` passes the same ranges in the same
+// order (parameters of the same specs, the same begin and end).
+void SumReplicatedGradients(Communicator& tp,
+                            const std::vector<GradRange>& ranges);
 
 // The sum of squares (float64) of the gradient elements in `ranges` that
 // lie in replicated pieces this rank does not own: what a rank subtracts

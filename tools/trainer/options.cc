@@ -223,21 +223,6 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
                      "rows over the tensor-parallel ranks); --tp=",
                      o.tp, ": raise --tp or drop --sequence_parallel"));
   }
-  // Both sum gradients over tp after the data-parallel sync, where
-  // --zero=2 keeps only the owned blocks of the reduce-scattered buckets.
-  if (o.zero == 2 && o.sequence_parallel) {
-    return Bad(
-        "--zero=2 cannot be combined with --sequence_parallel yet (the "
-        "norms' partial gradients are summed over tp after the gradients are "
-        "sharded); use --zero=1");
-  }
-  if (o.zero == 2 && o.tp > o.model.kv_heads()) {
-    return Bad(absl::StrCat(
-        "--zero=2 cannot be combined yet with key/value heads replicated "
-        "over tp (--tp=",
-        o.tp, " > --n_kv_heads=", o.model.kv_heads(),
-        "); use --zero=1 or a --tp dividing the key/value heads"));
-  }
   const int64_t rows = o.micro_batch_size * o.model.seq_len;
   if (o.sequence_parallel && rows % o.tp != 0) {
     return Bad(absl::StrCat(

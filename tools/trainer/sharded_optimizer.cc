@@ -83,9 +83,10 @@ double ShardedOptimizer::GlobalGradNorm(Communicator& tp,
     const Segment& s = segments_[k];
     if (!all[s.param]->primary) continue;
     primary.push_back(&grads[k]);
-    // The segment is this stretch of the parameter's gradient (a view of
-    // the same bucket memory).
-    ranges.push_back({all[s.param], s.param_offset, s.param_offset + s.length});
+    // The segment is this stretch of the parameter's gradient (under
+    // ZeRO-2 held only in the bucket's block).
+    ranges.push_back(
+        {all[s.param], s.param_offset, s.param_offset + s.length, grads[k]});
   }
   // One reduction of the squares over every group the elements are split
   // over; replicated pieces count on their owner only.

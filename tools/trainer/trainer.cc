@@ -13,6 +13,7 @@
 #include "framework/memory_arena.h"
 #include "parallel/replicas.h"
 #include "parallel/schedule.h"
+#include "parallel/tp_gradient_sums.h"
 #include "tools/trainer/evaluator.h"
 #include "tools/trainer/peak_flops.h"
 #include "tools/trainer/rank_device.h"
@@ -198,6 +199,12 @@ absl::Status Trainer::Build(DType dtype) {
       alone);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
+  if (zero) {
+    // The tp sums run on the owned blocks: the tp ranks must own the same
+    // elements.
+    CheckRangesMatchOverTp(*groups_.tp, model_->params().all(),
+                           OwnedGradientRanges(*buckets_));
+  }
   if (sync == GradSync::kShardGradients) {
     // ZeRO-2 holds a bucket only while its gradients are written.
     model_->set_gradient_writes(ModelChunk::GradientWrites{
@@ -333,20 +340,27 @@ absl::Status Trainer::Resume(const std::string& dir) {
   return absl::OkStatus();
 }
 
-void Trainer::SumPartialGradientsOverTp(TraceRecorder* trace) {
+void Trainer::SumGradientsOverTp(TraceRecorder* trace) {
+  if (groups_.tp->size() == 1) return;
+  // The gradient elements the data-parallel sync left: whole gradients, or
+  // under ZeRO the owned block of each bucket, the same elements on every
+  // tp rank (parallel/tp_gradient_sums.h). The dp average (already done)
+  // and these sums commute.
+  const std::vector<GradRange> ranges =
+      buckets_->sync() == GradSync::kAllReduce
+          ? WholeGradientRanges(model_->params().all())
+          : OwnedGradientRanges(*buckets_);
+  // Pieces replicated over sub-groups of tp (key/value heads fewer than tp
+  // ranks): every replica takes the sum of their gradients, so they stay
+  // identical.
+  SumReplicatedGradients(*groups_.tp, ranges);
   // Under --sequence_parallel each tp rank's norm gradients cover its own
-  // rows; the dp average (already done) and this sum commute. Under ZeRO-1
-  // only the owned block of a bucket is current, and it is the same block
-  // on every tp rank, so summing whole tensors leaves it right.
+  // rows.
   const std::vector<Parameter*> partial = model_->TpPartialGradients();
-  if (partial.empty() || groups_.tp->size() == 1) return;
+  if (partial.empty()) return;
   const ScopedTraceSpan span(trace, "tp sync", kTraceCategoryStep,
                              StepTracer::kStepLane);
-  std::vector<std::unique_ptr<Request>> requests;
-  for (Parameter* p : partial) {
-    requests.push_back(groups_.tp->AllReduceAsync(p->grad, ReduceOp::kSum));
-  }
-  for (auto& request : requests) request->Wait();
+  SumPartialGradients(*groups_.tp, partial, ranges);
 }
 
 double Trainer::ReduceLoss(double local) const {
@@ -389,12 +403,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     // Reported only when there is data parallelism to wait on.
     m.dp_wait_ms = options_.dp > 1 ? 1e3 * dp_wait_s : 0.0;
   }
-  // Pieces replicated over sub-groups of tp (key/value heads fewer than tp
-  // ranks): every replica takes the sum of their gradients, so they stay
-  // identical. After the dp average, which it commutes with; under ZeRO the
-  // owned blocks are the same on every replica, the rest is unused.
-  SumReplicatedGradients(*groups_.tp, model_->params().all());
-  SumPartialGradientsOverTp(trace);
+  SumGradientsOverTp(trace);
   // The tied embedding: the first and last stage sum their gradients.
   const std::string tied =
       FamilyOf(options_.model).TiedEmbedding(options_.model);

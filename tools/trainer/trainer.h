@@ -115,9 +115,11 @@ class Trainer {
   absl::Status Resume(const std::string& dir);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
-  // Sums the gradients the model leaves partial over tp
-  // (StageModel::TpPartialGradients), after the data-parallel sync.
-  void SumPartialGradientsOverTp(TraceRecorder* trace);
+  // After the data-parallel sync, sums over tp the gradients the model
+  // leaves partial (StageModel::TpPartialGradients) and those of pieces
+  // replicated over sub-groups of tp, on the elements the sync left
+  // (under ZeRO the owned blocks).
+  void SumGradientsOverTp(TraceRecorder* trace);
   // The guard's verdict on the step's gradients and loss (into `m`), and
   // the update unless it skips.
   void GuardedUpdate(StepMetrics& m);

@@ -5,7 +5,8 @@
 //    all-gather and a reduce-scatter of N·C floats where it issued one
 //    all-reduce: the same wire bytes, forward and backward.
 //  - A training step's tp group moves the wire bytes of the run without it,
-//    plus one all-reduce of the norms' gradients (partial sums over tp).
+//    plus one all-reduce of the norms' gradients (partial sums over tp);
+//    under ZeRO those sums carry the owned blocks only.
 //  - The memory plan's activations fall by (1 − 1/tp) of the row tensors
 //    that sequence parallelism splits (block inputs and outputs, residuals,
 //    norm statistics, the head's d(ln_f)), its pipeline buffers by tp, and
@@ -311,6 +312,60 @@ TEST_F(SequenceParallelTest, StepTrafficAndMemoryPlan) {
       EXPECT_EQ(with.plan.weights, without.plan.weights);
     }
   }
+}
+
+// Under ZeRO the sums over tp after the data-parallel sync (the norms'
+// partial gradients, here also key/value heads replicated over tp) carry
+// the owned blocks only: over a dp group the tp all-reduces of --zero=1
+// and --zero=2 move, per step, (dp − 1) times those tensors' bytes less
+// than the dp ranks of --zero=0 do, which sum them whole; the rest of the
+// tp traffic is unchanged.
+TEST_F(SequenceParallelTest, ZeroSumsOwnedBlocksOverTp) {
+  TrainOptions o = mpitest::TinyModelOptions(*data_);
+  o.model.family = ModelFamilyKind::kLlama;
+  o.model.n_kv_heads = 1;  // replicated over tp 2
+  o.model.ffn_hidden = 64;
+  o.sequence_parallel = true;
+  o.dp_bucket_mb = 0.01;  // blocks that cut through the tensors
+  const Layout layout{2, 2, 1};
+  constexpr int64_t kSteps = 2;
+  mpitest::RunSideBySide({layout.world()}, [&](int, MPI_Comm comm) {
+    std::vector<int64_t> bytes;  // the tp all-reduces' per level
+    int64_t summed = 0;          // the tensors the sums carry whole
+    for (int zero : {0, 1, 2}) {
+      TrainOptions options = o;
+      options.zero = zero;
+      absl::StatusOr<mpitest::LayoutRun> run =
+          mpitest::StartLayout(*runtime_, layout, options, comm);
+      ASSERT_TRUE(run.ok()) << run.status();
+      Communicator& tp = *run->context->groups().tp;
+      tp.ResetStats();
+      for (int64_t step = 0; step < kSteps; ++step) {
+        ASSERT_TRUE(run->trainer->Step().ok());
+      }
+      Tensor mine = Tensor::Empty({1}, DType::kI64);
+      mine.data<int64_t>()[0] = tp.stats().Bytes(CommOp::kAllReduce);
+      run->context->groups().dp->AllReduce(mine, ReduceOp::kSum);
+      bytes.push_back(mine.data<int64_t>()[0]);
+      if (zero > 0) continue;
+      for (const Parameter* p : run->trainer->model().TpPartialGradients()) {
+        summed += kFloat * p->numel();
+      }
+      for (const Parameter* p : run->trainer->model().params().all()) {
+        if (!p->spec.has_replicated_pieces()) continue;
+        const int64_t across =
+            p->numel() / p->spec.LocalShape()[p->spec.split_dim];
+        for (const ShardSpec::ReplicatedPiece& r : p->spec.ReplicatedPieces()) {
+          summed += kFloat * across * r.block_size;
+        }
+      }
+    }
+    ASSERT_GT(summed, 0);
+    for (int zero : {1, 2}) {
+      EXPECT_EQ(bytes[0] - bytes[zero], kSteps * (layout.dp - 1) * summed)
+          << "--zero=" << zero;
+    }
+  });
 }
 
 // Recomputation reruns the gathers and reduce-scatters with the rows split:
