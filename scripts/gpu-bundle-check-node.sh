@@ -9,6 +9,8 @@
 #     it is older than the version the build was compiled against, it warns
 #     (same soname: the loader takes it, and only what the newer release
 #     added can fail);
+#   - the node's C library is at least the one the bundle needs
+#     (glibc-version.txt);
 #   - the NVIDIA driver, when one is loaded, is R580 or newer (CUDA 13), as
 #     /proc/driver/nvidia/version or else nvidia-smi reports it.
 #     A node with /dev/nvidia* or TRELLIS_REQUIRE_GPU=1 must have one.
@@ -51,6 +53,22 @@ while read -r soname built; do
     echo "check-node: $soname $have ($path; built against $built)"
   fi
 done <"$list"
+
+# The C library: every file of the bundle needs glibc-version.txt's or
+# newer (the loader would otherwise stop at the first program, naming a
+# GLIBC_ version but not the cause).
+if [ -f "$here/glibc-version.txt" ]; then
+  need="$(cat "$here/glibc-version.txt")"
+  have="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')"
+  if [ -z "$have" ]; then
+    echo "check-node: WARNING: cannot tell this node's C library version (getconf GNU_LIBC_VERSION); the bundle needs glibc $need or newer"
+  elif older "$have" "$need"; then
+    echo "check-node: this node's glibc $have is older than the $need the bundle needs; build the bundle on a distribution no newer than the node's" >&2
+    failed=1
+  else
+    echo "check-node: glibc $have (the bundle needs $need)"
+  fi
+fi
 
 gpu_expected=0
 if [ "${TRELLIS_REQUIRE_GPU:-}" = 1 ] || compgen -G '/dev/nvidia*' >/dev/null; then

@@ -9,6 +9,7 @@
 #   BUNDLE/env.sh             source it: PATH, LD_LIBRARY_PATH, OPAL_PREFIX
 #   BUNDLE/cuda-libs.txt      the node's libraries the build needs: soname
 #                             and the version it was linked against
+#   BUNDLE/glibc-version.txt  the oldest C library the bundle runs on
 #   BUNDLE/check-node.sh      checks the node's driver and those libraries
 #   BUNDLE/run-gpu-tests.sh   check-node.sh, then the GPU tests (label gpu),
 #                             one binary at a time
@@ -54,7 +55,8 @@ echo "gpu-bundle: ${#programs[@]} programs and ${#tests[@]} test binaries"
 # in the source tree, so the script finds them beside itself).
 mkdir -p "$out/scripts/torch_reference"
 cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_report.py" \
-  "$root/scripts/gpu_check_llama.py" "$out/scripts/"
+  "$root/scripts/gpu_check_llama.py" "$root/scripts/gpu_check_cuda_libs.py" \
+  "$out/scripts/"
 cp "$root"/scripts/torch_reference/*.py "$out/scripts/torch_reference/"
 
 # Open MPI as installed under /usr, moved under mpi/ (OPAL_PREFIX): Open MPI
@@ -126,6 +128,18 @@ for need in libcudart libcublas libcublasLt; do
   fi
 done
 echo "gpu-bundle: needs from the node: $(awk '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $1, $2}' "$out/cuda-libs.txt")"
+# The node's C library serves every file of the bundle: the newest
+# GLIBC_ symbol version they need (libstdc++ and libevent ask 2.36 of a
+# Debian 12 build) is the node's floor, which check-node.sh compares.
+# (objdump fails on the files that are no ELF: the rest still counts.)
+{ find "$out/bin" "$out/lib" "$out/mpi" -type f -exec objdump -T {} + 2>/dev/null || true; } |
+  grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1 \
+  >"$out/glibc-version.txt"
+if [ ! -s "$out/glibc-version.txt" ]; then
+  echo "gpu-bundle: found no GLIBC_ symbol versions (is objdump, from binutils, installed?)" >&2
+  exit 1
+fi
+echo "gpu-bundle: needs glibc $(cat "$out/glibc-version.txt") or newer on the node"
 cp "$root/scripts/gpu-bundle-check-node.sh" "$out/check-node.sh"
 chmod +x "$out/check-node.sh"
 

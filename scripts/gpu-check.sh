@@ -76,6 +76,10 @@ section_system() {
   echo "host: $(uname -nrm); $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "mode: $GC_MODE, programs in $GC_BIN"
   echo "CUDA_LIBS=${CUDA_LIBS:-}"
+  if [ -n "$GC_CUDA_LIBS_FOUND" ]; then
+    echo "CUDA libraries found (soname, release, folder):"
+    echo "$GC_CUDA_LIBS_FOUND"
+  fi
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
@@ -83,6 +87,9 @@ section_system() {
     echo "nvidia-smi: not on PATH"
   fi
   if command -v nvcc >/dev/null; then nvcc --version | tail -n 2; fi
+  # A bundle's node check: the CUDA libraries found and their versions
+  # against the build's, the C library, the driver.
+  if [ "$GC_MODE" = bundle ]; then "$root/check-node.sh" || return 1; fi
   local missing
   missing="$(ldd "$GC_BIN"/trellis-* "$GC_BIN"/cuda_tests 2>/dev/null |
     grep 'not found' | sort -u)"
@@ -314,42 +321,36 @@ done
 # CUDA, NCCL and cuDNN library folders: the toolkit's and the wheels'
 # (PyTorch's nvidia/cu13/lib, nvidia/cudnn/lib, nvidia/nccl/lib, ...). For
 # each library of the bundle's cuda-libs.txt the folder holding its newest
-# copy (by the version in the file name) comes first, so that an older
-# toolkit does not shadow the newer cuBLAS or cuDNN of the wheels.
+# release (asked of the library, gpu_check_cuda_libs.py) comes first, so
+# that an older toolkit does not shadow the wheels' newer cuBLAS or cuDNN.
+# Sets CUDA_LIBS, and GC_CUDA_LIBS_FOUND to what was found where.
 find_cuda_libs() {
-  local dirs=() first=() d site soname built best best_v v f
+  local dirs=() d site py="${PYTHON:-python3}" found
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
     [ -d "$d" ] && dirs+=("$(realpath "$d")")
   done
-  if command -v "${PYTHON:-python3}" >/dev/null; then
-    for site in $("${PYTHON:-python3}" -c \
+  if command -v "$py" >/dev/null; then
+    for site in $("$py" -c \
         'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-      for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && dirs+=("$d"); done
+      for d in "$site"/nvidia/*/lib "$site"/nvidia/*/lib64; do
+        [ -d "$d" ] && dirs+=("$d")
+      done
     done
   fi
-  if [ -f "$root/cuda-libs.txt" ]; then
-    while read -r soname built; do
-      best="" best_v=""
-      for d in "${dirs[@]}"; do
-        [ -e "$d/$soname" ] || continue
-        f="$(basename "$(readlink -f "$d/$soname")")"
-        v="${f#"${soname%.so*}".so.}"
-        if [ -z "$best" ] || { [ "$v" != "$best_v" ] &&
-            [ "$(printf '%s\n%s\n' "$best_v" "$v" | sort -V | tail -n 1)" = "$v" ]; }; then
-          best="$d" best_v="$v"
-        fi
-      done
-      [ -n "$best" ] && [[ " ${first[*]} " != *" $best "* ]] && first+=("$best")
-    done <"$root/cuda-libs.txt"
+  CUDA_LIBS="$(IFS=:; echo "${dirs[*]}")"
+  GC_CUDA_LIBS_FOUND=""
+  if [ -f "$root/cuda-libs.txt" ] && command -v "$py" >/dev/null &&
+      found="$(env -u LD_LIBRARY_PATH "$py" "$here/gpu_check_cuda_libs.py" \
+        "$root/cuda-libs.txt" "${dirs[@]}")"; then
+    CUDA_LIBS="$(head -n 1 <<<"$found")"
+    GC_CUDA_LIBS_FOUND="$(tail -n +2 <<<"$found")"
   fi
-  for d in "${dirs[@]}"; do
-    [[ " ${first[*]} " != *" $d "* ]] && first+=("$d")
-  done
-  (IFS=:; echo "${first[*]}")
 }
 
 export GC_PY_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
-export CUDA_LIBS="${CUDA_LIBS-$(find_cuda_libs)}"
+export GC_CUDA_LIBS_FOUND="(CUDA_LIBS set by the caller)"
+if [ -z "${CUDA_LIBS+set}" ]; then find_cuda_libs; fi
+export CUDA_LIBS GC_CUDA_LIBS_FOUND
 if [ -f "$root/env.sh" ]; then
   mode=bundle
   source "$root/env.sh"

@@ -56,6 +56,29 @@ rows = [l.split("\t") for l in open(f"{d}/sections.tsv").read().splitlines()]
 assert [r[1] for r in rows] == ["ok"] * 9, rows
 EOF
 
+# The CUDA library folders: the one with the newest cuBLASLt first, then
+# the newest cuDNN's, by the release each library reports (two fake
+# libraries of each, built here).
+if command -v cc >/dev/null; then
+  for r in 13.0.2:130002:91300 13.1.0:130100:92000; do
+    IFS=: read -r name lt dnn <<<"$r"
+    mkdir -p "$work/libs/$name"
+    echo "unsigned long cublasLtGetVersion(void) { return $lt; }" >"$work/lt.c"
+    echo "unsigned long cudnnGetVersion(void) { return $dnn; }" >"$work/dnn.c"
+    cc -shared -fPIC -o "$work/libs/$name/libcublasLt.so.13" "$work/lt.c"
+    cc -shared -fPIC -o "$work/libs/$name/libcudnn.so.9" "$work/dnn.c"
+  done
+  mkdir -p "$work/libs/dnn-only"
+  cp "$work/libs/13.0.2/libcudnn.so.9" "$work/libs/dnn-only/"
+  printf 'libcudnn.so.9 9.19.0\nlibcublasLt.so.13 13.1.0.3\n' >"$work/libs/list"
+  order="$(python3 "$root/scripts/gpu_check_cuda_libs.py" "$work/libs/list" \
+    "$work/libs/dnn-only" "$work/libs/13.0.2" "$work/libs/13.1.0")"
+  [ "$(head -n 1 <<<"$order")" = "$work/libs/13.1.0:$work/libs/dnn-only:$work/libs/13.0.2" ] ||
+    fail "CUDA library folders in the wrong order: $order"
+  grep -qx "libcublasLt.so.13 13.0.2 $work/libs/13.0.2" <<<"$order" ||
+    fail "no release of the older cuBLASLt: $order"
+fi
+
 # 2. A failing and a hanging section: fake programs beside the real ones.
 mkdir "$work/fake"
 ln -s "$build"/bin/* "$work/fake/"
