@@ -337,6 +337,12 @@ find_cuda_libs() {
       done
     done
   fi
+  # Once each (lib64 and targets/.../lib are often the same folder).
+  local unique=()
+  for d in "${dirs[@]}"; do
+    [[ " ${unique[*]} " == *" $d "* ]] || unique+=("$d")
+  done
+  dirs=("${unique[@]}")
   CUDA_LIBS="$(IFS=:; echo "${dirs[*]}")"
   GC_CUDA_LIBS_FOUND=""
   if [ -f "$root/cuda-libs.txt" ] && command -v "$py" >/dev/null &&
