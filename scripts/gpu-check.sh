@@ -419,7 +419,9 @@ run_section() {
   local name="$1" fn="$2" limit="$3" budgeted="$4" arg="${5:-}" t0 rc status
   local secs
   if [ -n "$only" ] && [[ "$only" != *",${fn//_/-},"* ]]; then return 0; fi
-  local left=$((budget - ($(date +%s) - start)))
+  # Less the 5 s that timeout may wait before it kills a section that
+  # ignores its TERM, so that even then the check ends within the budget.
+  local left=$((budget - ($(date +%s) - start) - 5))
   [ "$budgeted" = 1 ] && left=$((left - goals_reserve))
   if [ "$left" -lt "$limit" ]; then limit="$left"; fi
   echo
