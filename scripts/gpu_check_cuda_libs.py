@@ -12,7 +12,9 @@ cublasLtGetVersion, cudnnGetVersion, ncclGetVersion through ctypes), since
 the wheels' file names (libcublasLt.so.13) carry no version. Prints the
 ordered folders, colon-separated, on the first line, then one line per
 library and folder: `soname version folder` (`?` where the library would
-not load or answer). Standard library only.
+not load or answer), with `(older than the build's X)` where its release
+is older than the one the build was compiled against. Standard library
+only.
 """
 
 import ctypes
@@ -65,8 +67,13 @@ def release(path, soname):
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
+    built = {}
     with open(sys.argv[1]) as f:
-        sonames = [line.split()[0] for line in f if line.strip()]
+        for line in f:
+            if line.strip():
+                name, _, version = line.partition(" ")
+                built[name] = version.strip()
+    sonames = list(built)
     dirs = []
     for d in sys.argv[2:]:
         if d and d not in dirs:
@@ -86,7 +93,12 @@ def main():
             if not os.path.exists(path):
                 continue
             v = release(path, soname)
-            lines.append(f"{soname} {'.'.join(map(str, v)) if v else '?'} {d}")
+            line = f"{soname} {'.'.join(map(str, v)) if v else '?'} {d}"
+            want = tuple(int(x) for x in built[soname].split(".")[:3]
+                         if x.isdigit())
+            if v is not None and want and v < want:
+                line += f" (older than the build's {built[soname]})"
+            lines.append(line)
             if best is None or (v is not None and (best_v is None or
                                                    v > best_v)):
                 best, best_v = d, v

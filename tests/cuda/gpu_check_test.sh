@@ -75,8 +75,10 @@ if command -v cc >/dev/null; then
     "$work/libs/dnn-only" "$work/libs/13.0.2" "$work/libs/13.1.0")"
   [ "$(head -n 1 <<<"$order")" = "$work/libs/13.1.0:$work/libs/dnn-only:$work/libs/13.0.2" ] ||
     fail "CUDA library folders in the wrong order: $order"
-  grep -qx "libcublasLt.so.13 13.0.2 $work/libs/13.0.2" <<<"$order" ||
-    fail "no release of the older cuBLASLt: $order"
+  grep -qxF "libcublasLt.so.13 13.0.2 $work/libs/13.0.2 (older than the build's 13.1.0.3)" \
+    <<<"$order" || fail "the older cuBLASLt is not named as older: $order"
+  grep -qxF "libcublasLt.so.13 13.1.0 $work/libs/13.1.0" <<<"$order" ||
+    fail "no release of the newer cuBLASLt: $order"
 fi
 
 # 2. A failing and a hanging section: fake programs beside the real ones.
