@@ -410,6 +410,11 @@ summary=()
 
 # Seconds of the budget kept for the goals section, which runs last.
 goals_reserve=20
+# The programs' output line by line (stdio buffers a pipe's output until
+# exit), so that a section killed at its limit still leaves its lines in
+# the log.
+linebuf=()
+command -v stdbuf >/dev/null && linebuf=(stdbuf -oL -eL)
 
 # run_section NAME FUNCTION LIMIT BUDGETED [ARG]: runs section_FUNCTION
 # ARG under timeout, reported as NAME. A budgeted section leaves
@@ -431,7 +436,7 @@ run_section() {
     rc=1 secs=0
   else
     t0=$(date +%s)
-    timeout -k 5 "$limit" "$self" --section "$fn" $arg
+    timeout -k 5 "$limit" "${linebuf[@]}" "$self" --section "$fn" $arg
     rc=$?
     secs=$(($(date +%s) - t0))
     case $rc in
