@@ -345,8 +345,9 @@ find_cuda_libs() {
   dirs=("${unique[@]}")
   CUDA_LIBS="$(IFS=:; echo "${dirs[*]}")"
   GC_CUDA_LIBS_FOUND=""
+  # (Python with the caller's library path: env.sh is not sourced yet.)
   if [ -f "$root/cuda-libs.txt" ] && command -v "$py" >/dev/null &&
-      found="$(env -u LD_LIBRARY_PATH "$py" "$here/gpu_check_cuda_libs.py" \
+      found="$("$py" "$here/gpu_check_cuda_libs.py" \
         "$root/cuda-libs.txt" "${dirs[@]}")"; then
     CUDA_LIBS="$(head -n 1 <<<"$found")"
     GC_CUDA_LIBS_FOUND="$(tail -n +2 <<<"$found")"
