@@ -461,6 +461,7 @@ main() {
     echo "gpu-check: stopped: the system section failed, so no GPU (or a library"
     echo "the programs need) is usable here; nothing else can be measured."
     echo "Its output above names the problem; --dry-run checks the plumbing on a CPU."
+    finish
     return 1
   fi
   run_section tests tests 300 1
@@ -480,10 +481,16 @@ main() {
     run_section "bench:$last" bench 120 1 "$last"
     run_section "torch:$last" torch 150 1 "$last"
   fi
-  local total=$(($(date +%s) - start))
   run_section goals goals 60 0
+  finish
+}
+
+# The summary table, the results packed into $OUT, the closing line.
+# Returns 1 when a section failed.
+finish() {
+  local total=$(($(date +%s) - start))
   echo
-  echo "==== summary: ${total} s of sections on the device (budget ${budget} s)"
+  echo "==== summary: ${total} s of the check (budget ${budget} s)"
   echo "| section | result | seconds |"
   echo "|---|---|---|"
   printf '%s\n' "${summary[@]}"
