@@ -58,11 +58,13 @@
 #
 # Environment: PRESETS (default "gpt2-124m gpt2-350m gpt2-774m"), STEPS
 # (trellis-bench's timed steps, default 5), ATTENTION_PATHS (default: every
-# path the build offers), GTEST_FILTER (for the tests section), PYTHON
+# path the build offers), GTEST_FILTER, CUDA_TESTS_TIMEOUT (default 180 s)
+# and MPI_TEST_TIMEOUT (120 s, each multi-rank test) for the tests section,
+# PYTHON
 # (default python3), CUDA_LIBS (colon-separated CUDA, NCCL and cuDNN
 # library folders; default: /usr/local/cuda's and the nvidia/*/lib folders
-# of PYTHON's site-packages, the folder with the newest copy of each
-# library the build needs first).
+# of PYTHON's site-packages, the folder with the newest cuBLAS first, then
+# cuDNN's, NCCL's and the runtime's).
 set -uo pipefail
 self="$(realpath "${BASH_SOURCE[0]}")"
 here="$(dirname "$self")"
