@@ -50,7 +50,7 @@
 # $OUT when set, else docs/gpu-runs/ in a checkout or ./gpu-runs/
 # beside a bundle. The JSON results go to --results (default: runs/
 # gpu-check/<stamp>/ in a checkout, a folder under $TMPDIR beside a
-# bundle), packed into $OUT/<date>-<gpu>-results.tar.gz when $OUT is set.
+# bundle), packed into $OUT/<log's name>-results.tar.gz when $OUT is set.
 #
 # --dry-run runs every section on the CPU with tiny shapes and no GPU test
 # cases (the test binaries and mpirun still start), to check the plumbing
@@ -497,8 +497,9 @@ finish() {
   echo "|---|---|---|"
   printf '%s\n' "${summary[@]}"
   if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
-    tar -C "$results" -czf "$OUT/$stamp-results.tar.gz" . &&
-      echo "JSON results packed into $OUT/$stamp-results.tar.gz"
+    # Named after the log (a second check on one day adds the time to both).
+    local packed="$OUT/$(basename "${log%.log}")-results.tar.gz"
+    tar -C "$results" -czf "$packed" . && echo "JSON results packed into $packed"
   fi
   echo "log: $log"
   if [ ${#failed[@]} -gt 0 ]; then
