@@ -9,6 +9,7 @@
 #   BUNDLE/env.sh             source it: PATH, LD_LIBRARY_PATH, OPAL_PREFIX
 #   BUNDLE/cuda-libs.txt      the node's libraries the build needs: soname
 #                             and the version it was linked against
+#   BUNDLE/glibc-version.txt  the oldest C library the bundle runs on
 #   BUNDLE/check-node.sh      checks the node's driver and those libraries
 #   BUNDLE/run-gpu-tests.sh   check-node.sh, then the GPU tests (label gpu),
 #                             one binary at a time
@@ -45,7 +46,7 @@ done
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/mpi/bin" "$out/mpi/lib/$multiarch" "$out/mpi/share"
 programs=(trellis-train trellis-eval trellis-bench trellis-attention-bench
-          trellis-bubbles)
+          trellis-bubbles trellis-generate trellis-convert trellis-preprocess)
 tests=(cuda_tests parallel_collectives_mpi_test)
 for f in "$build"/bin/cuda_*_mpi_test; do tests+=("$(basename "$f")"); done
 for b in "${programs[@]}" "${tests[@]}"; do cp "$build/bin/$b" "$out/bin/"; done
@@ -53,7 +54,9 @@ echo "gpu-bundle: ${#programs[@]} programs and ${#tests[@]} test binaries"
 # The GPU check and what it runs besides the programs (the same layout as
 # in the source tree, so the script finds them beside itself).
 mkdir -p "$out/scripts/torch_reference"
-cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_report.py" "$out/scripts/"
+cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_report.py" \
+  "$root/scripts/gpu_check_llama.py" "$root/scripts/gpu_check_cuda_libs.py" \
+  "$out/scripts/"
 cp "$root"/scripts/torch_reference/*.py "$out/scripts/torch_reference/"
 
 # Open MPI as installed under /usr, moved under mpi/ (OPAL_PREFIX): Open MPI
@@ -125,6 +128,18 @@ for need in libcudart libcublas libcublasLt; do
   fi
 done
 echo "gpu-bundle: needs from the node: $(awk '{printf "%s%s (%s)", (NR > 1 ? ", " : ""), $1, $2}' "$out/cuda-libs.txt")"
+# The node's C library serves every file of the bundle: the newest
+# GLIBC_ symbol version they need (libstdc++ and libevent ask 2.36 of a
+# Debian 12 build) is the node's floor, which check-node.sh compares.
+# (objdump fails on the files that are no ELF: the rest still counts.)
+{ find "$out/bin" "$out/lib" "$out/mpi" -type f -exec objdump -T {} + 2>/dev/null || true; } |
+  grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1 \
+  >"$out/glibc-version.txt"
+if [ ! -s "$out/glibc-version.txt" ]; then
+  echo "gpu-bundle: found no GLIBC_ symbol versions (is objdump, from binutils, installed?)" >&2
+  exit 1
+fi
+echo "gpu-bundle: needs glibc $(cat "$out/glibc-version.txt") or newer on the node"
 cp "$root/scripts/gpu-bundle-check-node.sh" "$out/check-node.sh"
 chmod +x "$out/check-node.sh"
 
@@ -145,22 +160,38 @@ EOF
 cat >"$out/run-gpu-tests.sh" <<'EOF'
 #!/usr/bin/env bash
 # The GPU tests of the bundled build: cuda_tests, then each multi-rank GPU
-# test under mpirun with the ranks ctest gives it. Extra arguments go to
-# every test binary (e.g. --gtest_filter=...). Exits nonzero if any fails.
+# test under mpirun with the ranks ctest gives it, each under a time limit
+# (CUDA_TESTS_TIMEOUT, default 600 s, for cuda_tests; MPI_TEST_TIMEOUT,
+# default 300 s, for each multi-rank test), so that one that hangs does not
+# keep the others from running. Extra arguments go to every test binary
+# (e.g. --gtest_filter=...). Exits nonzero if any fails.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/env.sh"
 "$here/check-node.sh" || exit 1
+# The tests that run trellis's programs find them here, not in the build.
+export TRELLIS_BINARY_DIR="$here"
 mpi=(mpirun --oversubscribe --mca btl self,tcp)
 [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 failed=0
-run() { echo "== $*"; "$@" || { echo "FAILED: $*"; failed=1; }; }
-run cuda_tests "$@"
+run() {  # run SECONDS COMMAND...
+  local limit="$1" rc
+  shift
+  echo "== $*"
+  timeout -k 10 "$limit" "$@"
+  rc=$?
+  case $rc in
+    0) ;;
+    124|137) echo "FAILED (timed out after $limit s): $*"; failed=1 ;;
+    *) echo "FAILED (exit $rc): $*"; failed=1 ;;
+  esac
+}
+run "${CUDA_TESTS_TIMEOUT:-600}" cuda_tests "$@"
 EOF
 # The multi-rank GPU tests and their rank counts, as ctest runs them.
 grep -ho 'cuda_[a-z_]*_mpi_test_np[0-9]*' "$build"/tests/cuda/CTestTestfile.cmake 2>/dev/null |
   sort -u | while read -r t; do
-    echo "run \"\${mpi[@]}\" -np ${t##*_np} ${t%_np*} \"\$@\"" >>"$out/run-gpu-tests.sh"
+    echo "run \"\${MPI_TEST_TIMEOUT:-300}\" \"\${mpi[@]}\" -np ${t##*_np} ${t%_np*} \"\$@\"" >>"$out/run-gpu-tests.sh"
   done
 echo 'exit $failed' >>"$out/run-gpu-tests.sh"
 chmod +x "$out/run-gpu-tests.sh"

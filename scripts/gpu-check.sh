@@ -6,15 +6,25 @@
 #   system             nvidia-smi, driver and runtime versions, PyTorch's
 #   tests              every GPU test (cuda_tests, then the multi-rank GPU
 #                      tests under mpirun: NCCL, host staging, the 8-rank
-#                      layout test on one GPU)
+#                      layout test on one GPU), each binary under its own
+#                      time limit
+#   llama              a small Hugging Face Llama converted by
+#                      trellis-convert: trellis-eval's loss on the device
+#                      against scripts/torch_reference/hf_llama_loss.py's
+#                      (PyTorch, float64, on the same device)
+#   generate           trellis-generate of that model, greedy: the tokens
+#                      on the device equal the CPU's
 #   bench:<preset>     trellis-bench, seq_len 1024, bf16, recompute off,
 #                      --profile (tokens/s, TFLOP/s, MFU, peak memory and
-#                      the per-kernel table)
+#                      the per-kernel table), each followed by
+#   torch:<preset>     a compiled PyTorch GPT-2 of the preset's shape
 #   attention          trellis-attention-bench: attention alone, per path
 #   torch-sdpa         PyTorch's scaled_dot_product_attention, same shapes
-#   torch:<preset>     a compiled PyTorch GPT-2 of the preset's shape
 #   goals              the tables folded from the JSON results, and the
 #                      goals judged
+#
+# (the largest preset's bench and torch sections run last, after
+# attention and torch-sdpa, as what is left of the budget allows).
 #
 #   scripts/gpu-check.sh [--dry-run] [--log-dir DIR] [--results DIR]
 #                        [--bin DIR] [--budget SECONDS] [--only LIST]
@@ -22,18 +32,25 @@
 # Runs from an unpacked bundle (scripts/gpu-bundle.sh puts this script in
 # BUNDLE/scripts/ and sources BUNDLE/env.sh) or from a checkout with a CUDA
 # build (BUILD_DIR, default build/). A failing section does not stop the
-# check; it exits 1 at the end and names the failed sections. The GPU
-# sections share a time budget (--budget, default 1140 s): each runs under
-# the smaller of its own limit and what is left, and a section with no time
-# left is skipped and counts as failed. --only runs only the listed kinds
-# of section (comma-separated: system, tests, bench, attention,
-# torch-sdpa, torch, goals), e.g. to repeat the benchmarks alone.
+# check; it exits 1 at the end and names the failed sections. Without a
+# usable GPU (the system section fails) it stops after the system section
+# and exits 1: a GPU check never passes without a GPU, and it sets
+# TRELLIS_REQUIRE_GPU=1 so that no GPU test can skip for want of one. The
+# whole check, the goals included, stays within a time budget (--budget,
+# default 540 s, so that it fits one 10-minute command with room to unpack
+# the bundle): each section runs under the smaller of its own limit and
+# what is left (less 20 s kept for the goals), a section with too little
+# time left is skipped and counts as failed. --only runs only the listed
+# kinds of section (comma-separated: system, tests, llama, generate,
+# bench, attention, torch-sdpa, torch, goals), e.g. to repeat the
+# benchmarks alone.
 #
-# Everything printed also goes to the log <date>-<gpu>.log in --log-dir,
-# else $OUT when set, else docs/gpu-runs/ in a checkout or ./gpu-runs/
+# Everything printed also goes, line by line as it is printed (a killed
+# check keeps what ran), to the log <date>-<gpu>.log in --log-dir, else
+# $OUT when set, else docs/gpu-runs/ in a checkout or ./gpu-runs/
 # beside a bundle. The JSON results go to --results (default: runs/
 # gpu-check/<stamp>/ in a checkout, a folder under $TMPDIR beside a
-# bundle), packed into $OUT/<date>-<gpu>-results.tar.gz when $OUT is set.
+# bundle), packed into $OUT/<log's name>-results.tar.gz when $OUT is set.
 #
 # --dry-run runs every section on the CPU with tiny shapes and no GPU test
 # cases (the test binaries and mpirun still start), to check the plumbing
@@ -41,10 +58,13 @@
 #
 # Environment: PRESETS (default "gpt2-124m gpt2-350m gpt2-774m"), STEPS
 # (trellis-bench's timed steps, default 5), ATTENTION_PATHS (default: every
-# path the build offers), GTEST_FILTER (for the tests section), PYTHON
+# path the build offers), GTEST_FILTER, CUDA_TESTS_TIMEOUT (default 180 s)
+# and MPI_TEST_TIMEOUT (120 s, each multi-rank test) for the tests section,
+# PYTHON
 # (default python3), CUDA_LIBS (colon-separated CUDA, NCCL and cuDNN
 # library folders; default: /usr/local/cuda's and the nvidia/*/lib folders
-# of PYTHON's site-packages).
+# of PYTHON's site-packages, the folder with the newest cuBLAS first, then
+# cuDNN's, NCCL's and the runtime's).
 set -uo pipefail
 self="$(realpath "${BASH_SOURCE[0]}")"
 here="$(dirname "$self")"
@@ -58,6 +78,10 @@ section_system() {
   echo "host: $(uname -nrm); $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "mode: $GC_MODE, programs in $GC_BIN"
   echo "CUDA_LIBS=${CUDA_LIBS:-}"
+  if [ -n "$GC_CUDA_LIBS_FOUND" ]; then
+    echo "CUDA libraries found (soname, release, folder):"
+    echo "$GC_CUDA_LIBS_FOUND"
+  fi
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv
@@ -65,6 +89,9 @@ section_system() {
     echo "nvidia-smi: not on PATH"
   fi
   if command -v nvcc >/dev/null; then nvcc --version | tail -n 2; fi
+  # A bundle's node check: the CUDA libraries found and their versions
+  # against the build's, the C library, the driver.
+  if [ "$GC_MODE" = bundle ]; then "$root/check-node.sh" || return 1; fi
   local missing
   missing="$(ldd "$GC_BIN"/trellis-* "$GC_BIN"/cuda_tests 2>/dev/null |
     grep 'not found' | sort -u)"
@@ -110,6 +137,10 @@ run_tests() {
   elif [ "$GC_DRY" = 1 ]; then
     filter=(--gtest_filter=-*)  # start every binary, run no case
   fi
+  # Each binary under its own limit, within the section's: a hung
+  # cuda_tests leaves time for the multi-rank tests.
+  export CUDA_TESTS_TIMEOUT="${CUDA_TESTS_TIMEOUT:-180}"
+  export MPI_TEST_TIMEOUT="${MPI_TEST_TIMEOUT:-120}"
   if [ "$GC_MODE" = bundle ]; then
     "$root/run-gpu-tests.sh" "${filter[@]}"
     return
@@ -124,14 +155,69 @@ run_tests() {
     return 1
   fi
   echo "== cuda_tests"
-  "$GC_BIN/cuda_tests" "${filter[@]}" || { echo "FAILED: cuda_tests"; failed=1; }
+  timeout -k 10 "$CUDA_TESTS_TIMEOUT" "$GC_BIN/cuda_tests" "${filter[@]}" ||
+    { echo "FAILED: cuda_tests"; failed=1; }
   for t in $(grep -ho 'cuda_[a-z_]*_mpi_test_np[0-9]*' "$ctest_file" |
       sort -u); do
     echo "== ${mpi[*]} -np ${t##*_np} ${t%_np*}"
-    "${mpi[@]}" -np "${t##*_np}" "$GC_BIN/${t%_np*}" "${filter[@]}" ||
-      { echo "FAILED: ${t%_np*}"; failed=1; }
+    timeout -k 10 "$MPI_TEST_TIMEOUT" "${mpi[@]}" -np "${t##*_np}" \
+      "$GC_BIN/${t%_np*}" "${filter[@]}" || { echo "FAILED: ${t%_np*}"; failed=1; }
   done
   return $failed
+}
+
+# A small Hugging Face Llama (scripts/gpu_check_llama.py) converted to a
+# trellis checkpoint, once per check, in $GC_SCRATCH/llama.
+llama_model() {
+  local d="$GC_SCRATCH/llama"
+  [ -d "$d/ckpt" ] && return 0
+  rm -rf "$d"
+  run_python "$here/gpu_check_llama.py" write "$d" &&
+    "$GC_BIN/trellis-preprocess" --input="$d/text.txt" \
+      --output="$d/tokens.h5" --tokenizer=byte --threads=1 2>&1 |
+      tr '\r' '\n' | tail -n 1 && [ "${PIPESTATUS[0]}" -eq 0 ] &&
+    "$GC_BIN/trellis-convert" --input="$d/hf" --to=trellis \
+      --output="$d/ckpt" --tokenizer=byte
+}
+
+section_llama() {
+  have_python || return 1
+  llama_model || return 1
+  local d="$GC_SCRATCH/llama"
+  echo "== trellis-eval --device=$GC_DEVICE"
+  "$GC_BIN/trellis-eval" --load="$d/ckpt" --data="$d/tokens.h5" \
+    --max_windows=8 --micro_batch_size=4 --device="$GC_DEVICE" 2>&1 |
+    tee "$GC_RESULTS/llama-eval.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || return 1
+  echo "== hf_llama_loss.py --device=$GC_DEVICE"
+  run_python "$here/torch_reference/hf_llama_loss.py" "$d/hf" \
+    "$d/tokens.txt" 64 8 --device="$GC_DEVICE" \
+    --json="$GC_RESULTS/llama-torch.json" || return 1
+  run_python "$here/gpu_check_llama.py" loss "$GC_RESULTS/llama-eval.txt" \
+    "$GC_RESULTS/llama-torch.json" --device="$GC_DEVICE"
+}
+
+section_generate() {
+  have_python || return 1
+  llama_model || return 1
+  local device devices=(cpu)
+  [ "$GC_DEVICE" = cpu ] || devices+=("$GC_DEVICE")
+  for device in "${devices[@]}"; do
+    echo "== trellis-generate --device=$device --temperature=0"
+    "$GC_BIN/trellis-generate" --load="$GC_SCRATCH/llama/ckpt" \
+      --prompt="the quick brown fox" --max_new_tokens=40 --temperature=0 \
+      --device="$device" >"$GC_RESULTS/generate-$device.txt" 2>&1
+    local rc=$?
+    # The continuation is raw bytes of a random model: only its JSON line
+    # (token ids, speed) goes to the log, unless the run failed.
+    if [ "$rc" -ne 0 ]; then
+      cat -v "$GC_RESULTS/generate-$device.txt"
+      return 1
+    fi
+    grep '^{' "$GC_RESULTS/generate-$device.txt"
+  done
+  run_python "$here/gpu_check_llama.py" tokens "$GC_RESULTS/generate-cpu.txt" \
+    "$GC_RESULTS/generate-$GC_DEVICE.txt" --device="$GC_DEVICE"
 }
 
 section_bench() {
@@ -219,7 +305,7 @@ fi
 # ------------------------------------------------------------------ driver
 usage() { sed -n '2,/^set -uo/p' "$self" | sed -e '$d' -e 's/^# \{0,1\}//'; }
 
-dry=0 log_dir="" results="" bin="" budget=1140 only=""
+dry=0 log_dir="" results="" bin="" budget=540 only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry=1 ;;
@@ -234,23 +320,46 @@ while [ $# -gt 0 ]; do
   shift
 done
 
-# CUDA, NCCL and cuDNN library folders: the toolkit's, then the wheels'.
+# CUDA, NCCL and cuDNN library folders: the toolkit's and the wheels'
+# (PyTorch's nvidia/cu13/lib, nvidia/cudnn/lib, nvidia/nccl/lib, ...). For
+# each library of the bundle's cuda-libs.txt the folder holding its newest
+# release (asked of the library, gpu_check_cuda_libs.py) comes first, so
+# that an older toolkit does not shadow the wheels' newer cuBLAS or cuDNN.
+# Sets CUDA_LIBS, and GC_CUDA_LIBS_FOUND to what was found where.
 find_cuda_libs() {
-  local dirs=() d site
+  local dirs=() d site py="${PYTHON:-python3}" found
   for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -d "$d" ] && dirs+=("$d")
+    [ -d "$d" ] && dirs+=("$(realpath "$d")")
   done
-  if command -v "${PYTHON:-python3}" >/dev/null; then
-    for site in $("${PYTHON:-python3}" -c \
+  if command -v "$py" >/dev/null; then
+    for site in $("$py" -c \
         'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-      for d in "$site"/nvidia/*/lib; do [ -d "$d" ] && dirs+=("$d"); done
+      for d in "$site"/nvidia/*/lib "$site"/nvidia/*/lib64; do
+        [ -d "$d" ] && dirs+=("$d")
+      done
     done
   fi
-  (IFS=:; echo "${dirs[*]}")
+  # Once each (lib64 and targets/.../lib are often the same folder).
+  local unique=()
+  for d in "${dirs[@]}"; do
+    [[ " ${unique[*]} " == *" $d "* ]] || unique+=("$d")
+  done
+  dirs=("${unique[@]}")
+  CUDA_LIBS="$(IFS=:; echo "${dirs[*]}")"
+  GC_CUDA_LIBS_FOUND=""
+  # (Python with the caller's library path: env.sh is not sourced yet.)
+  if [ -f "$root/cuda-libs.txt" ] && command -v "$py" >/dev/null &&
+      found="$("$py" "$here/gpu_check_cuda_libs.py" \
+        "$root/cuda-libs.txt" "${dirs[@]}")"; then
+    CUDA_LIBS="$(head -n 1 <<<"$found")"
+    GC_CUDA_LIBS_FOUND="$(tail -n +2 <<<"$found")"
+  fi
 }
 
 export GC_PY_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"
-export CUDA_LIBS="${CUDA_LIBS-$(find_cuda_libs)}"
+export GC_CUDA_LIBS_FOUND="(CUDA_LIBS set by the caller)"
+if [ -z "${CUDA_LIBS+set}" ]; then find_cuda_libs; fi
+export CUDA_LIBS GC_CUDA_LIBS_FOUND
 if [ -f "$root/env.sh" ]; then
   mode=bundle
   source "$root/env.sh"
@@ -287,7 +396,12 @@ fi
 mkdir -p "$results"
 : >"$results/sections.tsv"
 
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/trellis-gpu-check-scratch.XXXXXX")"
+trap 'rm -rf "$scratch"' EXIT
 export GC_MODE="$mode" GC_BIN="$bin" GC_RESULTS="$results" GC_DRY="$dry"
+export GC_SCRATCH="$scratch"
+# On the GPU, no GPU test may skip for want of a device.
+[ "$dry" = 1 ] || export TRELLIS_REQUIRE_GPU=1
 export GC_DEVICE="$([ "$dry" = 1 ] && echo cpu || echo cuda)"
 export GC_PYTHON="${PYTHON:-python3}" PYTHONUNBUFFERED=1
 export GC_PRESETS="${PRESETS:-gpt2-124m gpt2-350m gpt2-774m}"
@@ -297,14 +411,27 @@ start=$(date +%s)
 failed=()
 summary=()
 
+# Seconds of the budget kept for the goals section, which runs last.
+goals_reserve=20
+# The programs' output line by line (stdio buffers a pipe's output until
+# exit), so that a section killed at its limit still leaves its lines in
+# the log.
+linebuf=()
+command -v stdbuf >/dev/null && linebuf=(stdbuf -oL -eL)
+
 # run_section NAME FUNCTION LIMIT BUDGETED [ARG]: runs section_FUNCTION
-# ARG under timeout, reported as NAME.
+# ARG under timeout, reported as NAME. A budgeted section leaves
+# goals_reserve seconds of the budget; the goals section takes what is left.
+# Returns the section's status (0: passed).
 run_section() {
   local name="$1" fn="$2" limit="$3" budgeted="$4" arg="${5:-}" t0 rc status
   local secs
-  if [ -n "$only" ] && [[ "$only" != *",${fn//_/-},"* ]]; then return; fi
-  local left=$((budget - ($(date +%s) - start)))
-  if [ "$budgeted" = 1 ] && [ "$left" -lt "$limit" ]; then limit="$left"; fi
+  if [ -n "$only" ] && [[ "$only" != *",${fn//_/-},"* ]]; then return 0; fi
+  # Less the 5 s that timeout may wait before it kills a section that
+  # ignores its TERM, so that even then the check ends within the budget.
+  local left=$((budget - ($(date +%s) - start) - 5))
+  [ "$budgeted" = 1 ] && left=$((left - goals_reserve))
+  if [ "$left" -lt "$limit" ]; then limit="$left"; fi
   echo
   echo "==== $name (limit ${limit} s) ==== $(date -u +%H:%M:%S)"
   if [ "$limit" -lt 10 ]; then
@@ -312,7 +439,7 @@ run_section() {
     rc=1 secs=0
   else
     t0=$(date +%s)
-    timeout -k 15 "$limit" "$self" --section "$fn" $arg
+    timeout -k 5 "$limit" "${linebuf[@]}" "$self" --section "$fn" $arg
     rc=$?
     secs=$(($(date +%s) - t0))
     case $rc in
@@ -325,32 +452,54 @@ run_section() {
   printf '%s\t%s\t%s\n' "$name" "${status%% *}" "$secs" >>"$results/sections.tsv"
   summary+=("| $name | $status | $secs |")
   [ "$rc" -eq 0 ] || failed+=("$name")
+  return "$rc"
 }
 
 main() {
   echo "trellis GPU check$([ "$dry" = 1 ] && echo ' (dry run on the CPU)'): $stamp"
   echo "log $log; results $results; budget ${budget} s"
-  run_section system system 60 1
-  run_section tests tests 600 1
-  local preset
-  for preset in $GC_PRESETS; do
-    run_section "bench:$preset" bench 300 1 "$preset"
+  if ! run_section system system 60 1 && [ "$dry" = 0 ]; then
+    echo
+    echo "gpu-check: stopped: the system section failed, so no GPU (or a library"
+    echo "the programs need) is usable here; nothing else can be measured."
+    echo "Its output above names the problem; --dry-run checks the plumbing on a CPU."
+    finish
+    return 1
+  fi
+  run_section tests tests 300 1
+  run_section llama llama 90 1
+  run_section generate generate 60 1
+  # Each preset's PyTorch run right after its own, the largest preset
+  # after attention, so that a short budget cuts the least needed.
+  local presets=($GC_PRESETS) preset last=""
+  [ ${#presets[@]} -gt 2 ] && last="${presets[-1]}" && unset 'presets[-1]'
+  for preset in "${presets[@]}"; do
+    run_section "bench:$preset" bench 120 1 "$preset"
+    run_section "torch:$preset" torch 150 1 "$preset"
   done
-  run_section attention attention 240 1
-  run_section torch-sdpa torch_sdpa 180 1
-  for preset in $GC_PRESETS; do
-    run_section "torch:$preset" torch 360 1 "$preset"
-  done
-  local total=$(($(date +%s) - start))
+  run_section attention attention 90 1
+  run_section torch-sdpa torch_sdpa 90 1
+  if [ -n "$last" ]; then
+    run_section "bench:$last" bench 120 1 "$last"
+    run_section "torch:$last" torch 150 1 "$last"
+  fi
   run_section goals goals 60 0
+  finish
+}
+
+# The summary table, the results packed into $OUT, the closing line.
+# Returns 1 when a section failed.
+finish() {
+  local total=$(($(date +%s) - start))
   echo
-  echo "==== summary: ${total} s of sections on the device (budget ${budget} s)"
+  echo "==== summary: ${total} s of the check (budget ${budget} s)"
   echo "| section | result | seconds |"
   echo "|---|---|---|"
   printf '%s\n' "${summary[@]}"
   if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
-    tar -C "$results" -czf "$OUT/$stamp-results.tar.gz" . &&
-      echo "JSON results packed into $OUT/$stamp-results.tar.gz"
+    # Named after the log (a second check on one day adds the time to both).
+    local packed="$OUT/$(basename "${log%.log}")-results.tar.gz"
+    tar -C "$results" -czf "$packed" . && echo "JSON results packed into $packed"
   fi
   echo "log: $log"
   if [ ${#failed[@]} -gt 0 ]; then

@@ -8,7 +8,8 @@ RESULTS_DIR holds what the check's sections wrote: bench-<preset>.json
 (trellis-bench), torch-<preset>.json (scripts/torch_reference/
 gpt2_bench.py), attention.json (trellis-attention-bench), sdpa.json
 (scripts/torch_reference/sdpa_bench.py) and sections.tsv (name, status,
-seconds of each section). A missing file shows as "not measured". Exits 1
+seconds of each section; its llama and generate rows are goals too). A
+missing file shows as "not measured". Exits 1
 when a goal is missed or could not be measured, except with --dry-run
 (tiny CPU shapes, where the goals mean nothing). Needs only Python's
 standard library.
@@ -183,6 +184,15 @@ def sections_goals(results, goals):
             measured += ": " + ", ".join(skipped[:8])
     ok = None if status == "not run" else status == "ok"
     goals.append(("every GPU test passes", ok, measured))
+    # The Llama checks, where the check ran them (not in an --only run
+    # without them).
+    for name, what in (("llama", "converted HF Llama's loss on the GPU "
+                        "equals PyTorch's"),
+                       ("generate", "greedy tokens on the GPU equal the "
+                        "CPU's")):
+        row = [r for r in rows if r[0] == name]
+        if row:
+            goals.append((what, row[0][1] == "ok", row[0][1]))
     total = sum(float(r[2]) for r in rows)
     goals.append((f"the check within {BUDGET_S // 60} minutes",
                   total <= BUDGET_S, f"{total / 60:.1f} min so far"))

@@ -7,8 +7,11 @@
 # mpirun, and the bundle's scripts/gpu-check.sh in its dry run. Without
 # root or mount namespaces it runs the same checks with nothing hidden.
 # First it checks that the bundle names the CUDA runtime and cuBLAS
-# versions the build needs and that check-node.sh passes here and refuses
-# a node that lacks one.
+# versions the build needs and the C library it needs, carries the
+# programs the GPU check runs, and that check-node.sh passes here and
+# refuses a node that lacks a library or has an older C library. The
+# checks run from the bundle moved to another folder, as unpacked on a
+# node.
 #
 #   gpu_bundle_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -41,6 +44,28 @@ want="libcublasLt.so.99 not found (the build needs version 99.0 or newer)"
 if ! grep -qF "$want" <<<"$report"; then
   echo "FAIL: check-node.sh did not say \"$want\":"; echo "$report"; exit 1
 fi
+# The C library the bundle needs, and a node whose glibc is older.
+grep -Eqx '2\.[0-9]+' "$work/bundle/glibc-version.txt" ||
+  { echo "FAIL: no glibc version in glibc-version.txt"; exit 1; }
+cp "$work/bundle/glibc-version.txt" "$work/glibc-version.txt"
+echo 2.999 >"$work/bundle/glibc-version.txt"
+if report="$(source "$work/bundle/env.sh" && "$work/bundle/check-node.sh" 2>&1)" ||
+    ! grep -q "glibc .* is older than the 2.999 the bundle needs" <<<"$report"; then
+  echo "FAIL: check-node.sh accepted an older C library:"; echo "$report"; exit 1
+fi
+cp "$work/glibc-version.txt" "$work/bundle/glibc-version.txt"
+# What the GPU check runs besides the tests, and the tests' program folder.
+for f in bin/trellis-generate bin/trellis-convert bin/trellis-preprocess \
+         bin/trellis-eval scripts/gpu_check_llama.py \
+         scripts/gpu_check_cuda_libs.py scripts/torch_reference/hf_llama_loss.py; do
+  [ -e "$work/bundle/$f" ] || { echo "FAIL: the bundle lacks $f"; exit 1; }
+done
+grep -q 'export TRELLIS_BINARY_DIR="$here"' "$work/bundle/run-gpu-tests.sh" ||
+  { echo "FAIL: run-gpu-tests.sh does not point the tests at the bundle"; exit 1; }
+# Unpacked elsewhere on a node: everything below runs from another folder.
+mkdir "$work/node"
+mv "$work/bundle" "$work/node/gpu-bundle"
+bundle="$work/node/gpu-bundle"
 
 cat >"$work/check.sh" <<'CHECK'
 #!/usr/bin/env bash
@@ -95,9 +120,9 @@ CHECK
 chmod +x "$work/check.sh"
 
 if [ "$(id -u)" -eq 0 ] && unshare -m --propagation private true 2>/dev/null; then
-  unshare -m --propagation private "$work/check.sh" "$work/bundle" 1
+  unshare -m --propagation private "$work/check.sh" "$bundle" 1
 else
   echo "no mount namespace here: checking the bundle with nothing hidden"
-  "$work/check.sh" "$work/bundle" 0
+  "$work/check.sh" "$bundle" 0
 fi
 echo "gpu_bundle_test: the bundle ran"

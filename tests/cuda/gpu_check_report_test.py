@@ -100,6 +100,22 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(self.verdict(out, "every GPU test"), "MISSED")
         self.assertEqual(self.verdict(out, "the check within"), "MISSED")
 
+    def test_the_llama_sections_are_goals_where_they_ran(self):
+        files = {"bench-gpt2-124m.json": bench("gpt2-124m", 0.46, 1000),
+                 "bench-gpt2-350m.json": bench("gpt2-350m", 0.51, 500),
+                 "torch-gpt2-124m.json": self.torch(900),
+                 "torch-gpt2-350m.json": self.torch(500),
+                 **self.shapes(1.2, 5.0)}
+        rc, out = self.run_report(files, [("tests", "ok", 300),
+                                          ("llama", "ok", 10),
+                                          ("generate", "FAILED", 5)])
+        self.assertEqual(rc, 1, out)
+        self.assertEqual(self.verdict(out, "converted HF Llama"), "met")
+        self.assertEqual(self.verdict(out, "greedy tokens"), "MISSED")
+        rc, out = self.run_report(files, [("tests", "ok", 300)])
+        self.assertEqual(rc, 0, out)
+        self.assertNotIn("greedy tokens", out)
+
     def test_a_fast_path_with_wrong_results_does_not_count(self):
         files = self.shapes(0.5, 2.0, mma_diff=0.5)
         rc, out = self.run_report(files, [("tests", "ok", 10)])

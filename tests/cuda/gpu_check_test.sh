@@ -3,7 +3,8 @@
 # and leave a log with each section's header and valid JSON results; a
 # section that fails or outlasts its time must not stop the check, which
 # must then exit nonzero naming those sections, and a timed-out section's
-# processes must be gone.
+# processes must be gone; without --dry-run it must stop after the system
+# section and fail, saying why, instead of passing with nothing measured.
 #
 #   gpu_check_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
@@ -21,7 +22,8 @@ log="$work/logs/$(date -u +%Y-%m-%d)-cpu-dry-run.log"
 [ -f "$log" ] || { cat "$work/stdout"; fail "no log $log"; }
 cmp -s "$log" "$work/stdout" || fail "the log differs from what was printed"
 [ "$rc" -eq 0 ] || { cat "$log"; fail "the dry run exited $rc"; }
-for section in system tests bench:tiny attention torch-sdpa torch:tiny goals; do
+for section in system tests llama generate bench:tiny torch:tiny attention \
+    torch-sdpa goals; do
   grep -q "^==== $section (limit [0-9]* s)" "$log" || fail "no header of $section"
   grep -q "^---- $section: ok in [0-9]* s" "$log" || fail "$section did not pass"
 done
@@ -30,6 +32,12 @@ grep -q '== cuda_tests' "$log" || fail "the tests section ran no cuda_tests"
 grep -q -- '-np 8 .*cuda_layout_equivalence_mpi_test' "$log" ||
   fail "the tests section did not start the 8-rank layout test"
 grep -q '^| goal | result | measured |' "$log" || fail "no goals table"
+# The Llama sections ran the converted model through trellis-eval and
+# trellis-generate and compared them.
+grep -q '^== trellis-eval --device=cpu' "$log" || fail "llama ran no trellis-eval"
+grep -Eq '^(ok: trellis-eval|trellis-eval --device=cpu: loss [0-9.]+; PyTorch reference skipped)' \
+  "$log" || fail "llama compared no loss"
+grep -q '^ok: [1-9][0-9]* greedy tokens equal' "$log" || fail "generate compared no tokens"
 for f in bench-tiny.json attention.json sdpa.json torch-tiny.json; do
   python3 -m json.tool "$work/results/$f" >/dev/null || fail "$f is not JSON"
 done
@@ -45,8 +53,33 @@ assert bench["median"]["tokens_per_s"] > 0 and bench["kernels"], "no profile"
 torch = json.load(open(f"{d}/torch-tiny.json"))
 assert "skipped" in torch or torch["tokens_per_s"] > 0, torch
 rows = [l.split("\t") for l in open(f"{d}/sections.tsv").read().splitlines()]
-assert [r[1] for r in rows] == ["ok"] * 7, rows
+assert [r[1] for r in rows] == ["ok"] * 9, rows
 EOF
+
+# The CUDA library folders: the one with the newest cuBLASLt first, then
+# the newest cuDNN's, by the release each library reports (two fake
+# libraries of each, built here).
+if command -v cc >/dev/null; then
+  for r in 13.0.2:130002:91300 13.1.0:130100:92000; do
+    IFS=: read -r name lt dnn <<<"$r"
+    mkdir -p "$work/libs/$name"
+    echo "unsigned long cublasLtGetVersion(void) { return $lt; }" >"$work/lt.c"
+    echo "unsigned long cudnnGetVersion(void) { return $dnn; }" >"$work/dnn.c"
+    cc -shared -fPIC -o "$work/libs/$name/libcublasLt.so.13" "$work/lt.c"
+    cc -shared -fPIC -o "$work/libs/$name/libcudnn.so.9" "$work/dnn.c"
+  done
+  mkdir -p "$work/libs/dnn-only"
+  cp "$work/libs/13.0.2/libcudnn.so.9" "$work/libs/dnn-only/"
+  printf 'libcudnn.so.9 9.19.0\nlibcublasLt.so.13 13.1.0.3\n' >"$work/libs/list"
+  order="$(python3 "$root/scripts/gpu_check_cuda_libs.py" "$work/libs/list" \
+    "$work/libs/dnn-only" "$work/libs/13.0.2" "$work/libs/13.1.0")"
+  [ "$(head -n 1 <<<"$order")" = "$work/libs/13.1.0:$work/libs/dnn-only:$work/libs/13.0.2" ] ||
+    fail "CUDA library folders in the wrong order: $order"
+  grep -qxF "libcublasLt.so.13 13.0.2 $work/libs/13.0.2 (older than the build's 13.1.0.3)" \
+    <<<"$order" || fail "the older cuBLASLt is not named as older: $order"
+  grep -qxF "libcublasLt.so.13 13.1.0 $work/libs/13.1.0" <<<"$order" ||
+    fail "no release of the newer cuBLASLt: $order"
+fi
 
 # 2. A failing and a hanging section: fake programs beside the real ones.
 mkdir "$work/fake"
@@ -59,25 +92,46 @@ chmod +x "$work/fake/trellis-bench" "$work/fake/trellis-attention-bench"
 start=$(date +%s)
 rc=0
 OUT= "$root/scripts/gpu-check.sh" --dry-run --bin "$work/fake" \
-  --only bench,attention,torch-sdpa,goals --budget 15 \
+  --only bench,attention,torch-sdpa,goals --budget 45 \
   --log-dir "$work/logs2" --results "$work/results2" >"$work/stdout2" 2>&1 || rc=$?
 took=$(($(date +%s) - start))
 cat "$work/stdout2"
 [ "$rc" -ne 0 ] || fail "the check passed with failing sections"
 grep -q '^---- bench:tiny: FAILED (exit 3)' "$work/stdout2" || fail "bench:tiny not failed"
 grep -q '^---- attention: timed out after [0-9]* s' "$work/stdout2" || fail "no time-out"
-grep -q '^---- torch-sdpa: skipped: the 15 s budget is spent' "$work/stdout2" ||
+grep -q '^---- torch-sdpa: skipped: the 45 s budget is spent' "$work/stdout2" ||
   fail "torch-sdpa ran past the budget"
 grep -q '^---- goals: ok' "$work/stdout2" || fail "goals did not run after the failures"
 grep -q '^gpu-check: FAILED sections: bench:tiny attention torch-sdpa$' \
   "$work/stdout2" || fail "the failed sections are not named"
 ! grep -q '^==== \(system\|tests\|torch:tiny\)' "$work/stdout2" || fail "--only ignored"
-[ "$took" -lt 60 ] || fail "the time-out took $took s"
+[ "$took" -lt 75 ] || fail "the time-out took $took s (budget 45 s)"
 # Gone, or a zombie whose new parent has not reaped it yet.
 sleep 1
 state="$(ps -o stat= -p "$(cat "$work/sleeper.pid")" || true)"
 if [ -n "$state" ] && [[ "$state" != Z* ]]; then
   kill "$(cat "$work/sleeper.pid")"
   fail "the timed-out section's process still runs ($state)"
+fi
+
+# 3. The real check on this machine, which has no GPU: it stops after the
+# system section, fails and says why, in seconds.
+start=$(date +%s)
+rc=0
+OUT= "$root/scripts/gpu-check.sh" --bin "$build/bin" --log-dir "$work/logs3" \
+  --results "$work/results3" >"$work/stdout3" 2>&1 || rc=$?
+took=$(($(date +%s) - start))
+cat "$work/stdout3"
+if [ -e /dev/nvidiactl ] || command -v nvidia-smi >/dev/null; then
+  echo "a GPU may be here: not checking the no-GPU stop"
+else
+  [ "$rc" -ne 0 ] || fail "the check passed without a GPU"
+  grep -q '^---- system: FAILED' "$work/stdout3" || fail "system did not fail"
+  grep -q 'TRELLIS_REQUIRE_GPU=1' "$work/stdout3" ||
+    fail "the programs did not run with TRELLIS_REQUIRE_GPU=1"
+  grep -q '^gpu-check: stopped: the system section failed' "$work/stdout3" ||
+    fail "no stop after the system section"
+  ! grep -q '^==== tests' "$work/stdout3" || fail "sections ran without a GPU"
+  [ "$took" -lt 60 ] || fail "the no-GPU stop took $took s"
 fi
 echo "gpu_check_test: passed"
