@@ -191,10 +191,10 @@ INSTANTIATE_TEST_SUITE_P(
                 1,
                 [](O& o) { o.dp_bucket_mb = 0; },
                 {"--dp_bucket_mb"}},
-        BadCase{"zero_three_not_implemented",
+        BadCase{"zero_four",
                 1,
-                [](O& o) { o.zero = 3; },
-                {"--zero=3", "not implemented yet", "--zero=0, 1 or 2"}},
+                [](O& o) { o.zero = 4; },
+                {"--zero=4", "0, 1, 2 or 3"}},
         BadCase{"zero_negative", 1, [](O& o) { o.zero = -1; }, {"--zero=-1"}},
         BadCase{"tp_zero", 1, [](O& o) { o.tp = 0; }, {"--tp=0"}},
         BadCase{"virtual_stages_zero",
@@ -320,7 +320,26 @@ INSTANTIATE_TEST_SUITE_P(
                                 o.model.family = ModelFamilyKind::kLlama;
                                 o.model.n_kv_heads = 1;
                               },
-                              {"--zero=2", "--tp=2 > --n_kv_heads=1"}}),
+                              {"--zero=2", "--tp=2 > --n_kv_heads=1"}},
+                      BadCase{"zero_three_with_sequence_parallel",
+                              4,
+                              [](O& o) {
+                                o.dp = 2;
+                                o.tp = 2;
+                                o.zero = 3;
+                                o.sequence_parallel = true;
+                              },
+                              {"--zero=3", "--sequence_parallel", "--zero=1"}},
+                      BadCase{"zero_three_with_replicated_kv_heads",
+                              4,
+                              [](O& o) {
+                                o.dp = 2;
+                                o.tp = 2;
+                                o.zero = 3;
+                                o.model.family = ModelFamilyKind::kLlama;
+                                o.model.n_kv_heads = 1;
+                              },
+                              {"--zero=3", "--tp=2 > --n_kv_heads=1"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       return info.param.name;
     });

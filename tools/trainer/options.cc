@@ -133,13 +133,8 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (o.comm_timeout_s < 0) {
     return Bad("--comm_timeout_s must be 0 (off) or positive");
   }
-  if (o.zero == 3) {
-    return Bad(
-        "--zero=3 (sharded parameters) is not implemented yet; use --zero=0, "
-        "1 or 2");
-  }
   if (o.zero < 0 || o.zero > 3) {
-    return Bad(absl::StrCat("--zero=", o.zero, " must be 0, 1 or 2"));
+    return Bad(absl::StrCat("--zero=", o.zero, " must be 0, 1, 2 or 3"));
   }
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
     return Bad(
@@ -234,6 +229,20 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
   if (o.zero == 2 && o.tp > o.model.kv_heads()) {
     return Bad(absl::StrCat(
         "--zero=2 cannot be combined yet with key/value heads replicated "
+        "over tp (--tp=",
+        o.tp, " > --n_kv_heads=", o.model.kv_heads(),
+        "); use --zero=1 or a --tp dividing the key/value heads"));
+  }
+  // --zero=3 shards level 2's gradients, and its weights besides.
+  if (o.zero == 3 && o.sequence_parallel) {
+    return Bad(
+        "--zero=3 cannot be combined with --sequence_parallel yet (the "
+        "norms' partial gradients are summed over tp after the gradients are "
+        "sharded); use --zero=1");
+  }
+  if (o.zero == 3 && o.tp > o.model.kv_heads()) {
+    return Bad(absl::StrCat(
+        "--zero=3 cannot be combined yet with key/value heads replicated "
         "over tp (--tp=",
         o.tp, " > --n_kv_heads=", o.model.kv_heads(),
         "); use --zero=1 or a --tp dividing the key/value heads"));
