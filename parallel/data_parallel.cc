@@ -20,7 +20,8 @@ std::vector<std::vector<size_t>> GradientBuckets::Layout(
     const bool same =
         !buckets.empty() && items[buckets.back().front()].kind == item.kind;
     const bool apart =
-        item.alone || (!buckets.empty() && items[buckets.back().front()].alone);
+        item.alone || item.starts ||
+        (!buckets.empty() && items[buckets.back().front()].alone);
     if (!(fits && same) || apart) {
       buckets.emplace_back();
       bytes = 0;
@@ -78,7 +79,8 @@ size_t GradientBuckets::PlanBoundBytes(
 GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
                                  int64_t bucket_bytes, Communicator& dp,
                                  GradSync sync,
-                                 const std::vector<const Parameter*>& alone)
+                                 const std::vector<const Parameter*>& alone,
+                                 const std::vector<const Parameter*>& starts)
     : dp_(dp), sync_(sync) {
   // Gradients may not exist yet (ParameterSet::Materialize without
   // grads): their dtype follows the value's.
@@ -95,7 +97,8 @@ GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
     if (k == kinds.end()) k = kinds.insert(kinds.end(), kind);
     items.push_back(LayoutItem{
         p->numel(), DTypeSize(kind.first), static_cast<int>(k - kinds.begin()),
-        std::find(alone.begin(), alone.end(), p) != alone.end()});
+        std::find(alone.begin(), alone.end(), p) != alone.end(),
+        std::find(starts.begin(), starts.end(), p) != starts.end()});
   }
   std::vector<std::vector<Parameter*>> groups;
   for (const std::vector<size_t>& bucket : Layout(items, bucket_bytes)) {
@@ -174,8 +177,10 @@ void GradientBuckets::Bind(int b) {
   bound_bytes_ += bucket.elements * elem;
   peak_bound_bytes_ = std::max(peak_bound_bytes_, bound_bytes_);
   for (const Member& m : bucket.members) {
-    m.param->grad = Tensor::FromStorage(bucket.flat.storage(), m.offset * elem,
-                                        m.param->value.shape(), bucket.dtype);
+    // The value may be released (ZeRO-3): the shape comes from the spec.
+    m.param->grad =
+        Tensor::FromStorage(bucket.flat.storage(), m.offset * elem,
+                            m.param->spec.LocalShape(), bucket.dtype);
   }
   bucket.written.assign(bucket.members.size(), false);
   bucket.ready = 0;

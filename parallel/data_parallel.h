@@ -27,7 +27,9 @@
 // finishes the oldest). MarkReady is ignored; Wait() finishes every bucket.
 // Parameters listed as `alone` get a bucket of their own, so ranks with
 // different neighbours in their buckets (the tied embedding on the first and
-// last pipeline stage) own the same elements of it.
+// last pipeline stage) own the same elements of it. Parameters listed in
+// `starts` begin a new bucket (ZeRO-3 starts one at each weight group, so
+// that no bucket spans two of the units its weights are gathered in).
 //
 // With a dp group of one rank nothing is communicated.
 // Thread safety: none; the training thread drives it.
@@ -60,7 +62,8 @@ class GradientBuckets {
   GradientBuckets(const std::vector<Parameter*>& ready_order,
                   int64_t bucket_bytes, Communicator& dp,
                   GradSync sync = GradSync::kAllReduce,
-                  const std::vector<const Parameter*>& alone = {});
+                  const std::vector<const Parameter*>& alone = {},
+                  const std::vector<const Parameter*>& starts = {});
 
   // Reduce-scatters running at once under kShardGradients.
   static constexpr int kMaxInFlight = 2;
@@ -73,6 +76,7 @@ class GradientBuckets {
     size_t element_bytes = 4;
     int kind = 0;
     bool alone = false;
+    bool starts = false;  // begins a new bucket
   };
   // The buckets the constructor makes of `items` (in ready order): each
   // bucket's item indices in order.

@@ -42,7 +42,11 @@ struct Parameter {
   // element-wise instead (ShardSpec::OwnedRuns, parallel/replicas.h).
   bool primary = true;
 
-  int64_t numel() const { return value.numel(); }
+  // The local elements (spec's local shape: the value may be released
+  // while ZeRO-3 keeps only a block of it).
+  int64_t numel() const {
+    return value.defined() ? value.numel() : NumElements(spec.LocalShape());
+  }
   // The full-precision weights: master when defined, else value.
   const Tensor& weights() const { return master.defined() ? master : value; }
   Tensor& weights() { return master.defined() ? master : value; }

@@ -239,15 +239,18 @@ void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
   State& s = Acquire(mb);
   const int64_t n = FullRows();
   TakeMasks(s, loss_scale);
+  const std::vector<std::vector<Parameter*>> units = GatherUnits();
+  size_t unit = 0;
   if (plan_.has_embedding) {
     s.ids.CopyFrom(tokens.View({n}));
-    Embed(s);
+    Reading(units, unit++, +1, [&] { Embed(s); });
   } else {
     s.x0.CopyFrom(input);
   }
   const Tensor* x = &s.x0;
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    blocks_[l]->Forward(tp_comm_, *x, s.blocks[l], work_);
+    Reading(units, unit++, +1,
+            [&] { blocks_[l]->Forward(tp_comm_, *x, s.blocks[l], work_); });
     x = &s.blocks[l].y;
   }
   if (!plan_.has_head) {
@@ -255,7 +258,7 @@ void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
     return;
   }
   s.targets.CopyFrom(targets.View({n}));
-  HeadForward(s, *x, loss_scale);
+  Reading(units, unit, +1, [&] { HeadForward(s, *x, loss_scale); });
   if (loss_sum != nullptr) {
     AccumulateSum(s.losses, static_cast<double>(n), *loss_sum);
   }
@@ -392,13 +395,18 @@ void DecoderChunk::BackwardInput(int mb, const Tensor& doutput,
   const std::vector<std::vector<Parameter*>> groups =
       now ? WeightGroups() : std::vector<std::vector<Parameter*>>();
   size_t group = 0;
+  // The units are read top down.
+  const std::vector<std::vector<Parameter*>> units = GatherUnits();
+  size_t unit = units.size();
   Tensor dy;
   if (plan_.has_head) {
-    HeadBackwardInput(s, block_input(num_blocks), ping_);
-    if (now) {
-      Writing(groups[group++],
-              [&] { HeadBackwardWeight(s, block_input(num_blocks)); });
-    }
+    Reading(units, --unit, -1, [&] {
+      HeadBackwardInput(s, block_input(num_blocks), ping_);
+      if (now) {
+        Writing(groups[group++],
+                [&] { HeadBackwardWeight(s, block_input(num_blocks)); });
+      }
+    });
     dy = ping_;
   } else {
     dy = doutput;
@@ -409,18 +417,22 @@ void DecoderChunk::BackwardInput(int mb, const Tensor& doutput,
       blocks_[l]->BackwardInput(tp_comm_, block_input(l), dy, s.blocks[l],
                                 work_, dx);
     };
-    if (now) {
-      Writing(groups[group++], backward);
-    } else {
-      backward();
-    }
+    Reading(units, --unit, -1, [&] {
+      if (now) {
+        Writing(groups[group++], backward);
+      } else {
+        backward();
+      }
+    });
     dy = dx;
   }
   if (plan_.has_embedding) {
     // The embedding's gradients read every row (an all-gather under
     // sequence parallelism).
-    rows_.GatherOutputGrad(tp_comm_, dy, s.dx0);
-    if (now) Writing(groups[group++], [&] { EmbeddingBackwardWeight(s); });
+    Reading(units, --unit, -1, [&] {
+      rows_.GatherOutputGrad(tp_comm_, dy, s.dx0);
+      if (now) Writing(groups[group++], [&] { EmbeddingBackwardWeight(s); });
+    });
   } else {
     dinput->CopyFrom(dy);
   }
@@ -446,6 +458,21 @@ std::vector<std::vector<Parameter*>> DecoderChunk::WeightGroups() const {
   return groups;
 }
 
+std::vector<std::vector<Parameter*>> DecoderChunk::GatherUnits() const {
+  std::vector<std::vector<Parameter*>> units;
+  if (plan_.has_embedding) {
+    units.push_back({ends_.embedding});
+    if (ends_.positions != nullptr) units.back().push_back(ends_.positions);
+  }
+  for (const auto& block : blocks_) units.push_back(block->parameters());
+  if (plan_.has_head) {
+    units.push_back({ends_.norm_weight});
+    if (ends_.norm_bias != nullptr) units.back().push_back(ends_.norm_bias);
+    units.back().push_back(ends_.head);
+  }
+  return units;
+}
+
 void DecoderChunk::BackwardWeight(int mb, const WeightsDone& done) {
   auto it = live_.find(mb);
   TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
@@ -455,11 +482,16 @@ void DecoderChunk::BackwardWeight(int mb, const WeightsDone& done) {
   const std::vector<std::vector<Parameter*>> groups =
       done || defer ? WeightGroups() : std::vector<std::vector<Parameter*>>();
   size_t group = 0;
+  // Deferred work reads the units top down, one per group.
+  const std::vector<std::vector<Parameter*>> units =
+      defer ? GatherUnits() : std::vector<std::vector<Parameter*>>();
+  TRELLIS_CHECK_EQ(units.size(), defer ? groups.size() : 0);
+  size_t unit = units.size();
   // Adds (when deferred) the next group's gradients, then reports it.
   auto next = [&](auto add) {
     const std::vector<Parameter*>* g =
         groups.empty() ? nullptr : &groups[group++];
-    if (defer) Writing(*g, add);
+    if (defer) Reading(units, --unit, -1, [&] { Writing(*g, add); });
     if (done) done(*g);
   };
   const int64_t num_blocks = static_cast<int64_t>(blocks_.size());

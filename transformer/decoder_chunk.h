@@ -102,6 +102,10 @@ class DecoderChunk : public ModelChunk {
   void set_gradient_writes(GradientWrites writes) override {
     writes_ = std::move(writes);
   }
+  std::vector<std::vector<Parameter*>> GatherUnits() const override;
+  void set_weight_gathers(WeightGathers gathers) override {
+    gathers_ = std::move(gathers);
+  }
   size_t StateBytes() const override;
   size_t WorkspaceBytes() const override;
   int InFlight() const override { return static_cast<int>(live_.size()); }
@@ -134,6 +138,20 @@ class DecoderChunk : public ModelChunk {
     if (writes_.before) writes_.before(group);
     add();
     if (writes_.after) writes_.after(group);
+  }
+  // Runs `read` (a compute's reads of units[i]) between the WeightGathers
+  // calls; `step` is +1 walking forward, -1 walking backward.
+  template <typename Read>
+  void Reading(const std::vector<std::vector<Parameter*>>& units, size_t i,
+               int step, Read read) {
+    if (gathers_.acquire) {
+      const int64_t next = static_cast<int64_t>(i) + step;
+      const bool has_next =
+          next >= 0 && next < static_cast<int64_t>(units.size());
+      gathers_.acquire(units[i], has_next ? units[next] : no_unit_);
+    }
+    read();
+    if (gathers_.release) gathers_.release(units[i]);
   }
   // Tensors of one microbatch's state besides the blocks', as (shape,
   // dtype); Acquire allocates exactly these.
@@ -170,6 +188,8 @@ class DecoderChunk : public ModelChunk {
   std::vector<std::unique_ptr<State>> free_;
   int states_allocated_ = 0;
   GradientWrites writes_;
+  WeightGathers gathers_;
+  const std::vector<Parameter*> no_unit_;
 };
 
 }  // namespace trellis

@@ -124,6 +124,27 @@ class ModelChunk {
     std::function<void(const std::vector<Parameter*>&)> before, after;
   };
   virtual void set_gradient_writes(GradientWrites writes) = 0;
+  // The parameters the chunk's computes read, in forward order, as the
+  // units they are read in: the embedding (and positions), each block,
+  // then the final norm and the head weight. A parameter may be in several
+  // units (a head tied to the same chunk's embedding).
+  virtual std::vector<std::vector<Parameter*>> GatherUnits() const = 0;
+  // Calls around the chunk's reads of its weights, unit by unit
+  // (GatherUnits' units): `acquire(unit, next)` ahead of the unit's first
+  // read in a compute, naming the unit the compute reads next (empty at
+  // its end) so that it can be fetched meanwhile; `release(unit)` once the
+  // compute is done with it. Forward walks every unit in forward order,
+  // BackwardInput every unit in reverse, and BackwardWeight, when weight
+  // gradients are deferred, every unit in reverse; a non-deferred
+  // BackwardWeight reads none. Lets ZeRO-3 hold a unit's weights whole
+  // only while they are read. Default: none.
+  struct WeightGathers {
+    std::function<void(const std::vector<Parameter*>& unit,
+                       const std::vector<Parameter*>& next)>
+        acquire;
+    std::function<void(const std::vector<Parameter*>& unit)> release;
+  };
+  virtual void set_weight_gathers(WeightGathers gathers) = 0;
 
   // Bytes of one microbatch's state and of the chunk's shared buffers
   // (exactly what the chunk allocates).

@@ -209,10 +209,10 @@ INSTANTIATE_TEST_SUITE_P(
                 1,
                 [](O& o) { o.dp_bucket_mb = 0; },
                 {"--dp_bucket_mb"}},
-        BadCase{"zero_three_not_implemented",
+        BadCase{"zero_four",
                 1,
-                [](O& o) { o.zero = 3; },
-                {"--zero=3", "not implemented yet", "--zero=0, 1 or 2"}},
+                [](O& o) { o.zero = 4; },
+                {"--zero=4", "0, 1, 2 or 3"}},
         BadCase{"zero_negative", 1, [](O& o) { o.zero = -1; }, {"--zero=-1"}},
         BadCase{"tp_zero", 1, [](O& o) { o.tp = 0; }, {"--tp=0"}},
         BadCase{"virtual_stages_zero",
@@ -310,17 +310,35 @@ INSTANTIATE_TEST_SUITE_P(
                               1,
                               [](O& o) { o.sequence_parallel = true; },
                               {"--sequence_parallel", "--tp > 1", "--tp=1"}},
-                      BadCase{
-                          "rows_not_divisible",
-                          3,
-                          [](O& o) {
-                            o.tp = 3;
-                            o.model.n_head = 3;
-                            o.model.d_model = 24;
-                            o.micro_batch_size = 1;
-                            o.sequence_parallel = true;
-                          },
-                          {"--sequence_parallel", "1 × 16 = 16", "--tp=3"}}),
+                      BadCase{"rows_not_divisible",
+                              3,
+                              [](O& o) {
+                                o.tp = 3;
+                                o.model.n_head = 3;
+                                o.model.d_model = 24;
+                                o.micro_batch_size = 1;
+                                o.sequence_parallel = true;
+                              },
+                              {"--sequence_parallel", "1 × 16 = 16", "--tp=3"}},
+                      BadCase{"zero_three_with_sequence_parallel",
+                              4,
+                              [](O& o) {
+                                o.dp = 2;
+                                o.tp = 2;
+                                o.zero = 3;
+                                o.sequence_parallel = true;
+                              },
+                              {"--zero=3", "--sequence_parallel", "--zero=2"}},
+                      BadCase{"zero_three_with_replicated_kv_heads",
+                              4,
+                              [](O& o) {
+                                o.dp = 2;
+                                o.tp = 2;
+                                o.zero = 3;
+                                o.model.family = ModelFamilyKind::kLlama;
+                                o.model.n_kv_heads = 1;
+                              },
+                              {"--zero=3", "--tp=2 > --n_kv_heads=1"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       return info.param.name;
     });

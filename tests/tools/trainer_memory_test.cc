@@ -113,6 +113,46 @@ TEST_F(TrainerMemoryTest, PlanAccountsForWhatTrainingAllocates) {
   }
 }
 
+// --zero=3 on one rank: the weights' "gathers" are copies of the owned
+// blocks, so every recompute mode under GPipe and ZB-H1 trains to the bits
+// of --zero=2 (the same gradient accumulation), through weights released
+// after each read; the arena's peak lies within the plan (the owned
+// weights plus two gather units, none of it outside the arena) and near it.
+TEST_F(TrainerMemoryTest, ZeroThreeTrainsToZeroTwoBitsWithinThePlan) {
+  for (ScheduleKind schedule :
+       {ScheduleKind::kGPipe, ScheduleKind::kZeroBubbleH1}) {
+    for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+      SCOPED_TRACE(::testing::Message() << schedule << ", " << recompute);
+      TrainOptions o = Options();
+      o.schedule = schedule;
+      o.recompute = recompute;
+      o.dp_bucket_mb = 0.05;
+      o.zero = 2;
+      std::unique_ptr<Trainer> reference = Make(o);
+      ASSERT_NE(reference, nullptr);
+      ASSERT_TRUE(reference->Run().ok());
+      o.zero = 3;
+      std::unique_ptr<Trainer> trainer = Make(o);
+      ASSERT_NE(trainer, nullptr);
+      ASSERT_TRUE(trainer->Run().ok());
+      EXPECT_EQ(trainer->losses(), reference->losses());
+      // Between computes no weight is whole.
+      for (const Parameter* p : trainer->model().params().all()) {
+        EXPECT_FALSE(p->value.defined()) << p->name;
+      }
+      const MemoryPlan& plan = trainer->memory_plan();
+      // One rank shards nothing: its block is the whole, plus the units.
+      EXPECT_GT(plan.weights, reference->memory_plan().weights);
+      const MemoryArena::Stats arena = trainer->arena().stats();
+      EXPECT_EQ(arena.fallbacks, 0u);
+      const double planned = static_cast<double>(plan.total());
+      EXPECT_LE(arena.peak_in_use, plan.total() + (256 << 10)) << plan.Format();
+      EXPECT_GE(static_cast<double>(arena.peak_in_use), 0.95 * planned)
+          << plan.Format();
+    }
+  }
+}
+
 TEST_F(TrainerMemoryTest, LlamaPlanAccountsForWhatTrainingAllocates) {
   // Grouped-query attention, an untied head and RoPE tables, with and
   // without --document_mask --eod_mask_loss: the plan still covers what a

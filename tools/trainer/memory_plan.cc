@@ -16,8 +16,9 @@ std::string Readable(size_t bytes) {
 }
 
 MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp,
-                       size_t buckets_in_flight, size_t staging) {
-  TRELLIS_CHECK(zero >= 0 && zero <= 2) << "ZeRO level " << zero;
+                       size_t buckets_in_flight, size_t staging,
+                       size_t gathered_in_flight) {
+  TRELLIS_CHECK(zero >= 0 && zero <= 3) << "ZeRO level " << zero;
   TRELLIS_CHECK_GE(dp, 1);
   const size_t ranks = static_cast<size_t>(dp);
   auto share = [ranks](size_t bytes) { return (bytes + ranks - 1) / ranks; };
@@ -27,6 +28,10 @@ MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp,
         share(plan.gradients) + std::min(plan.gradients, buckets_in_flight);
   }
   if (zero >= 1) plan.gradients += staging;
+  if (zero >= 3) {
+    plan.weights =
+        share(plan.weights) + std::min(plan.weights, gathered_in_flight);
+  }
   return plan;
 }
 

@@ -38,10 +38,14 @@ struct MemoryPlan {
 // the whole gradients. Levels 1 and 2 also count `staging` bytes of
 // reduce-scatter scratch (MPI reduces an in-place reduce-scatter into a
 // scratch block and copies it out: at level 1 every bucket's at once, at
-// level 2 those of the buckets in flight). REQUIRES: zero is 0, 1 or 2,
+// level 2 those of the buckets in flight). Level 3 also keeps 1/dp of the
+// weights (the owned blocks of values and masters) plus
+// `gathered_in_flight` bytes of gathered weights (two units' whole
+// values), never more than the whole weights. REQUIRES: zero is 0 to 3,
 // dp ≥ 1.
 MemoryPlan ShardOverDp(MemoryPlan plan, int64_t zero, int64_t dp,
-                       size_t buckets_in_flight = 0, size_t staging = 0);
+                       size_t buckets_in_flight = 0, size_t staging = 0,
+                       size_t gathered_in_flight = 0);
 
 // The bytes of the arena a run reserves for `plan` when `available` bytes
 // are free: the plan plus headroom (1/32 of it, at least 8 MiB) for block

@@ -133,13 +133,8 @@ absl::Status CheckScalars(const TrainOptions& o) {
   if (o.comm_timeout_s < 0) {
     return Bad("--comm_timeout_s must be 0 (off) or positive");
   }
-  if (o.zero == 3) {
-    return Bad(
-        "--zero=3 (sharded parameters) is not implemented yet; use --zero=0, "
-        "1 or 2");
-  }
   if (o.zero < 0 || o.zero > 3) {
-    return Bad(absl::StrCat("--zero=", o.zero, " must be 0, 1 or 2"));
+    return Bad(absl::StrCat("--zero=", o.zero, " must be 0, 1, 2 or 3"));
   }
   if (o.trace_dir.empty() != o.trace_steps.empty()) {
     return Bad(
@@ -222,6 +217,19 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
         absl::StrCat("--sequence_parallel needs --tp > 1 (it splits "
                      "rows over the tensor-parallel ranks); --tp=",
                      o.tp, ": raise --tp or drop --sequence_parallel"));
+  }
+  // --zero=3 shards level 2's gradients, and its weights besides.
+  if (o.zero == 3 && o.sequence_parallel) {
+    return Bad(
+        "--zero=3 cannot be combined with --sequence_parallel yet; use "
+        "--zero=2");
+  }
+  if (o.zero == 3 && o.tp > o.model.kv_heads()) {
+    return Bad(absl::StrCat(
+        "--zero=3 cannot be combined yet with key/value heads replicated "
+        "over tp (--tp=",
+        o.tp, " > --n_kv_heads=", o.model.kv_heads(),
+        "); use --zero=2 or a --tp dividing the key/value heads"));
   }
   const int64_t rows = o.micro_batch_size * o.model.seq_len;
   if (o.sequence_parallel && rows % o.tp != 0) {

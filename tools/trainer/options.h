@@ -101,8 +101,9 @@ namespace trellis {
     "data-parallel gradient bucket size in MiB")                             \
   X(Layout, int64_t, zero, 0,                                                \
     "ZeRO sharding over dp: 0 (none), 1 (AdamW moments sharded, "            \
-    "gradients reduce-scattered, weights all-gathered) or 2 (gradients "     \
-    "sharded too: each microbatch's reduce-scattered into the owned block)") \
+    "gradients reduce-scattered, weights all-gathered), 2 (gradients "       \
+    "sharded too: each microbatch's reduce-scattered into the owned block) " \
+    "or 3 (weights sharded too: each layer's gathered around its compute)")  \
   X(Layout, bool, sequence_parallel, false,                                  \
     "split the norm and residual rows over tp (Megatron's sequence "         \
     "parallelism; needs --tp > 1): all-gathers and reduce-scatters replace " \

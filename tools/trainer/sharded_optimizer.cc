@@ -22,8 +22,11 @@ Tensor Flat(const Tensor& t) { return t.View({t.numel()}); }
 
 ShardedOptimizer::ShardedOptimizer(OptimizerConfig config,
                                    const ParameterSet& params,
-                                   GradientBuckets& buckets)
-    : Optimizer(config, params, NoMoments{}), buckets_(buckets) {
+                                   GradientBuckets& buckets,
+                                   ShardedParameters* sharded)
+    : Optimizer(config, params, NoMoments{}),
+      buckets_(buckets),
+      sharded_(sharded) {
   TRELLIS_CHECK(buckets.sync() != GradSync::kAllReduce)
       << "a sharded optimizer needs reduce-scattered gradient buckets";
   std::unordered_map<const Parameter*, size_t> index;
@@ -116,7 +119,9 @@ StepReport ShardedOptimizer::Apply(double grad_norm) {
   std::vector<Tensor> grads = GradientPieces(), weights(n), ms(n), vs(n);
   for (size_t k = 0; k < n; ++k) {
     const Segment& s = segments_[k];
-    weights[k] = Piece(all[s.param]->weights(), s);
+    weights[k] = sharded_ != nullptr ? sharded_->OwnedWeights(s.bucket).Narrow(
+                                           s.block_offset, s.length)
+                                     : Piece(all[s.param]->weights(), s);
     ms[k] = m_blocks_[s.bucket].Narrow(s.block_offset, s.length);
     vs[k] = v_blocks_[s.bucket].Narrow(s.block_offset, s.length);
   }
@@ -131,7 +136,12 @@ StepReport ShardedOptimizer::Apply(double grad_norm) {
                                    nullptr});
   }
   AdamWStepMany(hyper, tensors);
-  GatherWeights();
+  if (sharded_ == nullptr) {
+    GatherWeights();
+  } else {
+    // Each rank keeps its blocks only: nothing to gather.
+    for (int b = 0; b < buckets_.num_buckets(); ++b) sharded_->RefreshOwned(b);
+  }
   return report;
 }
 

@@ -26,11 +26,15 @@
 // are Optimizer's; only the norm's summation order differs.
 //
 // Memory: moments are 1/dp of Optimizer's plus the buckets' padding (under
-// dp per bucket); weights stay whole. Checkpoints stay layout-free:
-// BeginCheckpointIo(kSave) gathers, through bucket-sized buffers, the whole
-// moments of the parameters this rank saves (SavesMoments: every dp-th, so
-// the dp ranks write the optimizer file together, each holding about 1/dp
-// of the moments whole for it); kLoad allocates them all to be read and
+// dp per bucket); weights stay whole, unless the weights are sharded too
+// (ZeRO-3, `sharded`): then the owned blocks of ShardedParameters are what
+// AdamW steps, bfloat16 values are rounded from them block by block, and
+// nothing is gathered after the step. Checkpoint I/O then needs the
+// weights whole (ShardedParameters::GatherAll) around it. Checkpoints stay
+// layout-free: BeginCheckpointIo(kSave) gathers, through bucket-sized buffers,
+// the whole moments of the parameters this rank saves (SavesMoments: every
+// dp-th, so the dp ranks write the optimizer file together, each holding about
+// 1/dp of the moments whole for it); kLoad allocates them all to be read and
 // EndCheckpointIo(kLoad) keeps the owned segments, so a checkpoint moves
 // between ZeRO levels and layouts.
 //
@@ -43,6 +47,7 @@
 #include <vector>
 
 #include "parallel/data_parallel.h"
+#include "parallel/sharded_parameters.h"
 #include "tools/trainer/optimizer.h"
 
 namespace trellis {
@@ -53,7 +58,8 @@ class ShardedOptimizer : public Optimizer {
   // and hold every
   // parameter of `params`; both outlive this.
   ShardedOptimizer(OptimizerConfig config, const ParameterSet& params,
-                   GradientBuckets& buckets);
+                   GradientBuckets& buckets,
+                   ShardedParameters* sharded = nullptr);
 
   // The norm of this rank's gradient blocks, reduced over dp, tp and pp.
   double GlobalGradNorm(Communicator& tp, Communicator& pp) const override;
@@ -93,6 +99,7 @@ class ShardedOptimizer : public Optimizer {
                      std::vector<Tensor>& whole);
 
   GradientBuckets& buckets_;
+  ShardedParameters* sharded_;  // ZeRO-3's owned weights, or null
   std::vector<Segment> segments_;
   std::vector<Tensor> m_blocks_, v_blocks_;  // per bucket, its block's length
 };

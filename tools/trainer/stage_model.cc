@@ -121,6 +121,23 @@ std::vector<Parameter*> StageModel::GradientReadyOrder() const {
   return order;
 }
 
+std::vector<const Parameter*> StageModel::WeightGroupStarts() const {
+  // The same walk as GradientReadyOrder.
+  std::vector<const Parameter*> starts;
+  std::unordered_set<Parameter*> seen;
+  for (auto c = chunks_.rbegin(); c != chunks_.rend(); ++c) {
+    for (const auto& group : (*c)->WeightGroups()) {
+      bool first = true;
+      for (Parameter* p : group) {
+        if (!seen.insert(p).second) continue;
+        if (first) starts.push_back(p);
+        first = false;
+      }
+    }
+  }
+  return starts;
+}
+
 std::vector<Parameter*> StageModel::TpPartialGradients() const {
   std::vector<Parameter*> partial;
   std::unordered_set<Parameter*> seen;

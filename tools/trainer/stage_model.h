@@ -73,6 +73,9 @@ class StageModel : public PipelineStageCallbacks {
   // Parameters in the order their gradients become final during backward
   // (for data-parallel buckets), each once.
   std::vector<Parameter*> GradientReadyOrder() const;
+  // The parameters that begin a weight group in GradientReadyOrder (each
+  // group's first one not listed before): ZeRO-3 starts a bucket at each.
+  std::vector<const Parameter*> WeightGroupStarts() const;
   // Parameters whose gradients the chunks leave as partial sums over tp
   // (ModelChunk::TpPartialGradients: the norms' under
   // --sequence_parallel), each once; the trainer sums them over tp.
@@ -92,6 +95,18 @@ class StageModel : public PipelineStageCallbacks {
   // Hands `writes` to every chunk (ModelChunk::set_gradient_writes).
   void set_gradient_writes(const ModelChunk::GradientWrites& writes) {
     for (const auto& c : chunks_) c->set_gradient_writes(writes);
+  }
+  // Every chunk's GatherUnits, chunk by chunk.
+  std::vector<std::vector<Parameter*>> GatherUnits() const {
+    std::vector<std::vector<Parameter*>> units;
+    for (const auto& c : chunks_) {
+      for (auto& u : c->GatherUnits()) units.push_back(std::move(u));
+    }
+    return units;
+  }
+  // Hands `gathers` to every chunk (ModelChunk::set_weight_gathers).
+  void set_weight_gathers(const ModelChunk::WeightGathers& gathers) {
+    for (const auto& c : chunks_) c->set_weight_gathers(gathers);
   }
 
   // The bytes this rank's training steps hold on its device when running

@@ -161,6 +161,10 @@ absl::Status Trainer::Build(DType dtype) {
   // NCCL's buffers are taken already (SetUpRankDevice warmed the groups).
   const size_t available = AvailableMemory(o, device_);
   TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));
+  // ZeRO-3 keeps only its blocks of the weights (in the arena, below):
+  // the whole weights are initialized once outside it and released once
+  // the blocks are taken.
+  if (o.zero == 3) model_->params().Materialize(/*grads=*/false);
   // Everything the plan counts comes from one arena, allocated now: the
   // parameters, then the gradient buckets and the optimizer's moments, and
   // during the first step the activations and pipeline buffers.
@@ -193,10 +197,14 @@ absl::Status Trainer::Build(DType dtype) {
   const GradSync sync = o.zero == 0   ? GradSync::kAllReduce
                         : o.zero == 1 ? GradSync::kReduceScatter
                                       : GradSync::kShardGradients;
+  // ZeRO-3 gathers weights bucket by bucket: no bucket spans two groups.
+  const std::vector<const Parameter*> starts =
+      o.zero == 3 ? model_->WeightGroupStarts()
+                  : std::vector<const Parameter*>();
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
       static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp, sync,
-      alone);
+      alone, starts);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
   if (zero) {
@@ -211,15 +219,29 @@ absl::Status Trainer::Build(DType dtype) {
         [this](const std::vector<Parameter*>& g) { buckets_->BeforeWrite(g); },
         [this](const std::vector<Parameter*>& g) { buckets_->AfterWrite(g); }});
   }
+  if (o.zero == 3) {
+    // ZeRO-3 keeps only the owned blocks of the weights and gathers a
+    // unit's whole weights around each compute that reads them.
+    sharded_ = std::make_unique<ShardedParameters>(*buckets_);
+    model_->set_weight_gathers(
+        ModelChunk::WeightGathers{[this](const std::vector<Parameter*>& unit,
+                                         const std::vector<Parameter*>& next) {
+                                    sharded_->Acquire(unit, next);
+                                  },
+                                  [this](const std::vector<Parameter*>& unit) {
+                                    sharded_->Release(unit);
+                                  }});
+  }
   OptimizerConfig opt;
   opt.schedule = {o.lr, o.min_lr, o.warmup_steps, o.steps};
   opt.beta1 = o.beta1;
   opt.beta2 = o.beta2;
   opt.weight_decay = o.weight_decay;
   opt.grad_clip = o.grad_clip;
-  optimizer_ = o.zero > 0 ? std::make_unique<ShardedOptimizer>(
-                                opt, model_->params(), *buckets_)
-                          : std::make_unique<Optimizer>(opt, model_->params());
+  optimizer_ = o.zero > 0
+                   ? std::make_unique<ShardedOptimizer>(
+                         opt, model_->params(), *buckets_, sharded_.get())
+                   : std::make_unique<Optimizer>(opt, model_->params());
   StepGuardConfig guard{o.max_skipped_steps, o.skip_spike_zscore};
   const char* inject = std::getenv("TRELLIS_TEST_INJECT_NAN");
   TRELLIS_RETURN_IF_ERROR(
@@ -303,16 +325,22 @@ absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
 
 absl::Status Trainer::LoadWeights(const std::string& dir) {
   TRELLIS_RETURN_IF_ERROR(CheckCheckpoint(dir).status());
-  return LoadCheckpoint(dir, model_->params(), nullptr);
+  if (sharded_ != nullptr) sharded_->GatherAll();
+  const absl::Status loaded = LoadCheckpoint(dir, model_->params(), nullptr);
+  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/true);
+  return loaded;
 }
 
 absl::Status Trainer::Resume(const std::string& dir) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
   TRELLIS_RETURN_IF_ERROR(CheckSameRun(dir, state, options_));
+  // ZeRO-3 loads into whole weights and keeps its blocks of them.
+  if (sharded_ != nullptr) sharded_->GatherAll();
   optimizer_->BeginCheckpointIo(CheckpointIo::kLoad);
   const absl::Status loaded =
       LoadCheckpoint(dir, model_->params(), optimizer_.get());
   optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
+  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/true);
   TRELLIS_RETURN_IF_ERROR(loaded);
   std::vector<int64_t> source_samples;
   for (const DataSourceState& d : state.data_sources) {
@@ -545,11 +573,15 @@ absl::Status Trainer::Save() {
   state.tp = options_.tp;
   state.pp = options_.pp;
   state.flags = options_.ToFlagString();
+  // ZeRO-3 gathers the whole weights for the writers (replica 0), then
+  // drops them again.
+  if (sharded_ != nullptr) sharded_->GatherAll();
   optimizer_->BeginCheckpointIo(CheckpointIo::kSave);
   const absl::Status saved =
       SaveCheckpoint(options_.save_dir, state, model_->params(),
                      optimizer_.get(), *groups_.world, coord_.d == 0);
   optimizer_->EndCheckpointIo(CheckpointIo::kSave);
+  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/false);
   TRELLIS_RETURN_IF_ERROR(saved);
   if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {
     absl::Status pruned = PruneCheckpoints(

@@ -28,6 +28,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/device_groups.h"
 #include "parallel/pipeline_executor.h"
+#include "parallel/sharded_parameters.h"
 #include "parallel/watchdog_communicator.h"
 #include "tools/trainer/batch_loader.h"
 #include "tools/trainer/checkpoint.h"
@@ -98,6 +99,8 @@ class Trainer {
   const MemoryPlan& memory_plan() const { return memory_plan_; }
   // The data-parallel gradient buckets.
   const GradientBuckets& buckets() const { return *buckets_; }
+  // --zero=3's sharded weights, or null.
+  const ShardedParameters* sharded_parameters() const { return sharded_.get(); }
   // The arena that holds the plan's tensors.
   const MemoryArena& arena() const { return *arena_scope_->arena(); }
   // Loads the weights (not the optimizer) of checkpoint `dir`, checking
@@ -149,6 +152,8 @@ class Trainer {
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<GradientBuckets> buckets_;
+  // --zero=3: the owned blocks of the weights; null otherwise.
+  std::unique_ptr<ShardedParameters> sharded_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepGuard> guard_;
   std::unique_ptr<StragglerMonitor> stragglers_;

@@ -1,5 +1,6 @@
 #include "tools/trainer/zero_memory.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -8,19 +9,81 @@
 #include "transformer/model_family.h"
 
 namespace trellis {
+namespace {
+
+// The stage's gradient bucket items as the trainer lays them out (the tied
+// embedding alone; under level 3 a bucket starting at each weight group),
+// in ready order, with `index` mapping a parameter to its item.
+std::vector<GradientBuckets::LayoutItem> BucketItems(
+    const StageModel& model, const TrainOptions& o, size_t element_bytes,
+    std::unordered_map<const Parameter*, size_t>& index) {
+  std::vector<GradientBuckets::LayoutItem> items;
+  for (const Parameter* p : model.GradientReadyOrder()) {
+    index[p] = items.size();
+    items.push_back(
+        {NumElements(p->spec.LocalShape()), element_bytes, 0, false});
+  }
+  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
+  if (!tied.empty()) items[index.at(model.params().Find(tied))].alone = true;
+  if (o.zero == 3) {
+    for (const Parameter* p : model.WeightGroupStarts()) {
+      items[index.at(p)].starts = true;
+    }
+  }
+  return items;
+}
+
+}  // namespace
+
+size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o) {
+  const size_t value_bytes = o.precision == Precision::kBf16 ? 2 : 4;
+  std::unordered_map<const Parameter*, size_t> index;
+  const std::vector<GradientBuckets::LayoutItem> items =
+      BucketItems(model, o, value_bytes, index);
+  const std::vector<std::vector<size_t>> layout = GradientBuckets::Layout(
+      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024));
+  std::vector<int> bucket_of(items.size());
+  std::vector<size_t> bytes(layout.size());
+  for (size_t b = 0; b < layout.size(); ++b) {
+    int64_t elements = 0;
+    for (size_t i : layout[b]) {
+      elements += items[i].elements;
+      bucket_of[i] = static_cast<int>(b);
+    }
+    elements = (elements + o.dp - 1) / o.dp * o.dp;
+    bytes[b] = static_cast<size_t>(elements) * value_bytes;
+  }
+  // A unit holds its buckets whole; one is computed while the next is
+  // gathered: at most the two largest units at once.
+  size_t largest = 0, second = 0;
+  for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
+    std::vector<int> seen;
+    size_t sum = 0;
+    for (const Parameter* p : unit) {
+      const int b = bucket_of[index.at(p)];
+      if (std::find(seen.begin(), seen.end(), b) != seen.end()) continue;
+      seen.push_back(b);
+      sum += bytes[b];
+    }
+    if (sum > largest) {
+      second = largest;
+      largest = sum;
+    } else {
+      second = std::max(second, sum);
+    }
+  }
+  return largest + second;
+}
 
 size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
                            const MemoryPlan& replicated,
                            size_t* largest_bucket) {
   // From the declared shapes: the parameters need not exist yet.
   std::unordered_map<const Parameter*, size_t> index;
-  std::vector<GradientBuckets::LayoutItem> items;
+  std::vector<GradientBuckets::LayoutItem> items =
+      BucketItems(model, o, 0, index);
   int64_t elements = 0;
-  for (const Parameter* p : model.GradientReadyOrder()) {
-    index[p] = items.size();
-    items.push_back({NumElements(p->spec.LocalShape()), 0, 0, false});
-    elements += items.back().elements;
-  }
+  for (const auto& item : items) elements += item.elements;
   if (elements == 0) return 0;
   for (auto& item : items) {
     item.element_bytes = replicated.gradients / static_cast<size_t>(elements);
@@ -30,12 +93,9 @@ size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
     groups.emplace_back();
     for (const Parameter* p : group) groups.back().push_back(index.at(p));
   }
-  // The tied embedding has a bucket of its own (as the trainer builds
-  // them). The last stage's head weight is written in forward, ahead of
-  // its group: it is taken to be the stage's largest parameter (V/tp rows
-  // of the model width).
-  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
-  if (!tied.empty()) items[index.at(model.params().Find(tied))].alone = true;
+  // The last stage's head weight is written in forward, ahead of its
+  // group: it is taken to be the stage's largest parameter (V/tp rows of
+  // the model width).
   std::vector<size_t> early;
   if (model.last_stage()) {
     size_t head = 0;
@@ -63,7 +123,8 @@ MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
                           : GradientBuckets::kMaxInFlight *
                                 ((largest_bucket + dp - 1) / dp);
   }
-  return ShardOverDp(replicated, o.zero, o.dp, in_flight, staging);
+  const size_t gathered = o.zero >= 3 ? PlanGatheredUnits(model, o) : 0;
+  return ShardOverDp(replicated, o.zero, o.dp, in_flight, staging, gathered);
 }
 
 }  // namespace trellis

@@ -9,7 +9,9 @@
 // With `staged_reduce_scatter` (MPI: an in-place reduce-scatter goes
 // through a scratch block of 1/dp of the bucket) levels 1 and 2 add those
 // blocks: every bucket's at once under level 1, kMaxInFlight of the
-// largest under level 2. See ShardOverDp.
+// largest under level 2. Level 3 keeps 1/dp of the weights plus two
+// gather units' whole values (PlanGatheredUnits), and its gradients as
+// level 2 over buckets that start at each weight group. See ShardOverDp.
 // Thread safety: a pure function of its arguments.
 #ifndef TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
 #define TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
@@ -32,6 +34,12 @@ MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
 size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
                            const MemoryPlan& replicated,
                            size_t* largest_bucket);
+
+// Level 3's gathered weights held at once: the two largest gather units
+// (ModelChunk::GatherUnits; one computed, the next gathered), each counted
+// as the whole buckets (padded, in the values' dtype) its parameters lie
+// in.
+size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o);
 
 }  // namespace trellis
 

@@ -46,6 +46,7 @@ class CheckpointResumeTest : public ::testing::Test {
   }
   static void ExpectResumesUnderAnyLayout(const std::string& data,
                                           const std::string& run);
+  static void ExpectShardedCheckpointsResume(int level);
 
   static MpiRuntime* runtime_;
   static std::string* dir_;
@@ -359,19 +360,21 @@ TEST_F(CheckpointResumeTest, ReplicatedKeyValueHeadsResumeAcrossTp) {
   }
 }
 
-// ZeRO-2 checkpoints too: a dp4 --zero=2 run and a tp2 --zero=0 run each
-// save at step 4; each checkpoint resumes under its own layout and level
-// bit-exactly (the same losses to the last bit), and under the other's to
-// 1e-4 relative of the source's curve (another layout sums in other
-// orders). The dp4 run's global batch of 8 is two microbatches per rank,
-// so its gradients are accumulated across reduce-scatters.
-TEST_F(CheckpointResumeTest,
-       ZeroTwoCheckpointsResumeUnderOtherLevelsAndLayouts) {
+// ZeRO-2 and ZeRO-3 checkpoints too: a dp4 --zero=`level` run and a tp2
+// --zero=0 run each save at step 4; each checkpoint resumes under its own
+// layout and level bit-exactly (the same losses to the last bit), and
+// under the other's to 1e-4 relative of the source's curve (another layout
+// sums in other orders). The dp4 run's global batch of 8 is two
+// microbatches per rank, so its gradients are accumulated across
+// reduce-scatters; under ZeRO-3 its weights are gathered whole for the
+// save and sharded again after the load.
+void CheckpointResumeTest::ExpectShardedCheckpointsResume(int level) {
   struct Run {
     Layout layout;
     int zero;
   };
-  const std::vector<Run> sources = {{Layout{4, 1, 1}, 2}, {Layout{1, 2, 1}, 0}};
+  const std::vector<Run> sources = {{Layout{4, 1, 1}, level},
+                                    {Layout{1, 2, 1}, 0}};
   auto train = [&](const Run& r, const std::string& save_dir,
                    const std::string& resume, MPI_Comm comm) {
     TrainOptions o = Options();
@@ -387,8 +390,9 @@ TEST_F(CheckpointResumeTest,
     EXPECT_TRUE(run->trainer->Run().ok()) << r.layout.Name();
     return run->trainer->losses();
   };
-  const std::vector<std::string> dirs = {*dir_ + "/zero2-dp4",
-                                         *dir_ + "/zero0-tp2"};
+  const std::vector<std::string> dirs = {
+      absl::StrCat(*dir_, "/zero", level, "-dp4"),
+      absl::StrCat(*dir_, "/zero0-tp2-for-", level)};
   std::vector<std::vector<double>> full(2);
   mpitest::RunSideBySide({4, 2}, [&](int job, MPI_Comm comm) {
     full[job] = train(sources[job], dirs[job], "", comm);
@@ -492,6 +496,16 @@ TEST_F(CheckpointResumeTest, ZeroTwoWithSumsOverTpResumesBitExactly) {
       }
     }
   });
+}
+
+TEST_F(CheckpointResumeTest,
+       ZeroTwoCheckpointsResumeUnderOtherLevelsAndLayouts) {
+  ExpectShardedCheckpointsResume(2);
+}
+
+TEST_F(CheckpointResumeTest,
+       ZeroThreeCheckpointsResumeUnderOtherLevelsAndLayouts) {
+  ExpectShardedCheckpointsResume(3);
 }
 
 }  // namespace

@@ -415,13 +415,13 @@ TEST_F(LayoutEquivalenceTest,
   reference_ = saved_reference;
 }
 
-// ZeRO-1 and ZeRO-2 (--zero=1, 2) against the replicated optimizer
+// ZeRO-1, 2 and 3 (--zero=1, 2, 3) against the replicated optimizer
 // (--zero=0) under the same layout, with small buckets (several per
 // stage): the same losses to 1e-6 relative at every step (the elementwise
 // numbers are the same; the gradient norm's summation order differs, and
-// ZeRO-2 sums the microbatches' averages instead of averaging their sum),
-// and each level's memory plan and dp traffic as documented. A global
-// batch of 12 splits over dp 2, 3 and 4.
+// ZeRO-2 and 3 sum the microbatches' averages instead of averaging their
+// sum), and each level's memory plan and dp traffic as documented. A
+// global batch of 12 splits over dp 2, 3 and 4.
 TEST_F(LayoutEquivalenceTest, ZeroLevelsMatchTheReplicatedOptimizer) {
   // ZB-H1 writes weight gradients in W, the others in B.
   const std::vector<Layout> layouts = {
@@ -432,13 +432,17 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsMatchTheReplicatedOptimizer) {
   mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
     const Layout& layout = layouts[job];
     SCOPED_TRACE(layout.Name());
-    constexpr int kLevels = 3;
+    constexpr int kLevels = 4;
     std::vector<std::vector<double>> losses(kLevels);
     std::vector<MemoryPlan> plans(kLevels);
     std::vector<CommStats> dp_stats(kLevels);
     std::vector<MemoryArena::Stats> arenas(kLevels);
-    size_t peak_bound = 0;
-    int64_t microbatches = 0;
+    size_t peak_bound = 0, peak_gathered = 0;
+    int64_t microbatches = 0, gathers = 0;
+    // ZeRO-3's all-gathers per microbatch and compute pass: every gather
+    // unit's buckets (their wire bytes), summed over the stage's units.
+    int64_t unit_gathers = 0, unit_wire_bytes = 0, passes = 0;
+    int64_t buckets3 = 0;  // ZeRO-3's buckets (one starts at each group)
     for (int zero = 0; zero < kLevels; ++zero) {
       SCOPED_TRACE(absl::StrCat("--zero=", zero));
       TrainOptions options = *options_;
@@ -464,6 +468,27 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsMatchTheReplicatedOptimizer) {
       arenas[zero] = run->trainer->arena().stats();
       microbatches = run->trainer->options().microbatches();
       if (zero == 2) peak_bound = run->trainer->buckets().peak_bound_bytes();
+      if (zero == 3) {
+        const ShardedParameters* sharded = run->trainer->sharded_parameters();
+        ASSERT_NE(sharded, nullptr);
+        peak_gathered = sharded->peak_gathered_bytes();
+        gathers = sharded->gathers();
+        const GradientBuckets& buckets = run->trainer->buckets();
+        buckets3 = buckets.num_buckets();
+        for (const auto& unit : run->trainer->model().GatherUnits()) {
+          std::vector<int> seen;
+          for (const Parameter* p : unit) {
+            const int b = buckets.BucketOf(p);
+            if (std::count(seen.begin(), seen.end(), b) > 0) continue;
+            seen.push_back(b);
+            ++unit_gathers;
+            unit_wire_bytes += WireBytes(
+                CommOp::kAllGather, buckets.bucket_elements(b) * 4, layout.dp);
+          }
+        }
+        // F and B; W reads the weights again where it is deferred.
+        passes = layout.schedule == "zb-h1" ? 3 : 2;
+      }
     }
     // On a GPU the runs' kernels may also sum in other orders.
     const double tolerance = kOnGpu ? kTolerance : 1e-6;
@@ -491,6 +516,17 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsMatchTheReplicatedOptimizer) {
     ASSERT_GT(plans[2].gradients, owned);
     EXPECT_GT(peak_bound, 0u);
     EXPECT_LE(peak_bound, plans[2].gradients - owned);
+    // ZeRO-3: level 2's gradients (over buckets that break at each weight
+    // group); the owned 1/dp of the weights plus at most two gather units'
+    // whole values (here, with the embedding a large share of a shallow
+    // model, about the whole weights; tools_zero_memory_mpi_test checks
+    // the ratios on a deeper one).
+    EXPECT_GT(plans[3].gradients, owned);
+    const size_t owned_weights = (plans[0].weights + layout.dp - 1) / layout.dp;
+    ASSERT_GT(plans[3].weights, owned_weights);
+    EXPECT_LE(plans[3].weights, owned_weights + plans[0].weights);
+    EXPECT_GT(peak_gathered, 0u);
+    EXPECT_LE(peak_gathered, plans[3].weights - owned_weights);
     // Traffic. The replicated run all-reduces each bucket and the step's
     // loss (one double); ZeRO-1 reduce-scatters and all-gathers each
     // (padded) bucket once per step, and all-reduces the loss and the
@@ -516,7 +552,49 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsMatchTheReplicatedOptimizer) {
               microbatches * dp_stats[1].WireBytes(CommOp::kReduceScatter));
     EXPECT_EQ(dp_stats[2].WireBytes(CommOp::kAllGather),
               dp_stats[1].WireBytes(CommOp::kAllGather));
+    // ZeRO-3 reduce-scatters as ZeRO-2, gathers each unit's weights before
+    // each of its computes (F, B, and a deferred W) and none after the
+    // step: passes · m gathers of the units per step. Where every bucket
+    // lies in one unit (no stage holding both ends of a tied embedding)
+    // that is passes · m times the all-gather of ZeRO-1 and 2.
+    EXPECT_EQ(dp_stats[3].Calls(CommOp::kReduceScatter),
+              steps * microbatches * buckets3);
+    EXPECT_NEAR(
+        static_cast<double>(dp_stats[3].WireBytes(CommOp::kReduceScatter)),
+        static_cast<double>(dp_stats[2].WireBytes(CommOp::kReduceScatter)),
+        static_cast<double>(steps * microbatches * buckets3 * layout.dp * 4));
+    EXPECT_EQ(dp_stats[3].Calls(CommOp::kAllGather),
+              steps * microbatches * passes * unit_gathers);
+    EXPECT_EQ(gathers, steps * microbatches * passes * unit_gathers);
+    EXPECT_EQ(dp_stats[3].WireBytes(CommOp::kAllGather),
+              steps * microbatches * passes * unit_wire_bytes);
+    // (ZeRO-3's buckets break at each unit: padding, under dp elements of
+    // 4 bytes per bucket, may differ.)
+    if (layout.pp > 1) {
+      EXPECT_NEAR(
+          static_cast<double>(dp_stats[3].WireBytes(CommOp::kAllGather)),
+          static_cast<double>(microbatches * passes *
+                              dp_stats[2].WireBytes(CommOp::kAllGather)),
+          static_cast<double>(steps * microbatches * passes * unit_gathers *
+                              layout.dp * 4));
+    }
   });
+}
+
+// ZeRO-3 (--zero=3) layouts against one process, as every layout: losses,
+// gradient norms, evaluation through the gathered weights, and the arena's
+// peak within the plan.
+TEST_F(LayoutEquivalenceTest, ZeroThreeLayoutsMatchOneProcess) {
+  TrainOptions sharded = *options_;
+  sharded.zero = 3;
+  sharded.dp_bucket_mb = 0.01;
+  TrainOptions* const saved_options = options_;
+  options_ = &sharded;
+  // (dp3 is in ZeroLevelsMatchTheReplicatedOptimizer: its global batch
+  // of 12 splits over 3.)
+  RunAll({L(2, 1, 1), L(4, 1, 1), L(2, 2, 2), L(2, 2, 2, "zb-h1"),
+          L(2, 1, 2, "interleaved-1f1b", 2)});
+  options_ = saved_options;
 }
 
 // A blend of two files (data/blend.h): every layout draws the same windows
@@ -645,6 +723,11 @@ TEST_F(LayoutEquivalenceTest, LlamaLayoutsMatchOneProcess) {
       layouts.push_back(L(1, 2, 2, "zb-h1"));
       RunAll(layouts);
     }
+    // Parameters sharded over dp (ZeRO-3).
+    llama.zero = 3;
+    RunAll(
+        {L(2, 1, 1), L(2, 2, 2, "zb-h1"), L(2, 1, 2, "interleaved-1f1b", 2)});
+    llama.zero = 0;
     options_ = saved_options;
     reference_ = saved_reference;
   }
