@@ -123,6 +123,25 @@ TEST(StepCostTest, ZeroOneAddsTheWeightAllGatherAndShardsAdam) {
   EXPECT_NEAR(e1.optimizer, e0.optimizer / 4, 1e-3 * e0.optimizer);
 }
 
+TEST(StepCostTest, SplitBackwardRatioScalesOnlyZeroBubbleBackward) {
+  ClusterSpec c = TestCluster();
+  c.intra = {std::numeric_limits<double>::infinity(), 0};
+  ClusterSpec dear = c;
+  dear.split_backward_ratio = 1.5;
+  const TrainOptions zb = Layout(1, 1, 1), plain = Layout(1, 1, 1);
+  TrainOptions zb1 = zb;
+  zb1.schedule = ScheduleKind::kZeroBubbleH1;
+  // One stage: compute = F + B + W of every microbatch and chunk.
+  const StepEstimate base = Estimate(zb1, c), split = Estimate(zb1, dear);
+  const StepEstimate fused = Estimate(plain, dear);
+  EXPECT_NEAR(fused.compute, Estimate(plain, c).compute, 1e-12);
+  EXPECT_NEAR(base.compute, fused.compute, 1e-12);
+  // The blocks' backward (about two thirds of their work) grows by half;
+  // F and the head do not.
+  EXPECT_GT(split.compute, 1.2 * base.compute);
+  EXPECT_LT(split.compute, 1.5 * base.compute);
+}
+
 TEST(StepCostTest, UniformStagesReproduceTheTextbookBubble) {
   // Costs per chunk equal on every stage: the simulator's 1F1B bubble.
   const int pp = 4, m = 8;

@@ -42,6 +42,7 @@ struct Sizes {
   double vocab = 0;  // padded vocabulary / tp
   double gemm = 0;   // a block's local matrix elements
   double gemm_rate = 0, attn_rate = 0, memory_rate = 0;
+  double split_ratio = 1;    // ZB-H1's B + W over the fused backward
   int64_t hidden_bytes = 0;  // one (N, C) activation
   int tp = 1;
   LinkSpec tp_link;
@@ -60,6 +61,7 @@ Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
   s.gemm_rate = cluster.peak_flops * cluster.gemm_efficiency;
   s.attn_rate = cluster.peak_flops * cluster.attention_efficiency;
   s.memory_rate = cluster.memory_bandwidth;
+  s.split_ratio = cluster.split_backward_ratio;
   s.hidden_bytes = static_cast<int64_t>(s.rows * s.width * s.bytes);
   s.tp = static_cast<int>(o.tp);
   return s;
@@ -116,6 +118,9 @@ ChunkPasses ChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
   p.b = {layers * (b_compute + redo.compute), layers * (fwd.tp + redo.tp)};
   p.w = {layers * 2 * s.rows * s.gemm / s.gemm_rate, 0};
   if (o.schedule == ScheduleKind::kZeroBubbleH1) {
+    // Split apart, B and W cost the measured ratio of the fused backward.
+    p.b.compute *= s.split_ratio;
+    p.w.compute *= s.split_ratio;
     p.w.compute += layers * redo.compute;
     p.w.tp += layers * redo.tp;
   }

@@ -13,7 +13,9 @@
 //   attention   2·N·T·C/tp per block forward (the causal half of QKᵀ and
 //               AV), twice that backward;
 //   recompute   selective reruns attention and the MLP activation in B,
-//               full the whole block forward; ZB-H1 reruns it again in W.
+//               full the whole block forward; ZB-H1 reruns it again in W;
+//   ZB-H1       runs W apart from B: the blocks' B and W compute cost
+//               ClusterSpec::split_backward_ratio times the fused ones.
 // (N = micro_batch·T rows.) The pipeline simulator (SimulateSchedules)
 // runs the stages' schedules with those costs and the α-β cost of each
 // activation or gradient transfer; the data-parallel gradient buckets

@@ -26,6 +26,7 @@
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/link_measure.h"
+#include "tools/plan/pass_measure.h"
 #include "tools/plan/planner.h"
 
 namespace trellis {
@@ -45,26 +46,6 @@ double Max(double mine) {
   return out;
 }
 
-// Every rank measures at once; the rates are their means. The links are
-// measured over MPI itself (loopback, as the runs will use it).
-ClusterSpec MeasuredCluster(const MpiRuntime& runtime) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  ClusterSpec c = MeasureCpuCluster();
-  c.peak_flops = Mean(c.peak_flops);
-  c.attention_efficiency = Mean(c.attention_efficiency);
-  c.memory_bandwidth = Mean(c.memory_bandwidth);
-  absl::StatusOr<Mesh> mesh = Mesh::Create(2, 2, 1, 1);
-  absl::StatusOr<ParallelContext> context =
-      ParallelContext::Create(runtime, *mesh);
-  EXPECT_TRUE(context.ok()) << context.status();
-  if (context.ok()) c.intra = MeasureLink(*context->groups().world);
-  c.inter = c.intra;
-  c.source =
-      absl::StrFormat("%s; MPI loopback measured: %.1f us per hop, %.2f GB/s",
-                      c.source, c.intra.latency * 1e6, c.intra.bandwidth / 1e9);
-  return c;
-}
-
 TrainOptions Base(const std::string& data) {
   TrainOptions o = mpitest::TinyModelOptions(data);
   o.model.n_layer = 4;
@@ -77,6 +58,32 @@ TrainOptions Base(const std::string& data) {
   o.straggler_every = 0;
   o.comm_timeout_s = 0;
   return o;
+}
+
+// Every rank measures at once; the rates are their means. The links are
+// measured over MPI itself (loopback, as the runs will use it).
+ClusterSpec MeasuredCluster(const MpiRuntime& runtime, const TrainOptions& o) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  ClusterSpec c = MeasureCpuCluster();
+  c.peak_flops = Mean(c.peak_flops);
+  c.attention_efficiency = Mean(c.attention_efficiency);
+  c.memory_bandwidth = Mean(c.memory_bandwidth);
+  // The split backward on the model's own blocks, in CPU time.
+  TrainOptions shape = o;
+  shape.model.vocab_size = mpitest::kByteVocab.vocab_size;
+  c.split_backward_ratio = Mean(MeasurePassTimes(shape, 9).SplitRatio());
+  absl::StatusOr<Mesh> mesh = Mesh::Create(2, 2, 1, 1);
+  absl::StatusOr<ParallelContext> context =
+      ParallelContext::Create(runtime, *mesh);
+  EXPECT_TRUE(context.ok()) << context.status();
+  if (context.ok()) c.intra = MeasureLink(*context->groups().world);
+  c.inter = c.intra;
+  c.source = absl::StrFormat(
+      "%s; MPI loopback measured: %.1f us per hop, %.2f GB/s; split backward "
+      "of the model's blocks %.3f of the fused one",
+      c.source, c.intra.latency * 1e6, c.intra.bandwidth / 1e9,
+      c.split_backward_ratio);
+  return c;
 }
 
 struct Case {
@@ -151,7 +158,7 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
   const std::string dir = mpitest::SharedScratchDir("plan_validation");
   const std::string data = dir + "/tokens.h5";
   ASSERT_TRUE(mpitest::WriteSharedTokenFile(data, 200000));
-  const ClusterSpec cluster = MeasuredCluster(runtime);
+  const ClusterSpec cluster = MeasuredCluster(runtime, Base(data));
   double load[1] = {0};
   const bool loaded =
       getloadavg(load, 1) == 1 && load[0] > std::thread::hardware_concurrency();
