@@ -1,15 +1,14 @@
-// The plan against the runs it predicts: for a dozen layouts of a small
-// model on two ranks of this machine (dp, tp, pp; every schedule; ZeRO-1;
-// recompute), the planned memory of the largest rank against the arena's
-// measured peak (within 5%), and the predicted step time against the
-// measured median of timed steps (within TRELLIS_PLAN_TIME_TOLERANCE,
-// default 0.15). The model gives each rank a core of its own; when the
-// machine's load average exceeds its cores the ranks wait on the
-// scheduler inside every blocking collective, which no rate describes, so
-// the time is then reported but not checked (the memory always is). The
-// CPU cluster is measured first, on every rank at once (each sees its
-// share of the cores), as trellis-plan's cpu preset does, and the links
-// over MPI itself.
+// The plan against the runs it predicts: for fourteen layouts of a small
+// model on two ranks of this machine (dp, tp, pp; every schedule; ZeRO-1
+// and -2; sequence parallelism; recompute), the planned memory of the largest
+// rank against the arena's measured peak (within 5%), and the predicted step
+// time against the measured median of timed steps (within
+// TRELLIS_PLAN_TIME_TOLERANCE, default 0.15). The model gives each rank a core
+// of its own; when the machine's load average exceeds its cores the ranks wait
+// on the scheduler inside every blocking collective, which no rate describes,
+// so the time is then reported but not checked (the memory always is). The CPU
+// cluster is measured first, on every rank at once (each sees its share of the
+// cores), as trellis-plan's cpu preset does, and the links over MPI itself.
 // Rank 0 prints the table and writes it to <build>/plan_validation.md.
 #include <algorithm>
 #include <chrono>
@@ -94,6 +93,8 @@ struct Case {
   int64_t micro_batch_size = 2;
   int64_t zero = 0;
   Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;
+  double dp_bucket_mb = 25;
 };
 
 std::vector<Case> Cases() {
@@ -101,11 +102,15 @@ std::vector<Case> Cases() {
   return {
       {"dp2", 2, 1, 1},
       {"dp2 zero-1", 2, 1, 1, S::k1F1B, 1, 2, 1},
+      // Buckets of 1 MiB: ZeRO-2 holds a few at a time, not all of them.
+      {"dp2 zero-2", 2, 1, 1, S::k1F1B, 1, 2, 2, Recompute::kNone, false, 1},
       {"dp2 full recompute", 2, 1, 1, S::k1F1B, 1, 2, 0, Recompute::kFull},
       {"dp2 mbs 4", 2, 1, 1, S::k1F1B, 1, 4},
       {"tp2", 1, 2, 1},
       {"tp2 selective", 1, 2, 1, S::k1F1B, 1, 2, 0, Recompute::kSelective},
       {"tp2 mbs 8", 1, 2, 1, S::k1F1B, 1, 8},
+      {"tp2 sequence parallel", 1, 2, 1, S::k1F1B, 1, 2, 0, Recompute::kNone,
+       true},
       {"pp2 1f1b", 1, 1, 2},
       {"pp2 gpipe", 1, 1, 2, S::kGPipe},
       {"pp2 zb-h1", 1, 1, 2, S::kZeroBubbleH1},
@@ -176,6 +181,8 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
     o.micro_batch_size = c.micro_batch_size;
     o.zero = c.zero;
     o.recompute = c.recompute;
+    o.sequence_parallel = c.sequence_parallel;
+    o.dp_bucket_mb = c.dp_bucket_mb;
     Figures f = Measure(o, runtime);
     f.what = c.what;
     o.model.vocab_size = mpitest::kByteVocab.vocab_size;
