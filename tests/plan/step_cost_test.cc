@@ -123,6 +123,17 @@ TEST(StepCostTest, ZeroOneAddsTheWeightAllGatherAndShardsAdam) {
   EXPECT_NEAR(e1.optimizer, e0.optimizer / 4, 1e-3 * e0.optimizer);
 }
 
+// ZeRO-2 on a pipeline with middle stages (no embedding there): planned
+// like the others, with its reduce-scatters once per microbatch.
+TEST(StepCostTest, ZeroTwoPlansMiddleStagesAndSyncsEveryMicrobatch) {
+  TrainOptions z1 = Layout(2, 1, 4), z2 = Layout(2, 1, 4);
+  z1.zero = 1;
+  z2.zero = 2;
+  const StepEstimate e1 = Estimate(z1, TestCluster());
+  const StepEstimate e2 = Estimate(z2, TestCluster());
+  EXPECT_GT(e2.dp_comm_total, 2 * e1.dp_comm_total);
+}
+
 TEST(StepCostTest, SplitBackwardRatioScalesOnlyZeroBubbleBackward) {
   ClusterSpec c = TestCluster();
   c.intra = {std::numeric_limits<double>::infinity(), 0};

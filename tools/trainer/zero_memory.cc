@@ -35,7 +35,10 @@ size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
   // its group: it is taken to be the stage's largest parameter (V/tp rows
   // of the model width).
   const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
-  if (!tied.empty()) items[index.at(model.params().Find(tied))].alone = true;
+  // (Middle pipeline stages hold no embedding.)
+  const Parameter* embedding =
+      tied.empty() ? nullptr : model.params().Find(tied);
+  if (embedding != nullptr) items[index.at(embedding)].alone = true;
   std::vector<size_t> early;
   if (model.last_stage()) {
     size_t head = 0;
