@@ -58,6 +58,34 @@ TEST(LayoutSpaceTest, RefusedLayoutsNeverAppear) {
   EXPECT_EQ(names.count("dp1.tp2.pp2/interleaved-1f1b/v2/mbs4/z0/none"), 1u);
 }
 
+// ZeRO-2 and sequence parallelism are searched; which of their
+// combinations survive is the validator's call, not the search's.
+TEST(LayoutSpaceTest, SearchesZeroTwoAndSequenceParallelism) {
+  std::set<std::string> names;
+  int zero2 = 0, sp = 0;
+  for (const TrainOptions& o : EnumerateLayouts(Small(), 4, SearchLimits{})) {
+    names.insert(LayoutName(o));
+    zero2 += o.zero == 2;
+    sp += o.sequence_parallel;
+    EXPECT_TRUE(!o.sequence_parallel || o.tp > 1) << LayoutName(o);
+  }
+  EXPECT_GT(zero2, 0);
+  EXPECT_GT(sp, 0);
+  EXPECT_EQ(names.count("dp2.tp2.pp1/1f1b/v1/mbs4/z2/none"), 1u);
+  EXPECT_EQ(names.count("dp2.tp2.pp1/1f1b/v1/mbs4/z1/none/sp"), 1u);
+  EXPECT_EQ(names.count("dp1.tp2.pp2/zb-h1/v1/mbs2/z0/full/sp"), 1u);
+  // Today's refusals, asked of the validator (they may be lifted).
+  TrainOptions both = Small();
+  both.dp = 2;
+  both.tp = 2;
+  both.micro_batch_size = 4;
+  both.zero = 2;
+  both.sequence_parallel = true;
+  TrainOptions probe = both;
+  EXPECT_EQ(names.count(LayoutName(both)),
+            ValidateLayout(probe, 4).ok() ? 1u : 0u);
+}
+
 // A brute force over a superset of the axes, asking the validator alone,
 // finds the same layouts (pp = 1 keeps only 1F1B, as documented).
 TEST(LayoutSpaceTest, EveryAcceptedLayoutAppears) {
@@ -75,19 +103,24 @@ TEST(LayoutSpaceTest, EveryAcceptedLayoutAppears) {
         if (pp == 1 && kind != ScheduleKind::k1F1B) continue;
         for (int64_t v = 1; v <= 3; ++v) {
           for (int64_t mbs = 1; mbs <= 4; ++mbs) {
-            for (int64_t zero = 0; zero <= 1; ++zero) {
-              for (Recompute r : {Recompute::kNone, Recompute::kSelective,
-                                  Recompute::kFull}) {
-                TrainOptions o = Small();
-                o.tp = tp;
-                o.pp = pp;
-                o.dp = 0;
-                o.schedule = kind;
-                o.virtual_stages = v;
-                o.micro_batch_size = mbs;
-                o.zero = zero;
-                o.recompute = r;
-                if (ValidateLayout(o, 4).ok()) accepted.insert(LayoutName(o));
+            for (int64_t zero = 0; zero <= 2; ++zero) {
+              for (bool sp : {false, true}) {
+                for (Recompute r : {Recompute::kNone, Recompute::kSelective,
+                                    Recompute::kFull}) {
+                  TrainOptions o = Small();
+                  o.tp = tp;
+                  o.pp = pp;
+                  o.dp = 0;
+                  o.schedule = kind;
+                  o.virtual_stages = v;
+                  o.micro_batch_size = mbs;
+                  o.zero = zero;
+                  o.sequence_parallel = sp;
+                  o.recompute = r;
+                  if (ValidateLayout(o, 4).ok()) {
+                    accepted.insert(LayoutName(o));
+                  }
+                }
               }
             }
           }

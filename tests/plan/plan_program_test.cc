@@ -124,6 +124,23 @@ TEST(PlanProgramTest, ExplainBreaksTheBestLayoutDown) {
         "optimizer", "memory per rank"}) {
     EXPECT_THAT(o.out, HasSubstr(part));
   }
+  // A zero-2 and a sequence-parallel layout, by name.
+  for (const auto& [name, shown] :
+       {std::pair<std::string, std::string>{
+            "dp2.tp1.pp1/1f1b/v1/mbs2/z2/none",
+            "ZeRO level 2 (gradients and optimizer states sharded"},
+        {"dp1.tp2.pp1/1f1b/v1/mbs2/z0/none/sp", "sequence parallelism on"}}) {
+    const Output one =
+        Plan(absl::StrCat(kModel, " --cluster=", cluster, " --explain=", name));
+    ASSERT_EQ(one.code, 0) << one.err;
+    EXPECT_THAT(one.out, HasSubstr(name));
+    EXPECT_THAT(one.out, HasSubstr(shown));
+  }
+  const Output sp = Plan(absl::StrCat(kModel, " --cluster=", cluster,
+                                      " --explain=dp1.tp2.pp1/1f1b/v1/mbs2/z0/"
+                                      "none/sp"));
+  EXPECT_THAT(sp.out, HasSubstr("all_gather"));
+  EXPECT_THAT(sp.out, HasSubstr("reduce_scatter"));
   const Output missing = Plan(
       absl::StrCat(kModel, " --cluster=", cluster, " --explain=dp9.tp9.pp9"));
   EXPECT_EQ(missing.code, 1);

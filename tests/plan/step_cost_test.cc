@@ -123,6 +123,36 @@ TEST(StepCostTest, ZeroOneAddsTheWeightAllGatherAndShardsAdam) {
   EXPECT_NEAR(e1.optimizer, e0.optimizer / 4, 1e-3 * e0.optimizer);
 }
 
+// ZeRO-2 on a pipeline with middle stages (no embedding there): planned
+// like the others, with its reduce-scatters once per microbatch.
+TEST(StepCostTest, ZeroTwoPlansMiddleStagesAndSyncsEveryMicrobatch) {
+  TrainOptions z1 = Layout(2, 1, 4), z2 = Layout(2, 1, 4);
+  z1.zero = 1;
+  z2.zero = 2;
+  const StepEstimate e1 = Estimate(z1, TestCluster());
+  const StepEstimate e2 = Estimate(z2, TestCluster());
+  EXPECT_GT(e2.dp_comm_total, 2 * e1.dp_comm_total);
+}
+
+TEST(StepCostTest, SplitBackwardRatioScalesOnlyZeroBubbleBackward) {
+  ClusterSpec c = TestCluster();
+  c.intra = {std::numeric_limits<double>::infinity(), 0};
+  ClusterSpec dear = c;
+  dear.split_backward_ratio = 1.5;
+  const TrainOptions zb = Layout(1, 1, 1), plain = Layout(1, 1, 1);
+  TrainOptions zb1 = zb;
+  zb1.schedule = ScheduleKind::kZeroBubbleH1;
+  // One stage: compute = F + B + W of every microbatch and chunk.
+  const StepEstimate base = Estimate(zb1, c), split = Estimate(zb1, dear);
+  const StepEstimate fused = Estimate(plain, dear);
+  EXPECT_NEAR(fused.compute, Estimate(plain, c).compute, 1e-12);
+  EXPECT_NEAR(base.compute, fused.compute, 1e-12);
+  // The blocks' backward (about two thirds of their work) grows by half;
+  // F and the head do not.
+  EXPECT_GT(split.compute, 1.2 * base.compute);
+  EXPECT_LT(split.compute, 1.5 * base.compute);
+}
+
 TEST(StepCostTest, UniformStagesReproduceTheTextbookBubble) {
   // Costs per chunk equal on every stage: the simulator's 1F1B bubble.
   const int pp = 4, m = 8;

@@ -21,6 +21,7 @@
 #include "framework/device_info.h"
 #include "framework/kernels/attention.h"
 #include "framework/status.h"
+#include "tools/plan/pass_measure.h"
 #include "tools/trainer/peak_flops.h"
 
 namespace trellis {
@@ -199,6 +200,12 @@ absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& j,
   } else {
     c.async_collectives = c.device == DeviceType::kCUDA;
   }
+  if (j.contains("split_backward_ratio")) {
+    TRELLIS_ASSIGN_OR_RETURN(
+        c.split_backward_ratio,
+        Positive(j, where, "split_backward_ratio",
+                 "zero-bubble B + W over the fused backward, e.g. 1.05"));
+  }
   c.source = j.value("source", absl::StrCat("file ", where));
   return c;
 }
@@ -219,6 +226,7 @@ nlohmann::json ClusterToJson(const ClusterSpec& c) {
           {"inter_node_bandwidth_gbs", c.inter.bandwidth / kGB},
           {"inter_node_latency_us", c.inter.latency / kMicro},
           {"async_collectives", c.async_collectives},
+          {"split_backward_ratio", c.split_backward_ratio},
           {"source", c.source}};
 }
 
@@ -279,6 +287,19 @@ double MeasureCopyBandwidth() {
   return 2.0 * kReps * kBytes / SecondsSince(start);
 }
 
+// A zero-bubble schedule's B + W over the fused backward, in CPU time, on
+// a small chunk of two GPT-2 blocks.
+double MeasureSplitBackward() {
+  TrainOptions o;
+  o.model.n_layer = 2;
+  o.model.n_head = 4;
+  o.model.d_model = 128;
+  o.model.seq_len = 64;
+  o.model.vocab_size = 257;
+  o.micro_batch_size = 2;
+  return MeasurePassTimes(o, 9).SplitRatio();
+}
+
 }  // namespace
 
 ClusterSpec MeasureCpuCluster() {
@@ -301,9 +322,12 @@ ClusterSpec MeasureCpuCluster() {
   c.intra = {c.memory_bandwidth / 2 / 2, 5 * kMicro};
   c.inter = c.intra;
   c.async_collectives = false;
+  c.split_backward_ratio = MeasureSplitBackward();
   c.source = absl::StrFormat(
-      "measured on this machine: %s; attention %.0f%% of it; copies %.1f GB/s",
-      gemm.what, 100 * c.attention_efficiency, c.memory_bandwidth / kGB);
+      "measured on this machine: %s; attention %.0f%% of it; copies %.1f "
+      "GB/s; split backward %.3f of the fused one",
+      gemm.what, 100 * c.attention_efficiency, c.memory_bandwidth / kGB,
+      c.split_backward_ratio);
   return c;
 }
 

@@ -48,6 +48,11 @@ struct ClusterSpec {
   // Whether collectives progress while the device computes (NCCL on its
   // own stream: yes; MPI on CPU ranks moves data only inside MPI calls).
   bool async_collectives = true;
+  // A zero-bubble schedule's split backward (B, then W apart) over the
+  // fused backward of the other schedules, in compute time: B keeps the
+  // gradients W needs and W re-reads them later (tools/plan/pass_measure.h
+  // measures it). 1 where not measured.
+  double split_backward_ratio = 1.0;
   std::string source;  // where the figures come from
 
   int64_t world() const { return devices_per_node * nodes; }
@@ -71,8 +76,9 @@ absl::StatusOr<ClusterSpec> LoadCluster(const std::string& name_or_path);
 
 // This machine, measured now: one device per core, the float32 GEMM rate
 // of one core (as trellis-train's MFU does), the CPU attention kernel's
-// share of it, memory-copy bandwidth; MPI's shared-memory transport
-// estimated as two copies per message.
+// share of it, memory-copy bandwidth, the split backward's ratio to the
+// fused one (on a 2-block, 128-wide chunk, T = 64, 2 windows); MPI's
+// shared-memory transport estimated as two copies per message.
 ClusterSpec MeasureCpuCluster();
 
 }  // namespace trellis

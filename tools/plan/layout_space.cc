@@ -77,7 +77,11 @@ const std::vector<SearchAxis>& SearchAxes() {
       {"micro_batch_size", MicroBatches},
       {"zero",
        [](const TrainOptions& o, int, const SearchLimits&) {
-         return Vary<int64_t>(o, &TrainOptions::zero, {0, 1});
+         return Vary<int64_t>(o, &TrainOptions::zero, {0, 1, 2});
+       }},
+      {"sequence_parallel",
+       [](const TrainOptions& o, int, const SearchLimits&) {
+         return Vary(o, &TrainOptions::sequence_parallel, {false, true});
        }},
       {"recompute",
        [](const TrainOptions& o, int, const SearchLimits&) {
@@ -126,10 +130,10 @@ std::vector<TrainOptions> EnumerateLayouts(const TrainOptions& base, int world,
 }
 
 std::string LayoutName(const TrainOptions& o) {
-  return absl::StrFormat("dp%d.tp%d.pp%d/%s/v%d/mbs%d/z%d/%s", o.dp, o.tp, o.pp,
-                         ScheduleKindName(o.schedule), o.virtual_stages,
-                         o.micro_batch_size, o.zero,
-                         RecomputeName(o.recompute));
+  return absl::StrFormat("dp%d.tp%d.pp%d/%s/v%d/mbs%d/z%d/%s%s", o.dp, o.tp,
+                         o.pp, ScheduleKindName(o.schedule), o.virtual_stages,
+                         o.micro_batch_size, o.zero, RecomputeName(o.recompute),
+                         o.sequence_parallel ? "/sp" : "");
 }
 
 }  // namespace trellis

@@ -163,6 +163,26 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
                         Ms(e.dp_comm_total),
                         Ms(std::max(0.0, e.dp_comm_total - e.dp_comm)),
                         100 * e.bubble_fraction);
+  const TrainOptions& o = p.options;
+  absl::StrAppendFormat(
+      &out, "  ZeRO level %d%s; sequence parallelism %s\n", o.zero,
+      o.zero == 0   ? " (replicated)"
+      : o.zero == 1 ? " (optimizer states sharded over dp)"
+                    : " (gradients and optimizer states sharded over dp)",
+      o.sequence_parallel ? "on (norms and residuals on N/tp rows)" : "off");
+  for (const auto& [group, stats] :
+       {std::pair<const char*, const CommStats*>{"tp", &p.traffic.tp},
+        {"dp", &p.traffic.dp}}) {
+    std::string calls;
+    for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
+      if (stats->calls[i] == 0) continue;
+      absl::StrAppendFormat(&calls, "%s%lld × %s", calls.empty() ? "" : ", ",
+                            static_cast<long long>(stats->calls[i]),
+                            CommOpName(static_cast<CommOp>(i)));
+    }
+    absl::StrAppendFormat(&out, "  %s calls per step (stage %d): %s\n", group,
+                          p.largest_stage, calls.empty() ? "none" : calls);
+  }
   absl::StrAppendFormat(
       &out, "memory per rank (stage %d, the largest): %s; arena %s of %s%s\n",
       p.largest_stage, p.memory.Format(), Bytes(p.arena_bytes),

@@ -28,7 +28,9 @@ nlohmann::json PlansJson(const std::vector<LayoutPlan>& plans,
 nlohmann::json LayoutJson(const LayoutPlan& plan);
 
 // One layout's step: compute, bubble, exposed tp / pp / dp communication
-// and optimizer, in ms and as shares, with its memory by category.
+// and optimizer, in ms and as shares; its ZeRO level and sequence
+// parallelism with the tp and dp calls a step issues; its memory by
+// category.
 std::string FormatExplain(const LayoutPlan& plan, const ClusterSpec& cluster);
 
 }  // namespace trellis

@@ -26,6 +26,7 @@ absl::StatusOr<LayoutPlan> PlanLayout(const TrainOptions& options,
       ArenaCapacity(plan.memory, std::numeric_limits<size_t>::max()));
   plan.available_bytes = cluster.memory_bytes - cluster.reserved_bytes;
   plan.fits = plan.arena_bytes <= plan.available_bytes;
+  plan.traffic = PlannedStepTraffic(options, stages[plan.largest_stage]);
   TRELLIS_ASSIGN_OR_RETURN(plan.step, EstimateStep(options, stages, cluster));
   const double tokens =
       static_cast<double>(options.global_batch_size * options.model.seq_len);

@@ -17,6 +17,7 @@
 #include "tools/plan/cluster.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/step_cost.h"
+#include "tools/plan/step_work.h"
 #include "tools/trainer/memory_plan.h"
 #include "tools/trainer/options.h"
 
@@ -31,6 +32,7 @@ struct LayoutPlan {
   double available_bytes = 0;  // per device, after the reserve
   bool fits = false;
   StepEstimate step;
+  PlannedTraffic traffic;  // one step's tp and dp calls on that rank
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs / (world × peak)
 };

@@ -1,5 +1,9 @@
 #include "tools/plan/stage_facts.h"
 
+#include <algorithm>
+#include <string>
+
+#include "parallel/data_parallel.h"
 #include "parallel/schedule.h"
 #include "tools/plan/shape_only_groups.h"
 #include "tools/trainer/stage_model.h"
@@ -7,6 +11,36 @@
 #include "transformer/model_family.h"
 
 namespace trellis {
+namespace {
+
+// The trainer's buckets of `model`'s gradients (trainer.cc: the tied
+// embedding alone under ZeRO, each bucket padded to dp elements there).
+std::vector<int64_t> GradientBucketBytes(const StageModel& model,
+                                         const TrainOptions& o,
+                                         int64_t gradient_bytes) {
+  std::vector<GradientBuckets::LayoutItem> items;
+  int64_t elements = 0;
+  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
+  for (const Parameter* p : model.GradientReadyOrder()) {
+    items.push_back({NumElements(p->spec.LocalShape()), 0, 0,
+                     o.zero > 0 && !tied.empty() && p->name == tied});
+    elements += items.back().elements;
+  }
+  if (elements == 0) return {};
+  const size_t element_bytes = static_cast<size_t>(gradient_bytes / elements);
+  for (auto& item : items) item.element_bytes = element_bytes;
+  std::vector<int64_t> bytes;
+  for (const std::vector<size_t>& bucket : GradientBuckets::Layout(
+           items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024))) {
+    int64_t n = 0;
+    for (size_t i : bucket) n += items[i].elements;
+    if (o.zero > 0) n = (n + o.dp - 1) / o.dp * o.dp;
+    bytes.push_back(n * static_cast<int64_t>(element_bytes));
+  }
+  return bytes;
+}
+
+}  // namespace
 
 PlanDevice PlanDeviceOf(const TrainOptions& options) {
   if (options.device != DeviceType::kCUDA) return {};
@@ -37,6 +71,13 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options) {
     facts.chunks = model.chunk_plans();
     for (const Parameter* param : model.params().all()) {
       facts.local_parameters += NumElements(param->spec.LocalShape());
+    }
+    facts.buckets = GradientBucketBytes(model, options, facts.gradient_bytes);
+    const int64_t grad_bytes =
+        facts.gradient_bytes / std::max<int64_t>(1, facts.local_parameters);
+    for (const Parameter* param : model.TpPartialGradients()) {
+      facts.tp_partial.push_back(grad_bytes *
+                                 NumElements(param->spec.LocalShape()));
     }
     stages.push_back(std::move(facts));
   }

@@ -24,6 +24,13 @@ struct StageFacts {
   int64_t gradient_bytes = 0;
   std::vector<ChunkPlan> chunks;  // by virtual stage
   int64_t local_parameters = 0;   // parameter elements this rank holds
+  // Bytes of each gradient bucket the dp sync moves, in the order the
+  // trainer builds them (GradientBuckets::Layout; padded to a multiple of
+  // dp elements under ZeRO, the tied embedding alone).
+  std::vector<int64_t> buckets;
+  // Bytes of each gradient the chunks leave partial over tp (the norms'
+  // under --sequence_parallel), summed over tp once per step.
+  std::vector<int64_t> tp_partial;
 };
 
 // The device and element type a run of `options` computes in: a CUDA GPU

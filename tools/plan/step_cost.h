@@ -3,26 +3,30 @@
 //
 // Per chunk and microbatch, F, B and W cost their FLOPs at the cluster's
 // GEMM and attention rates plus their element-wise bytes at its memory
-// bandwidth, plus the tensor-parallel all-reduces they issue (blocking, in
-// the compute: two per block in F, two in B, two more in B under full
-// recompute; the embedding's, the head's d(ln_f) and the cross-entropy's
-// small ones), with:
+// bandwidth, plus the tensor-parallel collectives they issue (blocking, in
+// the compute), as tools/plan/step_work.h lists them:
 //   GEMM FLOPs  2·N·(the block's local matrix elements) per block and pass
 //               (F; B the input gradients; W the weight gradients), and the
 //               fused LM head's 3 GEMMs of 2·N·(V/tp)·C in the last F;
 //   attention   2·N·T·C/tp per block forward (the causal half of QKᵀ and
 //               AV), twice that backward;
+//   element-wise the norms and residuals on N rows (N/tp under
+//               --sequence_parallel), the MLP activation on N·4C/tp;
 //   recompute   selective reruns attention and the MLP activation in B,
-//               full the whole block forward; ZB-H1 reruns it again in W.
+//               full the whole block forward; ZB-H1 reruns it again in W;
+//   ZB-H1       runs W apart from B: the blocks' B and W compute cost
+//               ClusterSpec::split_backward_ratio times the fused ones.
 // (N = micro_batch·T rows.) The pipeline simulator (SimulateSchedules)
 // runs the stages' schedules with those costs and the α-β cost of each
-// activation or gradient transfer; the data-parallel gradient buckets
-// start as the last W of their chunk produces them (on a cluster with
+// activation or gradient transfer (N/tp rows under sequence parallelism);
+// the data-parallel collectives (step_work.h: all-reduces, or ZeRO's
+// reduce-scatters, once per step or under ZeRO-2 once per microbatch) start
+// as the W that produces their gradients ends (on a cluster with
 // asynchronous collectives; otherwise when the pipeline ends) and go one
 // after another, and with pp > 1 the tied embedding's gradient is summed
 // between the first and last stage; then AdamW (memory-bound: 28 bytes per
-// owned element, 30 with bf16 weights) and, under ZeRO-1, the all-gather of the
-// weights.
+// owned element, 30 with bf16 weights) and, under ZeRO, the all-gathers of
+// the weights.
 //
 // Thread safety: pure functions.
 #ifndef TRELLIS_TOOLS_PLAN_STEP_COST_H_
@@ -39,8 +43,8 @@ namespace trellis {
 
 // One step's time in seconds. compute + tp_comm + bubble + pp_comm is the
 // pipeline's makespan (the busiest stage's work and its waits); dp_comm is
-// the gradient sync left after it, optimizer the update (and ZeRO-1's
-// weight all-gather). They add up to `step`.
+// the gradient sync left after it, optimizer the update (and ZeRO's
+// weight all-gathers). They add up to `step`.
 struct StepEstimate {
   double compute = 0;    // the busiest stage's F, B and W without tp comm
   double tp_comm = 0;    // its tensor-parallel all-reduces
@@ -49,7 +53,7 @@ struct StepEstimate {
   double dp_comm = 0;    // gradient sync not hidden behind backward, and
                          // the tied embedding's sum over the first and
                          // last stage
-  double optimizer = 0;  // AdamW, norm, ZeRO-1's all-gather
+  double optimizer = 0;  // AdamW, norm, ZeRO's weight all-gathers
   double step = 0;
   double dp_comm_total = 0;    // the sync's whole duration, hidden or not
   double bubble_fraction = 0;  // the simulation's mean idle share of stages

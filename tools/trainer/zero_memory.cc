@@ -24,7 +24,10 @@ std::vector<GradientBuckets::LayoutItem> BucketItems(
         {NumElements(p->spec.LocalShape()), element_bytes, 0, false});
   }
   const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
-  if (!tied.empty()) items[index.at(model.params().Find(tied))].alone = true;
+  // (Middle pipeline stages hold no embedding.)
+  const Parameter* embedding =
+      tied.empty() ? nullptr : model.params().Find(tied);
+  if (embedding != nullptr) items[index.at(embedding)].alone = true;
   if (o.zero == 3) {
     for (const Parameter* p : model.WeightGroupStarts()) {
       items[index.at(p)].starts = true;

@@ -1,15 +1,14 @@
-// The plan against the runs it predicts: for a dozen layouts of a small
-// model on two ranks of this machine (dp, tp, pp; every schedule; ZeRO-1;
-// recompute), the planned memory of the largest rank against the arena's
-// measured peak (within 5%), and the predicted step time against the
-// measured median of timed steps (within TRELLIS_PLAN_TIME_TOLERANCE,
-// default 0.15). The model gives each rank a core of its own; when the
-// machine's load average exceeds its cores the ranks wait on the
-// scheduler inside every blocking collective, which no rate describes, so
-// the time is then reported but not checked (the memory always is). The
-// CPU cluster is measured first, on every rank at once (each sees its
-// share of the cores), as trellis-plan's cpu preset does, and the links
-// over MPI itself.
+// The plan against the runs it predicts: for fourteen layouts of a small
+// model on two ranks of this machine (dp, tp, pp; every schedule; ZeRO-1
+// and -2; sequence parallelism; recompute), the planned memory of the largest
+// rank against the arena's measured peak (within 5%), and the predicted step
+// time against the measured median of timed steps (within
+// TRELLIS_PLAN_TIME_TOLERANCE, default 0.15). The model gives each rank a core
+// of its own; when the machine's load average exceeds its cores the ranks wait
+// on the scheduler inside every blocking collective, which no rate describes,
+// so the time is then reported but not checked (the memory always is). The CPU
+// cluster is measured first, on every rank at once (each sees its share of the
+// cores), as trellis-plan's cpu preset does, and the links over MPI itself.
 // Rank 0 prints the table and writes it to <build>/plan_validation.md.
 #include <algorithm>
 #include <chrono>
@@ -26,6 +25,7 @@
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/link_measure.h"
+#include "tools/plan/pass_measure.h"
 #include "tools/plan/planner.h"
 
 namespace trellis {
@@ -45,26 +45,6 @@ double Max(double mine) {
   return out;
 }
 
-// Every rank measures at once; the rates are their means. The links are
-// measured over MPI itself (loopback, as the runs will use it).
-ClusterSpec MeasuredCluster(const MpiRuntime& runtime) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  ClusterSpec c = MeasureCpuCluster();
-  c.peak_flops = Mean(c.peak_flops);
-  c.attention_efficiency = Mean(c.attention_efficiency);
-  c.memory_bandwidth = Mean(c.memory_bandwidth);
-  absl::StatusOr<Mesh> mesh = Mesh::Create(2, 2, 1, 1);
-  absl::StatusOr<ParallelContext> context =
-      ParallelContext::Create(runtime, *mesh);
-  EXPECT_TRUE(context.ok()) << context.status();
-  if (context.ok()) c.intra = MeasureLink(*context->groups().world);
-  c.inter = c.intra;
-  c.source =
-      absl::StrFormat("%s; MPI loopback measured: %.1f us per hop, %.2f GB/s",
-                      c.source, c.intra.latency * 1e6, c.intra.bandwidth / 1e9);
-  return c;
-}
-
 TrainOptions Base(const std::string& data) {
   TrainOptions o = mpitest::TinyModelOptions(data);
   o.model.n_layer = 4;
@@ -79,6 +59,32 @@ TrainOptions Base(const std::string& data) {
   return o;
 }
 
+// Every rank measures at once; the rates are their means. The links are
+// measured over MPI itself (loopback, as the runs will use it).
+ClusterSpec MeasuredCluster(const MpiRuntime& runtime, const TrainOptions& o) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  ClusterSpec c = MeasureCpuCluster();
+  c.peak_flops = Mean(c.peak_flops);
+  c.attention_efficiency = Mean(c.attention_efficiency);
+  c.memory_bandwidth = Mean(c.memory_bandwidth);
+  // The split backward on the model's own blocks, in CPU time.
+  TrainOptions shape = o;
+  shape.model.vocab_size = mpitest::kByteVocab.vocab_size;
+  c.split_backward_ratio = Mean(MeasurePassTimes(shape, 9).SplitRatio());
+  absl::StatusOr<Mesh> mesh = Mesh::Create(2, 2, 1, 1);
+  absl::StatusOr<ParallelContext> context =
+      ParallelContext::Create(runtime, *mesh);
+  EXPECT_TRUE(context.ok()) << context.status();
+  if (context.ok()) c.intra = MeasureLink(*context->groups().world);
+  c.inter = c.intra;
+  c.source = absl::StrFormat(
+      "%s; MPI loopback measured: %.1f us per hop, %.2f GB/s; split backward "
+      "of the model's blocks %.3f of the fused one",
+      c.source, c.intra.latency * 1e6, c.intra.bandwidth / 1e9,
+      c.split_backward_ratio);
+  return c;
+}
+
 struct Case {
   const char* what;
   int64_t dp, tp, pp;
@@ -87,6 +93,8 @@ struct Case {
   int64_t micro_batch_size = 2;
   int64_t zero = 0;
   Recompute recompute = Recompute::kNone;
+  bool sequence_parallel = false;
+  double dp_bucket_mb = 25;
 };
 
 std::vector<Case> Cases() {
@@ -94,11 +102,15 @@ std::vector<Case> Cases() {
   return {
       {"dp2", 2, 1, 1},
       {"dp2 zero-1", 2, 1, 1, S::k1F1B, 1, 2, 1},
+      // Buckets of 1 MiB: ZeRO-2 holds a few at a time, not all of them.
+      {"dp2 zero-2", 2, 1, 1, S::k1F1B, 1, 2, 2, Recompute::kNone, false, 1},
       {"dp2 full recompute", 2, 1, 1, S::k1F1B, 1, 2, 0, Recompute::kFull},
       {"dp2 mbs 4", 2, 1, 1, S::k1F1B, 1, 4},
       {"tp2", 1, 2, 1},
       {"tp2 selective", 1, 2, 1, S::k1F1B, 1, 2, 0, Recompute::kSelective},
       {"tp2 mbs 8", 1, 2, 1, S::k1F1B, 1, 8},
+      {"tp2 sequence parallel", 1, 2, 1, S::k1F1B, 1, 2, 0, Recompute::kNone,
+       true},
       {"pp2 1f1b", 1, 1, 2},
       {"pp2 gpipe", 1, 1, 2, S::kGPipe},
       {"pp2 zb-h1", 1, 1, 2, S::kZeroBubbleH1},
@@ -151,7 +163,7 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
   const std::string dir = mpitest::SharedScratchDir("plan_validation");
   const std::string data = dir + "/tokens.h5";
   ASSERT_TRUE(mpitest::WriteSharedTokenFile(data, 200000));
-  const ClusterSpec cluster = MeasuredCluster(runtime);
+  const ClusterSpec cluster = MeasuredCluster(runtime, Base(data));
   double load[1] = {0};
   const bool loaded =
       getloadavg(load, 1) == 1 && load[0] > std::thread::hardware_concurrency();
@@ -169,6 +181,8 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
     o.micro_batch_size = c.micro_batch_size;
     o.zero = c.zero;
     o.recompute = c.recompute;
+    o.sequence_parallel = c.sequence_parallel;
+    o.dp_bucket_mb = c.dp_bucket_mb;
     Figures f = Measure(o, runtime);
     f.what = c.what;
     o.model.vocab_size = mpitest::kByteVocab.vocab_size;

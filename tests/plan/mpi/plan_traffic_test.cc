@@ -1,0 +1,103 @@
+// The plan's counted communication against the trainer's: for layouts of
+// two ranks (dp2 under ZeRO 0, 1 and 2 with several buckets; tp2 with and
+// without sequence parallelism, with and without full recompute;
+// tp2·pp1 under ZB-H1's split backward is not a layout, so pp2 runs 1F1B
+// and ZB-H1 with tp1), PlannedStepTraffic's tp and dp calls and bytes per
+// operation must equal what the communicators count in one Trainer::Step.
+// These are the lists EstimateStep costs, so what is costed is what runs.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "parallel/bootstrap.h"
+#include "tests/tools/mpi/mpi_test_util.h"
+#include "tools/plan/layout_space.h"
+#include "tools/plan/stage_facts.h"
+#include "tools/plan/step_work.h"
+
+namespace trellis {
+namespace {
+
+using mpitest::Layout;
+
+struct TrafficCase {
+  Layout layout;
+  int64_t zero = 0;
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  int64_t loss_chunk_rows = 1024;
+};
+
+CommStats Difference(const CommStats& after, const CommStats& before) {
+  CommStats d;
+  for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
+    d.calls[i] = after.calls[i] - before.calls[i];
+    d.bytes[i] = after.bytes[i] - before.bytes[i];
+    d.wire_bytes[i] = after.wire_bytes[i] - before.wire_bytes[i];
+  }
+  return d;
+}
+
+void ExpectSame(const std::string& group, const CommStats& counted,
+                const CommStats& planned) {
+  for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
+    const char* op = CommOpName(static_cast<CommOp>(i));
+    EXPECT_EQ(counted.calls[i], planned.calls[i]) << group << " " << op;
+    EXPECT_EQ(counted.bytes[i], planned.bytes[i]) << group << " " << op;
+    EXPECT_EQ(counted.wire_bytes[i], planned.wire_bytes[i])
+        << group << " " << op;
+  }
+}
+
+TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
+  ASSERT_EQ(mpitest::WorldSize(), 2);
+  MpiRuntime runtime(nullptr, nullptr);
+  const std::string dir = mpitest::SharedScratchDir("plan_traffic");
+  const std::string data = dir + "/tokens.h5";
+  ASSERT_TRUE(mpitest::WriteSharedTokenFile(data, 20000));
+  const std::vector<TrafficCase> cases = {
+      {{2, 1, 1}, 0},
+      {{2, 1, 1}, 1},
+      {{2, 1, 1}, 2},
+      {{1, 2, 1}},
+      {{1, 2, 1}, 0, false, Recompute::kFull, 5},
+      {{1, 2, 1}, 0, true},
+      {{1, 2, 1}, 0, true, Recompute::kFull, 5},
+      {{1, 2, 1}, 0, true, Recompute::kSelective},
+      {{1, 1, 2, "zb-h1"}, 0, false, Recompute::kFull},
+  };
+  for (const TrafficCase& c : cases) {
+    TrainOptions o = mpitest::TinyModelOptions(data);
+    o.zero = c.zero;
+    o.sequence_parallel = c.sequence_parallel;
+    o.recompute = c.recompute;
+    o.loss_chunk_rows = c.loss_chunk_rows;
+    o.dp_bucket_mb = 0.01;  // about 10 KiB: several buckets
+    SCOPED_TRACE(absl::StrCat(c.layout.Name(), " zero ", c.zero,
+                              c.sequence_parallel ? " sp " : " ",
+                              RecomputeName(c.recompute)));
+    absl::StatusOr<mpitest::LayoutRun> run =
+        mpitest::StartLayout(runtime, c.layout, o, MPI_COMM_WORLD);
+    ASSERT_TRUE(run.ok()) << run.status();
+    // The plan of the run's own resolved options, for this rank's stage.
+    TrainOptions planned = run->trainer->options();
+    planned.model.vocab_size = mpitest::kByteVocab.vocab_size;
+    ASSERT_TRUE(ValidateLayout(planned, 2).ok());
+    const std::vector<StageFacts> stages = PlanStages(planned);
+    const PlannedTraffic want =
+        PlannedStepTraffic(planned, stages[run->context->coord().p]);
+    const ProcessGroups& groups = run->context->groups();
+    for (int step = 1; step <= 2; ++step) {
+      SCOPED_TRACE(absl::StrCat("step ", step));
+      const CommStats tp = groups.tp->stats(), dp = groups.dp->stats();
+      ASSERT_TRUE(run->trainer->Step().ok());
+      ExpectSame("tp", Difference(groups.tp->stats(), tp), want.tp);
+      ExpectSame("dp", Difference(groups.dp->stats(), dp), want.dp);
+    }
+  }
+  mpitest::RemoveSharedScratchDir(dir);
+}
+
+}  // namespace
+}  // namespace trellis

@@ -1,0 +1,270 @@
+#include "tools/plan/step_work.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "parallel/schedule.h"
+#include "tools/plan/comm_cost.h"
+#include "transformer/config.h"
+
+namespace trellis {
+namespace {
+
+// Element-wise bytes per row of one block's forward, in elements: the two
+// norms (read, write), the two residual adds (two reads, a write) and the
+// row-parallel bias adds, on full rows (this rank's N/tp rows under
+// sequence parallelism); the MLP activation (read, write of 4C/tp) on
+// tp-split rows. Backward moves about twice as much.
+constexpr double kElementwiseFull = 14;
+constexpr double kElementwiseSplit = 8;
+
+// The sizes and rates the chunk costs are made of.
+struct Sizes {
+  double rows = 0;   // N = micro_batch · T
+  double width = 0;  // C
+  double seq = 0;    // T
+  double bytes = 0;  // per activation element
+  double attn = 0;   // n_head · head_dim / tp
+  double vocab = 0;  // padded vocabulary / tp
+  double gemm = 0;   // a block's local matrix elements
+  double gemm_rate = 0, attn_rate = 0, memory_rate = 0;
+  double split_ratio = 1;    // ZB-H1's B + W over the fused backward
+  double full_rows = 1;      // share of the rows the norms see: 1 or 1/tp
+  int64_t hidden_bytes = 0;  // one (N, C) activation
+  int tp = 1;
+  bool sequence_parallel = false;
+};
+
+Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
+  const ModelConfig& m = o.model;
+  Sizes s;
+  s.rows = static_cast<double>(o.micro_batch_size * m.seq_len);
+  s.width = static_cast<double>(m.d_model);
+  s.seq = static_cast<double>(m.seq_len);
+  s.bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
+  s.attn = static_cast<double>(m.n_head * m.head_dim()) / o.tp;
+  s.vocab = static_cast<double>(PaddedVocab(m.vocab_size, o.tp)) / o.tp;
+  s.gemm = static_cast<double>(BlockGemmElements(o));
+  s.gemm_rate = cluster.peak_flops * cluster.gemm_efficiency;
+  s.attn_rate = cluster.peak_flops * cluster.attention_efficiency;
+  s.memory_rate = cluster.memory_bandwidth;
+  s.split_ratio = cluster.split_backward_ratio;
+  s.hidden_bytes = static_cast<int64_t>(s.rows * s.width * s.bytes);
+  s.tp = static_cast<int>(o.tp);
+  s.sequence_parallel = o.sequence_parallel && o.tp > 1;
+  s.full_rows = s.sequence_parallel ? 1.0 / static_cast<double>(o.tp) : 1.0;
+  return s;
+}
+
+// The tp collectives that replace `all_reduces` all-reduces of the hidden
+// state: all-reduces, or under sequence parallelism as many all-gathers
+// (before column-parallel layers) and reduce-scatters; `gathers` extra
+// all-gathers happen only under sequence parallelism.
+std::vector<PlannedCall> HiddenCalls(const Sizes& s, int64_t all_reduces,
+                                     int64_t gathers = 0) {
+  if (s.tp == 1) return {};
+  const int64_t b = s.hidden_bytes;
+  if (!s.sequence_parallel) {
+    if (all_reduces == 0) return {};
+    return {{CommOp::kAllReduce, b, all_reduces}};
+  }
+  std::vector<PlannedCall> calls;
+  if (all_reduces + gathers > 0) {
+    calls.push_back({CommOp::kAllGather, b, all_reduces + gathers});
+  }
+  if (all_reduces > 0)
+    calls.push_back({CommOp::kReduceScatter, b, all_reduces});
+  return calls;
+}
+
+void Append(std::vector<PlannedCall>& to, const std::vector<PlannedCall>& more,
+            int64_t times = 1) {
+  for (PlannedCall c : more) {
+    c.calls *= times;
+    if (c.calls > 0) to.push_back(c);
+  }
+}
+
+// A block's forward compute: GEMMs, attention, element-wise.
+double BlockForwardCompute(const Sizes& s) {
+  return 2 * s.rows * s.gemm / s.gemm_rate +
+         2 * s.rows * s.seq * s.attn / s.attn_rate +
+         s.rows * s.bytes *
+             (kElementwiseFull * s.width * s.full_rows +
+              kElementwiseSplit * s.width * 4 / s.tp) /
+             s.memory_rate;
+}
+
+// What B (and W under ZB-H1) reruns before it can differentiate a block.
+PassWork Recomputed(const Sizes& s, Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return {};
+    case Recompute::kSelective:
+      return {2 * s.rows * s.seq * s.attn / s.attn_rate +
+                  s.rows * s.bytes * kElementwiseSplit * s.width * 4 / s.tp /
+                      s.memory_rate,
+              {}};
+    case Recompute::kFull:
+      // The block up to its MLP's down projection: one row-parallel
+      // output, and under sequence parallelism the two gathers.
+      return {BlockForwardCompute(s), HiddenCalls(s, 1, 1)};
+  }
+  return {};
+}
+
+}  // namespace
+
+double CallSeconds(const std::vector<PlannedCall>& calls, int n,
+                   const LinkSpec& link) {
+  double t = 0;
+  for (const PlannedCall& c : calls) {
+    t += static_cast<double>(c.calls) *
+         CollectiveSeconds(c.op, c.bytes, n, link);
+  }
+  return t;
+}
+
+ChunkWork PlanChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
+                        const ClusterSpec& cluster) {
+  const Sizes s = SizesOf(o, cluster);
+  const int64_t layers = chunk.num_layers;
+  const double l = static_cast<double>(layers);
+  const double forward = BlockForwardCompute(s);
+  const double gemm = 2 * s.rows * s.gemm / s.gemm_rate;
+  const PassWork redo = Recomputed(s, o.recompute);
+  ChunkWork p;
+  p.f.compute = l * forward;
+  Append(p.f.tp, HiddenCalls(s, 2), layers);
+  // Input gradients: the GEMMs again, attention and element-wise twice.
+  p.b.compute = l * (gemm + 2 * (forward - gemm));
+  Append(p.b.tp, HiddenCalls(s, 2), layers);
+  p.w.compute = l * gemm;
+  if (o.schedule == ScheduleKind::kZeroBubbleH1) {
+    // Split apart, B and W cost the measured ratio of the fused backward;
+    // W reruns what recompute dropped as B did.
+    p.b.compute *= s.split_ratio;
+    p.w.compute *= s.split_ratio;
+    p.w.compute += l * redo.compute;
+    Append(p.w.tp, redo.tp, layers);
+  }
+  p.b.compute += l * redo.compute;
+  Append(p.b.tp, redo.tp, layers);
+  if (chunk.has_embedding) {
+    p.f.compute += 2 * s.rows * s.width * s.bytes * s.full_rows / s.memory_rate;
+    // Forward: an all-reduce (a reduce-scatter to this rank's rows).
+    // Backward: the gradient of every row (an all-gather).
+    if (s.tp > 1) {
+      p.f.tp.push_back(
+          {s.sequence_parallel ? CommOp::kReduceScatter : CommOp::kAllReduce,
+           s.hidden_bytes, 1});
+      if (s.sequence_parallel) {
+        p.b.tp.push_back({CommOp::kAllGather, s.hidden_bytes, 1});
+      }
+    }
+  }
+  if (chunk.has_head) {
+    // Logits, d(ln_f) and the head's weight gradient, all in F; float32
+    // logits written, read for the softmax and written as dlogits.
+    p.f.compute += 3 * 2 * s.rows * s.vocab * s.width / s.gemm_rate +
+                   3 * 4 * s.rows * s.vocab / s.memory_rate;
+    const int64_t rows = static_cast<int64_t>(s.rows);
+    const int64_t r = o.loss_chunk_rows == 0
+                          ? rows
+                          : std::min<int64_t>(o.loss_chunk_rows, rows);
+    if (s.tp > 1) {
+      // d(ln_f): all-reduced, or ln_f gathered and d(ln_f) scattered.
+      Append(p.f.tp, HiddenCalls(s, 1));
+      // The cross-entropy's max (r floats) and sums (2r) per piece; the
+      // pieces' rows add up to N.
+      const int64_t full = rows / r, rest = rows % r;
+      p.f.tp.push_back({CommOp::kAllReduce, 4 * r, full});
+      p.f.tp.push_back({CommOp::kAllReduce, 8 * r, full});
+      if (rest > 0) {
+        p.f.tp.push_back({CommOp::kAllReduce, 4 * rest, 1});
+        p.f.tp.push_back({CommOp::kAllReduce, 8 * rest, 1});
+      }
+    }
+  }
+  return p;
+}
+
+int64_t TransferBytes(const TrainOptions& o) {
+  const int64_t rows = o.micro_batch_size * o.model.seq_len;
+  const int64_t bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
+  const int64_t local = o.sequence_parallel && o.tp > 1 ? rows / o.tp : rows;
+  return local * o.model.d_model * bytes;
+}
+
+std::vector<PlannedCall> StepTpCalls(const TrainOptions& o,
+                                     const StageFacts& stage) {
+  if (o.tp == 1) return {};
+  std::vector<PlannedCall> calls = {{CommOp::kAllReduce, 8, 1}};  // norm
+  for (int64_t bytes : stage.tp_partial) {
+    calls.push_back({CommOp::kAllReduce, bytes, 1});
+  }
+  return calls;
+}
+
+DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
+  DpCalls d;
+  if (o.dp == 1) return d;
+  for (int64_t bytes : stage.buckets) {
+    switch (o.zero) {
+      case 0:
+        d.per_step.push_back({CommOp::kAllReduce, bytes, 1});
+        break;
+      case 1:
+        d.per_step.push_back({CommOp::kReduceScatter, bytes, 1});
+        d.update.push_back({CommOp::kAllGather, bytes, 1});
+        break;
+      default:
+        d.per_microbatch.push_back({CommOp::kReduceScatter, bytes, 1});
+        d.update.push_back({CommOp::kAllGather, bytes, 1});
+        break;
+    }
+  }
+  d.per_step.push_back({CommOp::kAllReduce, 8, 1});  // the loss average
+  // Sharded gradients: the norm is summed over dp too.
+  if (o.zero > 0) d.update.push_back({CommOp::kAllReduce, 8, 1});
+  return d;
+}
+
+namespace {
+
+void Count(CommStats& stats, const std::vector<PlannedCall>& calls,
+           int64_t times, int n) {
+  for (const PlannedCall& c : calls) {
+    const int i = static_cast<int>(c.op);
+    stats.calls[i] += times * c.calls;
+    stats.bytes[i] += times * c.calls * c.bytes;
+    stats.wire_bytes[i] += times * c.calls * WireBytes(c.op, c.bytes, n);
+  }
+}
+
+}  // namespace
+
+PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
+                                  const StageFacts& stage) {
+  PlannedTraffic t;
+  const int64_t m = o.microbatches();
+  const int tp = static_cast<int>(o.tp), dp = static_cast<int>(o.dp);
+  // Rates do not change what is sent.
+  ClusterSpec unit;
+  unit.peak_flops = unit.memory_bandwidth = 1;
+  unit.gemm_efficiency = unit.attention_efficiency = 1;
+  for (const ChunkPlan& chunk : stage.chunks) {
+    const ChunkWork w = PlanChunkWork(o, chunk, unit);
+    for (const PassWork* pass : {&w.f, &w.b, &w.w}) {
+      Count(t.tp, pass->tp, m, tp);
+    }
+  }
+  Count(t.tp, StepTpCalls(o, stage), 1, tp);
+  const DpCalls d = StepDpCalls(o, stage);
+  Count(t.dp, d.per_microbatch, m, dp);
+  Count(t.dp, d.per_step, 1, dp);
+  Count(t.dp, d.update, 1, dp);
+  return t;
+}
+
+}  // namespace trellis

@@ -1,0 +1,94 @@
+// StepWork: what one step of a pipeline stage computes and communicates,
+// per chunk and microbatch, in the units the step-time model costs: the
+// compute seconds of F, B and W at a cluster's rates, and the tensor- and
+// data-parallel collectives the trainer issues, as (op, bytes, calls) with
+// the bytes the communicators count (CommStats). PlannedStepTraffic adds
+// them up to one step's counters per group, which the trainer's own counts
+// must equal (tests/plan/mpi/plan_traffic_test.cc); EstimateStep costs the
+// same lists, so what is costed is what runs.
+//
+// Tensor parallelism (tp > 1), per block and microbatch: F and B each two
+// all-reduces of the (N, C) activations, or under --sequence_parallel two
+// all-gathers (before the column-parallel layers) and two reduce-scatters
+// (replacing the row-parallel all-reduces) of the same buffers; full
+// recompute reruns the block up to its MLP, one all-reduce (or two
+// all-gathers and a reduce-scatter) more, in B and, under ZB-H1, in W. The
+// first chunk's embedding: an all-reduce in F (a reduce-scatter, and an
+// all-gather in B, with sequence parallelism); the last chunk's head, in F:
+// d(ln_f)'s all-reduce (an all-gather of ln_f and a reduce-scatter of
+// d(ln_f)) and the cross-entropy's max and sums per --loss_chunk_rows
+// piece. Per step: the gradient norm (one double) and, with sequence
+// parallelism, one all-reduce per norm gradient left partial over tp.
+//
+// Data parallelism (dp > 1), per step: --zero=0 all-reduces each gradient
+// bucket once, --zero=1 reduce-scatters each (padded to a multiple of dp)
+// and all-gathers the updated weights through it, --zero=2 reduce-scatters
+// each bucket once per microbatch and all-gathers once; the loss average
+// (one double), and under ZeRO the gradient norm's share (one double). Buckets
+// are the trainer's (GradientBuckets::Layout over the stage's parameters in
+// gradient-ready order; the tied embedding alone under ZeRO).
+//
+// Thread safety: pure functions.
+#ifndef TRELLIS_TOOLS_PLAN_STEP_WORK_H_
+#define TRELLIS_TOOLS_PLAN_STEP_WORK_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "tools/plan/cluster.h"
+#include "tools/plan/stage_facts.h"
+#include "tools/trainer/options.h"
+
+namespace trellis {
+
+// `calls` collectives `op` on buffers of `bytes` each.
+struct PlannedCall {
+  CommOp op = CommOp::kAllReduce;
+  int64_t bytes = 0;
+  int64_t calls = 1;
+};
+
+// Seconds `calls` take over `n` ranks on `link` (CollectiveSeconds each).
+double CallSeconds(const std::vector<PlannedCall>& calls, int n,
+                   const LinkSpec& link);
+
+// One pass of one chunk for one microbatch.
+struct PassWork {
+  double compute = 0;           // seconds at the cluster's rates
+  std::vector<PlannedCall> tp;  // blocking, inside the pass
+};
+struct ChunkWork {
+  PassWork f, b, w;
+};
+
+// The work of `chunk` of resolved `o` per microbatch on `cluster`.
+ChunkWork PlanChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
+                        const ClusterSpec& cluster);
+
+// Bytes of the (N, C) hidden state a pipeline transfer of `o` carries
+// (this rank's N/tp rows under sequence parallelism).
+int64_t TransferBytes(const TrainOptions& o);
+
+// The tp collectives of a step outside the pipeline (gradient norm, the
+// partial norm gradients), and the dp ones: `per_microbatch` (ZeRO-2's
+// reduce-scatters), `per_step` (the buckets' sync otherwise, and the loss
+// average) and `update` (ZeRO's weight all-gathers).
+std::vector<PlannedCall> StepTpCalls(const TrainOptions& o,
+                                     const StageFacts& stage);
+struct DpCalls {
+  std::vector<PlannedCall> per_microbatch, per_step, update;
+};
+DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage);
+
+// One step's counted tp and dp traffic of `stage` (tp rank 0): what its
+// communicators' CommStats add in a Trainer::Step.
+struct PlannedTraffic {
+  CommStats tp, dp;
+};
+PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
+                                  const StageFacts& stage);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_PLAN_STEP_WORK_H_
