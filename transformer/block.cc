@@ -19,9 +19,8 @@ Parameter& Find(const ParameterSet& params, int64_t layer, const char* suffix) {
 Block::Block(const ModelConfig& config, int64_t layer, TpPlace tp,
              const ParameterSet& params, BlockOptions options)
     : DecoderBlock(config.seq_len, config.d_model,
-                   config.n_head / tp.size * config.head_dim(),
+                   config.n_head / tp.size * config.head_dim(), options,
                    SequenceSplit(tp, options.sequence_parallel)),
-      options_(options),
       layer_(layer),
       local_heads_(config.n_head / tp.size),
       ln1_w_(&Find(params, layer, "ln_1.weight")),
@@ -68,14 +67,8 @@ std::vector<Block::Slot> Block::Slots(int64_t batch, DType dtype,
   // sequence parallelism).
   const int64_t nl = rows_.Local(n);
   const DType stats = StatsDType(dtype);
-  const bool full = options_.recompute == Recompute::kFull;
-  const bool keep_all = options_.recompute == Recompute::kNone;
-  // Inputs of the recomputation stay unless the whole block is redone.
-  const Place input = full ? Place::kWorkspace : Place::kState;
   // The attention output and the GELU output are redone by both modes.
-  const Place cheap = keep_all ? Place::kState : Place::kWorkspace;
-  const Place grad =
-      options_.defer_weight_grads ? Place::kState : Place::kWorkspace;
+  const auto [input, cheap, grad] = Places();
   return {
       {&Tensors::ln1, {n, c}, dtype, input},
       {&Tensors::mean1, {nl}, stats, input},
@@ -134,14 +127,9 @@ void Block::Forward(Communicator& tp, const Tensor& x, State& s,
   Add(s.y, a.x2, s.y);
 }
 
-DecoderBlock::Place Block::DyPlace() const {
-  if (options_.defer_weight_grads) return Place::kState;
-  return rows_.on() ? Place::kWorkspace : Place::kUnused;
-}
-
 void Block::Recompute(Communicator& tp, const Tensor& x,
                       const Tensor& doc_start, Tensors& a, Tensor& partial,
-                      bool need_gelu) const {
+                      bool need_activation) const {
   switch (options_.recompute) {
     case Recompute::kNone:
       return;
@@ -154,7 +142,7 @@ void Block::Recompute(Communicator& tp, const Tensor& x,
       AttentionForward(a.qkv.View({b, seq_len_, 3 * local_width_}), doc_start,
                        local_heads_, local_heads_, att, a.saved,
                        options_.attention);
-      if (need_gelu) GeluForward(a.fc, a.gelu);
+      if (need_activation) GeluForward(a.fc, a.gelu);
       return;
     }
   }
@@ -163,14 +151,9 @@ void Block::Recompute(Communicator& tp, const Tensor& x,
 void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                           State& s, Workspace& work, Tensor& dx) const {
   Tensors a = Use(s, work);
-  const int64_t n = a.qkv.dim(0);
   const bool defer = options_.defer_weight_grads;
-  Recompute(tp, x, s.doc_start, a, work.partial, /*need_gelu=*/!defer);
-  if (DyPlace() == Place::kUnused) {
-    a.dy = dy;
-  } else {
-    rows_.GatherOutputGrad(tp, dy, a.dy);
-  }
+  Recompute(tp, x, s.doc_start, a, work.partial, /*need_activation=*/!defer);
+  TakeOutputGrad(tp, dy, a);
   // Each gradient buffer is written, not zero-filled and added to; the
   // layers' input gradients are called as kernels here (the tp all-reduce
   // of a column-parallel layer's input gradient is CopyToTp's backward, a
@@ -186,16 +169,8 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                                  a.mean2, a.rstd2, rows_.Mine(a.dy), dx2);
   rows_.GatherOutputGrad(tp, dx2, a.dx2);
   // Attention: dx2 -> datt -> dqkv -> dln1 (all-reduced) -> dx.
-  MatmulBackwardInput(a.dx2, attn_proj_w_->value, work.datt,
-                      WeightLayout::kInOut, GradWrite::kWrite);
-  a.dqkv.Zero();  // AttentionBackward accumulates.
-  const int64_t b = n / seq_len_;
-  const Shape qkv_shape = {b, seq_len_, 3 * local_width_};
-  const Shape att_shape = {b, seq_len_, local_width_};
-  Tensor dqkv = a.dqkv.View(qkv_shape);
-  AttentionBackward(work.datt.View(att_shape), a.qkv.View(qkv_shape),
-                    s.doc_start, a.att.View(att_shape), a.saved, local_heads_,
-                    local_heads_, dqkv, options_.attention);
+  AttentionBackwardToQkv(attn_proj_w_->value, s.doc_start, 3 * local_width_,
+                         local_heads_, local_heads_, a, work.datt);
   MatmulBackwardInput(a.dqkv, c_attn_w_->value, a.dln1, WeightLayout::kInOut,
                       GradWrite::kWrite);
   rows_.ReduceInputGrad(tp, a.dln1);
@@ -203,14 +178,6 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
   // Last: dx may be the buffer dy came in (the caller's ping-pong).
   LayerNormBackwardInputResidual(rows_.Mine(a.dln1), x, ln1_w_->value, a.mean1,
                                  a.rstd1, rows_.Mine(a.dx2), dx);
-}
-
-void Block::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
-                           Workspace& work) const {
-  if (!options_.defer_weight_grads) return;  // Done in BackwardInput.
-  Tensors a = Use(s, work);
-  Recompute(tp, x, s.doc_start, a, work.partial, /*need_gelu=*/true);
-  WeightGradients(x, a);
 }
 
 void Block::WeightGradients(const Tensor& x, const Tensors& a) const {

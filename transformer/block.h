@@ -64,13 +64,10 @@ class Block : public DecoderBlock {
   // Overwrites dx (N, C) with dL/dx given dy = dL/dy (dy is not kept).
   void BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                      State& state, Workspace& work, Tensor& dx) const override;
-  void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
-                      Workspace& work) const override;
 
   // The block's parameters, in registration order.
   std::vector<Parameter*> parameters() const override;
   std::vector<Parameter*> NormParameters() const override;
-  const BlockOptions& options() const { return options_; }
 
  private:
   std::vector<Slot> Slots(int64_t batch, DType dtype,
@@ -81,17 +78,12 @@ class Block : public DecoderBlock {
   void ForwardActivations(Communicator& tp, const Tensor& x,
                           const Tensor& doc_start, Tensors& a,
                           Tensor& partial) const;
-  // Refills what the recompute mode dropped; the GELU output only when
-  // `need_gelu` (weight gradients read it, input gradients do not).
+  // The MLP's activation is the GELU output.
   void Recompute(Communicator& tp, const Tensor& x, const Tensor& doc_start,
-                 Tensors& a, Tensor& partial, bool need_gelu) const;
-  // Where the output gradient dy lives: kept with deferred weight
-  // gradients, gathered into the workspace under sequence parallelism,
-  // else read in place.
-  Place DyPlace() const;
-  void WeightGradients(const Tensor& x, const Tensors& a) const;
+                 Tensors& a, Tensor& partial,
+                 bool need_activation) const override;
+  void WeightGradients(const Tensor& x, const Tensors& a) const override;
 
-  BlockOptions options_;
   int64_t layer_;
   int64_t local_heads_;
   Parameter* ln1_w_;

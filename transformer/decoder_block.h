@@ -3,7 +3,12 @@
 // per-microbatch State or a Workspace shared by the chunk's microbatches).
 //
 // A family's block (GPT-2's Block, Llama's LlamaBlock) states its tensors'
-// shapes and places (Slots) for its options, and implements the math. The
+// shapes and places (Slots) for its options, and implements the math
+// (Forward, BackwardInput, Recompute, WeightGradients). What does not
+// depend on the family is here: where the output gradient and the
+// recompute modes put tensors (DyPlace, Places), BackwardWeight, and
+// attention's backward from the residual gradient to the qkv gradient
+// (AttentionBackwardToQkv). The
 // members of Tensors are named after GPT-2's block; another family uses the
 // ones it needs under the same roles (see its header): ln1/ln2 the norms'
 // outputs, fc the MLP's first projection, gelu its activation.
@@ -26,6 +31,7 @@
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
+#include "transformer/chunk_options.h"
 #include "transformer/sequence_split.h"
 
 namespace trellis {
@@ -86,14 +92,18 @@ class DecoderBlock {
   virtual void BackwardInput(Communicator& tp, const Tensor& x,
                              const Tensor& dy, State& state, Workspace& work,
                              Tensor& dx) const = 0;
-  virtual void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
-                              Workspace& work) const = 0;
+  // With deferred weight gradients, recomputes what the recompute mode
+  // dropped and forms the parameter gradients from what BackwardInput
+  // kept; without, does nothing (BackwardInput formed them).
+  void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
+                      Workspace& work) const;
   // The block's parameters, in registration order.
   virtual std::vector<Parameter*> parameters() const = 0;
   // The norms' parameters: under sequence parallelism their gradients are
   // partial sums over tp.
   virtual std::vector<Parameter*> NormParameters() const = 0;
   const SequenceSplit& rows() const { return rows_; }
+  const BlockOptions& options() const { return options_; }
 
  protected:
   enum class Place { kState, kWorkspace, kUnused };
@@ -103,24 +113,63 @@ class DecoderBlock {
     DType dtype;
     Place place;
   };
+  // Where the recompute mode and weight-gradient deferral put a family's
+  // tensors: `input` for those recomputation starts from (dropped only by
+  // full recomputation), `cheap` for the attention output and its saved
+  // state and the MLP's activation (kept only without recomputation),
+  // `grad` for the gradients BackwardInput makes (kept for deferred weight
+  // gradients).
+  struct SlotPlaces {
+    Place input, cheap, grad;
+  };
   DecoderBlock(int64_t seq_len, int64_t d_model, int64_t local_width,
-               SequenceSplit rows = {})
+               BlockOptions options, SequenceSplit rows = {})
       : seq_len_(seq_len),
         d_model_(d_model),
         local_width_(local_width),
+        options_(options),
         rows_(rows) {}
 
   // Every member of Tensors the block uses, with its shape and place.
   virtual std::vector<Slot> Slots(int64_t batch, DType dtype,
                                   Device device) const = 0;
+  // Refills what the recompute mode dropped; the MLP's activation only
+  // when `need_activation` (weight gradients read it, input gradients do
+  // not). `partial`: the workspace's scratch for a row-parallel layer;
+  // doc_start (B, T) or undefined (attention.h).
+  virtual void Recompute(Communicator& tp, const Tensor& x,
+                         const Tensor& doc_start, Tensors& a, Tensor& partial,
+                         bool need_activation) const = 0;
+  // Accumulates every parameter's gradient from the gradients BackwardInput
+  // made (the norms' over this rank's rows).
+  virtual void WeightGradients(const Tensor& x, const Tensors& a) const = 0;
+
   // The tensors of one call: the state's where it keeps them, else the
   // workspace's.
   Tensors Use(const State& state, const Workspace& work) const;
+  // The places for this block's options.
+  SlotPlaces Places() const;
+  // Where the output gradient dy lives: kept with deferred weight
+  // gradients, gathered into the workspace under sequence parallelism,
+  // else read in place.
+  Place DyPlace() const;
+  // Makes a.dy the whole output gradient `dy` (N, C): the caller's tensor
+  // itself, or gathered (and kept) where DyPlace says.
+  void TakeOutputGrad(Communicator& tp, const Tensor& dy, Tensors& a) const;
+  // Attention's backward from the residual gradient a.dx2 (N, C) through
+  // the output projection (weight `out_proj`, (Cl, C) in-out) into
+  // `datt` (N, Cl), then through attention into a.dqkv (N, qkv_width),
+  // overwritten; a.qkv, a.att and a.saved as the forward left them, with
+  // `heads` query and `kv_heads` key/value heads on this rank.
+  void AttentionBackwardToQkv(const Tensor& out_proj, const Tensor& doc_start,
+                              int64_t qkv_width, int64_t heads,
+                              int64_t kv_heads, Tensors& a, Tensor& datt) const;
 
   int64_t seq_len_;
   int64_t d_model_;
   int64_t local_width_;  // Cl: the attention output's width on this rank
-  SequenceSplit rows_;   // Where the row tensors live over tp.
+  BlockOptions options_;
+  SequenceSplit rows_;  // Where the row tensors live over tp.
 };
 
 }  // namespace trellis

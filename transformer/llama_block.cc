@@ -24,9 +24,8 @@ DType TableDType(DType dtype, Device device) {
 LlamaBlock::LlamaBlock(const ModelConfig& config, int64_t layer, TpPlace tp,
                        const ParameterSet& params, BlockOptions options)
     : DecoderBlock(config.seq_len, config.d_model,
-                   config.n_head / tp.size * config.head_dim(),
+                   config.n_head / tp.size * config.head_dim(), options,
                    SequenceSplit(tp, options.sequence_parallel)),
-      options_(options),
       local_heads_(config.n_head / tp.size),
       local_kv_heads_(LlamaLocalKvHeads(config, tp.size)),
       head_dim_(config.head_dim()),
@@ -62,12 +61,7 @@ std::vector<DecoderBlock::Slot> LlamaBlock::Slots(int64_t batch, DType dtype,
   const int64_t w = qkv_width_, f = ffn_width_;
   const int64_t nl = rows_.Local(n);  // Rows of x2 and the statistics here.
   const DType stats = StatsDType(dtype);
-  const bool full = options_.recompute == Recompute::kFull;
-  const bool keep_all = options_.recompute == Recompute::kNone;
-  const Place input = full ? Place::kWorkspace : Place::kState;
-  const Place cheap = keep_all ? Place::kState : Place::kWorkspace;
-  const Place grad =
-      options_.defer_weight_grads ? Place::kState : Place::kWorkspace;
+  const auto [input, cheap, grad] = Places();
   const DType table = TableDType(dtype, device);
   return {
       {&Tensors::ln1, {n, c}, dtype, input},
@@ -116,11 +110,6 @@ void LlamaBlock::Attention(Tensors& a, int64_t b,
                    options_.attention);
 }
 
-DecoderBlock::Place LlamaBlock::DyPlace() const {
-  if (options_.defer_weight_grads) return Place::kState;
-  return rows_.on() ? Place::kWorkspace : Place::kUnused;
-}
-
 void LlamaBlock::ForwardActivations(Communicator& tp, const Tensor& x,
                                     const Tensor& doc_start, Tensors& a,
                                     Tensor& partial) const {
@@ -153,7 +142,7 @@ void LlamaBlock::Forward(Communicator& tp, const Tensor& x, State& s,
 
 void LlamaBlock::Recompute(Communicator& tp, const Tensor& x,
                            const Tensor& doc_start, Tensors& a, Tensor& partial,
-                           bool need_act) const {
+                           bool need_activation) const {
   switch (options_.recompute) {
     case trellis::Recompute::kNone:
       return;
@@ -163,7 +152,7 @@ void LlamaBlock::Recompute(Communicator& tp, const Tensor& x,
     case trellis::Recompute::kSelective:
       // qkv is kept already rotated.
       Attention(a, a.qkv.dim(0) / seq_len_, doc_start);
-      if (need_act) SwiGluForward(a.fc, a.gelu);
+      if (need_activation) SwiGluForward(a.fc, a.gelu);
       return;
   }
 }
@@ -173,12 +162,8 @@ void LlamaBlock::BackwardInput(Communicator& tp, const Tensor& x,
                                Tensor& dx) const {
   Tensors a = Use(s, work);
   const bool defer = options_.defer_weight_grads;
-  Recompute(tp, x, s.doc_start, a, work.partial, /*need_act=*/!defer);
-  if (DyPlace() == Place::kUnused) {
-    a.dy = dy;
-  } else {
-    rows_.GatherOutputGrad(tp, dy, a.dy);
-  }
+  Recompute(tp, x, s.doc_start, a, work.partial, /*need_activation=*/!defer);
+  TakeOutputGrad(tp, dy, a);
   // MLP: dy -> d(swiglu) -> d(gate_up) -> dln2 (all-reduced; reduce-
   // scattered to this rank's rows under sequence parallelism) -> dx2.
   MatmulBackwardInput(a.dy, down_w_->value, a.dgelu, WeightLayout::kInOut,
@@ -192,16 +177,9 @@ void LlamaBlock::BackwardInput(Communicator& tp, const Tensor& x,
                                rows_.Mine(a.dy), dx2);
   rows_.GatherOutputGrad(tp, dx2, a.dx2);
   // Attention: dx2 -> datt -> d(rotated qkv) -> dqkv -> dln1 -> dx.
-  MatmulBackwardInput(a.dx2, o_w_->value, work.datt, WeightLayout::kInOut,
-                      GradWrite::kWrite);
-  a.dqkv.Zero();  // AttentionBackward accumulates.
-  const int64_t b = a.qkv.dim(0) / seq_len_;
-  const Shape qkv_shape = {b, seq_len_, qkv_width_};
-  const Shape att_shape = {b, seq_len_, local_width_};
-  Tensor dqkv = a.dqkv.View(qkv_shape);
-  AttentionBackward(work.datt.View(att_shape), a.qkv.View(qkv_shape),
-                    s.doc_start, a.att.View(att_shape), a.saved, local_heads_,
-                    local_kv_heads_, dqkv, options_.attention);
+  AttentionBackwardToQkv(o_w_->value, s.doc_start, qkv_width_, local_heads_,
+                         local_kv_heads_, a, work.datt);
+  Tensor dqkv = a.dqkv.View({a.qkv.dim(0) / seq_len_, seq_len_, qkv_width_});
   RopeBackward(dqkv, local_heads_, local_kv_heads_, a.cos, a.sin);
   MatmulBackwardInput(a.dqkv, qkv_w_->value, a.dln1, WeightLayout::kInOut,
                       GradWrite::kWrite);
@@ -210,14 +188,6 @@ void LlamaBlock::BackwardInput(Communicator& tp, const Tensor& x,
   // Last: dx may be the buffer dy came in.
   RmsNormBackwardInputResidual(rows_.Mine(a.dln1), x, norm1_->value, a.rstd1,
                                rows_.Mine(a.dx2), dx);
-}
-
-void LlamaBlock::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
-                                Workspace& work) const {
-  if (!options_.defer_weight_grads) return;  // Done in BackwardInput.
-  Tensors a = Use(s, work);
-  Recompute(tp, x, s.doc_start, a, work.partial, /*need_act=*/true);
-  WeightGradients(x, a);
 }
 
 void LlamaBlock::WeightGradients(const Tensor& x, const Tensors& a) const {

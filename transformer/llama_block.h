@@ -52,8 +52,6 @@ class LlamaBlock : public DecoderBlock {
                Workspace& work) const override;
   void BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
                      State& state, Workspace& work, Tensor& dx) const override;
-  void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
-                      Workspace& work) const override;
   std::vector<Parameter*> parameters() const override { return params_; }
   std::vector<Parameter*> NormParameters() const override {
     return {norm1_, norm2_};
@@ -68,18 +66,15 @@ class LlamaBlock : public DecoderBlock {
   void ForwardActivations(Communicator& tp, const Tensor& x,
                           const Tensor& doc_start, Tensors& a,
                           Tensor& partial) const;
-  // Refills what the recompute mode dropped; the SwiGLU output only when
-  // `need_act` (weight gradients read it, input gradients do not).
+  // The MLP's activation is the SwiGLU output.
   void Recompute(Communicator& tp, const Tensor& x, const Tensor& doc_start,
-                 Tensors& a, Tensor& partial, bool need_act) const;
-  // Where dy lives (as Block::DyPlace).
-  Place DyPlace() const;
+                 Tensors& a, Tensor& partial,
+                 bool need_activation) const override;
   // Attention on the rotated qkv; doc_start (B, T) or undefined
   // (attention.h).
   void Attention(Tensors& a, int64_t batch, const Tensor& doc_start) const;
-  void WeightGradients(const Tensor& x, const Tensors& a) const;
+  void WeightGradients(const Tensor& x, const Tensors& a) const override;
 
-  BlockOptions options_;
   int64_t local_heads_;
   int64_t local_kv_heads_;
   int64_t head_dim_;

@@ -1,186 +1,35 @@
 // Bad input through the real programs: each run must end with a nonzero
 // exit status (never a signal) and, for trellis's own errors, exactly one
 // line on stderr, "<program>: error: ...", naming the flag or file at fault.
-#include <fcntl.h>
+// Here: trellis-train's data files and flags, trellis-eval's files and
+// flags, trellis-bench's, trellis-checkpoint-bench's and
+// trellis-preprocess's, and every program's --help. Checkpoints through the
+// programs are programs_checkpoint_test's.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
+#include "tests/tools/programs_test_util.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/shard_io.h"
-
-extern char** environ;
 
 namespace trellis {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::AllOf;
+using programs_test::Describe;
+using programs_test::ProgramResult;
+using programs_test::ProgramsTest;
+using programs_test::ReadFile;
+using programs_test::RunProgram;
+using programs_test::TinyFlags;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-struct ProgramResult {
-  bool exited = false;  // false: killed by a signal (or never started)
-  int exit_code = -1;
-  int signal = 0;
-  std::string out, err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// Runs build/bin/trellis-<program> with `args` in `dir`, stdout and stderr
-// captured to files there.
-ProgramResult RunProgram(const std::string& program,
-                         const std::vector<std::string>& args,
-                         const std::string& dir) {
-  const std::string binary =
-      absl::StrCat(TRELLIS_BINARY_DIR, "/bin/trellis-", program);
-  const std::string out_path = dir + "/stdout.txt";
-  const std::string err_path = dir + "/stderr.txt";
-  std::vector<std::string> argv_strings = {binary};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings = {"OPENBLAS_NUM_THREADS=1"};
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null",
-                                   O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ProgramResult result;
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr,
-                             argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(rc, 0) << "cannot start " << binary;
-  if (rc != 0) return result;
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  result.exited = WIFEXITED(status);
-  result.exit_code = result.exited ? WEXITSTATUS(status) : -1;
-  result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  result.out = ReadFile(out_path);
-  result.err = ReadFile(err_path);
-  return result;
-}
-
-std::string Describe(const std::string& program,
-                     const std::vector<std::string>& args,
-                     const ProgramResult& r) {
-  return absl::StrCat("trellis-", program, " ", absl::StrJoin(args, " "),
-                      "\nexit ", r.exit_code, " signal ", r.signal,
-                      "\nstderr:\n", r.err, "stdout:\n", r.out);
-}
-
-// The small model every run here trains (a fraction of a second).
-std::vector<std::string> TinyFlags(const std::string& data) {
-  return {"--n_layer=1",   "--n_head=2",           "--d_model=16",
-          "--seq_len=16",  "--micro_batch_size=2", "--global_batch_size=4",
-          "--steps=2",     "--warmup_steps=1",     "--eval_every=0",
-          "--data=" + data};
-}
-
-class ProgramsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = test::ScratchDir();
-    byte_data_ = dir_ + "/byte.h5";
-    test::WriteTokenFile(byte_data_, test::kByteVocab, 20000);
-  }
-
-  // Expects a clean failure: a nonzero exit and one stderr line that starts
-  // with "trellis-<program>: error: " and contains every one of `names`.
-  void ExpectError(const std::string& program,
-                   const std::vector<std::string>& args,
-                   const std::vector<std::string>& names) {
-    const ProgramResult r = RunProgram(program, args, dir_);
-    const std::string what = Describe(program, args, r);
-    EXPECT_TRUE(r.exited) << what;
-    EXPECT_NE(r.exit_code, 0) << what;
-    EXPECT_THAT(r.err,
-                StartsWith(absl::StrCat("trellis-", program, ": error: ")))
-        << what;
-    ASSERT_FALSE(r.err.empty()) << what;
-    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << what;
-    for (const std::string& name : names) {
-      EXPECT_THAT(r.err, HasSubstr(name)) << what;
-    }
-  }
-
-  // Expects a nonzero exit without a crash (absl's own flag errors).
-  void ExpectRefused(const std::string& program,
-                     const std::vector<std::string>& args,
-                     const std::string& name) {
-    const ProgramResult r = RunProgram(program, args, dir_);
-    const std::string what = Describe(program, args, r);
-    EXPECT_TRUE(r.exited) << what;
-    EXPECT_NE(r.exit_code, 0) << what;
-    EXPECT_THAT(r.err, HasSubstr(name)) << what;
-  }
-
-  void Train(std::vector<std::string> args,
-             const std::vector<std::string>& names) {
-    std::vector<std::string> all = TinyFlags(byte_data_);
-    all.insert(all.end(), args.begin(), args.end());
-    ExpectError("train", all, names);
-  }
-
-  // Trains the tiny model with `args` added; expects success.
-  ProgramResult TrainOk(const std::vector<std::string>& args) {
-    std::vector<std::string> all = TinyFlags(byte_data_);
-    all.insert(all.end(), args.begin(), args.end());
-    const ProgramResult r = RunProgram("train", all, dir_);
-    EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("train", all, r);
-    return r;
-  }
-
-  // Trains the tiny model for 2 steps into <dir>/ckpt; returns that dir.
-  std::string MakeCheckpoint() {
-    std::vector<std::string> args = TinyFlags(byte_data_);
-    args.push_back("--save_dir=" + dir_ + "/ckpt");
-    const ProgramResult r = RunProgram("train", args, dir_);
-    EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("train", args, r);
-    EXPECT_TRUE(fs::exists(dir_ + "/ckpt/step_00000002/model.h5"));
-    return dir_ + "/ckpt";
-  }
-
-  // A copy of the byte token file with `damage` applied to its bytes.
-  std::string Damaged(const std::string& name,
-                      void (*damage)(std::string& bytes)) {
-    std::string bytes = ReadFile(byte_data_);
-    damage(bytes);
-    const std::string path = dir_ + "/" + name;
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-    return path;
-  }
-
-  std::string dir_, byte_data_;
-};
 
 TEST_F(ProgramsTest, TrainSucceedsOnGoodInput) {
   const std::vector<std::string> args = TinyFlags(byte_data_);
@@ -228,111 +77,6 @@ TEST_F(ProgramsTest, TrainNotAnHdf5File) {
   const std::string path = dir_ + "/text.h5";
   std::ofstream(path) << "In the beginning was plain text.\n";
   Train({"--data=" + path}, {path, "not an HDF5 file"});
-}
-
-TEST_F(ProgramsTest, TrainResumeOfAnotherModelSize) {
-  const std::string ckpt = MakeCheckpoint();
-  Train({"--resume=" + ckpt, "--d_model=32"},
-        {ckpt, "d_model=16", "d_model=32"});
-}
-
-TEST_F(ProgramsTest, TrainResumeWithAnotherVocabulary) {
-  const std::string ckpt = MakeCheckpoint();
-  const std::string gpt2 = dir_ + "/gpt2.h5";
-  test::WriteTokenFile(gpt2, test::kGpt2Vocab, 2000);
-  Train({"--resume=" + ckpt, "--data=" + gpt2},
-        {ckpt, "vocab_size=257", "vocab_size=50257"});
-}
-
-TEST_F(ProgramsTest, TrainResumeFromDamagedCheckpoints) {
-  const std::string ckpt = MakeCheckpoint();
-  const std::string step = ckpt + "/step_00000002";
-  Train({"--resume=" + dir_ + "/nothing"}, {"--resume=" + dir_ + "/nothing"});
-  // A stale `latest`: it names a checkpoint that is gone.
-  std::ofstream(ckpt + "/latest", std::ios::trunc) << "step_00000009\n";
-  Train({"--resume=" + ckpt}, {ckpt + "/latest", "step_00000009"});
-  const std::string model = step + "/model.h5";
-  fs::resize_file(model, fs::file_size(model) / 2);
-  Train({"--resume=" + step}, {model});
-  std::ofstream(step + "/state.json", std::ios::trunc) << "{\"step\": 2";
-  Train({"--resume=" + step}, {step + "/state.json"});
-}
-
-TEST_F(ProgramsTest, TrainResumeAutoWithUnreadableLatestTakesNewest) {
-  const std::string save = dir_ + "/ckpt";
-  const std::vector<std::string> keep = {"--save_dir=" + save,
-                                         "--keep_checkpoints=1"};
-  ProgramResult r = TrainOk({keep[0], keep[1], "--resume=auto"});
-  EXPECT_THAT(r.out,
-              HasSubstr("resume: starting fresh: no checkpoint in " + save))
-      << r.out;
-  int64_t step = 2;
-  for (const char* latest :
-       std::initializer_list<const char*>{"", " \n", nullptr}) {
-    if (latest == nullptr) {
-      fs::remove(save + "/latest");
-    } else {
-      std::ofstream(save + "/latest", std::ios::trunc) << latest;
-    }
-    const std::string from = save + "/" + absl::StrFormat("step_%08d", step);
-    step += 2;
-    r = TrainOk(
-        {keep[0], keep[1], "--resume=auto", absl::StrCat("--steps=", step)});
-    EXPECT_THAT(r.out, AllOf(HasSubstr(save + "/latest is missing or empty"),
-                             HasSubstr("resumed from " + from)))
-        << r.out;
-    // The checkpoint it resumed from was older: only the new one is kept.
-    EXPECT_FALSE(fs::exists(from));
-    EXPECT_TRUE(fs::exists(save + absl::StrFormat("/step_%08d", step)));
-  }
-}
-
-TEST_F(ProgramsTest, TrainIntoASaveDirWithLaterCheckpointsIsRefused) {
-  const std::string save = dir_ + "/ckpt";
-  TrainOk({"--save_dir=" + save, "--steps=4", "--save_every=2"});
-  // Resuming from step 2 into the same directory would save step 4 over
-  // nothing: the first run's step 4 stays and this run's weights are lost.
-  Train({"--save_dir=" + save, "--steps=4",
-         "--resume=" + save + "/step_00000002"},
-        {"--save_dir=" + save, "step_00000004", "--resume=auto"});
-  // So would a fresh start (no --resume) into it.
-  Train({"--save_dir=" + save, "--steps=4"},
-        {"step_00000002, step_00000004", "beyond step 0"});
-  EXPECT_EQ(ReadFile(save + "/latest"), "step_00000004\n");
-  EXPECT_TRUE(fs::exists(save + "/step_00000002/model.h5"));
-  // Continuing from the newest is fine.
-  const ProgramResult r =
-      TrainOk({"--save_dir=" + save, "--steps=6", "--resume=auto"});
-  EXPECT_THAT(r.out, HasSubstr("resumed from " + save + "/step_00000004"));
-  EXPECT_EQ(ReadFile(save + "/latest"), "step_00000006\n");
-}
-
-TEST_F(ProgramsTest, TrainResumeWithAnotherSeedOrBatchIsRefused) {
-  const std::string ckpt = MakeCheckpoint();
-  Train({"--resume=" + ckpt, "--steps=4", "--seed=7"},
-        {ckpt, "--seed=1337", "--seed=7"});
-  Train({"--resume=" + ckpt, "--steps=4", "--global_batch_size=8"},
-        {ckpt, "--global_batch_size=4", "--global_batch_size=8"});
-  TrainOk({"--resume=" + ckpt, "--steps=4"});
-}
-
-TEST_F(ProgramsTest, EvalWithAnotherVocabulary) {
-  const std::string ckpt = MakeCheckpoint();
-  const std::string gpt2 = dir_ + "/gpt2.h5";
-  test::WriteTokenFile(gpt2, test::kGpt2Vocab, 2000);
-  ExpectError("eval", {"--load=" + ckpt, "--data=" + gpt2},
-              {ckpt, "vocab_size=257", "vocab_size=50257"});
-}
-
-// Same vocabulary size, another tokenizer: the ids mean other strings.
-TEST_F(ProgramsTest, ResumeAndEvalWithAnotherTokenizer) {
-  const std::string ckpt = MakeCheckpoint();
-  const std::string other = dir_ + "/other.h5";
-  test::WriteTokenFile(other, {"other-bytes", 257, 256}, 6000);
-  Train({"--resume=" + ckpt, "--data=" + other},
-        {ckpt, "'byte'", "'other-bytes'", "--tokenizer=byte"});
-  ExpectError("eval", {"--load=" + ckpt, "--data=" + other},
-              {ckpt, "'byte'", "'other-bytes'"});
 }
 
 // Eval's errors name eval's flags, not the trainer's it shares checks with.
@@ -397,46 +141,6 @@ TEST_F(ProgramsTest, EvalSucceedsThenRefusesBadFiles) {
   const std::string text = dir_ + "/text.h5";
   std::ofstream(text) << "plain text\n";
   ExpectError("eval", {"--load=" + ckpt, "--data=" + text}, {text});
-}
-
-// Flips one byte in the middle of tensor `path`'s data in `file`.
-void FlipTensorByte(const std::string& file, const std::string& path) {
-  int64_t at = 0;
-  {
-    absl::StatusOr<TensorFileReader> r = TensorFileReader::Open(file);
-    ASSERT_TRUE(r.ok()) << r.status();
-    absl::StatusOr<TensorLocation> where = r->Locate(path);
-    ASSERT_TRUE(where.ok() && where->offset > 0) << where.status();
-    at = where->offset + NumElements(where->shape) * 2 + 1;
-  }
-  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(at);
-  const char c = static_cast<char>(f.get() ^ 0x10);
-  f.seekp(at);
-  f.put(c);
-}
-
-// A corrupt tensor stops eval, resume and convert, naming the tensor.
-TEST_F(ProgramsTest, CorruptCheckpointTensorsAreRefusedByName) {
-  const std::string step = MakeCheckpoint() + "/step_00000002";
-  const std::string model = step + "/model.h5";
-  const std::string copy = dir_ + "/model.h5.good";
-  fs::copy_file(model, copy);
-  FlipTensorByte(model, "h.0.mlp.c_fc.weight");
-  const std::vector<std::string> names = {model, "h.0.mlp.c_fc.weight",
-                                          "checksum"};
-  ExpectError("eval", {"--load=" + step, "--data=" + byte_data_}, names);
-  Train({"--resume=" + step}, names);
-  ExpectError("convert",
-              {"--input=" + step, "--output=" + dir_ + "/hf", "--to=hf"},
-              names);
-  fs::copy_file(copy, model, fs::copy_options::overwrite_existing);
-  const std::string opt = step + "/optimizer.h5";
-  FlipTensorByte(opt, "exp_avg_sq/wte");
-  Train({"--resume=" + step}, {opt, "exp_avg_sq/wte"});
-  ExpectError("convert",
-              {"--input=" + step, "--output=" + dir_ + "/t", "--to=trellis"},
-              {opt, "exp_avg_sq/wte"});
 }
 
 TEST_F(ProgramsTest, TrainNonsenseFlags) {

@@ -36,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
+#include "tests/tools/mpi/comm_stats_test_util.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/trainer/trainer.h"
 #include "transformer/block.h"
@@ -44,7 +45,12 @@
 namespace trellis {
 namespace {
 
+using mpitest::Difference;
+using mpitest::ExpectCallsAndBytes;
 using mpitest::Layout;
+using mpitest::Since;
+using mpitest::Snapshot;
+using mpitest::TotalBytes;
 
 constexpr int64_t kFloat = 4;   // bytes per activation and gradient element
 constexpr int64_t kDouble = 8;  // bytes per scalar reduction
@@ -161,39 +167,6 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
   return t;
 }
 
-// Each communicator's counters, by group name.
-std::map<std::string, CommStats> Snapshot(const ParallelContext& context) {
-  std::map<std::string, CommStats> all;
-  for (const Communicator* c : context.communicators()) {
-    all[c->name()] = c->stats();
-  }
-  return all;
-}
-
-CommStats Difference(const CommStats& after, const CommStats& before) {
-  CommStats d;
-  for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
-    d.calls[i] = after.calls[i] - before.calls[i];
-    d.bytes[i] = after.bytes[i] - before.bytes[i];
-  }
-  return d;
-}
-
-int64_t TotalBytes(const CommStats& stats) {
-  int64_t total = 0;
-  for (int64_t b : stats.bytes) total += b;
-  return total;
-}
-
-void ExpectStats(const std::string& group, const CommStats& got,
-                 const CommStats& want) {
-  for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
-    const char* op = CommOpName(static_cast<CommOp>(i));
-    EXPECT_EQ(got.calls[i], want.calls[i]) << group << " " << op << " calls";
-    EXPECT_EQ(got.bytes[i], want.bytes[i]) << group << " " << op << " bytes";
-  }
-}
-
 class CollectiveCountsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -255,14 +228,14 @@ TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
     Add(want, CommOp::kAllReduce, calls, calls * n * c * kFloat);
     CommStats before = group.stats();
     block.Forward(group, x, state, work);
-    ExpectStats("tp forward", Difference(group.stats(), before), want);
+    ExpectCallsAndBytes("tp forward", Since(group, before), want);
     before = group.stats();
     block.BackwardInput(group, x, dy, state, work, dx);
-    ExpectStats("tp backward", Difference(group.stats(), before), want);
+    ExpectCallsAndBytes("tp backward", Since(group, before), want);
     before = group.stats();
     block.BackwardWeight(group, x, state, work);
-    ExpectStats("tp weight gradients", Difference(group.stats(), before),
-                CommStats{});
+    ExpectCallsAndBytes("tp weight gradients", Since(group, before),
+                        CommStats{});
   }
 }
 
@@ -307,8 +280,8 @@ TEST_F(CollectiveCountsTest, TrainingStepTrafficFollowsTheLayout) {
       ASSERT_EQ(after.size(), want.stats.size());
       for (const auto& [group, stats] : after) {
         ASSERT_EQ(want.stats.count(group), 1u) << group;
-        ExpectStats(group, Difference(stats, before.at(group)),
-                    want.stats.at(group));
+        ExpectCallsAndBytes(group, Difference(stats, before.at(group)),
+                            want.stats.at(group));
       }
     }
   });

@@ -26,6 +26,7 @@
 #include "framework/memory_arena.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
+#include "tests/tools/mpi/comm_stats_test_util.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/trainer/trainer.h"
 #include "transformer/block.h"
@@ -36,24 +37,10 @@ namespace trellis {
 namespace {
 
 using mpitest::Layout;
+using mpitest::Since;
+using mpitest::TotalWireBytes;
 
 constexpr int64_t kFloat = 4;
-
-int64_t TotalWire(const CommStats& s) {
-  int64_t total = 0;
-  for (int64_t b : s.wire_bytes) total += b;
-  return total;
-}
-
-CommStats Difference(const CommStats& after, const CommStats& before) {
-  CommStats d;
-  for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
-    d.calls[i] = after.calls[i] - before.calls[i];
-    d.bytes[i] = after.bytes[i] - before.bytes[i];
-    d.wire_bytes[i] = after.wire_bytes[i] - before.wire_bytes[i];
-  }
-  return d;
-}
 
 ModelConfig BlockConfig(ModelFamilyKind family) {
   ModelConfig config;
@@ -156,10 +143,10 @@ TEST_F(SequenceParallelTest, BlockMatchesItsRowsAndMovesWhatItsAllReducesDid) {
       Tensor whole_dx = Tensor::Empty({n, c}, DType::kF32);
       CommStats before = group.stats();
       whole->Forward(group, x, ws, ww);
-      const CommStats whole_forward = Difference(group.stats(), before);
+      const CommStats whole_forward = Since(group, before);
       before = group.stats();
       whole->BackwardInput(group, x, dy, ws, ww, whole_dx);
-      const CommStats whole_backward = Difference(group.stats(), before);
+      const CommStats whole_backward = Since(group, before);
       // With it: this rank's rows in and out.
       ParameterSet params;
       AddModelParameters(config, ChunkPlan{0, 1, false, false}, place, 7,
@@ -174,10 +161,10 @@ TEST_F(SequenceParallelTest, BlockMatchesItsRowsAndMovesWhatItsAllReducesDid) {
       Tensor dx = Tensor::Empty({nl, c}, DType::kF32);
       before = group.stats();
       split->Forward(group, xl, s, w);
-      const CommStats forward = Difference(group.stats(), before);
+      const CommStats forward = Since(group, before);
       before = group.stats();
       split->BackwardInput(group, xl, dyl, s, w, dx);
-      const CommStats backward = Difference(group.stats(), before);
+      const CommStats backward = Since(group, before);
       ExpectRowsOf(s.y, ws.y, first, "output");
       ExpectRowsOf(dx, whole_dx, first, "input gradient");
       // Column-parallel weights' gradients are whole-row sums either way.
@@ -195,8 +182,8 @@ TEST_F(SequenceParallelTest, BlockMatchesItsRowsAndMovesWhatItsAllReducesDid) {
         EXPECT_EQ(st.Bytes(CommOp::kAllGather), 2 * n * c * kFloat);
         EXPECT_EQ(st.Bytes(CommOp::kReduceScatter), 2 * n * c * kFloat);
       }
-      EXPECT_EQ(TotalWire(forward), TotalWire(whole_forward));
-      EXPECT_EQ(TotalWire(backward), TotalWire(whole_backward));
+      EXPECT_EQ(TotalWireBytes(forward), TotalWireBytes(whole_forward));
+      EXPECT_EQ(TotalWireBytes(backward), TotalWireBytes(whole_backward));
       EXPECT_EQ(whole_forward.Calls(CommOp::kAllReduce), 2);
     }
   }
@@ -276,8 +263,8 @@ TEST_F(SequenceParallelTest, StepTrafficAndMemoryPlan) {
       const int64_t tp = layout.tp;
       // Traffic: what the all-reduces moved, plus the norms' gradients.
       ASSERT_GT(with.partial_bytes, 0);
-      EXPECT_EQ(TotalWire(with.tp),
-                TotalWire(without.tp) +
+      EXPECT_EQ(TotalWireBytes(with.tp),
+                TotalWireBytes(without.tp) +
                     kSteps * WireBytes(CommOp::kAllReduce, with.partial_bytes,
                                        static_cast<int>(tp)));
       EXPECT_EQ(with.tp.WireBytes(CommOp::kReduceScatter),

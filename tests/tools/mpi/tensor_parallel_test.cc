@@ -18,11 +18,14 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/parameter.h"
+#include "tests/tools/mpi/comm_stats_test_util.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "transformer/config.h"
 
 namespace trellis {
 namespace {
+
+using mpitest::Since;
 
 constexpr int64_t kVocab = 257;
 
@@ -76,11 +79,6 @@ void ExpectShardOf(const Tensor& local, const ShardSpec& spec,
   });
   EXPECT_EQ(mismatches, 0) << what << " (" << spec.DebugString() << ")";
   EXPECT_EQ(padded_nonzero, 0) << what << ": padding is not zero";
-}
-
-int64_t AllReducesSince(const Communicator& tp, const CommStats& before) {
-  return tp.stats().Calls(CommOp::kAllReduce) -
-         before.Calls(CommOp::kAllReduce);
 }
 
 class TensorParallelTest : public ::testing::TestWithParam<int> {
@@ -160,13 +158,13 @@ TEST_P(TensorParallelTest, ColumnThenRowParallelMatchesTheWholeLayers) {
     CommStats before = tp().stats();
     column.Forward(x, h);
     row.Forward(tp(), h, y);
-    EXPECT_EQ(AllReducesSince(tp(), before), 1);
+    EXPECT_EQ(Since(tp(), before).Calls(CommOp::kAllReduce), 1);
     Tensor dh = Tensor::Zeros({n, m / tp_size_}, DType::kF64);
     Tensor dx = Tensor::Zeros({n, k}, DType::kF64);
     before = tp().stats();
     row.BackwardInput(dy, dh);
     column.BackwardInput(tp(), dh, dx);
-    EXPECT_EQ(AllReducesSince(tp(), before), 1);
+    EXPECT_EQ(Since(tp(), before).Calls(CommOp::kAllReduce), 1);
     row.BackwardWeight(dy, h);
     column.BackwardWeight(dh, x);
     // Whole.
@@ -205,7 +203,8 @@ TEST_P(TensorParallelTest, VocabParallelEmbeddingMatchesTheWholeTable) {
   Tensor out = Tensor::Empty({n, c}, DType::kF64);
   const CommStats before = tp().stats();
   VocabParallelEmbeddingForward(tp(), ids, table, out);
-  EXPECT_EQ(AllReducesSince(tp(), before), tp_size_ > 1 ? 1 : 0);
+  EXPECT_EQ(Since(tp(), before).Calls(CommOp::kAllReduce),
+            tp_size_ > 1 ? 1 : 0);
   VocabParallelEmbeddingBackwardWeight(ids, dout, table);
   VocabParallelEmbeddingBackwardWeight(ids, dout, table);  // accumulates
   const Tensor whole = Whole({kVocab, c}, 3);
@@ -237,7 +236,8 @@ TEST_P(TensorParallelTest, VocabParallelHeadAndLossMatchTheWholeVocabulary) {
   VocabParallelLossState state;
   CommStats before = tp().stats();
   VocabParallelCrossEntropyForward(tp(), logits, targets, shard, state);
-  EXPECT_EQ(AllReducesSince(tp(), before), tp_size_ > 1 ? 2 : 0);
+  EXPECT_EQ(Since(tp(), before).Calls(CommOp::kAllReduce),
+            tp_size_ > 1 ? 2 : 0);
   Tensor dlogits = Tensor::Empty({n, shard.rows}, DType::kF64);
   VocabParallelCrossEntropyBackward(logits, targets, shard, state, scale,
                                     dlogits);
@@ -245,7 +245,8 @@ TEST_P(TensorParallelTest, VocabParallelHeadAndLossMatchTheWholeVocabulary) {
   MatmulBackwardInput(dlogits, table.value, dx, WeightLayout::kOutIn);
   before = tp().stats();
   CopyToTp::Backward(tp(), dx);
-  EXPECT_EQ(AllReducesSince(tp(), before), tp_size_ > 1 ? 1 : 0);
+  EXPECT_EQ(Since(tp(), before).Calls(CommOp::kAllReduce),
+            tp_size_ > 1 ? 1 : 0);
   Tensor no_bias;
   MatmulBackwardWeight(dlogits, x, table.grad, no_bias, WeightLayout::kOutIn);
   // Sharded in chunks of rows (7 and 5) through caller-owned statistics
@@ -265,7 +266,8 @@ TEST_P(TensorParallelTest, VocabParallelHeadAndLossMatchTheWholeVocabulary) {
     before = tp().stats();
     VocabParallelCrossEntropyForward(tp(), chunk_logits, chunk_targets, shard,
                                      part);
-    EXPECT_EQ(AllReducesSince(tp(), before), tp_size_ > 1 ? 2 : 0);
+    EXPECT_EQ(Since(tp(), before).Calls(CommOp::kAllReduce),
+              tp_size_ > 1 ? 2 : 0);
     Tensor out = chunk_dlogits.Narrow(start, r);
     VocabParallelCrossEntropyBackward(chunk_logits, chunk_targets, shard, part,
                                       scale, out);
