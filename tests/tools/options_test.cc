@@ -92,7 +92,7 @@ TEST(TrainOptionsTest, DocumentFlagsResolveOnCpuOnly) {
 // Every ZeRO level combines with --sequence_parallel and with key/value
 // heads replicated over tp (their sums over tp run on the owned blocks).
 TEST(TrainOptionsTest, ZeroLevelsCombineWithTheSumsOverTp) {
-  for (int zero : {1, 2}) {
+  for (int zero : {1, 2, 3}) {
     for (const bool sequence_parallel : {false, true}) {
       TrainOptions o = Valid();
       o.tp = 2;
@@ -105,6 +105,22 @@ TEST(TrainOptionsTest, ZeroLevelsCombineWithTheSumsOverTp) {
       EXPECT_EQ(o.dp, 2);
     }
   }
+}
+
+// --zero=3 with both sums over tp at once, from the flags, under dp2·tp2·pp2.
+TEST(TrainOptionsTest, ZeroThreeCombinesWithBothSumsOverTpUnderPp) {
+  TrainOptions o = Valid();
+  o.model.family = ModelFamilyKind::kLlama;
+  o.model.n_kv_heads = 1;
+  ASSERT_TRUE(
+      o.ApplyFlagString("--zero=3\n--sequence_parallel=true\n--tp=2\n--pp=2")
+          .ok());
+  const absl::Status status = o.Resolve(8, 257);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_EQ(o.dp, 2);
+  EXPECT_THAT(o.ToFlagString(),
+              AllOf(HasSubstr("\n--zero=3\n"),
+                    HasSubstr("\n--sequence_parallel=true\n")));
 }
 
 TEST(TrainOptionsTest, StageLayersSplitsEvenlyOrAsGiven) {
@@ -310,35 +326,17 @@ INSTANTIATE_TEST_SUITE_P(
                               1,
                               [](O& o) { o.sequence_parallel = true; },
                               {"--sequence_parallel", "--tp > 1", "--tp=1"}},
-                      BadCase{"rows_not_divisible",
-                              3,
-                              [](O& o) {
-                                o.tp = 3;
-                                o.model.n_head = 3;
-                                o.model.d_model = 24;
-                                o.micro_batch_size = 1;
-                                o.sequence_parallel = true;
-                              },
-                              {"--sequence_parallel", "1 × 16 = 16", "--tp=3"}},
-                      BadCase{"zero_three_with_sequence_parallel",
-                              4,
-                              [](O& o) {
-                                o.dp = 2;
-                                o.tp = 2;
-                                o.zero = 3;
-                                o.sequence_parallel = true;
-                              },
-                              {"--zero=3", "--sequence_parallel", "--zero=2"}},
-                      BadCase{"zero_three_with_replicated_kv_heads",
-                              4,
-                              [](O& o) {
-                                o.dp = 2;
-                                o.tp = 2;
-                                o.zero = 3;
-                                o.model.family = ModelFamilyKind::kLlama;
-                                o.model.n_kv_heads = 1;
-                              },
-                              {"--zero=3", "--tp=2 > --n_kv_heads=1"}}),
+                      BadCase{
+                          "rows_not_divisible",
+                          3,
+                          [](O& o) {
+                            o.tp = 3;
+                            o.model.n_head = 3;
+                            o.model.d_model = 24;
+                            o.micro_batch_size = 1;
+                            o.sequence_parallel = true;
+                          },
+                          {"--sequence_parallel", "1 × 16 = 16", "--tp=3"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       return info.param.name;
     });

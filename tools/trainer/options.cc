@@ -218,19 +218,6 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
                      "rows over the tensor-parallel ranks); --tp=",
                      o.tp, ": raise --tp or drop --sequence_parallel"));
   }
-  // --zero=3 shards level 2's gradients, and its weights besides.
-  if (o.zero == 3 && o.sequence_parallel) {
-    return Bad(
-        "--zero=3 cannot be combined with --sequence_parallel yet; use "
-        "--zero=2");
-  }
-  if (o.zero == 3 && o.tp > o.model.kv_heads()) {
-    return Bad(absl::StrCat(
-        "--zero=3 cannot be combined yet with key/value heads replicated "
-        "over tp (--tp=",
-        o.tp, " > --n_kv_heads=", o.model.kv_heads(),
-        "); use --zero=2 or a --tp dividing the key/value heads"));
-  }
   const int64_t rows = o.micro_batch_size * o.model.seq_len;
   if (o.sequence_parallel && rows % o.tp != 0) {
     return Bad(absl::StrCat(

@@ -178,6 +178,8 @@ class LayoutEquivalenceTest : public ::testing::Test {
                                      const Layout& layout, Communicator& world);
   static void ExpectReplicasIdentical(const ParameterSet& params,
                                       Communicator& tp);
+  static void ExpectTpReplicatedIdentical(const ParameterSet& params,
+                                          Communicator& tp);
 
   static MpiRuntime* runtime_;
   static std::string* dir_;
@@ -283,6 +285,36 @@ void LayoutEquivalenceTest::ExpectReplicasIdentical(const ParameterSet& params,
           << p->name << (t == &p->grad ? " gradient" : " weights")
           << ": replicas differ";
     }
+  }
+}
+
+// Every tensor whole on each tp rank (norms, biases of row-parallel
+// layers, position embeddings) holds the same weights on all of them: under
+// --sequence_parallel the norms' gradients are partial sums that each rank
+// must sum over tp before stepping.
+void LayoutEquivalenceTest::ExpectTpReplicatedIdentical(
+    const ParameterSet& params, Communicator& tp) {
+  if (tp.size() == 1) return;
+  for (const Parameter* p : params.all()) {
+    if (!p->spec.replicated()) continue;
+    const Tensor& w = p->weights();
+    ASSERT_TRUE(w.defined()) << p->name;
+    const Tensor host = w.device().is_cpu() ? w : w.To(Device::Cpu());
+    const int64_t n = host.numel();
+    // [max over the ranks | max of the negation].
+    Tensor extremes = Tensor::Empty({2 * n}, DType::kF64);
+    double* e = extremes.data<double>();
+    const float* mine = host.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      e[i] = mine[i];
+      e[n + i] = -mine[i];
+    }
+    tp.AllReduce(extremes, ReduceOp::kMax);
+    int64_t differing = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      differing += e[i] != mine[i] || -e[n + i] != mine[i];
+    }
+    EXPECT_EQ(differing, 0) << p->name << " weights differ over tp";
   }
 }
 
@@ -778,12 +810,15 @@ TrainOptions Llama(TrainOptions options) {
 // The sums over tp that follow the data-parallel sync (the
 // sequence-parallel norms' partial gradients, key/value heads replicated
 // over sub-groups of tp) under ZeRO, where they run on the owned blocks of
-// the buckets: --zero=1 and --zero=2 against --zero=0 on the same layout,
+// the buckets: --zero=1, 2 and 3 against --zero=0 on the same layout,
 // with small buckets whose blocks cut through the norms and the
-// replicated key/value columns. Each step's loss and gradient norm to
-// 1e-6 relative (the norm counts each replicated element once, on its
-// owner, from the owned blocks), --zero=0 against one process, and the
-// replicas bit-identical at the end.
+// replicated key/value columns (under --zero=3 a bucket starts at each
+// weight group besides). Each step's loss and gradient norm to 1e-6
+// relative (the norm counts each replicated element once, on its owner,
+// from the owned blocks), --zero=0 against one process, the replicated
+// key/value pieces and the tensors whole on every tp rank bit-identical at
+// the end (under --zero=3, where only the owned blocks were stepped, the
+// gathered weights), and the arena within the plan.
 TEST_F(LayoutEquivalenceTest, ZeroLevelsSumOverTpOnTheOwnedBlocks) {
   TrainOptions kv1 = Llama(*options_);
   kv1.model.n_kv_heads = 1;  // replicated over tp 2
@@ -815,7 +850,7 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsSumOverTpOnTheOwnedBlocks) {
   mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
     const Case& c = cases[job];
     SCOPED_TRACE(absl::StrCat(c.layout.Name(), ", ", c.what));
-    constexpr int kLevels = 3;
+    constexpr int kLevels = 4;
     std::vector<std::vector<double>> losses(kLevels), norms(kLevels);
     for (int zero = 0; zero < kLevels; ++zero) {
       SCOPED_TRACE(absl::StrCat("--zero=", zero));
@@ -836,8 +871,6 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsSumOverTpOnTheOwnedBlocks) {
         losses[zero].push_back(m->loss);
         norms[zero].push_back(m->grad_norm);
       }
-      ExpectReplicasIdentical(run->trainer->model().params(),
-                              *run->context->groups().tp);
       // The sums' buffers too came from the arena the plan sized.
       const MemoryArena::Stats arena = run->trainer->arena().stats();
       EXPECT_EQ(arena.fallbacks, 0u);
@@ -846,6 +879,17 @@ TEST_F(LayoutEquivalenceTest, ZeroLevelsSumOverTpOnTheOwnedBlocks) {
                   run->trainer->memory_plan().total() + (256 << 10))
             << run->trainer->memory_plan().Format();
       }
+      // ZeRO-3 keeps only the owned blocks: the weights are compared whole
+      // (every tp replica stepped its block with the same summed gradient).
+      auto* sharded =
+          const_cast<ShardedParameters*>(run->trainer->sharded_parameters());
+      ASSERT_EQ(sharded != nullptr, zero == 3);
+      if (sharded != nullptr) sharded->GatherAll();
+      const ParameterSet& params = run->trainer->model().params();
+      Communicator& tp = *run->context->groups().tp;
+      ExpectReplicasIdentical(params, tp);
+      ExpectTpReplicatedIdentical(params, tp);
+      if (sharded != nullptr) sharded->ShardAll(/*keep=*/false);
     }
     for (int64_t step = 0; step < kSteps; ++step) {
       const double want = c.reference->losses[step];
