@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/rng.h"
 #include "parallel/parameter.h"
@@ -66,8 +67,7 @@ std::vector<ShardSpec> LargeSpecs() {
       // c_attn: columns [Q | K | V], each third split.
       ShardSpec::Split({256, 3 * 512}, 1, 2, 1, 3),
       // Grouped-query qkv: key/value blocks replicated over rank pairs.
-      ShardSpec::SplitGroups({512, 1024}, 1, 4, 3, {512, 256, 256},
-                             {4, 2, 2}),
+      ShardSpec::SplitGroups({512, 1024}, 1, 4, 3, {512, 256, 256}, {4, 2, 2}),
       // A small one (one thread) and an empty one.
       ShardSpec::Split({10, 7}, 1, 7, 3),
       ShardSpec::Replicated({0, 4}),
@@ -90,7 +90,7 @@ TEST(ParameterInitTest, MaterializeZeroCallsNoInitializerAndLeavesZeros) {
   ParameterSet params;
   int64_t calls = 0;
   for (int i = 0; i < 3; ++i) {
-    params.Declare("w" + std::to_string(i),
+    params.Declare(absl::StrCat("w", i),
                    ShardSpec::Split({1000, 30}, 0, 2, 1, 1, 1024),
                    /*decay=*/true, Device::Cpu(),
                    i == 2 ? DType::kBF16 : DType::kF32, [&](int64_t) {
@@ -112,8 +112,8 @@ TEST(ParameterInitTest, MaterializeZeroCallsNoInitializerAndLeavesZeros) {
 
 TEST(ParameterInitTest, MaterializeInitializeStillInitializes) {
   ParameterSet params;
-  params.Declare("w", ShardSpec::Replicated({5}), /*decay=*/true,
-                 Device::Cpu(), DType::kF32, ValueAt);
+  params.Declare("w", ShardSpec::Replicated({5}), /*decay=*/true, Device::Cpu(),
+                 DType::kF32, ValueAt);
   params.Materialize(/*grads=*/false);
   for (int64_t i = 0; i < 5; ++i) {
     EXPECT_EQ(params.Get("w").value.data<float>()[i],
