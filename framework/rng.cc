@@ -30,8 +30,12 @@ uint64_t HashName(const std::string& text) {
   return hash;
 }
 
+uint64_t StreamKey(uint64_t seed, uint64_t stream) {
+  return Mix(Mix(seed) ^ stream);
+}
+
 uint64_t RandomBits(uint64_t seed, uint64_t stream, uint64_t index) {
-  return Mix(Mix(Mix(seed) ^ stream) ^ index);
+  return Mix(StreamKey(seed, stream) ^ index);
 }
 
 double UniformAt(uint64_t seed, uint64_t stream, uint64_t index) {
@@ -39,8 +43,12 @@ double UniformAt(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 double NormalAt(uint64_t seed, uint64_t stream, uint64_t index) {
-  const double u1 = ToUnit(RandomBits(seed, stream, 2 * index));
-  const double u2 = ToUnit(RandomBits(seed, stream, 2 * index + 1));
+  return NormalAtKey(StreamKey(seed, stream), index);
+}
+
+double NormalAtKey(uint64_t key, uint64_t index) {
+  const double u1 = ToUnit(Mix(key ^ (2 * index)));
+  const double u2 = ToUnit(Mix(key ^ (2 * index + 1)));
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 

@@ -25,6 +25,12 @@ double UniformAt(uint64_t seed, uint64_t stream, uint64_t index);
 // Standard normal via Box-Muller on two uniforms of the same counter.
 double NormalAt(uint64_t seed, uint64_t stream, uint64_t index);
 
+// The part of (seed, stream) that every index of the stream shares:
+// NormalAtKey(StreamKey(seed, stream), i) == NormalAt(seed, stream, i) to
+// the bit, computing the key once for a whole tensor.
+uint64_t StreamKey(uint64_t seed, uint64_t stream);
+double NormalAtKey(uint64_t key, uint64_t index);
+
 }  // namespace trellis
 
 #endif  // TRELLIS_FRAMEWORK_RNG_H_

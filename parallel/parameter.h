@@ -58,8 +58,20 @@ DType GradDType(DType value_dtype);
 // value = master rounded (a no-op without master).
 void RefreshFromMaster(Parameter& p);
 
-// A parameter's logical initializer: the value of logical element i.
+// A parameter's logical initializer: the value of logical element i. It
+// must be a pure function of i, callable from several threads at once
+// (InitializeParameter fills large parameters in parallel).
 using Initializer = std::function<double(int64_t)>;
+
+// How ParameterSet::Materialize fills the values it makes.
+enum class ParameterFill {
+  // Every parameter from its initializer (padding 0).
+  kInitialize,
+  // All zeros, initializers not called: for a caller that writes every
+  // element but padding next (a checkpoint load, which fails on a missing
+  // tensor), so that loading a model does not pay for its initialization.
+  kZero,
+};
 
 // Owns parameters in registration order; lookup by name.
 //
@@ -81,10 +93,10 @@ class ParameterSet {
   // `device` and fills them with `init`.
   Parameter& Declare(std::string name, ShardSpec spec, bool decay,
                      Device device, DType dtype, Initializer init);
-  // Makes the value (and master) of every declared parameter and fills it;
-  // also its zeroed grad when `grads`, else whoever owns the gradients
-  // (GradientBuckets) makes them.
-  void Materialize(bool grads);
+  // Makes the value (and master) of every declared parameter and fills it
+  // as `fill` says; also its zeroed grad when `grads`, else whoever owns the
+  // gradients (GradientBuckets) makes them.
+  void Materialize(bool grads, ParameterFill fill = ParameterFill::kInitialize);
   // Registers a parameter owned by another set (the tied embedding, shared
   // by the embedding and the LM head on a single stage).
   void AddShared(Parameter* parameter);
@@ -128,7 +140,9 @@ class ParameterSet {
 };
 
 // Fills `p.weights()` from its logical initializer: `value_at(logical_index)`
-// for real elements, 0 for padding; then refreshes value from master.
+// for real elements, 0 for padding; then refreshes value from master. A
+// large parameter is filled by several threads, each calling value_at on
+// its own rows; element i's value does not depend on how.
 void InitializeParameter(Parameter& p, const Initializer& value_at);
 
 }  // namespace trellis

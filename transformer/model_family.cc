@@ -32,10 +32,10 @@ std::vector<std::pair<std::string, Shape>> ModelTensorShapes(
 
 void AddModelParameters(const ModelConfig& config, const ChunkPlan& plan,
                         TpPlace tp, uint64_t seed, Device device, DType dtype,
-                        ParameterSet& params) {
+                        ParameterSet& params, ParameterFill fill) {
   FamilyOf(config).DeclareParameters(config, plan, tp, seed, device, dtype,
                                      params);
-  params.Materialize(/*grads=*/true);
+  params.Materialize(/*grads=*/true, fill);
 }
 
 }  // namespace trellis

@@ -215,11 +215,12 @@ std::vector<std::pair<std::string, Shape>> ModelTensorShapes(
     const ModelConfig& config);
 
 // Declares the parameters of `plan` (FamilyOf(config).DeclareParameters) and
-// materializes them, gradients included: for tests and tools that build a
-// chunk outside the trainer.
+// materializes them as `fill` says, gradients included: for tests and tools
+// that build a chunk outside the trainer.
 void AddModelParameters(const ModelConfig& config, const ChunkPlan& plan,
                         TpPlace tp, uint64_t seed, Device device, DType dtype,
-                        ParameterSet& params);
+                        ParameterSet& params,
+                        ParameterFill fill = ParameterFill::kInitialize);
 
 }  // namespace trellis
 

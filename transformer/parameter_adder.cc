@@ -10,11 +10,10 @@ namespace trellis {
 
 Parameter& ParameterAdder::Add(const std::string& name, ShardSpec spec,
                                bool decay, double init_std, double init_const) {
-  const uint64_t stream = HashName(name);
-  const uint64_t s = seed;
+  const uint64_t key = StreamKey(seed, HashName(name));
   Parameter& p = params.Declare(
       name, std::move(spec), decay, device, dtype, [=](int64_t i) {
-        return init_std > 0 ? init_std * NormalAt(s, stream, i) : init_const;
+        return init_std > 0 ? init_std * NormalAtKey(key, i) : init_const;
       });
   // Replicated tensors count once in the gradient norm: on tp rank 0.
   p.primary = !p.spec.replicated() || tp.rank == 0;

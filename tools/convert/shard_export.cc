@@ -142,8 +142,10 @@ absl::Status ExportShards(const WholeModel& model, const ShardExport& e,
     first += layers[p];
     for (int64_t t = 0; t < e.tp; ++t) {
       ParameterSet params;
+      // Fill writes every element: nothing to initialize first.
       AddModelParameters(config, plan, TpPlace{e.tp, t}, /*seed=*/0,
-                         Device::Cpu(), DType::kF32, params);
+                         Device::Cpu(), DType::kF32, params,
+                         ParameterFill::kZero);
       Fill(model, params);
       const std::string name = absl::StrCat("shard_tp", t, "_pp", p, ".h5");
       TRELLIS_RETURN_IF_ERROR(WriteShardFile(fs::path(e.dir) / name, params,

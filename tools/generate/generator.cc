@@ -111,7 +111,8 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
   family.DeclareParameters(g->config_,
                            ChunkPlan{0, g->config_.n_layer, true, true}, tp,
                            /*seed=*/0, g->device_, g->dtype_, g->params_);
-  g->params_.Materialize(/*grads=*/false);
+  // LoadCheckpoint below writes every element: nothing to initialize.
+  g->params_.Materialize(/*grads=*/false, ParameterFill::kZero);
   TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
       *g->groups_.world, LoadCheckpoint(g->dir_, g->params_, nullptr)));
   DecoderSetup setup{tp, g->groups_.tp, &g->params_, g->device_, g->dtype_};

@@ -208,7 +208,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   }
   e->arena_scope_ = std::make_unique<ArenaScope>(MemoryArena::Create(
       ArenaCapacity(e->memory_plan_, available), rank.device));
-  e->model_->Allocate();
+  // LoadWeights below writes every element: no initialization to pay for.
+  e->model_->Allocate(ParameterFill::kZero);
   BatchLoader::Config config;
   config.seq_len = options.model.seq_len;
   config.val_fraction = 0;

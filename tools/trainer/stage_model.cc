@@ -75,8 +75,8 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   }
 }
 
-void StageModel::Allocate() {
-  params_.Materialize(/*grads=*/false);
+void StageModel::Allocate(ParameterFill fill) {
+  params_.Materialize(/*grads=*/false, fill);
   for (const auto& c : chunks_) c->AllocateWorkspace();
   if (reads_tokens()) {
     step_data_ = Tensor::Empty(StepDataShape(), DType::kI32, device_);

@@ -50,10 +50,11 @@ class StageModel : public PipelineStageCallbacks {
   // that PlanMemory can size the run first.
   StageModel(const TrainOptions& options, const ProcessGroups& groups,
              MeshCoord coord, Device device, DType dtype);
-  // Allocates and initializes the parameters (not their gradients: the
-  // data-parallel buckets own those), the chunks' shared buffers, the
-  // step's token and target buffers and the loss total.
-  void Allocate();
+  // Allocates the parameters (not their gradients: the data-parallel
+  // buckets own those) and fills them as `fill` says (kZero when a
+  // checkpoint load follows), the chunks' shared buffers, the step's token
+  // and target buffers and the loss total.
+  void Allocate(ParameterFill fill = ParameterFill::kInitialize);
 
   ParameterSet& params() { return params_; }
   const ParameterSet& params() const { return params_; }

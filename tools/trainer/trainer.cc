@@ -119,7 +119,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   TRELLIS_RETURN_IF_ERROR(CheckStart(options, resume.dir, *groups.world));
   std::unique_ptr<Trainer> trainer(new Trainer(options, groups, coord));
   trainer->stop_check_ = std::move(stop_check);
-  TRELLIS_RETURN_IF_ERROR(trainer->Build(dtype));
+  // A resumed run's weights all come from the checkpoint: no initializing.
+  TRELLIS_RETURN_IF_ERROR(trainer->Build(dtype, resume.dir.empty()
+                                                    ? ParameterFill::kInitialize
+                                                    : ParameterFill::kZero));
   if (!resume.note.empty() && groups.world->rank() == 0) {
     std::printf("resume: %s\n", resume.note.c_str());
     std::fflush(stdout);
@@ -128,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   return trainer;
 }
 
-absl::Status Trainer::Build(DType dtype) {
+absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   const TrainOptions& o = options_;
   // A rank without a usable device fails on every rank, before any
   // collective setup.
@@ -170,7 +173,7 @@ absl::Status Trainer::Build(DType dtype) {
   // during the first step the activations and pipeline buffers.
   arena_scope_ = std::make_unique<ArenaScope>(
       MemoryArena::Create(ArenaCapacity(memory_plan_, available), device_));
-  model_->Allocate();
+  model_->Allocate(fill);
   TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after initializing the weights"));
   BatchLoader::Config data;
   data.seq_len = o.model.seq_len;

@@ -110,7 +110,8 @@ class Trainer {
  private:
   Trainer(TrainOptions options, const ProcessGroups& groups, MeshCoord coord)
       : options_(std::move(options)), groups_(groups), coord_(coord) {}
-  absl::Status Build(DType dtype);
+  // Builds the run; `fill` kZero when a checkpoint load follows.
+  absl::Status Build(DType dtype, ParameterFill fill);
   // Cancelled on every rank when stop_check_ fired on any (collective).
   absl::Status CheckStartupStop(const char* phase);
   absl::Status PlanMemory(size_t available,
