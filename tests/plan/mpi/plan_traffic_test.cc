@@ -1,9 +1,13 @@
 // The plan's counted communication against the trainer's: for layouts of
-// two ranks (dp2 under ZeRO 0, 1 and 2 with several buckets; tp2 with and
+// two ranks (dp2 under ZeRO 0, 1, 2 and 3 with several buckets; tp2 with and
 // without sequence parallelism, with and without full recompute;
 // tp2·pp1 under ZB-H1's split backward is not a layout, so pp2 runs 1F1B
 // and ZB-H1 with tp1), PlannedStepTraffic's tp and dp calls and bytes per
 // operation must equal what the communicators count in one Trainer::Step.
+// ZeRO-3's weight gathers are also checked against ShardedParameters' own
+// count, and against their floor: every gather unit (the embedding, each
+// block, the head) at least once before F and once before B per
+// microbatch.
 // These are the lists EstimateStep costs, so what is costed is what runs.
 #include <string>
 #include <vector>
@@ -11,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
+#include "parallel/sharded_parameters.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/stage_facts.h"
@@ -60,6 +65,8 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
       {{2, 1, 1}, 0},
       {{2, 1, 1}, 1},
       {{2, 1, 1}, 2},
+      {{2, 1, 1}, 3},
+      {{2, 1, 1}, 3, false, Recompute::kFull},
       {{1, 2, 1}},
       {{1, 2, 1}, 0, false, Recompute::kFull, 5},
       {{1, 2, 1}, 0, true},
@@ -88,12 +95,23 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
     const PlannedTraffic want =
         PlannedStepTraffic(planned, stages[run->context->coord().p]);
     const ProcessGroups& groups = run->context->groups();
+    const ShardedParameters* sharded = run->trainer->sharded_parameters();
+    ASSERT_EQ(sharded != nullptr, c.zero == 3);
+    const int gather = static_cast<int>(CommOp::kAllGather);
+    if (c.zero == 3) {
+      const int64_t units = planned.model.n_layer + 2;
+      EXPECT_GE(want.dp.calls[gather], 2 * planned.microbatches() * units);
+    }
     for (int step = 1; step <= 2; ++step) {
       SCOPED_TRACE(absl::StrCat("step ", step));
       const CommStats tp = groups.tp->stats(), dp = groups.dp->stats();
+      const int64_t gathers = sharded == nullptr ? 0 : sharded->gathers();
       ASSERT_TRUE(run->trainer->Step().ok());
       ExpectSame("tp", Difference(groups.tp->stats(), tp), want.tp);
       ExpectSame("dp", Difference(groups.dp->stats(), dp), want.dp);
+      if (sharded != nullptr) {
+        EXPECT_EQ(sharded->gathers() - gathers, want.dp.calls[gather]);
+      }
     }
   }
   mpitest::RemoveSharedScratchDir(dir);
