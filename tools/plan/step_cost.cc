@@ -101,6 +101,20 @@ double UpdateSeconds(const TrainOptions& o,
   return update;
 }
 
+// What a pass adds to its compute: its tp collectives and, under ZeRO-3,
+// the wait for its weight gathers (and their whole duration).
+struct PassCost {
+  double tp = 0, gather = 0, gather_total = 0;
+};
+PassCost CostPass(const PassWork& pass, int tp, const LinkSpec& tp_link, int dp,
+                  const LinkSpec& dp_link, const ClusterSpec& cluster) {
+  PassCost c;
+  c.tp = CallSeconds(pass.tp, tp, tp_link);
+  c.gather = GatherExposedSeconds(pass, dp, dp_link, cluster.async_collectives,
+                                  &c.gather_total);
+  return c;
+}
+
 }  // namespace
 
 absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
@@ -126,18 +140,13 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   for (int p = 0; p < pp; ++p) {
     for (int u = 0; u < v; ++u) {
       const ChunkWork c = PlanChunkWork(o, stages[p], u, cluster);
-      // Each pass: compute, its tp collectives, and under ZeRO-3 what it
-      // waits for its weight gathers.
       double tp_s = 0, gather_s = 0;
       auto cost = [&](const PassWork& pass) {
-        const double t = CallSeconds(pass.tp, tp, tp_link);
-        double all = 0;
-        const double g = GatherExposedSeconds(pass, dp, dp_link,
-                                              cluster.async_collectives, &all);
-        tp_s += t;
-        gather_s += g;
-        gather_all[p] += m * all;
-        return pass.compute + t + g;
+        const PassCost k = CostPass(pass, tp, tp_link, dp, dp_link, cluster);
+        tp_s += k.tp;
+        gather_s += k.gather;
+        gather_all[p] += m * k.gather_total;
+        return pass.compute + k.tp + k.gather;
       };
       ActionCosts& a = with[u * pp + p];
       a.forward = cost(c.f);

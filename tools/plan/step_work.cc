@@ -122,6 +122,7 @@ std::vector<UnitRead> Walk(const std::vector<std::vector<int>>& units,
                            const std::vector<double>& compute,
                            const std::vector<int64_t>& gather_bytes,
                            bool reverse) {
+  TRELLIS_CHECK_EQ(units.size(), compute.size()) << "a chunk's gather units";
   std::vector<UnitRead> reads;
   const std::vector<int>* held = nullptr;
   for (size_t k = 0; k < units.size(); ++k) {
@@ -139,6 +140,19 @@ std::vector<UnitRead> Walk(const std::vector<std::vector<int>>& units,
     held = &units[i];
   }
   return reads;
+}
+
+// A pass's compute per gather unit of `chunk`, in forward order: the
+// embedding's, each block's, the head's.
+struct PassShares {
+  double embedding = 0, block = 0, head = 0;
+};
+std::vector<double> UnitCompute(const ChunkPlan& chunk, PassShares shares) {
+  std::vector<double> out;
+  if (chunk.has_embedding) out.push_back(shares.embedding);
+  out.insert(out.end(), static_cast<size_t>(chunk.num_layers), shares.block);
+  if (chunk.has_head) out.push_back(shares.head);
+  return out;
 }
 
 }  // namespace
@@ -225,29 +239,17 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
     }
   }
   if (static_cast<size_t>(index) < stage.unit_buckets.size()) {
-    // ZeRO-3: the units' compute in forward order (B and W do the head's
-    // and the embedding's little work inside their blocks' figures).
-    std::vector<double> f, b, w;
-    if (chunk.has_embedding) {
-      f.push_back(embed_f);
-      b.push_back(0);
-      w.push_back(0);
-    }
-    for (int64_t i = 0; i < layers; ++i) {
-      f.push_back(forward);
-      b.push_back(block_b);
-      w.push_back(block_w);
-    }
-    if (chunk.has_head) {
-      f.push_back(head_f);
-      b.push_back(0);
-      w.push_back(0);
-    }
+    // ZeRO-3: B and W do the head's and the embedding's little work inside
+    // their blocks' figures.
     const std::vector<std::vector<int>>& units = stage.unit_buckets[index];
-    TRELLIS_CHECK_EQ(units.size(), f.size()) << "gather units of the chunk";
-    p.f.reads = Walk(units, f, stage.gather_bytes, false);
-    p.b.reads = Walk(units, b, stage.gather_bytes, true);
-    if (split) p.w.reads = Walk(units, w, stage.gather_bytes, true);
+    p.f.reads = Walk(units, UnitCompute(chunk, {embed_f, forward, head_f}),
+                     stage.gather_bytes, false);
+    p.b.reads = Walk(units, UnitCompute(chunk, {0, block_b, 0}),
+                     stage.gather_bytes, true);
+    if (split) {
+      p.w.reads = Walk(units, UnitCompute(chunk, {0, block_w, 0}),
+                       stage.gather_bytes, true);
+    }
   }
   return p;
 }
