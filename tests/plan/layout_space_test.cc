@@ -58,18 +58,22 @@ TEST(LayoutSpaceTest, RefusedLayoutsNeverAppear) {
   EXPECT_EQ(names.count("dp1.tp2.pp2/interleaved-1f1b/v2/mbs4/z0/none"), 1u);
 }
 
-// ZeRO-2 and sequence parallelism are searched; which of their
+// ZeRO-2, ZeRO-3 and sequence parallelism are searched; which of their
 // combinations survive is the validator's call, not the search's.
 TEST(LayoutSpaceTest, SearchesZeroTwoAndSequenceParallelism) {
   std::set<std::string> names;
-  int zero2 = 0, sp = 0;
+  int zero2 = 0, zero3 = 0, sp = 0;
   for (const TrainOptions& o : EnumerateLayouts(Small(), 4, SearchLimits{})) {
     names.insert(LayoutName(o));
     zero2 += o.zero == 2;
+    zero3 += o.zero == 3;
     sp += o.sequence_parallel;
     EXPECT_TRUE(!o.sequence_parallel || o.tp > 1) << LayoutName(o);
   }
   EXPECT_GT(zero2, 0);
+  EXPECT_GT(zero3, 0);
+  EXPECT_EQ(names.count("dp2.tp2.pp1/1f1b/v1/mbs4/z3/none"), 1u);
+  EXPECT_EQ(names.count("dp2.tp1.pp2/zb-h1/v1/mbs2/z3/full"), 1u);
   EXPECT_GT(sp, 0);
   EXPECT_EQ(names.count("dp2.tp2.pp1/1f1b/v1/mbs4/z2/none"), 1u);
   EXPECT_EQ(names.count("dp2.tp2.pp1/1f1b/v1/mbs4/z1/none/sp"), 1u);
@@ -82,6 +86,10 @@ TEST(LayoutSpaceTest, SearchesZeroTwoAndSequenceParallelism) {
   both.zero = 2;
   both.sequence_parallel = true;
   TrainOptions probe = both;
+  EXPECT_EQ(names.count(LayoutName(both)),
+            ValidateLayout(probe, 4).ok() ? 1u : 0u);
+  both.zero = 3;
+  probe = both;
   EXPECT_EQ(names.count(LayoutName(both)),
             ValidateLayout(probe, 4).ok() ? 1u : 0u);
 }
@@ -103,7 +111,7 @@ TEST(LayoutSpaceTest, EveryAcceptedLayoutAppears) {
         if (pp == 1 && kind != ScheduleKind::k1F1B) continue;
         for (int64_t v = 1; v <= 3; ++v) {
           for (int64_t mbs = 1; mbs <= 4; ++mbs) {
-            for (int64_t zero = 0; zero <= 2; ++zero) {
+            for (int64_t zero = 0; zero <= 3; ++zero) {
               for (bool sp : {false, true}) {
                 for (Recompute r : {Recompute::kNone, Recompute::kSelective,
                                     Recompute::kFull}) {

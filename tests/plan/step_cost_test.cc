@@ -9,6 +9,8 @@
 #include "parallel/schedule.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/planner.h"
+#include "tools/plan/stage_facts.h"
+#include "tools/plan/step_work.h"
 
 namespace trellis {
 namespace {
@@ -55,7 +57,8 @@ StepEstimate Estimate(const TrainOptions& o, const ClusterSpec& c) {
 }
 
 double Sum(const StepEstimate& e) {
-  return e.compute + e.tp_comm + e.bubble + e.pp_comm + e.dp_comm + e.optimizer;
+  return e.compute + e.tp_comm + e.dp_gather + e.bubble + e.pp_comm +
+         e.dp_comm + e.optimizer;
 }
 
 TEST(StepCostTest, PartsAddUpToTheStep) {
@@ -132,6 +135,42 @@ TEST(StepCostTest, ZeroTwoPlansMiddleStagesAndSyncsEveryMicrobatch) {
   const StepEstimate e1 = Estimate(z1, TestCluster());
   const StepEstimate e2 = Estimate(z2, TestCluster());
   EXPECT_GT(e2.dp_comm_total, 2 * e1.dp_comm_total);
+}
+
+// ZeRO-3 gathers every unit's weights before F and B, and before the
+// deferred W under ZB-H1: half as many gathers again there. With blocks
+// that compute longer than their gathers take, only the first unit's
+// gather of each pass is waited for; without asynchronous collectives
+// every gather is.
+TEST(StepCostTest, ZeroThreeGathersPerPassMostlyBehindCompute) {
+  TrainOptions plain = Layout(2, 1, 2), zb = Layout(2, 1, 2);
+  plain.zero = zb.zero = 3;
+  zb.schedule = ScheduleKind::kZeroBubbleH1;
+  ASSERT_TRUE(ValidateLayout(plain, 4).ok());
+  ASSERT_TRUE(ValidateLayout(zb, 4).ok());
+  const int gather = static_cast<int>(CommOp::kAllGather);
+  const std::vector<StageFacts> stages = PlanStages(plain);
+  const std::vector<StageFacts> zb_stages = PlanStages(zb);
+  for (size_t p = 0; p < stages.size(); ++p) {
+    const int64_t two = PlannedStepTraffic(plain, stages[p]).dp.calls[gather];
+    const int64_t three = PlannedStepTraffic(zb, zb_stages[p]).dp.calls[gather];
+    // At least one bucket per unit (4 blocks and an end) and pass.
+    EXPECT_GE(two, 2 * plain.microbatches() * 5);
+    EXPECT_EQ(3 * two, 2 * three);
+  }
+  const StepEstimate e = Estimate(plain, TestCluster());
+  EXPECT_NEAR(Sum(e), e.step, 1e-9 * e.step);
+  EXPECT_GT(e.dp_gather, 0);
+  EXPECT_LT(e.dp_gather, 0.5 * e.dp_gather_total);
+  ClusterSpec blocking = TestCluster();
+  blocking.async_collectives = false;
+  const StepEstimate b = Estimate(plain, blocking);
+  EXPECT_NEAR(b.dp_gather, b.dp_gather_total, 1e-12);
+  EXPECT_NEAR(b.dp_gather_total, e.dp_gather_total, 1e-12);
+  // The trainer's plan: a share of the weights, not all of them.
+  TrainOptions z0 = plain;
+  z0.zero = 0;
+  EXPECT_LT(stages[0].memory.weights, PlanStages(z0)[0].memory.weights);
 }
 
 TEST(StepCostTest, SplitBackwardRatioScalesOnlyZeroBubbleBackward) {

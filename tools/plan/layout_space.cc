@@ -77,7 +77,7 @@ const std::vector<SearchAxis>& SearchAxes() {
       {"micro_batch_size", MicroBatches},
       {"zero",
        [](const TrainOptions& o, int, const SearchLimits&) {
-         return Vary<int64_t>(o, &TrainOptions::zero, {0, 1, 2});
+         return Vary<int64_t>(o, &TrainOptions::zero, {0, 1, 2, 3});
        }},
       {"sequence_parallel",
        [](const TrainOptions& o, int, const SearchLimits&) {

@@ -1,5 +1,5 @@
 // The layouts a plan considers: every (dp, tp, pp, schedule, virtual
-// stages, micro batch size, ZeRO level 0 to 2, sequence parallelism,
+// stages, micro batch size, ZeRO level 0 to 3, sequence parallelism,
 // recompute) of a world size that the
 // trainer's own validator accepts (TrainOptions::Resolve, which asks the
 // model family's CheckTensorParallel, and CheckScheduleShape). Candidates

@@ -63,7 +63,7 @@ std::string FormatPlanTable(const std::vector<LayoutPlan>& plans,
           &out, "%4d  %-48s %12.4g %5.1f%% %10s %10s %6.1f%% %7.2fms %7.2fms\n",
           i + 1, p.name, p.tokens_per_s, 100 * p.mfu, Bytes(p.arena_bytes),
           Bytes(p.available_bytes - p.arena_bytes), 100 * e.bubble / e.step,
-          Ms(e.tp_comm + e.pp_comm + e.dp_comm), Ms(e.step));
+          Ms(e.tp_comm + e.pp_comm + e.dp_comm + e.dp_gather), Ms(e.step));
     }
   }
   const size_t not_fitting = plans.size() - fitting;
@@ -111,11 +111,13 @@ nlohmann::json LayoutJson(const LayoutPlan& p) {
            {{"compute", e.compute},
             {"bubble", e.bubble},
             {"tp_comm", e.tp_comm},
+            {"dp_gather", e.dp_gather},
             {"pp_comm", e.pp_comm},
             {"dp_comm", e.dp_comm},
             {"optimizer", e.optimizer},
             {"total", e.step},
-            {"dp_comm_total", e.dp_comm_total}}},
+            {"dp_comm_total", e.dp_comm_total},
+            {"dp_gather_total", e.dp_gather_total}}},
           {"bubble_fraction", e.bubble_fraction}};
 }
 
@@ -149,6 +151,7 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
       {"compute (busiest stage's F, B, W)", e.compute},
       {"pipeline bubble", e.bubble},
       {"exposed tp communication", e.tp_comm},
+      {"exposed ZeRO-3 weight gathers", e.dp_gather},
       {"exposed pp communication", e.pp_comm},
       {"exposed dp communication", e.dp_comm},
       {"optimizer", e.optimizer},
@@ -164,11 +167,23 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
                         Ms(std::max(0.0, e.dp_comm_total - e.dp_comm)),
                         100 * e.bubble_fraction);
   const TrainOptions& o = p.options;
+  if (o.zero == 3 && o.dp > 1) {
+    absl::StrAppendFormat(
+        &out,
+        "  (ZeRO-3 weight gathers %.3f ms in all, %.3f ms hidden behind "
+        "compute: each unit's gather prefetched while the one before it "
+        "computes)\n",
+        Ms(e.dp_gather_total),
+        Ms(std::max(0.0, e.dp_gather_total - e.dp_gather)));
+  }
   absl::StrAppendFormat(
       &out, "  ZeRO level %d%s; sequence parallelism %s\n", o.zero,
       o.zero == 0   ? " (replicated)"
       : o.zero == 1 ? " (optimizer states sharded over dp)"
-                    : " (gradients and optimizer states sharded over dp)",
+      : o.zero == 2 ? " (gradients and optimizer states sharded over dp)"
+                    : " (weights, gradients and optimizer states sharded over "
+                      "dp; each unit's weights gathered before F, B and a "
+                      "deferred W)",
       o.sequence_parallel ? "on (norms and residuals on N/tp rows)" : "off");
   for (const auto& [group, stats] :
        {std::pair<const char*, const CommStats*>{"tp", &p.traffic.tp},

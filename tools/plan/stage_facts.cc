@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "framework/status.h"
 #include "parallel/data_parallel.h"
 #include "parallel/schedule.h"
 #include "tools/plan/shape_only_groups.h"
@@ -14,30 +17,71 @@ namespace trellis {
 namespace {
 
 // The trainer's buckets of `model`'s gradients (trainer.cc: the tied
-// embedding alone under ZeRO, each bucket padded to dp elements there).
-std::vector<int64_t> GradientBucketBytes(const StageModel& model,
-                                         const TrainOptions& o,
-                                         int64_t gradient_bytes) {
-  std::vector<GradientBuckets::LayoutItem> items;
-  int64_t elements = 0;
-  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
-  for (const Parameter* p : model.GradientReadyOrder()) {
-    items.push_back({NumElements(p->spec.LocalShape()), 0, 0,
-                     o.zero > 0 && !tied.empty() && p->name == tied});
-    elements += items.back().elements;
+// embedding alone under ZeRO, each bucket padded to dp elements there, and
+// under ZeRO-3 a bucket starting at each weight group): each bucket's
+// padded elements, and the bucket of each parameter.
+struct BucketLayout {
+  std::vector<int64_t> elements;
+  std::unordered_map<const Parameter*, int> bucket_of;
+};
+
+BucketLayout GradientBucketLayout(const StageModel& model,
+                                  const TrainOptions& o, size_t element_bytes) {
+  std::unordered_set<const Parameter*> starts;
+  if (o.zero == 3) {
+    for (const Parameter* p : model.WeightGroupStarts()) starts.insert(p);
   }
-  if (elements == 0) return {};
-  const size_t element_bytes = static_cast<size_t>(gradient_bytes / elements);
-  for (auto& item : items) item.element_bytes = element_bytes;
-  std::vector<int64_t> bytes;
+  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
+  const std::vector<Parameter*> order = model.GradientReadyOrder();
+  std::vector<GradientBuckets::LayoutItem> items;
+  for (const Parameter* p : order) {
+    items.push_back({NumElements(p->spec.LocalShape()), element_bytes, 0,
+                     o.zero > 0 && !tied.empty() && p->name == tied,
+                     starts.count(p) > 0});
+  }
+  BucketLayout out;
   for (const std::vector<size_t>& bucket : GradientBuckets::Layout(
            items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024))) {
     int64_t n = 0;
-    for (size_t i : bucket) n += items[i].elements;
+    for (size_t i : bucket) {
+      n += items[i].elements;
+      out.bucket_of[order[i]] = static_cast<int>(out.elements.size());
+    }
     if (o.zero > 0) n = (n + o.dp - 1) / o.dp * o.dp;
-    bytes.push_back(n * static_cast<int64_t>(element_bytes));
+    out.elements.push_back(n);
   }
-  return bytes;
+  return out;
+}
+
+// Under ZeRO-3, the gathered bytes of each bucket and each chunk's gather
+// units as bucket indices (ShardedParameters gathers a unit's distinct
+// buckets).
+void PlanWeightGathers(const StageModel& model, const TrainOptions& o,
+                       const BucketLayout& layout, StageFacts& facts) {
+  if (o.zero != 3 || o.dp == 1) return;
+  const int64_t value_bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
+  for (int64_t n : layout.elements) {
+    facts.gather_bytes.push_back(n * value_bytes);
+  }
+  const std::vector<std::vector<Parameter*>> units = model.GatherUnits();
+  size_t next = 0;
+  for (const ChunkPlan& chunk : facts.chunks) {
+    const size_t count = (chunk.has_embedding ? 1 : 0) +
+                         static_cast<size_t>(chunk.num_layers) +
+                         (chunk.has_head ? 1 : 0);
+    facts.unit_buckets.emplace_back();
+    for (size_t u = 0; u < count && next < units.size(); ++u, ++next) {
+      std::vector<int> buckets;
+      for (const Parameter* p : units[next]) {
+        const int b = layout.bucket_of.at(p);
+        if (std::find(buckets.begin(), buckets.end(), b) == buckets.end()) {
+          buckets.push_back(b);
+        }
+      }
+      facts.unit_buckets.back().push_back(std::move(buckets));
+    }
+  }
+  TRELLIS_CHECK_EQ(next, units.size()) << "gather units not split by chunk";
 }
 
 }  // namespace
@@ -72,9 +116,12 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options) {
     for (const Parameter* param : model.params().all()) {
       facts.local_parameters += NumElements(param->spec.LocalShape());
     }
-    facts.buckets = GradientBucketBytes(model, options, facts.gradient_bytes);
     const int64_t grad_bytes =
         facts.gradient_bytes / std::max<int64_t>(1, facts.local_parameters);
+    const BucketLayout layout =
+        GradientBucketLayout(model, options, static_cast<size_t>(grad_bytes));
+    for (int64_t n : layout.elements) facts.buckets.push_back(n * grad_bytes);
+    PlanWeightGathers(model, options, layout, facts);
     for (const Parameter* param : model.TpPartialGradients()) {
       facts.tp_partial.push_back(grad_bytes *
                                  NumElements(param->spec.LocalShape()));

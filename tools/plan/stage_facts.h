@@ -2,7 +2,8 @@
 // from the trainer's own classes. The memory plan is StageModel::PlanMemory
 // (the figure trellis-train checks before it allocates, ShardOverDp applied
 // for the ZeRO level) for that stage's schedule; the chunks and their
-// per-layer GEMM weights come from the model family's declarations. Nothing
+// per-layer GEMM weights come from the model family's declarations, the
+// ZeRO-3 gather units from the chunks' own GatherUnits. Nothing
 // is allocated: StageModel is built over ShapeOnlyGroups and only declares.
 //
 // Thread safety: pure functions of their arguments.
@@ -31,6 +32,12 @@ struct StageFacts {
   // Bytes of each gradient the chunks leave partial over tp (the norms'
   // under --sequence_parallel), summed over tp once per step.
   std::vector<int64_t> tp_partial;
+  // --zero=3 with dp > 1 (empty otherwise): the bytes of each bucket's
+  // weights as gathered (padded, in the values' dtype; `buckets`' order)
+  // and, per chunk, its gather units (ModelChunk::GatherUnits, in forward
+  // order) as the distinct buckets each unit's parameters lie in.
+  std::vector<int64_t> gather_bytes;
+  std::vector<std::vector<std::vector<int>>> unit_buckets;
 };
 
 // The device and element type a run of `options` computes in: a CUDA GPU

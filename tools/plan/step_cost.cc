@@ -101,6 +101,20 @@ double UpdateSeconds(const TrainOptions& o,
   return update;
 }
 
+// What a pass adds to its compute: its tp collectives and, under ZeRO-3,
+// the wait for its weight gathers (and their whole duration).
+struct PassCost {
+  double tp = 0, gather = 0, gather_total = 0;
+};
+PassCost CostPass(const PassWork& pass, int tp, const LinkSpec& tp_link, int dp,
+                  const LinkSpec& dp_link, const ClusterSpec& cluster) {
+  PassCost c;
+  c.tp = CallSeconds(pass.tp, tp, tp_link);
+  c.gather = GatherExposedSeconds(pass, dp, dp_link, cluster.async_collectives,
+                                  &c.gather_total);
+  return c;
+}
+
 }  // namespace
 
 absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
@@ -116,26 +130,33 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   const int pp = static_cast<int>(o.pp), v = static_cast<int>(o.virtual_stages);
   // Costs per global chunk k = u·pp + p, and the tp share of each stage.
   std::vector<ActionCosts> with(pp * v), without(pp * v);
-  std::vector<double> tp_time(pp, 0), busy(pp, 0);
+  std::vector<double> tp_time(pp, 0), busy(pp, 0), gather(pp, 0),
+      gather_all(pp, 0);
   const double m = static_cast<double>(o.microbatches());
   const double transfer =
       pp > 1 ? CollectiveSeconds(CommOp::kSend, TransferBytes(o), 2, pp_link)
              : 0;
-  const int tp = static_cast<int>(o.tp);
+  const int tp = static_cast<int>(o.tp), dp = static_cast<int>(o.dp);
   for (int p = 0; p < pp; ++p) {
     for (int u = 0; u < v; ++u) {
-      const ChunkWork c = PlanChunkWork(o, stages[p].chunks[u], cluster);
-      const double f_tp = CallSeconds(c.f.tp, tp, tp_link);
-      const double b_tp = CallSeconds(c.b.tp, tp, tp_link);
-      const double w_tp = CallSeconds(c.w.tp, tp, tp_link);
+      const ChunkWork c = PlanChunkWork(o, stages[p], u, cluster);
+      double tp_s = 0, gather_s = 0;
+      auto cost = [&](const PassWork& pass) {
+        const PassCost k = CostPass(pass, tp, tp_link, dp, dp_link, cluster);
+        tp_s += k.tp;
+        gather_s += k.gather;
+        gather_all[p] += m * k.gather_total;
+        return pass.compute + k.tp + k.gather;
+      };
       ActionCosts& a = with[u * pp + p];
-      a.forward = c.f.compute + f_tp;
-      a.backward_input = c.b.compute + b_tp;
-      a.backward_weight = c.w.compute + w_tp;
+      a.forward = cost(c.f);
+      a.backward_input = cost(c.b);
+      a.backward_weight = cost(c.w);
       a.transfer = transfer;
       without[u * pp + p] = a;
       without[u * pp + p].transfer = 0;
-      tp_time[p] += m * (f_tp + b_tp + w_tp);
+      tp_time[p] += m * tp_s;
+      gather[p] += m * gather_s;
       busy[p] += m * (a.forward + a.backward_input + a.backward_weight);
     }
   }
@@ -149,7 +170,9 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   const int busiest = static_cast<int>(
       std::max_element(busy.begin(), busy.end()) - busy.begin());
   e.tp_comm = tp_time[busiest];
-  e.compute = busy[busiest] - e.tp_comm;
+  e.dp_gather = gather[busiest];
+  e.dp_gather_total = gather_all[busiest];
+  e.compute = busy[busiest] - e.tp_comm - e.dp_gather;
   e.bubble = std::max(0.0, free_transfers.makespan - busy[busiest]);
   e.pp_comm = std::max(0.0, sim.makespan - free_transfers.makespan);
   e.bubble_fraction = sim.BubbleFraction();

@@ -20,13 +20,17 @@
 // runs the stages' schedules with those costs and the α-β cost of each
 // activation or gradient transfer (N/tp rows under sequence parallelism);
 // the data-parallel collectives (step_work.h: all-reduces, or ZeRO's
-// reduce-scatters, once per step or under ZeRO-2 once per microbatch) start
+// reduce-scatters, once per step or under ZeRO-2 and 3 once per microbatch)
+// start
 // as the W that produces their gradients ends (on a cluster with
 // asynchronous collectives; otherwise when the pipeline ends) and go one
 // after another, and with pp > 1 the tied embedding's gradient is summed
 // between the first and last stage; then AdamW (memory-bound: 28 bytes per
 // owned element, 30 with bf16 weights) and, under ZeRO, the all-gathers of
-// the weights.
+// the weights (ZeRO-1 and 2). Under ZeRO-3 each pass also waits for the
+// part of its weight gathers that its compute does not hide (step_work.h:
+// the first unit's gather, and any later one's beyond the unit before it);
+// the gathers are not queued behind the gradient sync on the dp link.
 //
 // Thread safety: pure functions.
 #ifndef TRELLIS_TOOLS_PLAN_STEP_COST_H_
@@ -41,13 +45,14 @@
 
 namespace trellis {
 
-// One step's time in seconds. compute + tp_comm + bubble + pp_comm is the
-// pipeline's makespan (the busiest stage's work and its waits); dp_comm is
-// the gradient sync left after it, optimizer the update (and ZeRO's
+// One step's time in seconds. compute + tp_comm + dp_gather + bubble +
+// pp_comm is the pipeline's makespan (the busiest stage's work and its waits);
+// dp_comm is the gradient sync left after it, optimizer the update (and ZeRO's
 // weight all-gathers). They add up to `step`.
 struct StepEstimate {
   double compute = 0;    // the busiest stage's F, B and W without tp comm
   double tp_comm = 0;    // its tensor-parallel all-reduces
+  double dp_gather = 0;  // its ZeRO-3 weight gathers not hidden by compute
   double bubble = 0;     // its idle time, transfers taken as free
   double pp_comm = 0;    // what the transfers add to the makespan
   double dp_comm = 0;    // gradient sync not hidden behind backward, and
@@ -56,6 +61,7 @@ struct StepEstimate {
   double optimizer = 0;  // AdamW, norm, ZeRO's weight all-gathers
   double step = 0;
   double dp_comm_total = 0;    // the sync's whole duration, hidden or not
+  double dp_gather_total = 0;  // the ZeRO-3 gathers' whole duration
   double bubble_fraction = 0;  // the simulation's mean idle share of stages
 };
 

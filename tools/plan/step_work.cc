@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "framework/status.h"
 #include "parallel/schedule.h"
 #include "tools/plan/comm_cost.h"
 #include "transformer/config.h"
@@ -104,13 +105,54 @@ PassWork Recomputed(const Sizes& s, Recompute recompute) {
       return {2 * s.rows * s.seq * s.attn / s.attn_rate +
                   s.rows * s.bytes * kElementwiseSplit * s.width * 4 / s.tp /
                       s.memory_rate,
+              {},
               {}};
     case Recompute::kFull:
       // The block up to its MLP's down projection: one row-parallel
       // output, and under sequence parallelism the two gathers.
-      return {BlockForwardCompute(s), HiddenCalls(s, 1, 1)};
+      return {BlockForwardCompute(s), HiddenCalls(s, 1, 1), {}};
   }
   return {};
+}
+
+// ZeRO-3: `units` (bucket indices, forward order) read in forward or
+// `reverse` order with `compute` seconds each (forward order); a unit
+// gathers the buckets the unit read before it does not hold.
+std::vector<UnitRead> Walk(const std::vector<std::vector<int>>& units,
+                           const std::vector<double>& compute,
+                           const std::vector<int64_t>& gather_bytes,
+                           bool reverse) {
+  TRELLIS_CHECK_EQ(units.size(), compute.size()) << "a chunk's gather units";
+  std::vector<UnitRead> reads;
+  const std::vector<int>* held = nullptr;
+  for (size_t k = 0; k < units.size(); ++k) {
+    const size_t i = reverse ? units.size() - 1 - k : k;
+    UnitRead r;
+    r.compute = compute[i];
+    for (int b : units[i]) {
+      if (held != nullptr &&
+          std::find(held->begin(), held->end(), b) != held->end()) {
+        continue;
+      }
+      r.gathers.push_back({CommOp::kAllGather, gather_bytes[b], 1});
+    }
+    reads.push_back(std::move(r));
+    held = &units[i];
+  }
+  return reads;
+}
+
+// A pass's compute per gather unit of `chunk`, in forward order: the
+// embedding's, each block's, the head's.
+struct PassShares {
+  double embedding = 0, block = 0, head = 0;
+};
+std::vector<double> UnitCompute(const ChunkPlan& chunk, PassShares shares) {
+  std::vector<double> out;
+  if (chunk.has_embedding) out.push_back(shares.embedding);
+  out.insert(out.end(), static_cast<size_t>(chunk.num_layers), shares.block);
+  if (chunk.has_head) out.push_back(shares.head);
+  return out;
 }
 
 }  // namespace
@@ -125,8 +167,9 @@ double CallSeconds(const std::vector<PlannedCall>& calls, int n,
   return t;
 }
 
-ChunkWork PlanChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
-                        const ClusterSpec& cluster) {
+ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
+                        int index, const ClusterSpec& cluster) {
+  const ChunkPlan& chunk = stage.chunks[index];
   const Sizes s = SizesOf(o, cluster);
   const int64_t layers = chunk.num_layers;
   const double l = static_cast<double>(layers);
@@ -150,8 +193,16 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
   }
   p.b.compute += l * redo.compute;
   Append(p.b.tp, redo.tp, layers);
+  // Per block; without ZB-H1 the trainer's B computes the weight gradients
+  // too (W only reports them), which the ZeRO-3 gathers overlap.
+  const bool split = o.schedule == ScheduleKind::kZeroBubbleH1;
+  const double block_w = layers > 0 ? p.w.compute / l : 0;
+  const double block_b =
+      (layers > 0 ? p.b.compute / l : 0) + (split ? 0 : block_w);
+  double embed_f = 0, head_f = 0;
   if (chunk.has_embedding) {
-    p.f.compute += 2 * s.rows * s.width * s.bytes * s.full_rows / s.memory_rate;
+    embed_f = 2 * s.rows * s.width * s.bytes * s.full_rows / s.memory_rate;
+    p.f.compute += embed_f;
     // Forward: an all-reduce (a reduce-scatter to this rank's rows).
     // Backward: the gradient of every row (an all-gather).
     if (s.tp > 1) {
@@ -166,8 +217,9 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
   if (chunk.has_head) {
     // Logits, d(ln_f) and the head's weight gradient, all in F; float32
     // logits written, read for the softmax and written as dlogits.
-    p.f.compute += 3 * 2 * s.rows * s.vocab * s.width / s.gemm_rate +
-                   3 * 4 * s.rows * s.vocab / s.memory_rate;
+    head_f = 3 * 2 * s.rows * s.vocab * s.width / s.gemm_rate +
+             3 * 4 * s.rows * s.vocab / s.memory_rate;
+    p.f.compute += head_f;
     const int64_t rows = static_cast<int64_t>(s.rows);
     const int64_t r = o.loss_chunk_rows == 0
                           ? rows
@@ -186,7 +238,35 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
       }
     }
   }
+  if (static_cast<size_t>(index) < stage.unit_buckets.size()) {
+    // ZeRO-3: B and W do the head's and the embedding's little work inside
+    // their blocks' figures.
+    const std::vector<std::vector<int>>& units = stage.unit_buckets[index];
+    p.f.reads = Walk(units, UnitCompute(chunk, {embed_f, forward, head_f}),
+                     stage.gather_bytes, false);
+    p.b.reads = Walk(units, UnitCompute(chunk, {0, block_b, 0}),
+                     stage.gather_bytes, true);
+    if (split) {
+      p.w.reads = Walk(units, UnitCompute(chunk, {0, block_w, 0}),
+                       stage.gather_bytes, true);
+    }
+  }
   return p;
+}
+
+double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
+                            bool async, double* total) {
+  double exposed = 0, all = 0, before = 0;
+  for (size_t i = 0; i < pass.reads.size(); ++i) {
+    const double g = CallSeconds(pass.reads[i].gathers, n, link);
+    all += g;
+    // The first unit's gather is waited for; a later one started with
+    // the previous unit's compute.
+    exposed += i == 0 || !async ? g : std::max(0.0, g - before);
+    before = pass.reads[i].compute;
+  }
+  if (total != nullptr) *total = all;
+  return exposed;
 }
 
 int64_t TransferBytes(const TrainOptions& o) {
@@ -217,6 +297,10 @@ DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
       case 1:
         d.per_step.push_back({CommOp::kReduceScatter, bytes, 1});
         d.update.push_back({CommOp::kAllGather, bytes, 1});
+        break;
+      case 3:
+        // The weights stay sharded: the passes gather them.
+        d.per_microbatch.push_back({CommOp::kReduceScatter, bytes, 1});
         break;
       default:
         d.per_microbatch.push_back({CommOp::kReduceScatter, bytes, 1});
@@ -253,10 +337,11 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
   ClusterSpec unit;
   unit.peak_flops = unit.memory_bandwidth = 1;
   unit.gemm_efficiency = unit.attention_efficiency = 1;
-  for (const ChunkPlan& chunk : stage.chunks) {
-    const ChunkWork w = PlanChunkWork(o, chunk, unit);
+  for (int c = 0; c < static_cast<int>(stage.chunks.size()); ++c) {
+    const ChunkWork w = PlanChunkWork(o, stage, c, unit);
     for (const PassWork* pass : {&w.f, &w.b, &w.w}) {
       Count(t.tp, pass->tp, m, tp);
+      for (const UnitRead& r : pass->reads) Count(t.dp, r.gathers, m, dp);
     }
   }
   Count(t.tp, StepTpCalls(o, stage), 1, tp);

@@ -23,10 +23,22 @@
 // Data parallelism (dp > 1), per step: --zero=0 all-reduces each gradient
 // bucket once, --zero=1 reduce-scatters each (padded to a multiple of dp)
 // and all-gathers the updated weights through it, --zero=2 reduce-scatters
-// each bucket once per microbatch and all-gathers once; the loss average
-// (one double), and under ZeRO the gradient norm's share (one double). Buckets
-// are the trainer's (GradientBuckets::Layout over the stage's parameters in
-// gradient-ready order; the tied embedding alone under ZeRO).
+// each bucket once per microbatch and all-gathers once, --zero=3
+// reduce-scatters as level 2 and gathers no weights after the step; the loss
+// average (one double), and under ZeRO the gradient norm's share (one double).
+// Buckets are the trainer's (GradientBuckets::Layout over the stage's
+// parameters in gradient-ready order; the tied embedding alone under ZeRO;
+// under ZeRO-3 a bucket starting at each weight group).
+//
+// ZeRO-3 weight gathers (dp > 1), per chunk, pass and microbatch: F walks
+// the chunk's gather units (the embedding, each block, the final norm and
+// head) in order, B in reverse, and W (deferred weight gradients: ZB-H1)
+// in reverse again; each unit all-gathers over dp the buckets holding its
+// weights that the unit walked before it does not already hold
+// (ShardedParameters::Acquire). The gather of the next unit is started as
+// a unit's compute starts, one at a time on the dp link, so a pass waits
+// for its first unit's gather and for whatever of each later unit's gather
+// outlasts the compute of the unit before it (GatherExposedSeconds).
 //
 // Thread safety: pure functions.
 #ifndef TRELLIS_TOOLS_PLAN_STEP_WORK_H_
@@ -53,18 +65,35 @@ struct PlannedCall {
 double CallSeconds(const std::vector<PlannedCall>& calls, int n,
                    const LinkSpec& link);
 
+// One gather unit's share of a pass under ZeRO-3: its compute seconds
+// and the dp all-gathers that make its weights whole.
+struct UnitRead {
+  double compute = 0;
+  std::vector<PlannedCall> gathers;
+};
+
 // One pass of one chunk for one microbatch.
 struct PassWork {
   double compute = 0;           // seconds at the cluster's rates
   std::vector<PlannedCall> tp;  // blocking, inside the pass
+  // ZeRO-3 (dp > 1): the units in the order the pass reads them.
+  std::vector<UnitRead> reads;
 };
 struct ChunkWork {
   PassWork f, b, w;
 };
 
-// The work of `chunk` of resolved `o` per microbatch on `cluster`.
-ChunkWork PlanChunkWork(const TrainOptions& o, const ChunkPlan& chunk,
-                        const ClusterSpec& cluster);
+// The work of chunk `chunk` (virtual stage) of `stage` of resolved `o` per
+// microbatch on `cluster`.
+ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
+                        int chunk, const ClusterSpec& cluster);
+
+// ZeRO-3: the seconds `pass` waits for its weight gathers over `n` ranks on
+// `link` (the first unit's gather, and each later unit's beyond the
+// previous unit's compute; every gather with `async` false), and the
+// gathers' whole duration (`total`, if not null).
+double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
+                            bool async, double* total = nullptr);
 
 // Bytes of the (N, C) hidden state a pipeline transfer of `o` carries
 // (this rank's N/tp rows under sequence parallelism).
@@ -73,7 +102,8 @@ int64_t TransferBytes(const TrainOptions& o);
 // The tp collectives of a step outside the pipeline (gradient norm, the
 // partial norm gradients), and the dp ones: `per_microbatch` (ZeRO-2's
 // reduce-scatters), `per_step` (the buckets' sync otherwise, and the loss
-// average) and `update` (ZeRO's weight all-gathers).
+// average) and `update` (ZeRO-1 and 2's weight all-gathers; ZeRO-3's
+// gathers are the passes' `reads`).
 std::vector<PlannedCall> StepTpCalls(const TrainOptions& o,
                                      const StageFacts& stage);
 struct DpCalls {

@@ -1,9 +1,15 @@
 // The plan's counted communication against the trainer's: for layouts of
-// two ranks (dp2 under ZeRO 0, 1 and 2 with several buckets; tp2 with and
+// two ranks (dp2 under ZeRO 0, 1, 2 and 3 with several buckets; tp2 with and
 // without sequence parallelism, with and without full recompute;
 // tp2·pp1 under ZB-H1's split backward is not a layout, so pp2 runs 1F1B
 // and ZB-H1 with tp1), PlannedStepTraffic's tp and dp calls and bytes per
 // operation must equal what the communicators count in one Trainer::Step.
+// On four ranks (plan_traffic_mpi_test_np4): ZeRO-3 on dp2·pp2 under
+// ZB-H1, with and without full recompute, and on dp2·tp2. ZeRO-3's weight
+// gathers are also checked against ShardedParameters' own count, and
+// against their floor: every gather unit of the stage (the embedding, each
+// block, the head) at least once per pass (F, B, and ZB-H1's W) and
+// microbatch.
 // These are the lists EstimateStep costs, so what is costed is what runs.
 #include <string>
 #include <vector>
@@ -11,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
+#include "parallel/sharded_parameters.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/stage_facts.h"
@@ -51,7 +58,8 @@ void ExpectSame(const std::string& group, const CommStats& counted,
 }
 
 TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
-  ASSERT_EQ(mpitest::WorldSize(), 2);
+  const int world = mpitest::WorldSize();
+  ASSERT_TRUE(world == 2 || world == 4) << world;
   MpiRuntime runtime(nullptr, nullptr);
   const std::string dir = mpitest::SharedScratchDir("plan_traffic");
   const std::string data = dir + "/tokens.h5";
@@ -60,14 +68,22 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
       {{2, 1, 1}, 0},
       {{2, 1, 1}, 1},
       {{2, 1, 1}, 2},
+      {{2, 1, 1}, 3},
+      {{2, 1, 1}, 3, false, Recompute::kFull},
       {{1, 2, 1}},
       {{1, 2, 1}, 0, false, Recompute::kFull, 5},
       {{1, 2, 1}, 0, true},
       {{1, 2, 1}, 0, true, Recompute::kFull, 5},
       {{1, 2, 1}, 0, true, Recompute::kSelective},
       {{1, 1, 2, "zb-h1"}, 0, false, Recompute::kFull},
+      // Four ranks: ZeRO-3 under ZB-H1 (a third gather pass, before the
+      // deferred W) and beside tp.
+      {{2, 1, 2, "zb-h1"}, 3},
+      {{2, 1, 2, "zb-h1"}, 3, false, Recompute::kFull},
+      {{2, 2, 1}, 3},
   };
   for (const TrafficCase& c : cases) {
+    if (c.layout.world() != world) continue;
     TrainOptions o = mpitest::TinyModelOptions(data);
     o.zero = c.zero;
     o.sequence_parallel = c.sequence_parallel;
@@ -83,17 +99,31 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
     // The plan of the run's own resolved options, for this rank's stage.
     TrainOptions planned = run->trainer->options();
     planned.model.vocab_size = mpitest::kByteVocab.vocab_size;
-    ASSERT_TRUE(ValidateLayout(planned, 2).ok());
+    ASSERT_TRUE(ValidateLayout(planned, world).ok());
     const std::vector<StageFacts> stages = PlanStages(planned);
     const PlannedTraffic want =
         PlannedStepTraffic(planned, stages[run->context->coord().p]);
     const ProcessGroups& groups = run->context->groups();
+    const ShardedParameters* sharded = run->trainer->sharded_parameters();
+    ASSERT_EQ(sharded != nullptr, c.zero == 3);
+    const int gather = static_cast<int>(CommOp::kAllGather);
+    if (c.zero == 3) {
+      // Every unit of the stage (its blocks and an end or two) per pass.
+      const int64_t passes = c.layout.schedule == "zb-h1" ? 3 : 2;
+      const int64_t units =
+          planned.model.n_layer / c.layout.pp + 2 - (c.layout.pp > 1 ? 1 : 0);
+      EXPECT_GE(want.dp.calls[gather], passes * planned.microbatches() * units);
+    }
     for (int step = 1; step <= 2; ++step) {
       SCOPED_TRACE(absl::StrCat("step ", step));
       const CommStats tp = groups.tp->stats(), dp = groups.dp->stats();
+      const int64_t gathers = sharded == nullptr ? 0 : sharded->gathers();
       ASSERT_TRUE(run->trainer->Step().ok());
       ExpectSame("tp", Difference(groups.tp->stats(), tp), want.tp);
       ExpectSame("dp", Difference(groups.dp->stats(), dp), want.dp);
+      if (sharded != nullptr) {
+        EXPECT_EQ(sharded->gathers() - gathers, want.dp.calls[gather]);
+      }
     }
   }
   mpitest::RemoveSharedScratchDir(dir);
