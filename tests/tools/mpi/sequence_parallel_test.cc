@@ -14,7 +14,7 @@
 //    without it; pipeline transfers carry 1/tp of the bytes.
 //  - Every recompute mode trains to the same bits with it, and evaluation
 //    gives the validation loss of the run without it.
-// Losses against the run without it are layout_equivalence_test's.
+// Losses against the run without it are layout_equivalence_llama_test's.
 #include <algorithm>
 #include <cmath>
 #include <memory>
