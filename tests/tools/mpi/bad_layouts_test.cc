@@ -78,21 +78,12 @@ std::vector<BadCase> BadLayouts() {
   };
 }
 
-class BadLayoutsTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    runtime_ = new MpiRuntime(nullptr, nullptr);
-    dir_ = new std::string(mpitest::SharedScratchDir("bad_layouts"));
-    data_ = new std::string(*dir_ + "/tokens.h5");
-    ASSERT_TRUE(mpitest::WriteSharedTokenFile(*data_, 4000));
-  }
-  static void TearDownTestSuite() {
-    mpitest::RemoveSharedScratchDir(*dir_);
-    delete data_;
-    delete dir_;
-    delete runtime_;
-  }
+class BadLayoutsTest : public mpitest::SharedTokenFileTest<BadLayoutsTest> {
+ public:
+  static constexpr const char* kScratchTag = "bad_layouts";
+  static constexpr int64_t kTokens = 4000;
 
+ protected:
   void SetUp() override {
     ASSERT_EQ(mpitest::WorldSize(), 4) << "run with 4 ranks";
     // Any valid mesh: Create fails before it lays anything out.
@@ -116,15 +107,8 @@ class BadLayoutsTest : public ::testing::Test {
         << text;
   }
 
-  static MpiRuntime* runtime_;
-  static std::string* dir_;
-  static std::string* data_;
   std::unique_ptr<ParallelContext> context_;
 };
-
-MpiRuntime* BadLayoutsTest::runtime_ = nullptr;
-std::string* BadLayoutsTest::dir_ = nullptr;
-std::string* BadLayoutsTest::data_ = nullptr;
 
 TEST_F(BadLayoutsTest, ResolveNamesTheFlagsToChange) {
   for (const BadCase& c : BadLayouts()) {

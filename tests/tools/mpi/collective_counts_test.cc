@@ -167,29 +167,14 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
   return t;
 }
 
-class CollectiveCountsTest : public ::testing::Test {
+class CollectiveCountsTest
+    : public mpitest::SharedTokenFileTest<CollectiveCountsTest> {
+ public:
+  static constexpr const char* kScratchTag = "counts";
+  static constexpr int64_t kTokens = 20000;
+
  protected:
-  static void SetUpTestSuite() {
-    runtime_ = new MpiRuntime(nullptr, nullptr);
-    dir_ = new std::string(mpitest::SharedScratchDir("counts"));
-    data_ = new std::string(*dir_ + "/tokens.h5");
-    ASSERT_TRUE(mpitest::WriteSharedTokenFile(*data_, 20000));
-  }
-  static void TearDownTestSuite() {
-    mpitest::RemoveSharedScratchDir(*dir_);
-    delete data_;
-    delete dir_;
-    delete runtime_;
-  }
-
-  static MpiRuntime* runtime_;
-  static std::string* dir_;
-  static std::string* data_;
 };
-
-MpiRuntime* CollectiveCountsTest::runtime_ = nullptr;
-std::string* CollectiveCountsTest::dir_ = nullptr;
-std::string* CollectiveCountsTest::data_ = nullptr;
 
 TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
   ModelConfig config;

@@ -82,6 +82,32 @@ inline bool WriteSharedTokenFile(const std::string& path, int64_t num_tokens) {
   return ok != 0;
 }
 
+// A test suite whose ranks share one MPI runtime and one synthetic token
+// file in a scratch directory, made in SetUpTestSuite and removed in
+// TearDownTestSuite. `Suite` (the deriving fixture, CRTP) names them:
+// `static constexpr const char* kScratchTag` and `static constexpr int64_t
+// kTokens`, both public.
+template <typename Suite>
+class SharedTokenFileTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    runtime_ = new MpiRuntime(nullptr, nullptr);
+    dir_ = new std::string(SharedScratchDir(Suite::kScratchTag));
+    data_ = new std::string(*dir_ + "/tokens.h5");
+    ASSERT_TRUE(WriteSharedTokenFile(*data_, Suite::kTokens));
+  }
+  static void TearDownTestSuite() {
+    RemoveSharedScratchDir(*dir_);
+    delete data_;
+    delete dir_;
+    delete runtime_;
+  }
+
+  static inline MpiRuntime* runtime_ = nullptr;
+  static inline std::string* dir_ = nullptr;
+  static inline std::string* data_ = nullptr;
+};
+
 // The model every layout trains: 4 layers, 4 heads, 32 wide, windows of 16
 // tokens; 8 windows per step in microbatches of 1, so dp 1, 2 and 4 see 8,
 // 4 and 2 microbatches. A learning rate high enough that 20 steps move the

@@ -89,29 +89,14 @@ void ExpectRowsOf(const Tensor& got, const Tensor& want, int64_t first,
   }
 }
 
-class SequenceParallelTest : public ::testing::Test {
+class SequenceParallelTest
+    : public mpitest::SharedTokenFileTest<SequenceParallelTest> {
+ public:
+  static constexpr const char* kScratchTag = "seqpar";
+  static constexpr int64_t kTokens = 12000;
+
  protected:
-  static void SetUpTestSuite() {
-    runtime_ = new MpiRuntime(nullptr, nullptr);
-    dir_ = new std::string(mpitest::SharedScratchDir("seqpar"));
-    data_ = new std::string(*dir_ + "/tokens.h5");
-    ASSERT_TRUE(mpitest::WriteSharedTokenFile(*data_, 12000));
-  }
-  static void TearDownTestSuite() {
-    mpitest::RemoveSharedScratchDir(*dir_);
-    delete data_;
-    delete dir_;
-    delete runtime_;
-  }
-
-  static MpiRuntime* runtime_;
-  static std::string* dir_;
-  static std::string* data_;
 };
-
-MpiRuntime* SequenceParallelTest::runtime_ = nullptr;
-std::string* SequenceParallelTest::dir_ = nullptr;
-std::string* SequenceParallelTest::data_ = nullptr;
 
 TEST_F(SequenceParallelTest, BlockMatchesItsRowsAndMovesWhatItsAllReducesDid) {
   for (ModelFamilyKind family :

@@ -34,29 +34,13 @@ namespace {
 
 using mpitest::Layout;
 
-class ZeroMemoryTest : public ::testing::Test {
+class ZeroMemoryTest : public mpitest::SharedTokenFileTest<ZeroMemoryTest> {
+ public:
+  static constexpr const char* kScratchTag = "zero-memory";
+  static constexpr int64_t kTokens = 20000;
+
  protected:
-  static void SetUpTestSuite() {
-    runtime_ = new MpiRuntime(nullptr, nullptr);
-    dir_ = new std::string(mpitest::SharedScratchDir("zero-memory"));
-    data_ = new std::string(*dir_ + "/tokens.h5");
-    ASSERT_TRUE(mpitest::WriteSharedTokenFile(*data_, 20000));
-  }
-  static void TearDownTestSuite() {
-    mpitest::RemoveSharedScratchDir(*dir_);
-    delete data_;
-    delete dir_;
-    delete runtime_;
-  }
-
-  static MpiRuntime* runtime_;
-  static std::string* dir_;
-  static std::string* data_;
 };
-
-MpiRuntime* ZeroMemoryTest::runtime_ = nullptr;
-std::string* ZeroMemoryTest::dir_ = nullptr;
-std::string* ZeroMemoryTest::data_ = nullptr;
 
 struct LevelRun {
   MemoryPlan plan;
