@@ -55,29 +55,6 @@ absl::Status CheckSaveDir(const std::string& save_dir) {
   return absl::OkStatus();
 }
 
-// A checkpoint written by trellis-train records its run's flags: the data
-// order follows --seed and --global_batch_size, so a resumed run must keep
-// them or it would silently train on another sequence of batches.
-absl::Status CheckSameRun(const std::string& dir, const TrainingState& state,
-                          const TrainOptions& o) {
-  if (state.flags.empty()) return absl::OkStatus();
-  TrainOptions recorded;
-  if (!recorded.ApplyFlagString(state.flags).ok()) return absl::OkStatus();
-  auto differs = [&](const char* flag, auto have, auto want) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, " was written with --", flag, "=", have, " but this run has --",
-        flag, "=", want, "; resume with --", flag, "=", have,
-        " (the data order depends on it), or start a fresh run without "
-        "--resume"));
-  };
-  if (state.seed != o.seed) return differs("seed", state.seed, o.seed);
-  if (recorded.global_batch_size != o.global_batch_size) {
-    return differs("global_batch_size", recorded.global_batch_size,
-                   o.global_batch_size);
-  }
-  return absl::OkStatus();
-}
-
 // A run starting at `resume_dir` (or from scratch) must be able to save:
 // no checkpoint beyond its start may sit in --save_dir. Every rank looks
 // (so each fails with the same message) and they agree.
@@ -318,59 +295,6 @@ absl::Status Trainer::PlanMemory(size_t available,
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
-    const std::string& dir) const {
-  TRELLIS_ASSIGN_OR_RETURN(TrainingState state, ReadTrainingState(dir));
-  TRELLIS_RETURN_IF_ERROR(CheckCheckpointMatches(
-      dir, state, options_.model, loader_->dataset(), options_.data));
-  return state;
-}
-
-absl::Status Trainer::LoadWeights(const std::string& dir) {
-  TRELLIS_RETURN_IF_ERROR(CheckCheckpoint(dir).status());
-  if (sharded_ != nullptr) sharded_->GatherAll();
-  const absl::Status loaded = LoadCheckpoint(dir, model_->params(), nullptr);
-  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/true);
-  return loaded;
-}
-
-absl::Status Trainer::Resume(const std::string& dir) {
-  TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
-  TRELLIS_RETURN_IF_ERROR(CheckSameRun(dir, state, options_));
-  // ZeRO-3 loads into whole weights and keeps its blocks of them.
-  if (sharded_ != nullptr) sharded_->GatherAll();
-  optimizer_->BeginCheckpointIo(CheckpointIo::kLoad);
-  const absl::Status loaded =
-      LoadCheckpoint(dir, model_->params(), optimizer_.get());
-  optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
-  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/true);
-  TRELLIS_RETURN_IF_ERROR(loaded);
-  std::vector<int64_t> source_samples;
-  for (const DataSourceState& d : state.data_sources) {
-    source_samples.push_back(d.samples_consumed);
-  }
-  absl::Status position =
-      loader_->Restore(state.samples_consumed, source_samples);
-  if (!position.ok()) {
-    const bool blend = loader_->num_sources() > 1 || !source_samples.empty();
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, ": ", position.message(),
-        blend ? ""
-              : "; resume with the --global_batch_size the run started with"));
-  }
-  if (optimizer_->step() != state.step) {
-    return absl::DataLossError(
-        absl::StrCat(dir, ": optimizer.h5 is at step ", optimizer_->step(),
-                     " but state.json at step ", state.step));
-  }
-  if (groups_.world->rank() == 0) {
-    std::printf("resumed from %s at step %lld (%lld samples consumed)\n",
-                dir.c_str(), static_cast<long long>(state.step),
-                static_cast<long long>(state.samples_consumed));
-  }
-  return absl::OkStatus();
-}
-
 void Trainer::SumGradientsOverTp(TraceRecorder* trace) {
   if (groups_.tp->size() == 1) return;
   // The gradient elements the data-parallel sync left: whole gradients, or
@@ -555,44 +479,6 @@ absl::Status Trainer::Validate(StepMetrics& m) {
     }
   }
   m.val_loss = weighted;
-  return absl::OkStatus();
-}
-
-absl::Status Trainer::Save() {
-  TrainingState state;
-  state.step = optimizer_->step();
-  state.samples_consumed = loader_->samples_consumed();
-  const std::vector<int64_t> source_samples = loader_->source_samples();
-  for (size_t i = 0; i < source_samples.size(); ++i) {
-    const int source = static_cast<int>(i);
-    state.data_sources.push_back({loader_->dataset(source).path(),
-                                  loader_->weight(source), source_samples[i]});
-  }
-  state.seed = options_.seed;
-  state.model = options_.model;
-  state.tokenizer = loader_->dataset().tokenizer();
-  state.tokenizer_identity = loader_->dataset().tokenizer_identity();
-  state.dp = options_.dp;
-  state.tp = options_.tp;
-  state.pp = options_.pp;
-  state.flags = options_.ToFlagString();
-  // ZeRO-3 gathers the whole weights for the writers (replica 0), then
-  // drops them again.
-  if (sharded_ != nullptr) sharded_->GatherAll();
-  optimizer_->BeginCheckpointIo(CheckpointIo::kSave);
-  const absl::Status saved =
-      SaveCheckpoint(options_.save_dir, state, model_->params(),
-                     optimizer_.get(), *groups_.world, coord_.d == 0);
-  optimizer_->EndCheckpointIo(CheckpointIo::kSave);
-  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/false);
-  TRELLIS_RETURN_IF_ERROR(saved);
-  if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {
-    absl::Status pruned = PruneCheckpoints(
-        options_.save_dir, options_.keep_checkpoints, state.step);
-    if (!pruned.ok()) {
-      std::fprintf(stderr, "warning: %s\n", pruned.ToString().c_str());
-    }
-  }
   return absl::OkStatus();
 }
 
