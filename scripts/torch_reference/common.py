@@ -32,18 +32,28 @@ def skip(json_path, why):
     sys.exit(0)
 
 
-def import_torch(json_path, device):
-    """Returns the torch module, or skips when it (or its GPU) is missing."""
+def import_torch(json_path, device, need_sdpa=True):
+    """Returns the torch module, or skips when it (or its GPU, or with
+    need_sdpa its scaled_dot_product_attention) is missing."""
     try:
         import torch  # noqa: PLC0415 (the import is what may fail)
     except ImportError as e:
         skip(json_path, f"no PyTorch in {sys.executable} ({e})")
     if device == "cuda" and not torch.cuda.is_available():
         skip(json_path, f"PyTorch {torch.__version__} sees no CUDA device")
-    if not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+    if need_sdpa and not hasattr(torch.nn.functional,
+                                 "scaled_dot_product_attention"):
         skip(json_path, f"PyTorch {torch.__version__} has no "
              "scaled_dot_product_attention (needs 2.0 or newer)")
     return torch
+
+
+def add_forward_args(ap):
+    """The options of the scripts that run a model's forward in PyTorch."""
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float64",
+                    choices=["float64", "float32"])
+    ap.add_argument("--json", default="")
 
 
 def environment(torch, device):

@@ -48,17 +48,9 @@ def main():
     ap.add_argument("model_dir")
     ap.add_argument("prompt_ids")
     ap.add_argument("new_tokens", type=int)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float64",
-                    choices=["float64", "float32"])
-    ap.add_argument("--json", default="")
+    common.add_forward_args(ap)
     args = ap.parse_args()
-    try:
-        import torch  # noqa: PLC0415 (the import is what may fail)
-    except ImportError as e:
-        common.skip(args.json, f"no PyTorch in {sys.executable} ({e})")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        common.skip(args.json, "PyTorch sees no CUDA device")
+    torch = common.import_torch(args.json, args.device, need_sdpa=False)
     config = common.read_config(args.model_dir)
     prompt = [int(s) for s in args.prompt_ids.split(",") if s]
     if not prompt:

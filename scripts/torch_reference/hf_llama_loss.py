@@ -43,17 +43,9 @@ def main():
     ap.add_argument("tokens_file")
     ap.add_argument("seq_len", type=int)
     ap.add_argument("windows", type=int)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float64",
-                    choices=["float64", "float32"])
-    ap.add_argument("--json", default="")
+    common.add_forward_args(ap)
     args = ap.parse_args()
-    try:
-        import torch  # noqa: PLC0415 (the import is what may fail)
-    except ImportError as e:
-        common.skip(args.json, f"no PyTorch in {sys.executable} ({e})")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        common.skip(args.json, "PyTorch sees no CUDA device")
+    torch = common.import_torch(args.json, args.device, need_sdpa=False)
     config = common.read_config(args.model_dir)
     with open(args.tokens_file) as f:
         ids = [int(s) for s in f.read().split()]
