@@ -207,6 +207,28 @@ class LayoutEquivalenceTest : public ::testing::Test {
   static void ExpectTpReplicatedIdentical(const ParameterSet& params,
                                           Communicator& tp);
 
+  // While alive, RunAll trains `options` (which may change in between)
+  // against `reference` (the suite's when null) instead of the suite's
+  // options and reference; they are back when it ends.
+  class UseOptions {
+   public:
+    explicit UseOptions(TrainOptions& options, Reference* reference = nullptr)
+        : options_before_(options_), reference_before_(reference_) {
+      options_ = &options;
+      if (reference != nullptr) reference_ = reference;
+    }
+    ~UseOptions() {
+      options_ = options_before_;
+      reference_ = reference_before_;
+    }
+    UseOptions(const UseOptions&) = delete;
+    UseOptions& operator=(const UseOptions&) = delete;
+
+   private:
+    TrainOptions* const options_before_;
+    Reference* const reference_before_;
+  };
+
   static inline MpiRuntime* runtime_ = nullptr;
   static inline std::string* dir_ = nullptr;
   static inline TrainOptions* options_ = nullptr;

@@ -104,10 +104,7 @@ TEST_F(LayoutEquivalenceTest, LlamaLayoutsMatchOneProcess) {
     llama.model.tie_embeddings = tied;
     Reference llama_reference = ComputeReference(llama);
     ASSERT_EQ(llama_reference.losses.size(), reference_->losses.size());
-    TrainOptions* const saved_options = options_;
-    Reference* const saved_reference = reference_;
-    options_ = &llama;
-    reference_ = &llama_reference;
+    UseOptions use(llama, &llama_reference);
     if (tied) {
       RunAll({L(1, 2, 2, "1f1b"), L(2, 2, 2, "zb-h1")});
     } else {
@@ -121,9 +118,6 @@ TEST_F(LayoutEquivalenceTest, LlamaLayoutsMatchOneProcess) {
     llama.zero = 3;
     RunAll(
         {L(2, 1, 1), L(2, 2, 2, "zb-h1"), L(2, 1, 2, "interleaved-1f1b", 2)});
-    llama.zero = 0;
-    options_ = saved_options;
-    reference_ = saved_reference;
   }
 }
 
@@ -143,10 +137,7 @@ TEST_F(LayoutEquivalenceTest, LlamaReplicatedKeyValueHeadsMatchOneProcess) {
     llama.model.tie_embeddings = false;
     Reference llama_reference = ComputeReference(llama);
     ASSERT_EQ(llama_reference.losses.size(), reference_->losses.size());
-    TrainOptions* const saved_options = options_;
-    Reference* const saved_reference = reference_;
-    options_ = &llama;
-    reference_ = &llama_reference;
+    UseOptions use(llama, &llama_reference);
     if (kv == 1) {
       RunAll({L(1, 2, 1), L(2, 2, 2, "1f1b")});
       llama.zero = 1;
@@ -154,8 +145,6 @@ TEST_F(LayoutEquivalenceTest, LlamaReplicatedKeyValueHeadsMatchOneProcess) {
     } else {
       RunAll({L(1, 4, 1), L(1, 4, 2, "zb-h1")});
     }
-    options_ = saved_options;
-    reference_ = saved_reference;
   }
 }
 

@@ -69,14 +69,9 @@ TEST_F(LayoutEquivalenceTest,
   std::vector<int64_t> starts;
   for (int64_t i = 0; i < 67; ++i) starts.push_back(i * 797);
   Reference many_reference = ComputeReference(many, starts);
-  TrainOptions* const saved_options = options_;
-  Reference* const saved_reference = reference_;
-  options_ = &many;
-  reference_ = &many_reference;
+  UseOptions use(many, &many_reference);
   RunAll({L(1, 1, 4, "1f1b"), L(1, 1, 4, "gpipe"), L(1, 1, 4, "zb-h1"),
           L(1, 1, 4, "interleaved-1f1b", 2), L(2, 1, 4, "1f1b")});
-  options_ = saved_options;
-  reference_ = saved_reference;
 }
 
 // A blend of two files (data/blend.h): every layout draws the same windows
@@ -89,13 +84,8 @@ TEST_F(LayoutEquivalenceTest, BlendLayoutsMatchOneProcess) {
   Reference blend_reference = ComputeReference(blended);
   ASSERT_EQ(blend_reference.losses.size(), reference_->losses.size());
   EXPECT_NE(blend_reference.losses, reference_->losses);
-  TrainOptions* const saved_options = options_;
-  Reference* const saved_reference = reference_;
-  options_ = &blended;
-  reference_ = &blend_reference;
+  UseOptions use(blended, &blend_reference);
   RunAll({L(1, 1, 1), L(2, 1, 1), L(4, 1, 1), L(2, 2, 2)});
-  options_ = saved_options;
-  reference_ = saved_reference;
 }
 
 // --document_mask and --eod_mask_loss, together and each alone, for GPT-2
@@ -148,31 +138,26 @@ TEST_F(LayoutEquivalenceTest, DocumentMaskLayoutsMatchOneProcess) {
        {L(1, 2, 2, "zb-h1")},
        true},
   };
-  TrainOptions* const saved_options = options_;
-  Reference* const saved_reference = reference_;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    TrainOptions plain = c.llama ? Llama(*saved_options) : *saved_options;
+    TrainOptions plain = c.llama ? Llama(*options_) : *options_;
     TrainOptions masked = plain;
     masked.document_mask = c.document_mask;
     masked.eod_mask_loss = c.eod_mask_loss;
     const Reference plain_reference =
-        c.llama ? ComputeReference(plain) : *saved_reference;
+        c.llama ? ComputeReference(plain) : *reference_;
     Reference masked_reference = ComputeReference(masked);
     // The one-process reference has no tp to split rows over.
     masked.sequence_parallel = c.sequence_parallel;
-    if (masked_reference.losses.size() != saved_reference->losses.size()) {
+    if (masked_reference.losses.size() != reference_->losses.size()) {
       ADD_FAILURE() << "the one-process reference did not train";
       continue;
     }
     // The masks change what is trained.
     EXPECT_NE(masked_reference.losses, plain_reference.losses);
-    options_ = &masked;
-    reference_ = &masked_reference;
+    UseOptions use(masked, &masked_reference);
     RunAll(c.layouts);
   }
-  options_ = saved_options;
-  reference_ = saved_reference;
 }
 
 }  // namespace

@@ -186,13 +186,11 @@ TEST_F(LayoutEquivalenceTest, ZeroThreeLayoutsMatchOneProcess) {
   TrainOptions sharded = *options_;
   sharded.zero = 3;
   sharded.dp_bucket_mb = 0.01;
-  TrainOptions* const saved_options = options_;
-  options_ = &sharded;
+  UseOptions use(sharded);
   // (dp3 is in ZeroLevelsMatchTheReplicatedOptimizer: its global batch
   // of 12 splits over 3.)
   RunAll({L(2, 1, 1), L(4, 1, 1), L(2, 2, 2), L(2, 2, 2, "zb-h1"),
           L(2, 1, 2, "interleaved-1f1b", 2)});
-  options_ = saved_options;
 }
 
 // The sums over tp that follow the data-parallel sync (the
