@@ -35,8 +35,10 @@ inline nlohmann::json RunTorchReference(const std::string& script,
   const std::string json = absl::StrCat(dir, "/", script, ".json");
   const std::string log = absl::StrCat(dir, "/", script, ".log");
   std::filesystem::remove(json);
+  // -B: no __pycache__ written into the source tree (tests run in
+  // parallel, and the checkout may be read-only).
   std::vector<std::string> argv = {
-      Python(),
+      Python(), "-B",
       absl::StrCat(TRELLIS_SOURCE_DIR, "/scripts/torch_reference/", script)};
   argv.insert(argv.end(), args.begin(), args.end());
   argv.push_back("--json=" + json);
