@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "data/blend.h"
+#include "framework/progress_bar.h"
 #include "parallel/schedule.h"
 #include "tools/plan/bench_profile.h"
 #include "tools/plan/cluster.h"
@@ -101,9 +102,13 @@ absl::Status Run() {
   SearchLimits limits;
   limits.max_micro_batch_size = absl::GetFlag(FLAGS_max_micro_batch_size);
   limits.max_virtual_stages = absl::GetFlag(FLAGS_max_virtual_stages);
-  TRELLIS_ASSIGN_OR_RETURN(
-      std::vector<LayoutPlan> plans,
-      PlanAll(base, static_cast<int>(world), cluster, limits));
+  ProgressBar bar("planning", "layouts");
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<LayoutPlan> plans,
+                           PlanAll(base, static_cast<int>(world), cluster,
+                                   limits, [&bar](size_t done, size_t total) {
+                                     bar.Update(static_cast<int64_t>(done),
+                                                static_cast<int64_t>(total));
+                                   }));
   const std::string explain = absl::GetFlag(FLAGS_explain);
   if (!explain.empty()) {
     const LayoutPlan* plan = FindLayout(plans, explain);

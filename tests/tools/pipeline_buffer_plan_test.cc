@@ -7,10 +7,12 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "parallel/bootstrap.h"
 #include "parallel/pipeline_buffers.h"
 #include "tests/tools/tools_test_util.h"
 #include "tools/trainer/stage_model.h"
+#include "tools/trainer/stage_schedules.h"
 
 namespace trellis {
 namespace {
@@ -140,6 +142,47 @@ TEST(PipelineBufferPlanTest, GptTwoSmallTable) {
       if (m >= 16) {
         EXPECT_LT(after, before);
       }
+    }
+  }
+}
+
+// Schedules built once for every stage (the planner's way) give each stage
+// the list, slots and plan it builds on its own (the trainer's way).
+TEST(PipelineBufferPlanTest, SharedStageSchedulesEqualEachStagesOwn) {
+  ParallelContext single = ParallelContext::Single();
+  for (const TrainOptions& o :
+       {PipelineOptions(ScheduleKind::k1F1B, 4, 8),
+        PipelineOptions(ScheduleKind::kGPipe, 2, 6),
+        PipelineOptions(ScheduleKind::kZeroBubbleH1, 4, 8),
+        PipelineOptions(ScheduleKind::kInterleaved1F1B, 2, 4, 2)}) {
+    const StageSchedules shared = BuildStageSchedules(o);
+    ASSERT_EQ(shared.actions.size(), static_cast<size_t>(o.pp));
+    for (int p = 0; p < o.pp; ++p) {
+      MeshCoord coord;
+      coord.p = p;
+      const StageModel own(o, single.groups(), coord, Device::Cpu(),
+                           DType::kF32);
+      const StageModel given(o, single.groups(), coord, Device::Cpu(),
+                             DType::kF32, &shared);
+      const std::string what =
+          absl::StrCat(ScheduleKindName(o.schedule), " pp", o.pp, " v",
+                       o.virtual_stages, " stage ", p);
+      EXPECT_EQ(given.schedule(), own.schedule()) << what;
+      const MemoryPlan a = own.PlanMemory(own.schedule());
+      const MemoryPlan b = given.PlanMemory(given.schedule());
+      EXPECT_EQ(b.pipeline, a.pipeline) << what;
+      EXPECT_EQ(b.activations, a.activations) << what;
+      EXPECT_EQ(b.total(), a.total()) << what;
+      EXPECT_EQ(shared.planned_slots[p].CountsString(),
+                PlannedBufferSlots(own.schedule(),
+                                   BuildForwardOnlySchedules(
+                                       static_cast<int>(o.pp),
+                                       static_cast<int>(o.microbatches()),
+                                       static_cast<int>(o.virtual_stages))[p],
+                                   static_cast<int>(o.virtual_stages))
+                    .CountsString())
+          << what;
+      EXPECT_GT(a.pipeline, 0u) << what;
     }
   }
 }

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "framework/float16.h"
+#include "framework/progress_bar.h"
 #include "parallel/communicator.h"
 #include "tools/convert/gpt2_tensors.h"
 #include "tools/convert/hf_files.h"
@@ -26,34 +28,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A one-line progress bar on stderr, redrawn at most ten times a second.
-class ProgressBar {
+// Progress in tensors and megabytes, drawn by a ProgressBar.
+class TensorProgress {
  public:
-  ProgressBar(std::string label, bool enabled)
-      : label_(std::move(label)), enabled_(enabled) {}
+  TensorProgress(std::string label, bool enabled)
+      : bar_(std::move(label), "tensors", enabled) {}
   void Update(int64_t done, int64_t total, int64_t bytes) {
-    if (!enabled_ || total <= 0) return;
-    const auto now = Clock::now();
-    if (done < total && now - last_ < std::chrono::milliseconds(100)) return;
-    last_ = now;
-    constexpr int kWidth = 30;
-    const int filled = static_cast<int>(kWidth * done / total);
-    std::fprintf(stderr, "\r%s [%s%s] %lld/%lld tensors, %.1f MB",
-                 label_.c_str(), std::string(filled, '#').c_str(),
-                 std::string(kWidth - filled, '.').c_str(),
-                 static_cast<long long>(done), static_cast<long long>(total),
-                 bytes / 1e6);
-    if (done == total) std::fprintf(stderr, "\n");
-    std::fflush(stderr);
+    bar_.Update(done, total, absl::StrFormat("%.1f MB", bytes / 1e6));
   }
   ProgressFn Fn() {
     return [this](int64_t d, int64_t t, int64_t b) { Update(d, t, b); };
   }
 
  private:
-  std::string label_;
-  bool enabled_;
-  Clock::time_point last_{};
+  ProgressBar bar_;
 };
 
 // What was read: the model and, from a trellis input, its state and moments.
@@ -65,7 +53,7 @@ struct Input {
   int64_t optimizer_step = 0;
 };
 
-absl::StatusOr<Input> ReadHf(const ConvertOptions& o, ProgressBar& bar) {
+absl::StatusOr<Input> ReadHf(const ConvertOptions& o, TensorProgress& bar) {
   TRELLIS_ASSIGN_OR_RETURN(HfSafetensors files, HfSafetensors::Open(o.input));
   const std::string config_path =
       (fs::path(files.dir()) / "config.json").string();
@@ -83,7 +71,7 @@ absl::StatusOr<Input> ReadHf(const ConvertOptions& o, ProgressBar& bar) {
   return in;
 }
 
-absl::StatusOr<Input> ReadLlmc(const ConvertOptions& o, ProgressBar& bar) {
+absl::StatusOr<Input> ReadLlmc(const ConvertOptions& o, TensorProgress& bar) {
   TRELLIS_ASSIGN_OR_RETURN(LlmcReader reader, LlmcReader::Open(o.input));
   Input in;
   TRELLIS_ASSIGN_OR_RETURN(in.model, ReadLlmcModel(reader, bar.Fn()));
@@ -91,7 +79,7 @@ absl::StatusOr<Input> ReadLlmc(const ConvertOptions& o, ProgressBar& bar) {
 }
 
 absl::StatusOr<Input> ReadTrellis(const ConvertOptions& o, bool moments,
-                                  ProgressBar& bar) {
+                                  TensorProgress& bar) {
   TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(o.input, ""));
   Input in;
   in.is_trellis = true;
@@ -181,8 +169,8 @@ absl::Status MakeDirectory(const fs::path& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteHf(const ConvertOptions& o, const Input& in, ProgressBar& bar,
-                     ConvertSummary* s) {
+absl::Status WriteHf(const ConvertOptions& o, const Input& in,
+                     TensorProgress& bar, ConvertSummary* s) {
   const WholeModel& m = in.model;
   const DType dtype =
       o.dtype.value_or(SourceDType(m, "hf").value_or(DType::kF32));
@@ -237,7 +225,7 @@ absl::Status WriteLlmcFile(const ConvertOptions& o, const Input& in,
 }
 
 absl::Status WriteTrellis(const ConvertOptions& o, const Input& in,
-                          ProgressBar& bar, ConvertSummary* s) {
+                          TensorProgress& bar, ConvertSummary* s) {
   const DType dtype = o.dtype.value_or(DType::kF32);
   if (!IsStorableDType(dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -298,7 +286,7 @@ absl::Status WriteTrellis(const ConvertOptions& o, const Input& in,
 }
 
 absl::Status WriteShardFiles(const ConvertOptions& o, const WholeModel& m,
-                             ProgressBar& bar, ConvertSummary* s) {
+                             TensorProgress& bar, ConvertSummary* s) {
   ShardExport e;
   e.dir = o.output;
   e.tp = o.tp;
@@ -359,7 +347,7 @@ absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
   if (o.output.empty()) {
     return absl::InvalidArgumentError("--output is required");
   }
-  ProgressBar read_bar("reading", o.progress);
+  TensorProgress read_bar("reading", o.progress);
   absl::StatusOr<Input> in;
   if (s.from == "hf") {
     in = ReadHf(o, read_bar);
@@ -379,8 +367,8 @@ absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
                      " holds a ", ModelFamilyName(family),
                      " model; use --to=hf, --to=trellis or --to=shards"));
   }
-  ProgressBar write_bar("writing",
-                        o.progress && (s.to == "trellis" || s.to == "hf"));
+  TensorProgress write_bar("writing",
+                           o.progress && (s.to == "trellis" || s.to == "hf"));
   absl::Status written;
   if (s.to == "hf") {
     written = WriteHf(o, *in, write_bar, &s);

@@ -10,6 +10,7 @@
 #ifndef TRELLIS_TOOLS_PLAN_PLANNER_H_
 #define TRELLIS_TOOLS_PLAN_PLANNER_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,12 @@ struct LayoutPlan {
   double mfu = 0;  // model FLOPs / (world × peak)
 };
 
-// Plans resolved `options` (a layout the validator accepted) on `cluster`.
-absl::StatusOr<LayoutPlan> PlanLayout(const TrainOptions& options,
-                                      const ClusterSpec& cluster);
+// Plans resolved `options` (a layout the validator accepted) on `cluster`;
+// `schedules`, when given, are BuildStageSchedules(options) (else built
+// here).
+absl::StatusOr<LayoutPlan> PlanLayout(
+    const TrainOptions& options, const ClusterSpec& cluster,
+    const StageSchedules* schedules = nullptr);
 
 // The layout `options` describes (dp 0: world / (tp·pp)) on `world` ranks:
 // the validator's error if it refuses it, else its plan.
@@ -48,11 +52,14 @@ absl::StatusOr<LayoutPlan> PlanGivenLayout(TrainOptions options, int world,
 
 // Every valid layout of `base` on `world` ranks of `cluster`, planned:
 // those that fit first, fastest first; then those that do not, smallest
-// need first. REQUIRES: 1 ≤ world ≤ cluster.world().
-absl::StatusOr<std::vector<LayoutPlan>> PlanAll(const TrainOptions& base,
-                                                int world,
-                                                const ClusterSpec& cluster,
-                                                const SearchLimits& limits);
+// need first. Layouts of one schedule shape (schedule, pp, microbatches,
+// virtual stages) share its schedules, built once. `progress`, when given,
+// is called after each layout with (planned, total). REQUIRES: 1 ≤ world ≤
+// cluster.world().
+absl::StatusOr<std::vector<LayoutPlan>> PlanAll(
+    const TrainOptions& base, int world, const ClusterSpec& cluster,
+    const SearchLimits& limits,
+    const std::function<void(size_t, size_t)>& progress = nullptr);
 
 }  // namespace trellis
 

@@ -92,24 +92,26 @@ PlanDevice PlanDeviceOf(const TrainOptions& options) {
           options.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32};
 }
 
-std::vector<StageFacts> PlanStages(const TrainOptions& options) {
+std::vector<StageFacts> PlanStages(const TrainOptions& options,
+                                   const StageSchedules* schedules) {
   const PlanDevice where = PlanDeviceOf(options);
   const Device device =
       where.device == DeviceType::kCUDA ? Device::Cuda(0) : Device::Cpu();
-  const std::vector<std::vector<Action>> schedules =
-      BuildAllSchedules(options.schedule, static_cast<int>(options.pp),
-                        static_cast<int>(options.microbatches()),
-                        static_cast<int>(options.virtual_stages));
+  StageSchedules built;
+  if (schedules == nullptr) {
+    built = BuildStageSchedules(options);
+    schedules = &built;
+  }
   std::vector<StageFacts> stages;
   for (int p = 0; p < static_cast<int>(options.pp); ++p) {
     const MeshCoord coord{0, 0, p};
     ShapeOnlyGroups groups(options.dp, options.tp, options.pp, coord);
-    const StageModel model(options, groups.groups(), coord, device,
-                           where.dtype);
+    const StageModel model(options, groups.groups(), coord, device, where.dtype,
+                           schedules);
     StageFacts facts;
     // The trainer's own plan of the rank's ZeRO level (CPU ranks
     // reduce-scatter through MPI's scratch blocks).
-    const MemoryPlan replicated = model.PlanMemory(schedules[p]);
+    const MemoryPlan replicated = model.PlanMemory(schedules->actions[p]);
     facts.memory = PlanZeroMemory(model, options, replicated, device.is_cpu());
     facts.gradient_bytes = static_cast<int64_t>(replicated.gradients);
     facts.chunks = model.chunk_plans();

@@ -15,6 +15,7 @@
 
 #include "tools/trainer/memory_plan.h"
 #include "tools/trainer/options.h"
+#include "tools/trainer/stage_schedules.h"
 #include "transformer/chunk_options.h"
 
 namespace trellis {
@@ -48,9 +49,11 @@ struct PlanDevice {
 };
 PlanDevice PlanDeviceOf(const TrainOptions& options);
 
-// Every stage of `options`' layout, by stage. REQUIRES: `options` resolved
-// (TrainOptions::Resolve) and its schedule shape valid.
-std::vector<StageFacts> PlanStages(const TrainOptions& options);
+// Every stage of `options`' layout, by stage; `schedules`, when given, are
+// BuildStageSchedules(options) (else built here). REQUIRES: `options`
+// resolved (TrainOptions::Resolve) and its schedule shape valid.
+std::vector<StageFacts> PlanStages(const TrainOptions& options,
+                                   const StageSchedules* schedules = nullptr);
 
 // Local elements of one transformer block's matrix weights on a tp rank
 // (the GEMM operands: 2 FLOPs per element per token forward), from the

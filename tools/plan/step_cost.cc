@@ -119,7 +119,8 @@ PassCost CostPass(const PassWork& pass, int tp, const LinkSpec& tp_link, int dp,
 
 absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
                                           const std::vector<StageFacts>& stages,
-                                          const ClusterSpec& cluster) {
+                                          const ClusterSpec& cluster,
+                                          const StageSchedules* built) {
   TRELLIS_ASSIGN_OR_RETURN(
       Mesh mesh, Mesh::Create(static_cast<int>(o.dp * o.tp * o.pp),
                               static_cast<int>(o.dp), static_cast<int>(o.tp),
@@ -160,8 +161,13 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
       busy[p] += m * (a.forward + a.backward_input + a.backward_weight);
     }
   }
-  const std::vector<std::vector<Action>> schedules =
-      BuildAllSchedules(o.schedule, pp, static_cast<int>(o.microbatches()), v);
+  std::vector<std::vector<Action>> own;
+  if (built == nullptr) {
+    own = BuildAllSchedules(o.schedule, pp, static_cast<int>(o.microbatches()),
+                            v);
+  }
+  const std::vector<std::vector<Action>>& schedules =
+      built != nullptr ? built->actions : own;
   TRELLIS_ASSIGN_OR_RETURN(ScheduleSimulation sim,
                            SimulateSchedules(schedules, v, with));
   TRELLIS_ASSIGN_OR_RETURN(ScheduleSimulation free_transfers,

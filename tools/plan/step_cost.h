@@ -66,11 +66,12 @@ struct StepEstimate {
 };
 
 // The estimate for resolved `options` whose stages are `stages`
-// (PlanStages). InvalidArgument if the simulation fails (it should not for
-// schedules the validator accepted).
-absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& options,
-                                          const std::vector<StageFacts>& stages,
-                                          const ClusterSpec& cluster);
+// (PlanStages); `schedules`, when given, are BuildStageSchedules(options)
+// (else built here). InvalidArgument if the simulation fails (it should
+// not for schedules the validator accepted).
+absl::StatusOr<StepEstimate> EstimateStep(
+    const TrainOptions& options, const std::vector<StageFacts>& stages,
+    const ClusterSpec& cluster, const StageSchedules* schedules = nullptr);
 
 }  // namespace trellis
 

@@ -17,7 +17,8 @@ constexpr int64_t kLossBlock = MemoryArena::kAlignment / sizeof(double);
 }  // namespace
 
 StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
-                       MeshCoord coord, Device device, DType dtype)
+                       MeshCoord coord, Device device, DType dtype,
+                       const StageSchedules* schedules)
     : options_(options),
       groups_(groups),
       coord_(coord),
@@ -57,13 +58,25 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
         ChunkSetup{plan, tp, groups.tp, &params_, options.micro_batch_size,
                    device, dtype, block}));
   }
-  schedule_ =
-      BuildSchedule(options.schedule, coord.p, static_cast<int>(options.pp),
-                    static_cast<int>(options.microbatches()),
-                    static_cast<int>(options.virtual_stages));
-  train_slots_ = PipelineBufferSlots::Assign(
-      schedule_, static_cast<int>(options.virtual_stages));
-  planned_slots_ = PlannedSlots(schedule_);
+  const int v = static_cast<int>(options.virtual_stages);
+  if (schedules != nullptr) {
+    TRELLIS_CHECK_EQ(schedules->actions.size(),
+                     static_cast<size_t>(options.pp));
+    schedule_ = schedules->actions[coord.p];
+    train_slots_ = schedules->train_slots[coord.p];
+    planned_slots_ = schedules->planned_slots[coord.p];
+  } else {
+    schedule_ =
+        BuildSchedule(options.schedule, coord.p, static_cast<int>(options.pp),
+                      static_cast<int>(options.microbatches()), v);
+    train_slots_ = PipelineBufferSlots::Assign(schedule_, v);
+    planned_slots_ = PlannedBufferSlots(
+        schedule_,
+        BuildForwardOnlySchedules(static_cast<int>(options.pp),
+                                  static_cast<int>(options.microbatches()),
+                                  v)[coord.p],
+        v);
+  }
   // Each W call reports each group once: a parameter is final after m
   // reports per group it appears in. The head's wte gradient is added in F,
   // which precedes its microbatch's W, so the last report still comes
@@ -197,7 +210,19 @@ MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
     }
     in_flight.push_back(PeakInFlight(mine));
   }
-  return Plan(in_flight, PlannedSlots(schedule), /*training=*/true);
+  // Another list than this stage's own plans its own slots.
+  return Plan(
+      in_flight,
+      schedule == schedule_
+          ? planned_slots_
+          : PlannedBufferSlots(
+                schedule,
+                BuildForwardOnlySchedules(
+                    static_cast<int>(options_.pp),
+                    static_cast<int>(options_.microbatches()),
+                    static_cast<int>(options_.virtual_stages))[coord_.p],
+                static_cast<int>(options_.virtual_stages)),
+      /*training=*/true);
 }
 
 MemoryPlan StageModel::PlanEvalMemory() const {
@@ -212,16 +237,6 @@ PipelineBufferSlots StageModel::ForwardOnlySlots(int n) const {
   return PipelineBufferSlots::Assign(
       BuildForwardOnlySchedules(static_cast<int>(options_.pp), n, v)[coord_.p],
       v);
-}
-
-PipelineBufferSlots StageModel::PlannedSlots(
-    const std::vector<Action>& schedule) const {
-  PipelineBufferSlots slots = PipelineBufferSlots::Assign(
-      schedule, static_cast<int>(options_.virtual_stages));
-  // ForwardOnly runs at most a step's microbatches at a time; shorter runs
-  // need no more slots (tests/parallel/pipeline_buffers_test.cc).
-  slots.Widen(ForwardOnlySlots(static_cast<int>(options_.microbatches())));
-  return slots;
 }
 
 MemoryPlan StageModel::Plan(const std::vector<int>& in_flight,

@@ -39,6 +39,7 @@
 #include "tools/trainer/batch_loader.h"
 #include "tools/trainer/memory_plan.h"
 #include "tools/trainer/options.h"
+#include "tools/trainer/stage_schedules.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -47,9 +48,12 @@ class StageModel : public PipelineStageCallbacks {
  public:
   // `options` must be resolved (TrainOptions::Resolve). Declares the
   // parameters and builds the chunks without allocating any tensor, so
-  // that PlanMemory can size the run first.
+  // that PlanMemory can size the run first. `schedules`, when given, are
+  // every stage's (BuildStageSchedules of `options`), taken instead of
+  // building this stage's own.
   StageModel(const TrainOptions& options, const ProcessGroups& groups,
-             MeshCoord coord, Device device, DType dtype);
+             MeshCoord coord, Device device, DType dtype,
+             const StageSchedules* schedules = nullptr);
   // Allocates the parameters (not their gradients: the data-parallel
   // buckets own those) and fills them as `fill` says (kZero when a
   // checkpoint load follows), the chunks' shared buffers, the step's token
@@ -155,10 +159,6 @@ class StageModel : public PipelineStageCallbacks {
   // The buffer of (kind, vstage, mb): its slot's, under the slots of the
   // schedule running now.
   Tensor& BufferFor(PipelineBuffer kind, int vstage, int mb);
-  // The buffer slots `schedule` (this stage's training list) needs, with
-  // room for a forward-only pass of a step's microbatches: what the plan
-  // counts and the buffers may use.
-  PipelineBufferSlots PlannedSlots(const std::vector<Action>& schedule) const;
   // The slots of this stage's forward-only list for `n` microbatches.
   PipelineBufferSlots ForwardOnlySlots(int n) const;
   // The plan with `in_flight[v]` microbatch states of chunk v and `slots`
