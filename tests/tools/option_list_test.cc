@@ -152,7 +152,8 @@ TEST(OptionListTest, TheLlamaPresetsHaveThePublishedShapes) {
     int64_t parameters;  // at Llama 3's 128256-token vocabulary
   };
   for (const Preset& p : {Preset{"llama-3.2-1b.flags", 1235814400},
-                          Preset{"llama-3-8b.flags", 8030261248}}) {
+                          Preset{"llama-3-8b.flags", 8030261248},
+                          Preset{"llama-3-70b.flags", 70553706496}}) {
     TrainOptions o;
     ASSERT_TRUE(o.ApplyFlagString(ReadFile(Configs() / p.file)).ok());
     o.model.vocab_size = 128256;

@@ -151,10 +151,15 @@ absl::Status CheckScalars(const TrainOptions& o) {
   return absl::OkStatus();
 }
 
-// Refuses sizes whose memory no device holds, estimated generously in
-// double (weights, gradients and moments; every window of a step's
-// activations, attention scores and logits at once), so the exact int64
-// sums of the memory plan cannot overflow for sizes that pass.
+// Refuses sizes whose memory plan could overflow int64, estimated
+// generously in double: weights, gradients and moments of the whole model,
+// and every window of a step's activations, attention scores and logits at
+// once (what one rank would hold under GPipe on a single replica, the most
+// any layout plans). The bound is 2^60 bytes, 8 times below int64's range,
+// so the plan's exact sums cannot overflow for sizes that pass; whether a
+// layout fits its devices is the memory plan's check, not this one (a
+// Llama 70B step of 2048 windows of 8192 tokens counts about 1.6e16 bytes
+// here, far more than a device holds, yet fits 1024 GPUs as a layout).
 absl::Status CheckSizes(const TrainOptions& o) {
   const ModelConfig& c = o.model;
   const double d = c.d_model, layers = c.n_layer, t = c.seq_len;
@@ -165,7 +170,7 @@ absl::Status CheckSizes(const TrainOptions& o) {
   const double bytes =
       16 * parameters +
       4 * static_cast<double>(o.global_batch_size) * t * per_token;
-  constexpr double kMaxBytes = 1125899906842624.0;  // 2^50: 1 PiB
+  constexpr double kMaxBytes = 1152921504606846976.0;  // 2^60: 1 EiB
   if (bytes > kMaxBytes) {
     return Bad(absl::StrFormat(
         "--n_layer=%d --d_model=%d --seq_len=%d --global_batch_size=%d need "
