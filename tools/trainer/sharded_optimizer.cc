@@ -29,7 +29,7 @@ ShardedOptimizer::ShardedOptimizer(OptimizerConfig config,
       sharded_(sharded) {
   TRELLIS_CHECK(buckets.sync() != GradSync::kAllReduce)
       << "a sharded optimizer needs reduce-scattered gradient buckets";
-  std::unordered_map<const Parameter*, size_t> index;
+  std::unordered_map<const Parameter*, size_t>& index = index_;
   for (size_t i = 0; i < params.all().size(); ++i) index[params.all()[i]] = i;
   std::vector<bool> covered(params.all().size(), false);
   for (int b = 0; b < buckets.num_buckets(); ++b) {
@@ -211,19 +211,23 @@ bool ShardedOptimizer::SavesMoments(size_t i) const {
          buckets_.dp().rank();
 }
 
+Tensor ShardedOptimizer::NewMoment(const Parameter& p) const {
+  // The moments' kind is the gradient bucket's (under ZeRO-3 the value may
+  // be released).
+  const Tensor like = buckets_.Shard(buckets_.BucketOf(&p));
+  return Tensor::Zeros(p.spec.LocalShape(), like.dtype(), like.device());
+}
+
 void ShardedOptimizer::BeginCheckpointIo(CheckpointIo io) {
   m().clear();
   v().clear();
   const std::vector<Parameter*>& all = params().all();
   for (size_t i = 0; i < all.size(); ++i) {
-    const Parameter* p = all[i];
-    const bool kept = io == CheckpointIo::kLoad || SavesMoments(i);
-    m().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
-                                       p->value.device())
-                       : Tensor());
-    v().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
-                                       p->value.device())
-                       : Tensor());
+    // Sharded weights load part by part: the moments with them.
+    const bool kept =
+        io == CheckpointIo::kLoad ? sharded_ == nullptr : SavesMoments(i);
+    m().push_back(kept ? NewMoment(*all[i]) : Tensor());
+    v().push_back(kept ? NewMoment(*all[i]) : Tensor());
   }
   if (io == CheckpointIo::kSave) {
     // Through the buckets: the gradients there are spent after a step and
@@ -233,19 +237,41 @@ void ShardedOptimizer::BeginCheckpointIo(CheckpointIo io) {
   }
 }
 
-void ShardedOptimizer::EndCheckpointIo(CheckpointIo io) {
-  if (io == CheckpointIo::kLoad) {
-    for (const Segment& s : segments_) {
-      m_blocks_[s.bucket]
-          .Narrow(s.block_offset, s.length)
-          .CopyFrom(Piece(m()[s.param], s));
-      v_blocks_[s.bucket]
-          .Narrow(s.block_offset, s.length)
-          .CopyFrom(Piece(v()[s.param], s));
-    }
+void ShardedOptimizer::KeepLoadedMoments() {
+  for (const Segment& s : segments_) {
+    if (!m()[s.param].defined()) continue;
+    m_blocks_[s.bucket]
+        .Narrow(s.block_offset, s.length)
+        .CopyFrom(Piece(m()[s.param], s));
+    v_blocks_[s.bucket]
+        .Narrow(s.block_offset, s.length)
+        .CopyFrom(Piece(v()[s.param], s));
   }
+}
+
+void ShardedOptimizer::EndCheckpointIo(CheckpointIo io) {
+  if (io == CheckpointIo::kLoad) KeepLoadedMoments();
   m().clear();
   v().clear();
+}
+
+void ShardedOptimizer::BeginLoadPart(const std::vector<Parameter*>& part) {
+  if (sharded_ == nullptr) return;
+  for (const Parameter* p : part) {
+    const size_t i = index_.at(p);
+    m()[i] = NewMoment(*p);
+    v()[i] = NewMoment(*p);
+  }
+}
+
+void ShardedOptimizer::EndLoadPart(const std::vector<Parameter*>& part) {
+  if (sharded_ == nullptr) return;
+  KeepLoadedMoments();
+  for (const Parameter* p : part) {
+    const size_t i = index_.at(p);
+    m()[i] = Tensor();
+    v()[i] = Tensor();
+  }
 }
 
 }  // namespace trellis
