@@ -152,7 +152,7 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
       for (int64_t step = 0; step < options.steps; ++step) {
         ASSERT_TRUE(trainer.Step().ok());
       }
-      const size_t at_start = trainer.sharded_parameters()->peak_whole_bytes();
+      const size_t at_steps = trainer.sharded_parameters()->peak_whole_bytes();
       ASSERT_TRUE(trainer.Save().ok());
       ExpectBounded(trainer, "after two steps and a save");
       const size_t at_save = trainer.sharded_parameters()->peak_whole_bytes();
@@ -165,13 +165,15 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
           mpitest::StartLayout(*runtime_, layout, again, MPI_COMM_WORLD);
       ASSERT_TRUE(resumed.ok()) << resumed.status();
       ExpectBounded(*resumed->trainer, "after a resume");
+      const size_t at_resume =
+          resumed->trainer->sharded_parameters()->peak_whole_bytes();
       EXPECT_GT(resumed->trainer->sharded_parameters()->peak_whole_bytes(), 0u);
       EXPECT_TRUE(Weights(*resumed->trainer) == saved)
           << "the resumed weights differ from the saved ones";
       ASSERT_TRUE(resumed->trainer->LoadWeights(again.resume).ok());
       ExpectBounded(*resumed->trainer, "after a weights load");
       EXPECT_TRUE(Weights(*resumed->trainer) == saved);
-      const size_t resumed_peak =
+      const size_t at_load =
           resumed->trainer->sharded_parameters()->peak_whole_bytes();
 
       // What save and load did before: every weight whole at once.
@@ -185,11 +187,11 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
       // Rank 0's numbers, for the record (docs/performance.md).
       if (mpitest::WorldRank() == 0) {
         std::printf(
-            "%s: whole weights held at most: start-up %zu B, steps and "
-            "save %zu B, resume and load %zu B; two largest units %zu B; "
-            "all (GatherAll) %zu B\n",
-            name.c_str(), at_start, at_save, resumed_peak, bounds.two_units,
-            bounds.whole);
+            "%s: whole weights held at most (bytes): construction 0, then "
+            "two steps %zu, save %zu; resume %zu, then load %zu; two "
+            "largest units %zu; all at once (GatherAll) %zu\n",
+            name.c_str(), at_steps, at_save, at_resume, at_load,
+            bounds.two_units, bounds.whole);
       }
     }
   }
