@@ -67,7 +67,9 @@ class ShardedParameters {
   // REQUIRES: `buckets` are kShardGradients and outlive this; every
   // parameter in them is materialized (value, and master for bfloat16).
   // Copies this rank's block of each bucket's weights and releases the
-  // parameters' values and masters.
+  // parameters' values and masters. The whole weights the caller made
+  // count in peak_whole_bytes(); the trainer uses the form below, which
+  // never makes them.
   explicit ShardedParameters(GradientBuckets& buckets);
   // REQUIRES: `buckets` as above; every parameter in them is in `declared`
   // and not materialized (ParameterSet::TakeDeclarations), all of one

@@ -202,10 +202,14 @@ absl::Status WriteWalked(const fs::path& path, const CheckpointShards& mine,
       absl::FailedPreconditionError("no model shards");
   if (!mine.model.empty()) file = TensorFileWriter::Open(path.string());
   absl::Status status = mine.model.empty() ? absl::OkStatus() : file.status();
+  const int64_t delay = WriteDelayMs();
   for (size_t g = 0; g < walk.ends.size(); ++g) {
     const std::vector<TensorShard> group = OpenGroup(walk, g, mine.model);
     const size_t begin = g == 0 ? 0 : walk.ends[g - 1];
     for (size_t k = 0; k < group.size() && status.ok(); ++k) {
+      if (delay > 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+      }
       status =
           file->WriteShard(where[begin + k], group[k].spec, group[k].tensor);
       ++*written;
