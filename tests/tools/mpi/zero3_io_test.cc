@@ -11,6 +11,8 @@
 //     its blocks) after construction, after two steps and a save, after a
 //     resume (a new trainer) and after a weights load stays at most the two
 //     largest gather units' bytes, and under the stage's whole weights;
+//   - a save gathers each bucket twice (the writers' checksums, then their
+//     bytes), a load gathers nothing;
 //   - the resumed weights are the saved ones, bit for bit.
 // Gathering every weight at once (ShardedParameters::GatherAll, what save
 // and load did before) reaches the whole weights and fails the bound.
@@ -153,7 +155,13 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
         ASSERT_TRUE(trainer.Step().ok());
       }
       const size_t at_steps = trainer.sharded_parameters()->peak_whole_bytes();
+      const int64_t gathers = trainer.sharded_parameters()->gathers();
       ASSERT_TRUE(trainer.Save().ok());
+      // The save walks the groups twice (checksums, bytes), gathering
+      // each bucket's values, and masters where there are, each time.
+      const int64_t per_bucket = WholeBytesPerElement(trainer) > 4 ? 2 : 1;
+      EXPECT_EQ(trainer.sharded_parameters()->gathers() - gathers,
+                2 * per_bucket * trainer.buckets().num_buckets());
       ExpectBounded(trainer, "after two steps and a save");
       const size_t at_save = trainer.sharded_parameters()->peak_whole_bytes();
       const std::map<std::string, std::vector<char>> saved = Weights(trainer);
@@ -170,7 +178,10 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
       EXPECT_GT(resumed->trainer->sharded_parameters()->peak_whole_bytes(), 0u);
       EXPECT_TRUE(Weights(*resumed->trainer) == saved)
           << "the resumed weights differ from the saved ones";
+      const int64_t before_load =
+          resumed->trainer->sharded_parameters()->gathers();
       ASSERT_TRUE(resumed->trainer->LoadWeights(again.resume).ok());
+      EXPECT_EQ(resumed->trainer->sharded_parameters()->gathers(), before_load);
       ExpectBounded(*resumed->trainer, "after a weights load");
       EXPECT_TRUE(Weights(*resumed->trainer) == saved);
       const size_t at_load =
