@@ -114,16 +114,20 @@ struct CheckpointShards {
   bool has_optimizer() const { return !exp_avg.empty(); }
 };
 
-// Model shards whose tensors exist one group at a time (ZeRO-3): shards
-// [ends[g - 1], ends[g]) of CheckpointShards::model form group g (their
-// `tensor`s left empty). Every rank of the save walks the groups in
+// Shards whose tensors exist one group at a time (ZeRO-3): group g is
+// shards [model_ends[g - 1], model_ends[g]) of CheckpointShards::model and
+// [moment_ends[g - 1], moment_ends[g]) of exp_avg and of exp_avg_sq
+// (their `tensor`s left empty). Every rank of the save walks the groups in
 // order twice, first for the writers' checksums, then for their bytes:
-// open(g) returns the group's tensors (one per shard, in order; none
-// where the rank has no model shards) and close(g) ends their use. Both
-// may be collective over ranks that walk the same groups.
+// open(g) returns the group's tensors (one per shard of each list, in
+// order) and close(g) ends their use. Both may be collective over ranks
+// that walk the same groups.
 struct ShardWalk {
-  std::vector<size_t> ends;
-  std::function<std::vector<Tensor>(size_t)> open;
+  struct Tensors {
+    std::vector<Tensor> model, exp_avg, exp_avg_sq;
+  };
+  std::vector<size_t> model_ends, moment_ends;
+  std::function<Tensors(size_t)> open;
   std::function<void(size_t)> close;
 };
 
@@ -132,15 +136,16 @@ struct SaveOptions {
   bool log = true;                  // Rank 0 prints a line when saved.
   // Called on writers after each tensor written: (written, total).
   std::function<void(int64_t, int64_t)> progress;
-  // When set, the model shards are read group by group through it.
+  // When set, the shards are read group by group through it.
   const ShardWalk* walk = nullptr;
 };
 
-// Parameters whose weights exist one group at a time (ZeRO-3,
-// ShardedParameters::IoGroups): every parameter in exactly one group;
-// open(group) makes the group's weights readable, close(group) drops
-// them. Both may be collective over the ranks that share the weights,
-// which call them for the same groups in the same order.
+// Parameters whose weights (and moments) exist one group at a time
+// (ZeRO-3, ShardedParameters::IoGroups): every parameter in exactly one
+// group; open(group) makes the group's weights readable and, for a save
+// with an optimizer, its moments (Optimizer::BeginCheckpointPart);
+// close(group) drops them. Both may be collective over the ranks that
+// share them, which call them for the same groups in the same order.
 struct WeightGroups {
   std::vector<std::vector<Parameter*>> groups;
   std::function<void(const std::vector<Parameter*>&)> open, close;
@@ -150,9 +155,9 @@ struct WeightGroups {
 // is not null, their moments. `writer`: this rank belongs to data-parallel
 // replica 0. Collective over `world`; every rank returns the same verdict.
 // A checkpoint of that step that already exists is left alone. With
-// `groups`, the weights are read one group at a time (open, read, close:
-// twice per group, for the checksums and for the bytes), so no rank holds
-// more of them whole than the largest group.
+// `groups`, the weights and moments are read one group at a time (open,
+// read, close: twice per group, for the checksums and for the bytes), so
+// no rank holds more of them whole than the largest group's.
 absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,

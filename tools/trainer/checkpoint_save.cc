@@ -12,8 +12,10 @@
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -147,22 +149,38 @@ void Hash(
   TRELLIS_CHECK(done.ok()) << done;
 }
 
-// The model shards [begin, end) of group g of `walk`, their tensors opened.
-std::vector<TensorShard> OpenGroup(const ShardWalk& walk, size_t g,
-                                   const std::vector<TensorShard>& model) {
-  const size_t begin = g == 0 ? 0 : walk.ends[g - 1], end = walk.ends[g];
-  std::vector<Tensor> tensors = walk.open(g);
-  TRELLIS_CHECK_EQ(tensors.size(), end - begin);
-  std::vector<TensorShard> shards(model.begin() + begin, model.begin() + end);
-  for (size_t k = 0; k < shards.size(); ++k) {
-    shards[k].tensor = std::move(tensors[k]);
+// Group g's shards of `mine` (model, exp_avg, exp_avg_sq), their tensors
+// opened, and where they start in each list.
+struct OpenedGroup {
+  CheckpointShards shards;
+  size_t model_begin = 0, moment_begin = 0;
+};
+
+OpenedGroup OpenGroup(const ShardWalk& walk, size_t g,
+                      const CheckpointShards& mine) {
+  OpenedGroup out;
+  out.model_begin = g == 0 ? 0 : walk.model_ends[g - 1];
+  out.moment_begin = g == 0 ? 0 : walk.moment_ends[g - 1];
+  ShardWalk::Tensors tensors = walk.open(g);
+  for (const auto& [from, to, begin, end, opened] :
+       {std::tuple(&mine.model, &out.shards.model, out.model_begin,
+                   walk.model_ends[g], &tensors.model),
+        std::tuple(&mine.exp_avg, &out.shards.exp_avg, out.moment_begin,
+                   walk.moment_ends[g], &tensors.exp_avg),
+        std::tuple(&mine.exp_avg_sq, &out.shards.exp_avg_sq, out.moment_begin,
+                   walk.moment_ends[g], &tensors.exp_avg_sq)}) {
+    TRELLIS_CHECK_EQ(opened->size(), end - begin);
+    to->assign(from->begin() + begin, from->begin() + end);
+    for (size_t k = 0; k < to->size(); ++k) {
+      (*to)[k].tensor = std::move((*opened)[k]);
+    }
   }
-  return shards;
+  return out;
 }
 
 // This rank's checksum parts, computed before the writers take their turns
 // (so all writers hash at once), on the read threads. With a walk every
-// rank walks the model's groups (a writer hashing its shards of each).
+// rank walks the groups (a writer hashing its shards of each).
 Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype,
                       bool writer, const ShardWalk* walk) {
   Checksums sums;
@@ -172,19 +190,26 @@ Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype,
         std::tuple(&mine.exp_avg, &sums.exp_avg, DType::kF32),
         std::tuple(&mine.exp_avg_sq, &sums.exp_avg_sq, DType::kF32)}) {
     out->resize(shards->size());
-    if (!writer || (walk != nullptr && shards == &mine.model)) continue;
+    if (!writer || walk != nullptr) continue;
     for (size_t i = 0; i < shards->size(); ++i) {
       work.emplace_back(&(*shards)[i], stored, &(*out)[i]);
     }
   }
   Hash(work);
   if (walk == nullptr) return sums;
-  for (size_t g = 0; g < walk->ends.size(); ++g) {
-    const std::vector<TensorShard> group = OpenGroup(*walk, g, mine.model);
-    const size_t begin = g == 0 ? 0 : walk->ends[g - 1];
+  for (size_t g = 0; g < walk->model_ends.size(); ++g) {
+    const OpenedGroup group = OpenGroup(*walk, g, mine);
     work.clear();
-    for (size_t k = 0; k < group.size(); ++k) {
-      work.emplace_back(&group[k], model_dtype, &sums.model[begin + k]);
+    for (const auto& [shards, out, begin, stored] :
+         {std::tuple(&group.shards.model, &sums.model, group.model_begin,
+                     model_dtype),
+          std::tuple(&group.shards.exp_avg, &sums.exp_avg, group.moment_begin,
+                     DType::kF32),
+          std::tuple(&group.shards.exp_avg_sq, &sums.exp_avg_sq,
+                     group.moment_begin, DType::kF32)}) {
+      for (size_t k = 0; k < shards->size(); ++k) {
+        work.emplace_back(&(*shards)[k], stored, &(*out)[begin + k]);
+      }
     }
     Hash(work);
     walk->close(g);
@@ -193,34 +218,54 @@ Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype,
 }
 
 // The walk's writes: every rank opens and closes each group, a writer
-// writing its shards of it (after a failure only walking on).
-absl::Status WriteWalked(const fs::path& path, const CheckpointShards& mine,
-                         const std::vector<TensorLocation>& where,
-                         const ShardWalk& walk, const SaveOptions& options,
-                         int64_t* written, int64_t total, int64_t* bytes) {
-  absl::StatusOr<TensorFileWriter> file =
-      absl::FailedPreconditionError("no model shards");
-  if (!mine.model.empty()) file = TensorFileWriter::Open(path.string());
-  absl::Status status = mine.model.empty() ? absl::OkStatus() : file.status();
+// writing its shards of it into both files (after a failure only walking
+// on).
+absl::Status WriteWalked(const fs::path& dir, const CheckpointShards& mine,
+                         const Locations& where, const ShardWalk& walk,
+                         const SaveOptions& options, int64_t total,
+                         int64_t* bytes) {
+  std::optional<TensorFileWriter> model, opt;
+  absl::Status status;
+  for (const auto& [path, file, wanted] :
+       {std::tuple(dir / kModelFile, &model, !mine.model.empty()),
+        std::tuple(dir / kOptimizerFile, &opt, mine.has_optimizer())}) {
+    if (!wanted || !status.ok()) continue;
+    absl::StatusOr<TensorFileWriter> opened =
+        TensorFileWriter::Open(path.string());
+    status = opened.status();
+    if (opened.ok()) file->emplace(*std::move(opened));
+  }
   const int64_t delay = WriteDelayMs();
-  for (size_t g = 0; g < walk.ends.size(); ++g) {
-    const std::vector<TensorShard> group = OpenGroup(walk, g, mine.model);
-    const size_t begin = g == 0 ? 0 : walk.ends[g - 1];
-    for (size_t k = 0; k < group.size() && status.ok(); ++k) {
-      if (delay > 0) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+  int64_t written = 0;
+  for (size_t g = 0; g < walk.model_ends.size(); ++g) {
+    const OpenedGroup group = OpenGroup(walk, g, mine);
+    for (const auto& [shards, file, locations, begin] :
+         {std::tuple(&group.shards.model, &model, &where.model,
+                     group.model_begin),
+          std::tuple(&group.shards.exp_avg, &opt, &where.exp_avg,
+                     group.moment_begin),
+          std::tuple(&group.shards.exp_avg_sq, &opt, &where.exp_avg_sq,
+                     group.moment_begin)}) {
+      for (size_t k = 0; k < shards->size() && status.ok(); ++k) {
+        if (delay > 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+        }
+        const TensorShard& shard = (*shards)[k];
+        status = (*file)->WriteShard((*locations)[begin + k], shard.spec,
+                                     shard.tensor);
+        ++written;
+        if (status.ok() && options.progress) options.progress(written, total);
       }
-      status =
-          file->WriteShard(where[begin + k], group[k].spec, group[k].tensor);
-      ++*written;
-      if (status.ok() && options.progress) options.progress(*written, total);
     }
     walk.close(g);
   }
-  if (mine.model.empty() || !file.ok()) return status;
-  *bytes += file->bytes_written();
-  const absl::Status closed = file->Close();
-  return status.ok() ? closed : status;
+  for (std::optional<TensorFileWriter>* file : {&model, &opt}) {
+    if (!file->has_value()) continue;
+    *bytes += (*file)->bytes_written();
+    const absl::Status closed = (*file)->Close();
+    if (status.ok()) status = closed;
+  }
+  return status;
 }
 
 // Writes this rank's shards' bytes into the defined datasets and syncs.
@@ -229,16 +274,13 @@ absl::Status WriteShards(const fs::path& dir, const CheckpointShards& mine,
                          int64_t* bytes) {
   const int64_t total =
       mine.model.size() + mine.exp_avg.size() + mine.exp_avg_sq.size();
-  int64_t written = 0;
   if (options.walk != nullptr) {
-    TRELLIS_RETURN_IF_ERROR(WriteWalked(dir / kModelFile, mine, where.model,
-                                        *options.walk, options, &written, total,
-                                        bytes));
-  } else {
-    TRELLIS_RETURN_IF_ERROR(WriteFile(dir / kModelFile, {&mine.model},
-                                      {&where.model}, options, &written, total,
-                                      bytes));
+    return WriteWalked(dir, mine, where, *options.walk, options, total, bytes);
   }
+  int64_t written = 0;
+  TRELLIS_RETURN_IF_ERROR(WriteFile(dir / kModelFile, {&mine.model},
+                                    {&where.model}, options, &written, total,
+                                    bytes));
   if (!mine.has_optimizer()) return absl::OkStatus();
   return WriteFile(dir / kOptimizerFile, {&mine.exp_avg, &mine.exp_avg_sq},
                    {&where.exp_avg, &where.exp_avg_sq}, options, &written,
@@ -346,11 +388,73 @@ std::vector<bool> WriterFlags(Communicator& world, bool writer) {
 
 }  // namespace
 
+namespace {
+
+// Whether this rank saves parameter i's moments.
+bool SavesMomentsOf(const Optimizer* optimizer, size_t i, bool writer) {
+  return optimizer != nullptr &&
+         (optimizer->SavesOwnMoments() ? optimizer->SavesMoments(i) : writer);
+}
+
+// SaveCheckpoint walking `groups`: the shards listed group by group, their
+// tensors taken while the group is open.
+absl::Status SaveByGroups(const std::string& save_dir,
+                          const TrainingState& state,
+                          const ParameterSet& params, Optimizer* optimizer,
+                          Communicator& world, bool writer,
+                          const WeightGroups& groups) {
+  std::unordered_map<const Parameter*, size_t> index;
+  for (size_t i = 0; i < params.all().size(); ++i) index[params.all()[i]] = i;
+  CheckpointShards mine;
+  if (optimizer != nullptr) mine.optimizer_step = optimizer->step();
+  // Per group, the parameters whose weights and moments this rank writes.
+  std::vector<std::vector<const Parameter*>> weights(groups.groups.size());
+  std::vector<std::vector<size_t>> moments(groups.groups.size());
+  ShardWalk walk;
+  for (size_t g = 0; g < groups.groups.size(); ++g) {
+    for (const Parameter* p : groups.groups[g]) {
+      if (!p->primary) continue;
+      if (writer) {
+        mine.model.push_back({p->name, p->spec, Tensor()});
+        weights[g].push_back(p);
+      }
+      const size_t i = index.at(p);
+      if (!SavesMomentsOf(optimizer, i, writer)) continue;
+      mine.exp_avg.push_back({p->name, p->spec, Tensor()});
+      mine.exp_avg_sq.push_back({p->name, p->spec, Tensor()});
+      moments[g].push_back(i);
+    }
+    walk.model_ends.push_back(mine.model.size());
+    walk.moment_ends.push_back(mine.exp_avg.size());
+  }
+  walk.open = [&](size_t g) {
+    groups.open(groups.groups[g]);
+    ShardWalk::Tensors tensors;
+    for (const Parameter* p : weights[g]) tensors.model.push_back(p->weights());
+    for (size_t i : moments[g]) {
+      tensors.exp_avg.push_back(optimizer->exp_avg(i));
+      tensors.exp_avg_sq.push_back(optimizer->exp_avg_sq(i));
+    }
+    return tensors;
+  };
+  walk.close = [&](size_t g) { groups.close(groups.groups[g]); };
+  SaveOptions options;
+  options.walk = &walk;
+  return SaveShards(save_dir, state, mine, world,
+                    writer || mine.has_optimizer(), options);
+}
+
+}  // namespace
+
 absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,
                             Communicator& world, bool writer,
                             const WeightGroups* groups) {
+  if (groups != nullptr) {
+    return SaveByGroups(save_dir, state, params, optimizer, world, writer,
+                        *groups);
+  }
   // The model's writers write the primary parameters; their moments too,
   // unless the optimizer spreads those over its ranks (ZeRO).
   CheckpointShards mine;
@@ -359,44 +463,15 @@ absl::Status SaveCheckpoint(const std::string& save_dir,
     const Parameter& p = *all[i];
     if (!p.primary) continue;
     // bfloat16 runs store their float32 master weights.
-    if (writer && groups == nullptr) {
-      mine.model.push_back({p.name, p.spec, p.weights()});
-    }
-    const bool moments =
-        optimizer != nullptr &&
-        (optimizer->SavesOwnMoments() ? optimizer->SavesMoments(i) : writer);
-    if (moments) {
+    if (writer) mine.model.push_back({p.name, p.spec, p.weights()});
+    if (SavesMomentsOf(optimizer, i, writer)) {
       mine.exp_avg.push_back({p.name, p.spec, optimizer->exp_avg(i)});
       mine.exp_avg_sq.push_back({p.name, p.spec, optimizer->exp_avg_sq(i)});
     }
   }
   if (optimizer != nullptr) mine.optimizer_step = optimizer->step();
-  if (groups == nullptr) {
-    return SaveShards(save_dir, state, mine, world,
-                      writer || mine.has_optimizer());
-  }
-  // The model shards group by group, their tensors read while open.
-  std::vector<std::vector<Parameter*>> written(groups->groups.size());
-  ShardWalk walk;
-  for (size_t g = 0; g < groups->groups.size(); ++g) {
-    for (Parameter* p : groups->groups[g]) {
-      if (!writer || !p->primary) continue;
-      mine.model.push_back({p->name, p->spec, Tensor()});
-      written[g].push_back(p);
-    }
-    walk.ends.push_back(mine.model.size());
-  }
-  walk.open = [&](size_t g) {
-    groups->open(groups->groups[g]);
-    std::vector<Tensor> tensors;
-    for (Parameter* p : written[g]) tensors.push_back(p->weights());
-    return tensors;
-  };
-  walk.close = [&](size_t g) { groups->close(groups->groups[g]); };
-  SaveOptions options;
-  options.walk = &walk;
   return SaveShards(save_dir, state, mine, world,
-                    writer || mine.has_optimizer(), options);
+                    writer || mine.has_optimizer());
 }
 
 absl::Status SaveShards(const std::string& save_dir_name,

@@ -36,9 +36,10 @@
 // gathers, through bucket-sized buffers, the whole moments of the parameters
 // this rank saves (SavesMoments: every dp-th, so the dp ranks write the
 // optimizer file together, each holding about 1/dp of the moments whole for
-// it); kLoad allocates them all to be read (under ZeRO-3 one load part at a
-// time, BeginLoadPart) and EndCheckpointIo(kLoad) keeps the owned segments, so
-// a checkpoint moves between ZeRO levels and layouts.
+// it); kLoad allocates them all to be read and EndCheckpointIo(kLoad) keeps
+// the owned segments, so a checkpoint moves between ZeRO levels and
+// layouts. Under ZeRO-3 both happen one part at a time instead
+// (BeginCheckpointPart), so no moment is whole outside its part's I/O.
 //
 // Thread safety: none; the training thread drives it. Step and the
 // checkpoint calls are collective over dp (and Step over tp and pp).
@@ -70,11 +71,15 @@ class ShardedOptimizer : public Optimizer {
   void PoisonGradient() override;
   void BeginCheckpointIo(CheckpointIo io) override;
   void EndCheckpointIo(CheckpointIo io) override;
-  // With sharded weights (ZeRO-3) kLoad makes no moment whole at once:
-  // BeginLoadPart makes `part`'s, EndLoadPart keeps their owned segments
-  // and drops them.
-  void BeginLoadPart(const std::vector<Parameter*>& part) override;
-  void EndLoadPart(const std::vector<Parameter*>& part) override;
+  // With sharded weights (ZeRO-3) checkpoint I/O makes no moment whole
+  // outside a part: BeginCheckpointPart(kSave) gathers the part's buckets
+  // of moments and keeps the whole moments this rank saves,
+  // BeginCheckpointPart(kLoad) makes the part's to be read; the Ends keep
+  // the loaded owned segments and drop them.
+  void BeginCheckpointPart(CheckpointIo io,
+                           const std::vector<Parameter*>& part) override;
+  void EndCheckpointPart(CheckpointIo io,
+                         const std::vector<Parameter*>& part) override;
   // Parameter i's moments are saved by dp rank i mod dp.
   bool SavesOwnMoments() const override { return true; }
   bool SavesMoments(size_t i) const override;
@@ -106,9 +111,13 @@ class ShardedOptimizer : public Optimizer {
   Tensor NewMoment(const Parameter& p) const;
   // Copies into the owned blocks the segments of every defined moment.
   void KeepLoadedMoments();
-  // Gathers `blocks` (one per bucket) into whole per-parameter tensors.
-  void GatherMoments(const std::vector<Tensor>& blocks,
+  // Gathers `blocks` (one per bucket) of `buckets` into the defined whole
+  // per-parameter tensors of `whole`.
+  void GatherMoments(const std::vector<int>& buckets,
+                     const std::vector<Tensor>& blocks,
                      std::vector<Tensor>& whole);
+  // The distinct buckets of `part`.
+  std::vector<int> BucketsOf(const std::vector<Parameter*>& part) const;
 
   GradientBuckets& buckets_;
   ShardedParameters* sharded_;  // ZeRO-3's owned weights, or null

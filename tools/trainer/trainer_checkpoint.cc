@@ -62,10 +62,14 @@ absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
   for (const std::vector<Parameter*>& group :
        sharded_->IoGroups(model_->GatherUnits())) {
     sharded_->GatherUnit(group, /*gather=*/false);
-    if (optimizer != nullptr) optimizer->BeginLoadPart(group);
+    if (optimizer != nullptr) {
+      optimizer->BeginCheckpointPart(CheckpointIo::kLoad, group);
+    }
     const absl::Status loaded =
         LoadCheckpointPart(dir, model_->params(), group, optimizer, first);
-    if (optimizer != nullptr) optimizer->EndLoadPart(group);
+    if (optimizer != nullptr) {
+      optimizer->EndCheckpointPart(CheckpointIo::kLoad, group);
+    }
     sharded_->ShardUnit(group, /*keep=*/loaded.ok());
     TRELLIS_RETURN_IF_ERROR(loaded);
     first = false;
@@ -124,15 +128,18 @@ absl::Status Trainer::Save() {
   state.tp = options_.tp;
   state.pp = options_.pp;
   state.flags = options_.ToFlagString();
-  // ZeRO-3 gathers one group of whole weights at a time for the writers
-  // (replica 0), and drops it before the next.
+  // ZeRO-3 gathers one group of whole weights (for the writers, replica 0)
+  // and of moments (for their savers) at a time, and drops it before the
+  // next.
   WeightGroups walk;
   if (sharded_ != nullptr) {
     walk.groups = sharded_->IoGroups(model_->GatherUnits());
     walk.open = [this](const std::vector<Parameter*>& group) {
       sharded_->GatherUnit(group, /*gather=*/true);
+      optimizer_->BeginCheckpointPart(CheckpointIo::kSave, group);
     };
     walk.close = [this](const std::vector<Parameter*>& group) {
+      optimizer_->EndCheckpointPart(CheckpointIo::kSave, group);
       sharded_->ShardUnit(group, /*keep=*/false);
     };
   }

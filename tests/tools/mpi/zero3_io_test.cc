@@ -11,6 +11,8 @@
 //     its blocks) after construction, after two steps and a save, after a
 //     resume (a new trainer) and after a weights load stays at most the two
 //     largest gather units' bytes, and under the stage's whole weights;
+//   - the arena's high-water mark stays within the memory plan through
+//     all of it (a resume included), nothing served outside the arena;
 //   - a save gathers each bucket twice (the writers' checksums, then their
 //     bytes), a load gathers nothing;
 //   - the resumed weights are the saved ones, bit for bit.
@@ -106,6 +108,12 @@ std::map<std::string, std::vector<char>> Weights(Trainer& trainer) {
 
 void ExpectBounded(Trainer& trainer, const char* when) {
   SCOPED_TRACE(when);
+  // What the arena held fits the memory plan, nothing outside it (moving
+  // every weight and moment whole would not fit these models' plans).
+  const MemoryArena::Stats arena = trainer.arena().stats();
+  EXPECT_LE(arena.peak_in_use, trainer.memory_plan().total())
+      << trainer.memory_plan().Format();
+  EXPECT_EQ(arena.fallbacks, 0u);
   const Bounds bounds = BoundsOf(trainer);
   // The bound means something: two units are under the stage's weights.
   ASSERT_LT(bounds.two_units, bounds.whole);
