@@ -76,23 +76,35 @@ size_t GradientBuckets::PlanBoundBytes(
   return kMaxInFlight * largest + held_bytes + widest;
 }
 
-GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
-                                 int64_t bucket_bytes, Communicator& dp,
-                                 GradSync sync,
-                                 const std::vector<const Parameter*>& alone,
-                                 const std::vector<const Parameter*>& starts)
+GradientBuckets::GradientBuckets(
+    const std::vector<Parameter*>& ready_order, int64_t bucket_bytes,
+    Communicator& dp, GradSync sync, const std::vector<const Parameter*>& alone,
+    const std::vector<const Parameter*>& starts,
+    const std::vector<ParameterDeclaration>& declared)
     : dp_(dp), sync_(sync) {
+  // The value's dtype and device: its tensor's, or its declaration's.
+  std::unordered_map<const Parameter*, std::pair<DType, Device>> declared_kind;
+  for (const ParameterDeclaration& d : declared) {
+    declared_kind.emplace(d.parameter, std::pair(d.dtype, d.device));
+  }
+  auto value_kind = [&](const Parameter* p) -> std::pair<DType, Device> {
+    if (p->value.defined()) return {p->value.dtype(), p->value.device()};
+    const auto it = declared_kind.find(p);
+    TRELLIS_CHECK(it != declared_kind.end())
+        << p->name << " has no value and no declaration";
+    return it->second;
+  };
   // Gradients may not exist yet (ParameterSet::Materialize without
   // grads): their dtype follows the value's.
-  auto grad_dtype = [](const Parameter* p) {
-    return GradDType(p->value.dtype());
+  auto grad_dtype = [&](const Parameter* p) {
+    return GradDType(value_kind(p).first);
   };
   std::vector<LayoutItem> items;
   std::vector<std::pair<DType, Device>> kinds;
   for (Parameter* p : ready_order) {
     TRELLIS_CHECK(bucket_of_.count(p) == 0) << "parameter listed twice";
     bucket_of_[p] = -1;
-    const std::pair<DType, Device> kind{grad_dtype(p), p->value.device()};
+    const std::pair<DType, Device> kind{grad_dtype(p), value_kind(p).second};
     auto k = std::find(kinds.begin(), kinds.end(), kind);
     if (k == kinds.end()) k = kinds.insert(kinds.end(), kind);
     items.push_back(LayoutItem{
@@ -118,7 +130,7 @@ GradientBuckets::GradientBuckets(const std::vector<Parameter*>& ready_order,
     Bucket bucket;
     bucket.elements = elements;
     bucket.dtype = grad_dtype(group.front());
-    bucket.device = group.front()->value.device();
+    bucket.device = value_kind(group.front()).second;
     bucket.params = static_cast<int>(group.size());
     int64_t offset = 0;
     for (Parameter* p : group) {

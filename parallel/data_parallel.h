@@ -58,12 +58,15 @@ class GradientBuckets {
 
   // `ready_order`: each parameter once, first-final first. Rebinds their
   // grads to bucket views, keeping their content; makes the grads of
-  // parameters that have none (zeroed).
+  // parameters that have none (zeroed). A parameter not materialized yet
+  // (ZeRO-3 never makes its weights whole) must be in `declared`, which
+  // gives its value's dtype and device.
   GradientBuckets(const std::vector<Parameter*>& ready_order,
                   int64_t bucket_bytes, Communicator& dp,
                   GradSync sync = GradSync::kAllReduce,
                   const std::vector<const Parameter*>& alone = {},
-                  const std::vector<const Parameter*>& starts = {});
+                  const std::vector<const Parameter*>& starts = {},
+                  const std::vector<ParameterDeclaration>& declared = {});
 
   // Reduce-scatters running at once under kShardGradients.
   static constexpr int kMaxInFlight = 2;

@@ -39,45 +39,53 @@ RowLayout RowsOf(const ShardSpec& spec) {
   return r;
 }
 
-// Fills rows [begin, end) of `out` (the local tensor's data).
+// Fills local elements [begin, end) into `out` (out[0] is element
+// `begin`): row by row, a row's logical indices being consecutive.
 template <typename T>
-void FillRows(const ShardSpec& spec, const RowLayout& r,
-              const Initializer& value_at, int64_t begin, int64_t end, T* out) {
-  for (int64_t row = begin; row < end; ++row) {
+void FillRange(const ShardSpec& spec, const RowLayout& r,
+               const Initializer& value_at, int64_t begin, int64_t end,
+               T* out) {
+  int64_t k = begin;
+  while (k < end) {
+    const int64_t row = k / r.inner, i = k % r.inner;
+    const int64_t n = std::min(r.inner - i, end - k);
     const int64_t o = row / r.local_split, j = row % r.local_split;
     const int64_t logical_j = spec.replicated() ? j : spec.LogicalIndex(j);
-    T* to = out + row * r.inner;
+    T* to = out + (k - begin);
     if (logical_j < 0) {
-      std::fill(to, to + r.inner, T{0});
-      continue;
+      std::fill(to, to + n, T{0});
+    } else {
+      const int64_t first = (o * r.logical_split + logical_j) * r.inner + i;
+      for (int64_t e = 0; e < n; ++e) {
+        to[e] = static_cast<T>(value_at(first + e));
+      }
     }
-    const int64_t first = (o * r.logical_split + logical_j) * r.inner;
-    for (int64_t i = 0; i < r.inner; ++i) {
-      to[i] = static_cast<T>(value_at(first + i));
-    }
+    k += n;
   }
 }
 
-// Fills all rows of `out`, on several threads when there are many.
+// Fills local elements [first, first + count) into `out`, on several
+// threads when there are many. Each element's value depends on its index
+// alone, not on how the range is cut.
 template <typename T>
-void FillAll(const ShardSpec& spec, const Initializer& value_at, T* out) {
+void FillAll(const ShardSpec& spec, const Initializer& value_at, int64_t first,
+             int64_t count, T* out) {
   const RowLayout r = RowsOf(spec);
-  const int64_t rows = r.rows();
-  if (rows == 0) return;
+  if (count <= 0 || r.inner == 0) return;
   const int64_t cores =
       std::max<int64_t>(1, std::thread::hardware_concurrency());
-  const int64_t threads =
-      std::clamp<int64_t>(rows * r.inner / kElementsPerThread, 1,
-                          std::min({cores, kMaxFillThreads, rows}));
-  const int64_t per = (rows + threads - 1) / threads;
+  const int64_t threads = std::clamp<int64_t>(count / kElementsPerThread, 1,
+                                              std::min(cores, kMaxFillThreads));
+  const int64_t per = (count + threads - 1) / threads;
   std::vector<std::thread> workers;
   for (int64_t t = 1; t < threads; ++t) {
-    const int64_t begin = std::min(rows, t * per);
-    const int64_t end = std::min(rows, begin + per);
-    workers.emplace_back(
-        [&, begin, end] { FillRows(spec, r, value_at, begin, end, out); });
+    const int64_t begin = std::min(count, t * per);
+    const int64_t end = std::min(count, begin + per);
+    workers.emplace_back([&, begin, end] {
+      FillRange(spec, r, value_at, first + begin, first + end, out + begin);
+    });
   }
-  FillRows(spec, r, value_at, 0, std::min(rows, per), out);
+  FillRange(spec, r, value_at, first, first + std::min(count, per), out);
   for (std::thread& w : workers) w.join();
 }
 
@@ -124,7 +132,7 @@ Parameter& ParameterSet::Declare(std::string name, ShardSpec spec, bool decay,
 }
 
 void ParameterSet::Materialize(bool grads, ParameterFill fill) {
-  for (Pending& pending : pending_) {
+  for (ParameterDeclaration& pending : pending_) {
     Parameter& p = *pending.parameter;
     MakeTensors(p, pending.device, pending.dtype, grads);
     if (fill == ParameterFill::kInitialize) {
@@ -132,6 +140,12 @@ void ParameterSet::Materialize(bool grads, ParameterFill fill) {
     }
   }
   pending_.clear();
+}
+
+std::vector<ParameterDeclaration> ParameterSet::TakeDeclarations() {
+  std::vector<ParameterDeclaration> taken = std::move(pending_);
+  pending_.clear();
+  return taken;
 }
 
 void ParameterSet::AddShared(Parameter* parameter) { Index(parameter); }
@@ -172,13 +186,26 @@ void InitializeParameter(Parameter& p, const Initializer& value_at) {
                     : Tensor::Empty(weights.shape(), weights.dtype());
   TRELLIS_CHECK(host.dtype() == DType::kF32 || host.dtype() == DType::kF64);
   TRELLIS_CHECK(host.shape() == p.spec.LocalShape()) << p.name;
+  const int64_t n = host.numel();
   if (host.dtype() == DType::kF32) {
-    FillAll(p.spec, value_at, host.data<float>());
+    FillAll(p.spec, value_at, 0, n, host.data<float>());
   } else {
-    FillAll(p.spec, value_at, host.data<double>());
+    FillAll(p.spec, value_at, 0, n, host.data<double>());
   }
   if (!weights.device().is_cpu()) weights.CopyFrom(host);
   RefreshFromMaster(p);
+}
+
+void InitializeElements(const ShardSpec& spec, const Initializer& value_at,
+                        int64_t first, int64_t count, Tensor& out) {
+  TRELLIS_CHECK(out.device().is_cpu() && out.numel() == count &&
+                (out.dtype() == DType::kF32 || out.dtype() == DType::kF64));
+  TRELLIS_CHECK(first >= 0 && first + count <= NumElements(spec.LocalShape()));
+  if (out.dtype() == DType::kF32) {
+    FillAll(spec, value_at, first, count, out.data<float>());
+  } else {
+    FillAll(spec, value_at, first, count, out.data<double>());
+  }
 }
 
 }  // namespace trellis

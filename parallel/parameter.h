@@ -73,6 +73,15 @@ enum class ParameterFill {
   kZero,
 };
 
+// A declared parameter not materialized yet: where its tensors go, their
+// dtype, and its logical initializer.
+struct ParameterDeclaration {
+  Parameter* parameter;
+  Device device;
+  DType dtype;
+  Initializer init;
+};
+
 // Owns parameters in registration order; lookup by name.
 //
 // Registration and Find cost O(1) expected (a hash index by name), so a
@@ -97,6 +106,10 @@ class ParameterSet {
   // as `fill` says; also its zeroed grad when `grads`, else whoever owns the
   // gradients (GradientBuckets) makes them.
   void Materialize(bool grads, ParameterFill fill = ParameterFill::kInitialize);
+  // Hands over the declarations not materialized yet, in declaration
+  // order: their caller makes their tensors (ZeRO-3 keeps only blocks of
+  // them, ShardedParameters), and Materialize no longer makes them.
+  std::vector<ParameterDeclaration> TakeDeclarations();
   // Registers a parameter owned by another set (the tied embedding, shared
   // by the embedding and the LM head on a single stage).
   void AddShared(Parameter* parameter);
@@ -112,12 +125,6 @@ class ParameterSet {
   int64_t name_comparisons() const { return *comparisons_; }
 
  private:
-  struct Pending {
-    Parameter* parameter;
-    Device device;
-    DType dtype;
-    Initializer init;
-  };
   // Name equality that counts its calls (shared, so moves keep it valid).
   struct CountingEqual {
     std::shared_ptr<int64_t> count;
@@ -136,7 +143,7 @@ class ParameterSet {
   std::unordered_map<std::string, Parameter*, std::hash<std::string>,
                      CountingEqual>
       index_{0, std::hash<std::string>(), CountingEqual{comparisons_}};
-  std::vector<Pending> pending_;
+  std::vector<ParameterDeclaration> pending_;
 };
 
 // Fills `p.weights()` from its logical initializer: `value_at(logical_index)`
@@ -144,6 +151,15 @@ class ParameterSet {
 // large parameter is filled by several threads, each calling value_at on
 // its own rows; element i's value does not depend on how.
 void InitializeParameter(Parameter& p, const Initializer& value_at);
+
+// Fills `out` (float32 or float64, on the host, `count` elements) with the
+// local elements [first, first + count) of `spec`'s local tensor, in its
+// row-major order: bit for bit what InitializeParameter writes there (0
+// for padding). Lets ZeRO-3 initialize its block of a parameter without
+// making the parameter whole.
+// REQUIRES: the range lies inside spec.LocalShape().
+void InitializeElements(const ShardSpec& spec, const Initializer& value_at,
+                        int64_t first, int64_t count, Tensor& out);
 
 }  // namespace trellis
 

@@ -1,6 +1,7 @@
 #include "parallel/sharded_parameters.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <utility>
 
 #include "framework/kernels/elementwise.h"
@@ -24,42 +25,113 @@ ShardedParameters::ShardedParameters(GradientBuckets& buckets)
     : buckets_(buckets) {
   TRELLIS_CHECK(buckets.sync() == GradSync::kShardGradients)
       << "sharded parameters need buckets that keep only their blocks";
-  slots_.resize(buckets.num_buckets());
+  const Parameter& any = *buckets.members(0).front().param;
+  TRELLIS_CHECK(any.value.defined())
+      << any.name << " must be materialized before it is sharded";
+  MakeBlocks(any.value.dtype(), any.value.device());
+  // The caller made every weight whole: count them as held until released.
+  size_t whole = 0;
   for (int b = 0; b < buckets.num_buckets(); ++b) {
-    Slot& slot = slots_[b];
-    const Parameter& first = *buckets.members(b).front().param;
-    TRELLIS_CHECK(first.value.defined())
-        << first.name << " must be materialized before it is sharded";
-    dtype_ = first.value.dtype();
-    const Device device = first.value.device();
-    const int64_t block = buckets.Shard(b).numel();
-    const int64_t start = buckets.block_start(b);
-    slot.owned = Tensor::Zeros({block}, dtype_, device);
-    if (first.master.defined()) {
-      slot.owned_master = Tensor::Zeros({block}, DType::kF32, device);
-    }
     for (const GradientBuckets::Member& m : buckets.members(b)) {
       const Parameter& p = *m.param;
-      TRELLIS_CHECK(p.value.dtype() == dtype_ &&
-                    p.master.defined() == slot.owned_master.defined())
+      TRELLIS_CHECK(p.value.defined() && p.value.dtype() == dtype_ &&
+                    p.master.defined() == slots_[b].owned_master.defined())
           << p.name << ": a bucket's weights must share one dtype";
-      const int64_t lo = std::max(m.offset, start);
-      const int64_t hi = std::min(m.offset + p.numel(), start + block);
-      if (lo >= hi) continue;
-      slot.owned.Narrow(lo - start, hi - lo)
-          .CopyFrom(Flat(p.value).Narrow(lo - m.offset, hi - lo));
-      if (p.master.defined()) {
-        slot.owned_master.Narrow(lo - start, hi - lo)
-            .CopyFrom(Flat(p.master).Narrow(lo - m.offset, hi - lo));
-      }
+      whole += p.value.numel() * DTypeSize(dtype_) +
+               (p.master.defined() ? p.master.numel() * sizeof(float) : 0);
     }
   }
+  Hold(whole);
+  for (int b = 0; b < buckets.num_buckets(); ++b) KeepBlocks(b);
   for (int b = 0; b < buckets.num_buckets(); ++b) {
     for (const GradientBuckets::Member& m : buckets.members(b)) {
       m.param->value = Tensor();
       m.param->master = Tensor();
     }
   }
+  Free(whole);
+}
+
+ShardedParameters::ShardedParameters(
+    GradientBuckets& buckets, const std::vector<ParameterDeclaration>& declared,
+    ParameterFill fill)
+    : buckets_(buckets) {
+  TRELLIS_CHECK(buckets.sync() == GradSync::kShardGradients)
+      << "sharded parameters need buckets that keep only their blocks";
+  std::unordered_map<const Parameter*, const ParameterDeclaration*> of;
+  for (const ParameterDeclaration& d : declared) of[d.parameter] = &d;
+  const ParameterDeclaration* any = nullptr;
+  for (int b = 0; b < buckets.num_buckets(); ++b) {
+    for (const GradientBuckets::Member& m : buckets.members(b)) {
+      const auto it = of.find(m.param);
+      TRELLIS_CHECK(it != of.end() && !m.param->value.defined())
+          << m.param->name << " must be declared and not materialized";
+      if (any == nullptr) any = it->second;
+      TRELLIS_CHECK(it->second->dtype == any->dtype)
+          << m.param->name << ": a bucket's weights must share one dtype";
+    }
+  }
+  TRELLIS_CHECK(any != nullptr) << "no parameters to shard";
+  MakeBlocks(any->dtype, any->device);
+  if (fill != ParameterFill::kInitialize) return;
+  // Each owned block straight from the initializers: no weight is ever
+  // whole.
+  const DType weights = GradDType(dtype_);
+  for (int b = 0; b < buckets.num_buckets(); ++b) {
+    const int64_t block = slots_[b].owned.numel();
+    const int64_t start = buckets.block_start(b);
+    for (const GradientBuckets::Member& m : buckets.members(b)) {
+      const int64_t lo = std::max(m.offset, start);
+      const int64_t hi = std::min(m.offset + m.param->numel(), start + block);
+      if (lo >= hi) continue;
+      Tensor host = Tensor::Empty({hi - lo}, weights);
+      InitializeElements(m.param->spec, of.at(m.param)->init, lo - m.offset,
+                         hi - lo, host);
+      OwnedWeights(b).Narrow(lo - start, hi - lo).CopyFrom(host);
+    }
+    RefreshOwned(b);
+  }
+}
+
+void ShardedParameters::MakeBlocks(DType dtype, Device device) {
+  dtype_ = dtype;
+  slots_.resize(buckets_.num_buckets());
+  for (int b = 0; b < buckets_.num_buckets(); ++b) {
+    Slot& slot = slots_[b];
+    const int64_t block = buckets_.Shard(b).numel();
+    slot.owned = Tensor::Zeros({block}, dtype_, device);
+    if (dtype_ == DType::kBF16) {
+      slot.owned_master = Tensor::Zeros({block}, DType::kF32, device);
+    }
+  }
+}
+
+void ShardedParameters::KeepBlocks(int b) {
+  Slot& slot = slots_[b];
+  const int64_t block = slot.owned.numel();
+  const int64_t start = buckets_.block_start(b);
+  for (const GradientBuckets::Member& m : buckets_.members(b)) {
+    const Parameter& p = *m.param;
+    const int64_t lo = std::max(m.offset, start);
+    const int64_t hi = std::min(m.offset + p.numel(), start + block);
+    if (lo >= hi) continue;
+    slot.owned.Narrow(lo - start, hi - lo)
+        .CopyFrom(Flat(p.value).Narrow(lo - m.offset, hi - lo));
+    if (slot.owned_master.defined()) {
+      slot.owned_master.Narrow(lo - start, hi - lo)
+          .CopyFrom(Flat(p.master).Narrow(lo - m.offset, hi - lo));
+    }
+  }
+}
+
+void ShardedParameters::Hold(size_t bytes) {
+  whole_bytes_ += bytes;
+  peak_whole_bytes_ = std::max(peak_whole_bytes_, whole_bytes_);
+}
+
+void ShardedParameters::Free(size_t bytes) {
+  TRELLIS_CHECK_LE(bytes, whole_bytes_);
+  whole_bytes_ -= bytes;
 }
 
 ShardedParameters::~ShardedParameters() {
@@ -87,8 +159,10 @@ void ShardedParameters::Launch(int b) {
   if (slot.full.defined()) return;
   slot.full =
       Tensor::Empty({buckets_.bucket_elements(b)}, dtype_, slot.owned.device());
-  gathered_bytes_ += slot.full.numel() * DTypeSize(dtype_);
+  const size_t bytes = slot.full.numel() * DTypeSize(dtype_);
+  gathered_bytes_ += bytes;
   peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+  Hold(bytes);
   Tensor block = Block(slot.full, b);
   block.CopyFrom(slot.owned);
   Communicator& dp = buckets_.dp();
@@ -120,7 +194,9 @@ void ShardedParameters::Drop(int b) {
     m.param->value = Tensor();
   }
   if (slot.full.defined()) {
-    gathered_bytes_ -= slot.full.numel() * DTypeSize(dtype_);
+    const size_t bytes = slot.full.numel() * DTypeSize(dtype_);
+    gathered_bytes_ -= bytes;
+    Free(bytes);
   }
   slot.full = Tensor();
   slot.bound = false;
@@ -161,22 +237,52 @@ void ShardedParameters::RefreshOwned(int b) {
   if (slot.owned_master.defined()) Convert(slot.owned_master, slot.owned);
 }
 
-void ShardedParameters::GatherAll() {
+void ShardedParameters::GatherAll() { GatherUnit(all_parameters(), true); }
+
+void ShardedParameters::ShardAll(bool keep) {
+  ShardUnit(all_parameters(), keep);
+}
+
+std::vector<Parameter*> ShardedParameters::all_parameters() const {
+  std::vector<Parameter*> all;
+  for (int b = 0; b < buckets_.num_buckets(); ++b) {
+    for (const GradientBuckets::Member& m : buckets_.members(b)) {
+      all.push_back(m.param);
+    }
+  }
+  return all;
+}
+
+void ShardedParameters::GatherUnit(const std::vector<Parameter*>& unit,
+                                   bool gather) {
   Communicator& dp = buckets_.dp();
-  for (int b = 0; b < static_cast<int>(slots_.size()); ++b) {
+  for (int b : BucketsOf(unit)) {
     Slot& slot = slots_[b];
     TRELLIS_CHECK(slot.refs == 0 && !slot.full.defined())
-        << "GatherAll while a unit is gathered";
-    Launch(b);
+        << "GatherUnit while a unit is gathered";
+    const Device device = slot.owned.device();
+    const int64_t elements = buckets_.bucket_elements(b);
+    if (gather) {
+      Launch(b);
+    } else {
+      // Zeros to be loaded into: nothing to fetch.
+      slot.full = Tensor::Zeros({elements}, dtype_, device);
+      const size_t bytes = elements * DTypeSize(dtype_);
+      gathered_bytes_ += bytes;
+      peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes_);
+      Hold(bytes);
+    }
     Bind(b);
     if (!slot.owned_master.defined()) continue;
-    slot.full_master = Tensor::Empty({buckets_.bucket_elements(b)}, DType::kF32,
-                                     slot.owned.device());
-    Tensor block = Block(slot.full_master, b);
-    block.CopyFrom(slot.owned_master);
-    if (dp.size() > 1) {
-      dp.AllGather(block, slot.full_master);
-      ++gathers_;
+    slot.full_master = Tensor::Zeros({elements}, DType::kF32, device);
+    Hold(elements * sizeof(float));
+    if (gather) {
+      Tensor block = Block(slot.full_master, b);
+      block.CopyFrom(slot.owned_master);
+      if (dp.size() > 1) {
+        dp.AllGather(block, slot.full_master);
+        ++gathers_;
+      }
     }
     for (const GradientBuckets::Member& m : buckets_.members(b)) {
       m.param->master = ViewOf(slot.full_master, *m.param, m.offset);
@@ -184,10 +290,12 @@ void ShardedParameters::GatherAll() {
   }
 }
 
-void ShardedParameters::ShardAll(bool keep) {
-  for (int b = 0; b < static_cast<int>(slots_.size()); ++b) {
+void ShardedParameters::ShardUnit(const std::vector<Parameter*>& unit,
+                                  bool keep) {
+  for (int b : BucketsOf(unit)) {
     Slot& slot = slots_[b];
-    TRELLIS_CHECK(slot.bound) << "ShardAll without GatherAll";
+    TRELLIS_CHECK(slot.bound && slot.refs == 0)
+        << "ShardUnit without GatherUnit";
     if (keep) {
       slot.owned.CopyFrom(Block(slot.full, b));
       if (slot.owned_master.defined()) {
@@ -197,9 +305,32 @@ void ShardedParameters::ShardAll(bool keep) {
     for (const GradientBuckets::Member& m : buckets_.members(b)) {
       m.param->master = Tensor();
     }
+    if (slot.full_master.defined()) {
+      Free(slot.full_master.numel() * sizeof(float));
+    }
     slot.full_master = Tensor();
     Drop(b);
   }
+}
+
+std::vector<std::vector<Parameter*>> ShardedParameters::IoGroups(
+    const std::vector<std::vector<Parameter*>>& units) const {
+  std::vector<bool> taken(slots_.size(), false);
+  std::vector<std::vector<Parameter*>> groups;
+  auto add = [&](const std::vector<int>& buckets) {
+    std::vector<Parameter*> group;
+    for (int b : buckets) {
+      if (taken[b]) continue;
+      taken[b] = true;
+      for (const GradientBuckets::Member& m : buckets_.members(b)) {
+        group.push_back(m.param);
+      }
+    }
+    if (!group.empty()) groups.push_back(std::move(group));
+  };
+  for (const std::vector<Parameter*>& unit : units) add(BucketsOf(unit));
+  for (int b = 0; b < static_cast<int>(slots_.size()); ++b) add({b});
+  return groups;
 }
 
 int64_t ShardedParameters::owned_elements() const {

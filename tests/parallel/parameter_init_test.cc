@@ -1,13 +1,15 @@
 // InitializeParameter fills large parameters on several threads, row by
 // row: every element must get exactly the value the one-element-at-a-time
 // walk (ShardSpec::ForEachElement) gives it, padding 0, for every kind of
-// split. Materialize(kZero) must call no initializer and leave only zeros.
+// split; so must InitializeElements on any range of them. Materialize(kZero)
+// must call no initializer and leave only zeros.
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +86,59 @@ TEST(ParameterInitTest, ParallelFillEqualsElementWalkForF64AndBf16) {
   const ShardSpec vocab = ShardSpec::Split({1000, 300}, 0, 2, 1, 1, 1024);
   ExpectSameAsElementWalk(vocab, DType::kF64);
   ExpectSameAsElementWalk(vocab, DType::kBF16);
+}
+
+// ZeRO-3 fills only its blocks of a parameter (InitializeElements): any
+// range, starting and ending mid-row, must hold exactly the elements the
+// whole parameter's fill gives there.
+TEST(ParameterInitTest, ElementRangesEqualTheWholeFillToTheBit) {
+  for (const ShardSpec& spec : LargeSpecs()) {
+    const std::vector<double> want = Expected(spec);
+    const int64_t n = static_cast<int64_t>(want.size());
+    for (const DType dtype : {DType::kF32, DType::kF64}) {
+      // Whole, a block of a quarter starting mid-row, one element, the end.
+      for (const auto& [first, count] :
+           std::vector<std::pair<int64_t, int64_t>>{
+               {0, n}, {n / 4 + 3, n / 4}, {n / 2 + 1, 1}, {n - 5, 5}}) {
+        if (first < 0 || count < 0 || first + count > n) continue;
+        Tensor out = Tensor::Empty({count}, dtype);
+        out.Fill(123.0);
+        InitializeElements(spec, ValueAt, first, count, out);
+        for (int64_t k = 0; k < count; ++k) {
+          const double w = want[first + k];
+          if (dtype == DType::kF64) {
+            ASSERT_EQ(std::bit_cast<uint64_t>(out.data<double>()[k]),
+                      std::bit_cast<uint64_t>(w))
+                << spec.DebugString() << " element " << first + k;
+          } else {
+            ASSERT_EQ(std::bit_cast<uint32_t>(out.data<float>()[k]),
+                      std::bit_cast<uint32_t>(static_cast<float>(w)))
+                << spec.DebugString() << " element " << first + k;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Declarations taken (ZeRO-3 fills its blocks itself) are no longer made
+// by Materialize.
+TEST(ParameterInitTest, TakenDeclarationsAreNotMaterialized) {
+  ParameterSet params;
+  params.Declare("a", ShardSpec::Replicated({5}), /*decay=*/true, Device::Cpu(),
+                 DType::kBF16, ValueAt);
+  params.Declare("b", ShardSpec::Replicated({3}), /*decay=*/false,
+                 Device::Cpu(), DType::kF32, ValueAt);
+  const std::vector<ParameterDeclaration> taken = params.TakeDeclarations();
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(taken[0].parameter, &params.Get("a"));
+  EXPECT_EQ(taken[0].dtype, DType::kBF16);
+  EXPECT_EQ(taken[1].parameter, &params.Get("b"));
+  EXPECT_EQ(taken[1].init(2), ValueAt(2));
+  params.Materialize(/*grads=*/false);
+  EXPECT_FALSE(params.Get("a").value.defined());
+  EXPECT_FALSE(params.Get("b").value.defined());
+  EXPECT_TRUE(params.TakeDeclarations().empty());
 }
 
 TEST(ParameterInitTest, MaterializeZeroCallsNoInitializerAndLeavesZeros) {

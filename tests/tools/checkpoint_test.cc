@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/tools/tools_test_util.h"
 
 namespace trellis {
@@ -310,6 +312,78 @@ TEST(LoadCheckpointTest, MissingModelFileNamesIt) {
   const absl::Status status = LoadCheckpoint(dir, params, nullptr);
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(std::string(status.message()), HasSubstr(dir + "/model.h5"));
+}
+
+// ZeRO-3's weights exist one group at a time: a save by WeightGroups reads
+// each group only while it is open (one open at once, every group opened
+// twice, for the checksums and for the bytes, in order), and writes what a
+// save of the whole weights writes, checksums included; LoadCheckpointPart
+// fills just the parameters it is given.
+TEST(WeightGroupsTest, SavesGroupByGroupAndLoadsPartByPart) {
+  const std::string dir = test::ScratchDir();
+  ParameterSet params;
+  AddModel(params, 4);
+  Parameter& extra = params.Add("ln_f.weight", ShardSpec::Replicated({5}),
+                                /*decay=*/false, Device::Cpu());
+  for (int64_t i = 0; i < 5; ++i) extra.value.data<float>()[i] = 0.5f * i;
+  std::vector<Tensor> kept;  // the weights, while their group is closed
+  for (Parameter* p : params.all()) {
+    kept.push_back(p->value);
+    p->value = Tensor();
+  }
+  WeightGroups groups;
+  groups.groups = {{params.all()[0], params.all()[1]}, {params.all()[2]}};
+  std::vector<std::string> calls;
+  int open = 0;
+  auto index = [&](const Parameter* p) {
+    return std::find(params.all().begin(), params.all().end(), p) -
+           params.all().begin();
+  };
+  groups.open = [&](const std::vector<Parameter*>& g) {
+    calls.push_back(absl::StrCat("open ", g.size()));
+    ASSERT_EQ(open++, 0) << "two groups open at once";
+    for (Parameter* p : g) p->value = kept[index(p)];
+  };
+  groups.close = [&](const std::vector<Parameter*>& g) {
+    calls.push_back(absl::StrCat("close ", g.size()));
+    --open;
+    for (Parameter* p : g) p->value = Tensor();
+  };
+  SelfCommunicator world("world");
+  TrainingState state;
+  state.step = 3;
+  state.tokenizer = "byte";
+  ASSERT_TRUE(SaveCheckpoint(dir, state, params, nullptr, world,
+                             /*writer=*/true, &groups)
+                  .ok());
+  EXPECT_THAT(calls, ElementsAre("open 2", "close 2", "open 1", "close 1",
+                                 "open 2", "close 2", "open 1", "close 1"));
+  // Read back whole (checksums verified) and part by part.
+  ParameterSet whole;
+  AddModel(whole, 4);
+  whole.Add("ln_f.weight", ShardSpec::Replicated({5}), false, Device::Cpu());
+  for (Parameter* p : whole.all()) p->value.Zero();
+  ASSERT_TRUE(LoadCheckpoint(dir + "/step_00000003", whole, nullptr).ok());
+  ParameterSet parts;
+  AddModel(parts, 4);
+  parts.Add("ln_f.weight", ShardSpec::Replicated({5}), false, Device::Cpu());
+  for (Parameter* p : parts.all()) p->value.Zero();
+  ASSERT_TRUE(LoadCheckpointPart(dir + "/step_00000003", parts,
+                                 {parts.all()[2]}, nullptr)
+                  .ok());
+  EXPECT_EQ(parts.all()[0]->value.data<float>()[0], 0.0f)
+      << "a parameter outside the part was read";
+  ASSERT_TRUE(LoadCheckpointPart(dir + "/step_00000003", parts,
+                                 {parts.all()[0], parts.all()[1]}, nullptr)
+                  .ok());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    for (const ParameterSet* loaded : {&whole, &parts}) {
+      const Tensor& got = loaded->all()[i]->value;
+      ASSERT_EQ(got.nbytes(), kept[i].nbytes());
+      EXPECT_EQ(std::memcmp(got.raw(), kept[i].raw(), got.nbytes()), 0)
+          << loaded->all()[i]->name;
+    }
+  }
 }
 
 }  // namespace

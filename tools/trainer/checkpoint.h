@@ -30,6 +30,10 @@
 // Loading: every rank reads just the slices its layout needs, of the model
 // and of the moments, so a checkpoint loads under any (dp, tp, pp).
 //
+// ZeRO-3 (weights sharded over dp, never whole) saves and loads one group
+// of parameters at a time: SaveCheckpoint with WeightGroups, and
+// LoadCheckpointPart per group. The files are the same as any layout's.
+//
 // Integrity: each stored tensor carries checksums (tensor_checksum.h) that
 // the writers sum their slices' parts into while defining it; loading
 // verifies every checksum chunk its slices touch and rejects NaN and
@@ -110,21 +114,55 @@ struct CheckpointShards {
   bool has_optimizer() const { return !exp_avg.empty(); }
 };
 
+// Shards whose tensors exist one group at a time (ZeRO-3): group g is
+// shards [model_ends[g - 1], model_ends[g]) of CheckpointShards::model and
+// [moment_ends[g - 1], moment_ends[g]) of exp_avg and of exp_avg_sq
+// (their `tensor`s left empty). Every rank of the save walks the groups in
+// order twice, first for the writers' checksums, then for their bytes:
+// open(g) returns the group's tensors (one per shard of each list, in
+// order) and close(g) ends their use. Both may be collective over ranks
+// that walk the same groups.
+struct ShardWalk {
+  struct Tensors {
+    std::vector<Tensor> model, exp_avg, exp_avg_sq;
+  };
+  std::vector<size_t> model_ends, moment_ends;
+  std::function<Tensors(size_t)> open;
+  std::function<void(size_t)> close;
+};
+
 struct SaveOptions {
   DType model_dtype = DType::kF32;  // kF32, kF16 or kBF16 (moments: kF32).
   bool log = true;                  // Rank 0 prints a line when saved.
   // Called on writers after each tensor written: (written, total).
   std::function<void(int64_t, int64_t)> progress;
+  // When set, the shards are read group by group through it.
+  const ShardWalk* walk = nullptr;
+};
+
+// Parameters whose weights (and moments) exist one group at a time
+// (ZeRO-3, ShardedParameters::IoGroups): every parameter in exactly one
+// group; open(group) makes the group's weights readable and, for a save
+// with an optimizer, its moments (Optimizer::BeginCheckpointPart);
+// close(group) drops them. Both may be collective over the ranks that
+// share them, which call them for the same groups in the same order.
+struct WeightGroups {
+  std::vector<std::vector<Parameter*>> groups;
+  std::function<void(const std::vector<Parameter*>&)> open, close;
 };
 
 // Saves a training checkpoint: the primary parameters and, when `optimizer`
 // is not null, their moments. `writer`: this rank belongs to data-parallel
 // replica 0. Collective over `world`; every rank returns the same verdict.
-// A checkpoint of that step that already exists is left alone.
+// A checkpoint of that step that already exists is left alone. With
+// `groups`, the weights and moments are read one group at a time (open,
+// read, close: twice per group, for the checksums and for the bytes), so
+// no rank holds more of them whole than the largest group's.
 absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,
-                            Communicator& world, bool writer);
+                            Communicator& world, bool writer,
+                            const WeightGroups* groups = nullptr);
 
 // The general form: each writer passes the shards it writes (each logical
 // element written by exactly one writer rank).
@@ -138,6 +176,16 @@ absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir);
 // not null) from the checkpoint. Errors name the file and the tensor.
 absl::Status LoadCheckpoint(const std::string& dir, ParameterSet& params,
                             Optimizer* optimizer);
+
+// LoadCheckpoint for the parameters `part` of `params` only (and their
+// moments with `optimizer`, whose moment i is that of params.all()[i]):
+// ZeRO-3 loads one group of whole weights at a time. `note_unverified`
+// as in CheckpointShards.
+absl::Status LoadCheckpointPart(const std::string& dir,
+                                const ParameterSet& params,
+                                const std::vector<Parameter*>& part,
+                                Optimizer* optimizer,
+                                bool note_unverified = true);
 
 // Fills the shards' tensors (and optimizer_step when moments are asked
 // for). A weights-only checkpoint asked for moments is FailedPrecondition.

@@ -29,7 +29,7 @@ ShardedOptimizer::ShardedOptimizer(OptimizerConfig config,
       sharded_(sharded) {
   TRELLIS_CHECK(buckets.sync() != GradSync::kAllReduce)
       << "a sharded optimizer needs reduce-scattered gradient buckets";
-  std::unordered_map<const Parameter*, size_t> index;
+  std::unordered_map<const Parameter*, size_t>& index = index_;
   for (size_t i = 0; i < params.all().size(); ++i) index[params.all()[i]] = i;
   std::vector<bool> covered(params.all().size(), false);
   for (int b = 0; b < buckets.num_buckets(); ++b) {
@@ -188,22 +188,31 @@ void ShardedOptimizer::GatherWeights() {
   }
 }
 
-void ShardedOptimizer::GatherMoments(const std::vector<Tensor>& blocks,
+void ShardedOptimizer::GatherMoments(const std::vector<int>& buckets,
+                                     const std::vector<Tensor>& blocks,
                                      std::vector<Tensor>& whole) {
   Communicator& dp = buckets_.dp();
-  for (int b = 0; b < buckets_.num_buckets(); ++b) {
+  for (int b : buckets) {
     Tensor buffer = buckets_.GatherBuffer(b);
     Tensor block = Block(buffer, b);
     block.CopyFrom(blocks[b]);
     if (dp.size() > 1) dp.AllGather(block, buffer);
     for (const GradientBuckets::Member& member : buckets_.members(b)) {
-      for (size_t i = 0; i < params().all().size(); ++i) {
-        if (params().all()[i] != member.param || !whole[i].defined()) continue;
-        Flat(whole[i]).CopyFrom(
-            buffer.Narrow(member.offset, member.param->numel()));
-      }
+      Tensor& to = whole[index_.at(member.param)];
+      if (!to.defined()) continue;
+      Flat(to).CopyFrom(buffer.Narrow(member.offset, member.param->numel()));
     }
   }
+}
+
+std::vector<int> ShardedOptimizer::BucketsOf(
+    const std::vector<Parameter*>& part) const {
+  std::vector<int> out;
+  for (const Parameter* p : part) {
+    const int b = buckets_.BucketOf(p);
+    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
+  }
+  return out;
 }
 
 bool ShardedOptimizer::SavesMoments(size_t i) const {
@@ -211,41 +220,82 @@ bool ShardedOptimizer::SavesMoments(size_t i) const {
          buckets_.dp().rank();
 }
 
+Tensor ShardedOptimizer::NewMoment(const Parameter& p) const {
+  // The moments' kind is the gradient bucket's (under ZeRO-3 the value may
+  // be released).
+  const Tensor like = buckets_.Shard(buckets_.BucketOf(&p));
+  return Tensor::Zeros(p.spec.LocalShape(), like.dtype(), like.device());
+}
+
 void ShardedOptimizer::BeginCheckpointIo(CheckpointIo io) {
   m().clear();
   v().clear();
   const std::vector<Parameter*>& all = params().all();
+  // Sharded weights move part by part: the moments with them.
+  if (sharded_ != nullptr) {
+    m().resize(all.size());
+    v().resize(all.size());
+    return;
+  }
   for (size_t i = 0; i < all.size(); ++i) {
-    const Parameter* p = all[i];
     const bool kept = io == CheckpointIo::kLoad || SavesMoments(i);
-    m().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
-                                       p->value.device())
-                       : Tensor());
-    v().push_back(kept ? Tensor::Zeros(p->value.shape(), MomentType(*p),
-                                       p->value.device())
-                       : Tensor());
+    m().push_back(kept ? NewMoment(*all[i]) : Tensor());
+    v().push_back(kept ? NewMoment(*all[i]) : Tensor());
   }
   if (io == CheckpointIo::kSave) {
     // Through the buckets: the gradients there are spent after a step and
     // zeroed at the next one's start.
-    GatherMoments(m_blocks_, m());
-    GatherMoments(v_blocks_, v());
+    std::vector<int> every(buckets_.num_buckets());
+    for (int b = 0; b < buckets_.num_buckets(); ++b) every[b] = b;
+    GatherMoments(every, m_blocks_, m());
+    GatherMoments(every, v_blocks_, v());
+  }
+}
+
+void ShardedOptimizer::KeepLoadedMoments() {
+  for (const Segment& s : segments_) {
+    if (!m()[s.param].defined()) continue;
+    m_blocks_[s.bucket]
+        .Narrow(s.block_offset, s.length)
+        .CopyFrom(Piece(m()[s.param], s));
+    v_blocks_[s.bucket]
+        .Narrow(s.block_offset, s.length)
+        .CopyFrom(Piece(v()[s.param], s));
   }
 }
 
 void ShardedOptimizer::EndCheckpointIo(CheckpointIo io) {
-  if (io == CheckpointIo::kLoad) {
-    for (const Segment& s : segments_) {
-      m_blocks_[s.bucket]
-          .Narrow(s.block_offset, s.length)
-          .CopyFrom(Piece(m()[s.param], s));
-      v_blocks_[s.bucket]
-          .Narrow(s.block_offset, s.length)
-          .CopyFrom(Piece(v()[s.param], s));
-    }
-  }
+  if (io == CheckpointIo::kLoad) KeepLoadedMoments();
   m().clear();
   v().clear();
+}
+
+void ShardedOptimizer::BeginCheckpointPart(
+    CheckpointIo io, const std::vector<Parameter*>& part) {
+  if (sharded_ == nullptr) return;
+  for (const Parameter* p : part) {
+    const size_t i = index_.at(p);
+    if (io == CheckpointIo::kSave && !SavesMoments(i)) continue;
+    m()[i] = NewMoment(*p);
+    v()[i] = NewMoment(*p);
+  }
+  if (io == CheckpointIo::kSave) {
+    // Through the part's gradient buckets, spent after a step.
+    const std::vector<int> buckets = BucketsOf(part);
+    GatherMoments(buckets, m_blocks_, m());
+    GatherMoments(buckets, v_blocks_, v());
+  }
+}
+
+void ShardedOptimizer::EndCheckpointPart(CheckpointIo io,
+                                         const std::vector<Parameter*>& part) {
+  if (sharded_ == nullptr) return;
+  if (io == CheckpointIo::kLoad) KeepLoadedMoments();
+  for (const Parameter* p : part) {
+    const size_t i = index_.at(p);
+    m()[i] = Tensor();
+    v()[i] = Tensor();
+  }
 }
 
 }  // namespace trellis

@@ -29,14 +29,17 @@
 // dp per bucket); weights stay whole, unless the weights are sharded too
 // (ZeRO-3, `sharded`): then the owned blocks of ShardedParameters are what
 // AdamW steps, bfloat16 values are rounded from them block by block, and
-// nothing is gathered after the step. Checkpoint I/O then needs the
-// weights whole (ShardedParameters::GatherAll) around it. Checkpoints stay
-// layout-free: BeginCheckpointIo(kSave) gathers, through bucket-sized buffers,
-// the whole moments of the parameters this rank saves (SavesMoments: every
-// dp-th, so the dp ranks write the optimizer file together, each holding about
-// 1/dp of the moments whole for it); kLoad allocates them all to be read and
-// EndCheckpointIo(kLoad) keeps the owned segments, so a checkpoint moves
-// between ZeRO levels and layouts.
+// nothing is gathered after the step. Checkpoint I/O then makes the
+// weights whole one group at a time (ShardedParameters::IoGroups); the
+// moments' shapes come from the parameters' specs, since their values
+// may be released. Checkpoints stay layout-free: BeginCheckpointIo(kSave)
+// gathers, through bucket-sized buffers, the whole moments of the parameters
+// this rank saves (SavesMoments: every dp-th, so the dp ranks write the
+// optimizer file together, each holding about 1/dp of the moments whole for
+// it); kLoad allocates them all to be read and EndCheckpointIo(kLoad) keeps
+// the owned segments, so a checkpoint moves between ZeRO levels and
+// layouts. Under ZeRO-3 both happen one part at a time instead
+// (BeginCheckpointPart), so no moment is whole outside its part's I/O.
 //
 // Thread safety: none; the training thread drives it. Step and the
 // checkpoint calls are collective over dp (and Step over tp and pp).
@@ -44,6 +47,7 @@
 #define TRELLIS_TOOLS_TRAINER_SHARDED_OPTIMIZER_H_
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "parallel/data_parallel.h"
@@ -67,6 +71,15 @@ class ShardedOptimizer : public Optimizer {
   void PoisonGradient() override;
   void BeginCheckpointIo(CheckpointIo io) override;
   void EndCheckpointIo(CheckpointIo io) override;
+  // With sharded weights (ZeRO-3) checkpoint I/O makes no moment whole
+  // outside a part: BeginCheckpointPart(kSave) gathers the part's buckets
+  // of moments and keeps the whole moments this rank saves,
+  // BeginCheckpointPart(kLoad) makes the part's to be read; the Ends keep
+  // the loaded owned segments and drop them.
+  void BeginCheckpointPart(CheckpointIo io,
+                           const std::vector<Parameter*>& part) override;
+  void EndCheckpointPart(CheckpointIo io,
+                         const std::vector<Parameter*>& part) override;
   // Parameter i's moments are saved by dp rank i mod dp.
   bool SavesOwnMoments() const override { return true; }
   bool SavesMoments(size_t i) const override;
@@ -94,13 +107,22 @@ class ShardedOptimizer : public Optimizer {
   // Copies each bucket's owned weights into its block, all-gathers the
   // buckets and copies every parameter's weights out.
   void GatherWeights();
-  // Gathers `blocks` (one per bucket) into whole per-parameter tensors.
-  void GatherMoments(const std::vector<Tensor>& blocks,
+  // A zeroed whole moment of `p` (its gradient bucket's dtype and device).
+  Tensor NewMoment(const Parameter& p) const;
+  // Copies into the owned blocks the segments of every defined moment.
+  void KeepLoadedMoments();
+  // Gathers `blocks` (one per bucket) of `buckets` into the defined whole
+  // per-parameter tensors of `whole`.
+  void GatherMoments(const std::vector<int>& buckets,
+                     const std::vector<Tensor>& blocks,
                      std::vector<Tensor>& whole);
+  // The distinct buckets of `part`.
+  std::vector<int> BucketsOf(const std::vector<Parameter*>& part) const;
 
   GradientBuckets& buckets_;
   ShardedParameters* sharded_;  // ZeRO-3's owned weights, or null
   std::vector<Segment> segments_;
+  std::unordered_map<const Parameter*, size_t> index_;  // in params().all()
   std::vector<Tensor> m_blocks_, v_blocks_;  // per bucket, its block's length
 };
 

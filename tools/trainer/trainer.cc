@@ -141,15 +141,15 @@ absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   // NCCL's buffers are taken already (SetUpRankDevice warmed the groups).
   const size_t available = AvailableMemory(o, device_);
   TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));
-  // ZeRO-3 keeps only its blocks of the weights (in the arena, below):
-  // the whole weights are initialized once outside it and released once
-  // the blocks are taken.
-  if (o.zero == 3) model_->params().Materialize(/*grads=*/false);
   // Everything the plan counts comes from one arena, allocated now: the
   // parameters, then the gradient buckets and the optimizer's moments, and
   // during the first step the activations and pipeline buffers.
   arena_scope_ = std::make_unique<ArenaScope>(
       MemoryArena::Create(ArenaCapacity(memory_plan_, available), device_));
+  // ZeRO-3 never makes the weights whole: ShardedParameters (below) fills
+  // its blocks of them from the declarations.
+  std::vector<ParameterDeclaration> declared;
+  if (o.zero == 3) declared = model_->params().TakeDeclarations();
   model_->Allocate(fill);
   TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after initializing the weights"));
   BatchLoader::Config data;
@@ -184,7 +184,7 @@ absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   buckets_ = std::make_unique<GradientBuckets>(
       model_->GradientReadyOrder(),
       static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp, sync,
-      alone, starts);
+      alone, starts, declared);
   model_->set_on_gradient_final(
       [this](const Parameter* p) { buckets_->MarkReady(p); });
   if (zero) {
@@ -202,7 +202,7 @@ absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   if (o.zero == 3) {
     // ZeRO-3 keeps only the owned blocks of the weights and gathers a
     // unit's whole weights around each compute that reads them.
-    sharded_ = std::make_unique<ShardedParameters>(*buckets_);
+    sharded_ = std::make_unique<ShardedParameters>(*buckets_, declared, fill);
     model_->set_weight_gathers(
         ModelChunk::WeightGathers{[this](const std::vector<Parameter*>& unit,
                                          const std::vector<Parameter*>& next) {

@@ -117,6 +117,9 @@ class Trainer {
   absl::Status PlanMemory(size_t available,
                           const std::vector<Action>& schedule);
   absl::Status Resume(const std::string& dir);
+  // Reads the model's weights (and, with `optimizer`, its moments) from
+  // `dir`; under ZeRO-3 one group of whole weights at a time.
+  absl::Status LoadModel(const std::string& dir, Optimizer* optimizer);
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
   // After the data-parallel sync, sums over tp the gradients the model

@@ -1,7 +1,7 @@
 // The trainer's checkpoint side: checking a checkpoint against the run,
 // loading weights, resuming (weights, optimizer state and data position)
-// and saving. Under --zero=3 the whole weights are gathered around the
-// checkpoint I/O and sharded again after it.
+// and saving. Under --zero=3 the weights are saved and loaded one group
+// of whole weights at a time (ShardedParameters::IoGroups), never all.
 #include <cstdio>
 #include <vector>
 
@@ -49,22 +49,40 @@ absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
 
 absl::Status Trainer::LoadWeights(const std::string& dir) {
   TRELLIS_RETURN_IF_ERROR(CheckCheckpoint(dir).status());
-  if (sharded_ != nullptr) sharded_->GatherAll();
-  const absl::Status loaded = LoadCheckpoint(dir, model_->params(), nullptr);
-  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/true);
-  return loaded;
+  return LoadModel(dir, nullptr);
+}
+
+absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
+  if (sharded_ == nullptr) {
+    return LoadCheckpoint(dir, model_->params(), optimizer);
+  }
+  // ZeRO-3 loads one group of whole weights at a time and keeps its
+  // blocks of them. No collective: every rank reads its own.
+  bool first = true;
+  for (const std::vector<Parameter*>& group :
+       sharded_->IoGroups(model_->GatherUnits())) {
+    sharded_->GatherUnit(group, /*gather=*/false);
+    if (optimizer != nullptr) {
+      optimizer->BeginCheckpointPart(CheckpointIo::kLoad, group);
+    }
+    const absl::Status loaded =
+        LoadCheckpointPart(dir, model_->params(), group, optimizer, first);
+    if (optimizer != nullptr) {
+      optimizer->EndCheckpointPart(CheckpointIo::kLoad, group);
+    }
+    sharded_->ShardUnit(group, /*keep=*/loaded.ok());
+    TRELLIS_RETURN_IF_ERROR(loaded);
+    first = false;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Resume(const std::string& dir) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
   TRELLIS_RETURN_IF_ERROR(CheckSameRun(dir, state, options_));
-  // ZeRO-3 loads into whole weights and keeps its blocks of them.
-  if (sharded_ != nullptr) sharded_->GatherAll();
   optimizer_->BeginCheckpointIo(CheckpointIo::kLoad);
-  const absl::Status loaded =
-      LoadCheckpoint(dir, model_->params(), optimizer_.get());
+  const absl::Status loaded = LoadModel(dir, optimizer_.get());
   optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
-  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/true);
   TRELLIS_RETURN_IF_ERROR(loaded);
   std::vector<int64_t> source_samples;
   for (const DataSourceState& d : state.data_sources) {
@@ -110,15 +128,26 @@ absl::Status Trainer::Save() {
   state.tp = options_.tp;
   state.pp = options_.pp;
   state.flags = options_.ToFlagString();
-  // ZeRO-3 gathers the whole weights for the writers (replica 0), then
-  // drops them again.
-  if (sharded_ != nullptr) sharded_->GatherAll();
+  // ZeRO-3 gathers one group of whole weights (for the writers, replica 0)
+  // and of moments (for their savers) at a time, and drops it before the
+  // next.
+  WeightGroups walk;
+  if (sharded_ != nullptr) {
+    walk.groups = sharded_->IoGroups(model_->GatherUnits());
+    walk.open = [this](const std::vector<Parameter*>& group) {
+      sharded_->GatherUnit(group, /*gather=*/true);
+      optimizer_->BeginCheckpointPart(CheckpointIo::kSave, group);
+    };
+    walk.close = [this](const std::vector<Parameter*>& group) {
+      optimizer_->EndCheckpointPart(CheckpointIo::kSave, group);
+      sharded_->ShardUnit(group, /*keep=*/false);
+    };
+  }
   optimizer_->BeginCheckpointIo(CheckpointIo::kSave);
-  const absl::Status saved =
-      SaveCheckpoint(options_.save_dir, state, model_->params(),
-                     optimizer_.get(), *groups_.world, coord_.d == 0);
+  const absl::Status saved = SaveCheckpoint(
+      options_.save_dir, state, model_->params(), optimizer_.get(),
+      *groups_.world, coord_.d == 0, sharded_ != nullptr ? &walk : nullptr);
   optimizer_->EndCheckpointIo(CheckpointIo::kSave);
-  if (sharded_ != nullptr) sharded_->ShardAll(/*keep=*/false);
   TRELLIS_RETURN_IF_ERROR(saved);
   if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {
     absl::Status pruned = PruneCheckpoints(
