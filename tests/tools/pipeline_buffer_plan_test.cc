@@ -173,7 +173,7 @@ TEST(PipelineBufferPlanTest, SharedStageSchedulesEqualEachStagesOwn) {
       EXPECT_EQ(b.pipeline, a.pipeline) << what;
       EXPECT_EQ(b.activations, a.activations) << what;
       EXPECT_EQ(b.total(), a.total()) << what;
-      EXPECT_EQ(shared.planned_slots[p].CountsString(),
+      EXPECT_EQ(shared.planned_slots[p]->CountsString(),
                 PlannedBufferSlots(own.schedule(),
                                    BuildForwardOnlySchedules(
                                        static_cast<int>(o.pp),

@@ -69,13 +69,15 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
     schedule_ =
         BuildSchedule(options.schedule, coord.p, static_cast<int>(options.pp),
                       static_cast<int>(options.microbatches()), v);
-    train_slots_ = PipelineBufferSlots::Assign(schedule_, v);
-    planned_slots_ = PlannedBufferSlots(
-        schedule_,
-        BuildForwardOnlySchedules(static_cast<int>(options.pp),
-                                  static_cast<int>(options.microbatches()),
-                                  v)[coord.p],
-        v);
+    train_slots_ = std::make_shared<const PipelineBufferSlots>(
+        PipelineBufferSlots::Assign(schedule_, v));
+    planned_slots_ =
+        std::make_shared<const PipelineBufferSlots>(PlannedBufferSlots(
+            schedule_,
+            BuildForwardOnlySchedules(static_cast<int>(options.pp),
+                                      static_cast<int>(options.microbatches()),
+                                      v)[coord.p],
+            v));
   }
   // Each W call reports each group once: a parameter is final after m
   // reports per group it appears in. The head's wte gradient is added in F,
@@ -214,7 +216,7 @@ MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
   return Plan(
       in_flight,
       schedule == schedule_
-          ? planned_slots_
+          ? *planned_slots_
           : PlannedBufferSlots(
                 schedule,
                 BuildForwardOnlySchedules(
@@ -282,9 +284,9 @@ MemoryPlan StageModel::Plan(const std::vector<int>& in_flight,
 
 Tensor& StageModel::BufferFor(PipelineBuffer kind, int vstage, int mb) {
   const PipelineBufferSlots& running =
-      eval_slots_ != nullptr ? *eval_slots_ : train_slots_;
+      eval_slots_ != nullptr ? *eval_slots_ : *train_slots_;
   const int slot = running.slot(kind, vstage, mb);
-  TRELLIS_CHECK_LT(slot, planned_slots_.count(kind, vstage))
+  TRELLIS_CHECK_LT(slot, planned_slots_->count(kind, vstage))
       << PipelineBufferName(kind) << " slot beyond the memory plan";
   Tensor& t = buffers_[static_cast<int>(kind)][{vstage, slot}];
   if (!t.defined()) {

@@ -190,7 +190,7 @@ class StageModel : public PipelineStageCallbacks {
   // This stage's training schedule, its buffer slots, and the slots
   // planned (training and evaluation).
   std::vector<Action> schedule_;
-  PipelineBufferSlots train_slots_, planned_slots_;
+  StageSchedules::Slots train_slots_, planned_slots_;
   // While ForwardOnly runs: the slots of its list (else training's).
   const PipelineBufferSlots* eval_slots_ = nullptr;
   // By kind, (virtual stage, slot).

@@ -22,9 +22,10 @@ StageSchedules BuildStageSchedules(const TrainOptions& options) {
   const std::vector<std::vector<Action>> forward_only =
       BuildForwardOnlySchedules(pp, m, v);
   for (int p = 0; p < pp; ++p) {
-    s.train_slots.push_back(PipelineBufferSlots::Assign(s.actions[p], v));
-    s.planned_slots.push_back(
-        PlannedBufferSlots(s.actions[p], forward_only[p], v));
+    s.train_slots.push_back(std::make_shared<const PipelineBufferSlots>(
+        PipelineBufferSlots::Assign(s.actions[p], v)));
+    s.planned_slots.push_back(std::make_shared<const PipelineBufferSlots>(
+        PlannedBufferSlots(s.actions[p], forward_only[p], v)));
   }
   return s;
 }

@@ -16,6 +16,7 @@
 #ifndef TRELLIS_TOOLS_TRAINER_STAGE_SCHEDULES_H_
 #define TRELLIS_TOOLS_TRAINER_STAGE_SCHEDULES_H_
 
+#include <memory>
 #include <vector>
 
 #include "parallel/pipeline_buffers.h"
@@ -24,10 +25,12 @@
 
 namespace trellis {
 
+// Slots are shared, not copied, by the StageModels that take them.
 struct StageSchedules {
-  std::vector<std::vector<Action>> actions;        // [stage]
-  std::vector<PipelineBufferSlots> train_slots;    // [stage]
-  std::vector<PipelineBufferSlots> planned_slots;  // [stage]
+  using Slots = std::shared_ptr<const PipelineBufferSlots>;
+  std::vector<std::vector<Action>> actions;  // [stage]
+  std::vector<Slots> train_slots;            // [stage]
+  std::vector<Slots> planned_slots;          // [stage]
 };
 
 // The slots a stage plans: those of its training list `schedule`, widened
