@@ -34,11 +34,16 @@ void ProgressBar::Update(int64_t done, int64_t total,
       done > 0 ? static_cast<int64_t>(seconds * (total - done) / done) : 0;
   constexpr int kWidth = 30;
   const int filled = static_cast<int>(kWidth * fraction);
+  const std::string figures =
+      unit_ == "bytes"
+          ? absl::StrFormat("%.1f/%.1f MB  %.1f MB/s", done / 1e6, total / 1e6,
+                            seconds > 0 ? done / seconds / 1e6 : 0.0)
+          : absl::StrFormat("%lld/%lld %s", static_cast<long long>(done),
+                            static_cast<long long>(total), unit_);
   std::string line = absl::StrFormat(
-      "%s [%s%s] %lld/%lld %s  %.1f%%  ETA %d:%02d", label_,
-      std::string(filled, '#'), std::string(kWidth - filled, '.'),
-      static_cast<long long>(done), static_cast<long long>(total), unit_,
-      100 * fraction, static_cast<int>(eta / 60), static_cast<int>(eta % 60));
+      "%s [%s%s] %s  %.1f%%  ETA %d:%02d", label_, std::string(filled, '#'),
+      std::string(kWidth - filled, '.'), figures, 100 * fraction,
+      static_cast<int>(eta / 60), static_cast<int>(eta % 60));
   if (!detail.empty()) absl::StrAppend(&line, "  ", detail);
   std::fprintf(stderr, tty_ ? "\r%s%s" : "%s%s", line.c_str(),
                tty_ && !final ? "" : "\n");

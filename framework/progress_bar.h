@@ -25,7 +25,8 @@ namespace trellis {
 class ProgressBar {
  public:
   // `label` starts the line, `unit` names what is counted; a bar that is
-  // not `enabled` draws nothing.
+  // not `enabled` draws nothing. With the unit "bytes" the figures are
+  // megabytes and the rate ("1.9/4.3 MB  12.0 MB/s").
   ProgressBar(std::string label, std::string unit, bool enabled = true);
 
   // `done` of `total` finished. REQUIRES: 0 ≤ done ≤ total.

@@ -46,6 +46,7 @@
 #include "data/input_files.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
+#include "framework/progress_bar.h"
 #include "framework/status.h"
 #include "tools/trainer/program_help.h"
 
@@ -85,43 +86,6 @@ struct Batch {
   std::vector<size_t> piece_ends;  // end of each piece's tokens
   bool taken = false;
   bool done = false;
-};
-
-// Draws "[####....]  45.1%  1.9/4.3 MB  12.0 MB/s  ETA 0:02" on stderr: in
-// place at most 10 times a second on a terminal, else a line every 5 s.
-class ProgressBar {
- public:
-  explicit ProgressBar(int64_t total_bytes)
-      : total_(std::max<int64_t>(total_bytes, 1)), tty_(isatty(2) == 1) {}
-
-  void Update(int64_t done, bool final = false) {
-    const auto now = std::chrono::steady_clock::now();
-    const double since_draw =
-        std::chrono::duration<double>(now - last_draw_).count();
-    if (!final && since_draw < (tty_ ? 0.1 : 5.0)) return;
-    last_draw_ = now;
-    const double seconds = std::chrono::duration<double>(now - start_).count();
-    const double fraction =
-        final ? 1.0 : std::min(1.0, static_cast<double>(done) / total_);
-    const double rate = seconds > 0 ? done / seconds : 0;
-    const int64_t eta =
-        rate > 0 ? static_cast<int64_t>((total_ - done) / rate) : 0;
-    const int filled = static_cast<int>(fraction * 30);
-    const std::string line = absl::StrFormat(
-        "[%s%s] %5.1f%%  %.1f/%.1f MB  %.1f MB/s  ETA %d:%02d",
-        std::string(filled, '#'), std::string(30 - filled, '.'), 100 * fraction,
-        done / 1e6, total_ / 1e6, rate / 1e6, eta / 60, eta % 60);
-    std::fprintf(stderr, tty_ ? "\r%s%s" : "%s%s", line.c_str(),
-                 tty_ && !final ? "" : "\n");
-    std::fflush(stderr);
-  }
-
- private:
-  const int64_t total_;
-  const bool tty_;
-  const std::chrono::steady_clock::time_point start_ =
-      std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last_draw_ = start_;
 };
 
 // Batches in input order, shared by the reader, the workers and the writer.
@@ -242,7 +206,8 @@ absl::Status Process(DocumentReader& reader, int64_t total_bytes,
   for (int i = 0; i < threads; ++i) {
     workers.emplace_back(Tokenize, std::ref(pipeline), std::cref(tokenizer));
   }
-  ProgressBar progress(total_bytes);
+  ProgressBar progress("preprocessing", "bytes");
+  const int64_t total = std::max<int64_t>(total_bytes, 1);
   int64_t done_bytes = 0;
   absl::Status status;
   // A document's first piece gets the tokenizer's BOS, if it has one (a
@@ -266,14 +231,14 @@ absl::Status Process(DocumentReader& reader, int64_t total_bytes,
     }
     if (!status.ok()) break;
     done_bytes += batch->input_bytes;
-    progress.Update(done_bytes);
+    progress.Update(std::min(done_bytes, total), total);
   }
   pipeline.Cancel();
   read_thread.join();
   for (std::thread& worker : workers) worker.join();
   // Input without a document is an error the caller reports alone.
   if (status.ok() && writer.num_documents() > 0) {
-    progress.Update(done_bytes, /*final=*/true);
+    progress.Update(total, total);
   }
   return status;
 }
