@@ -102,6 +102,22 @@ absl::Status Run() {
   SearchLimits limits;
   limits.max_micro_batch_size = absl::GetFlag(FLAGS_max_micro_batch_size);
   limits.max_virtual_stages = absl::GetFlag(FLAGS_max_virtual_stages);
+  const std::string explain = absl::GetFlag(FLAGS_explain);
+  size_t explain_rank = 0;
+  if (!explain.empty() && !absl::SimpleAtoi(explain, &explain_rank)) {
+    // A layout named: plan that one alone (a rank needs the whole search).
+    const std::vector<TrainOptions> layouts =
+        EnumerateLayouts(base, static_cast<int>(world), limits);
+    for (const TrainOptions& o : layouts) {
+      if (LayoutName(o) != explain) continue;
+      TRELLIS_ASSIGN_OR_RETURN(LayoutPlan plan, PlanLayout(o, cluster));
+      std::printf("%s", FormatExplain(plan, cluster).c_str());
+      return absl::OkStatus();
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "--explain=", explain, " names no planned layout (", layouts.size(),
+        " valid); give a rank from the table or a name it prints"));
+  }
   ProgressBar bar("planning", "layouts");
   TRELLIS_ASSIGN_OR_RETURN(std::vector<LayoutPlan> plans,
                            PlanAll(base, static_cast<int>(world), cluster,
@@ -109,7 +125,6 @@ absl::Status Run() {
                                      bar.Update(static_cast<int64_t>(done),
                                                 static_cast<int64_t>(total));
                                    }));
-  const std::string explain = absl::GetFlag(FLAGS_explain);
   if (!explain.empty()) {
     const LayoutPlan* plan = FindLayout(plans, explain);
     if (plan == nullptr) {
