@@ -40,7 +40,7 @@ MemoryPlan PlanOf(const TrainOptions& o, int stage) {
   MeshCoord coord;
   coord.p = stage;
   StageModel model(o, single.groups(), coord, Device::Cpu(), DType::kF32);
-  return model.PlanMemory(model.schedule());
+  return model.PlanMemory();
 }
 
 // Bytes of one activation between stages.
@@ -168,8 +168,8 @@ TEST(PipelineBufferPlanTest, SharedStageSchedulesEqualEachStagesOwn) {
           absl::StrCat(ScheduleKindName(o.schedule), " pp", o.pp, " v",
                        o.virtual_stages, " stage ", p);
       EXPECT_EQ(given.schedule(), own.schedule()) << what;
-      const MemoryPlan a = own.PlanMemory(own.schedule());
-      const MemoryPlan b = given.PlanMemory(given.schedule());
+      const MemoryPlan a = own.PlanMemory();
+      const MemoryPlan b = given.PlanMemory();
       EXPECT_EQ(b.pipeline, a.pipeline) << what;
       EXPECT_EQ(b.activations, a.activations) << what;
       EXPECT_EQ(b.total(), a.total()) << what;

@@ -111,7 +111,7 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
     StageFacts facts;
     // The trainer's own plan of the rank's ZeRO level (CPU ranks
     // reduce-scatter through MPI's scratch blocks).
-    const MemoryPlan replicated = model.PlanMemory(schedules->actions[p]);
+    const MemoryPlan replicated = model.PlanMemory();
     facts.memory = PlanZeroMemory(model, options, replicated, device.is_cpu());
     facts.gradient_bytes = static_cast<int64_t>(replicated.gradients);
     facts.chunks = model.chunk_plans();

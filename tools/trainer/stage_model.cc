@@ -203,28 +203,16 @@ double StageModel::StepLoss() const {
          static_cast<double>(microbatches_.size());
 }
 
-MemoryPlan StageModel::PlanMemory(const std::vector<Action>& schedule) const {
+MemoryPlan StageModel::PlanMemory() const {
   std::vector<int> in_flight;
   for (size_t v = 0; v < chunks_.size(); ++v) {
     std::vector<Action> mine;
-    for (const Action& a : schedule) {
+    for (const Action& a : schedule_) {
       if (a.virtual_stage == static_cast<int>(v)) mine.push_back(a);
     }
     in_flight.push_back(PeakInFlight(mine));
   }
-  // Another list than this stage's own plans its own slots.
-  return Plan(
-      in_flight,
-      schedule == schedule_
-          ? *planned_slots_
-          : PlannedBufferSlots(
-                schedule,
-                BuildForwardOnlySchedules(
-                    static_cast<int>(options_.pp),
-                    static_cast<int>(options_.microbatches()),
-                    static_cast<int>(options_.virtual_stages))[coord_.p],
-                static_cast<int>(options_.virtual_stages)),
-      /*training=*/true);
+  return Plan(in_flight, *planned_slots_, /*training=*/true);
 }
 
 MemoryPlan StageModel::PlanEvalMemory() const {

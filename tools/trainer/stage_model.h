@@ -114,11 +114,11 @@ class StageModel : public PipelineStageCallbacks {
     for (const auto& c : chunks_) c->set_weight_gathers(gathers);
   }
 
-  // The bytes this rank's training steps hold on its device when running
-  // `schedule` (this stage's actions): parameters, gradients, the
-  // optimizer's moments, and the microbatch states, shared buffers and
-  // pipeline buffers the steps allocate. Needs no tensor to exist.
-  MemoryPlan PlanMemory(const std::vector<Action>& schedule) const;
+  // The bytes this rank's training steps hold on its device running this
+  // stage's schedule(): parameters, gradients, the optimizer's moments,
+  // and the microbatch states, shared buffers and pipeline buffers the
+  // steps allocate. Needs no tensor to exist.
+  MemoryPlan PlanMemory() const;
   // The bytes evaluation alone (ForwardOnly, no optimizer) holds: weights,
   // one microbatch state per chunk, the shared buffers, and the activation
   // buffers between stages; no gradients or moments.

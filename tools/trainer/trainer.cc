@@ -140,7 +140,7 @@ absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   std::vector<Action> schedule = model_->schedule();
   // NCCL's buffers are taken already (SetUpRankDevice warmed the groups).
   const size_t available = AvailableMemory(o, device_);
-  TRELLIS_RETURN_IF_ERROR(PlanMemory(available, schedule));
+  TRELLIS_RETURN_IF_ERROR(PlanMemory(available));
   // Everything the plan counts comes from one arena, allocated now: the
   // parameters, then the gradient buckets and the optimizer's moments, and
   // during the first step the activations and pipeline buffers.
@@ -269,11 +269,10 @@ absl::Status Trainer::CheckStartupStop(const char* phase) {
                    "), before the first step; nothing was saved"));
 }
 
-absl::Status Trainer::PlanMemory(size_t available,
-                                 const std::vector<Action>& schedule) {
+absl::Status Trainer::PlanMemory(size_t available) {
   // CPU ranks reduce-scatter over MPI, through scratch blocks.
-  memory_plan_ = PlanZeroMemory(*model_, options_, model_->PlanMemory(schedule),
-                                device_.is_cpu());
+  memory_plan_ =
+      PlanZeroMemory(*model_, options_, model_->PlanMemory(), device_.is_cpu());
   const absl::Status fits =
       CheckMemoryPlan(memory_plan_, available,
                       absl::StrCat("rank ", groups_.world->rank(), " (",

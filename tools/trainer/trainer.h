@@ -114,8 +114,7 @@ class Trainer {
   absl::Status Build(DType dtype, ParameterFill fill);
   // Cancelled on every rank when stop_check_ fired on any (collective).
   absl::Status CheckStartupStop(const char* phase);
-  absl::Status PlanMemory(size_t available,
-                          const std::vector<Action>& schedule);
+  absl::Status PlanMemory(size_t available);
   absl::Status Resume(const std::string& dir);
   // Reads the model's weights (and, with `optimizer`, its moments) from
   // `dir`; under ZeRO-3 one group of whole weights at a time.

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/sharded_parameters.h"
+#include "tests/tools/mpi/comm_stats_test_util.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/stage_facts.h"
@@ -27,6 +28,7 @@ namespace trellis {
 namespace {
 
 using mpitest::Layout;
+using mpitest::Since;
 
 struct TrafficCase {
   Layout layout;
@@ -35,16 +37,6 @@ struct TrafficCase {
   Recompute recompute = Recompute::kNone;
   int64_t loss_chunk_rows = 1024;
 };
-
-CommStats Difference(const CommStats& after, const CommStats& before) {
-  CommStats d;
-  for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
-    d.calls[i] = after.calls[i] - before.calls[i];
-    d.bytes[i] = after.bytes[i] - before.bytes[i];
-    d.wire_bytes[i] = after.wire_bytes[i] - before.wire_bytes[i];
-  }
-  return d;
-}
 
 void ExpectSame(const std::string& group, const CommStats& counted,
                 const CommStats& planned) {
@@ -119,8 +111,8 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
       const CommStats tp = groups.tp->stats(), dp = groups.dp->stats();
       const int64_t gathers = sharded == nullptr ? 0 : sharded->gathers();
       ASSERT_TRUE(run->trainer->Step().ok());
-      ExpectSame("tp", Difference(groups.tp->stats(), tp), want.tp);
-      ExpectSame("dp", Difference(groups.dp->stats(), dp), want.dp);
+      ExpectSame("tp", Since(*groups.tp, tp), want.tp);
+      ExpectSame("dp", Since(*groups.dp, dp), want.dp);
       if (sharded != nullptr) {
         EXPECT_EQ(sharded->gathers() - gathers, want.dp.calls[gather]);
       }
