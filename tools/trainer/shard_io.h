@@ -14,6 +14,9 @@
 //    HDF5 call and no gather (large writes bypass the page cache:
 //    direct_writer.h). The files stay ordinary HDF5 that h5py reads.
 //
+// shard_io.cc holds the HDF5 path, tensor_file.cc the raw one, and
+// shard_storage.h what both store (element types, their checks).
+//
 // Stored element types: float32; float16 (IEEE half, what h5py calls
 // float16); bfloat16 as uint16 bits in a dataset with the attribute
 // dtype = "bfloat16"; reading also accepts float64. Shards in memory are
