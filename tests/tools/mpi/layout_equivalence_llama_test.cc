@@ -19,12 +19,7 @@ namespace {
 // gathered output gradients for W; with --zero=1 the norms' gradients are
 // summed over tp after the buckets' reduce-scatter (losses only there).
 TEST_F(LayoutEquivalenceTest, SequenceParallelMatchesTensorParallel) {
-  TrainOptions llama = *options_;
-  llama.model.family = ModelFamilyKind::kLlama;
-  llama.model.n_kv_heads = 2;
-  llama.model.ffn_hidden = 64;
-  llama.model.rope_theta = 500.0;
-  llama.model.tie_embeddings = false;
+  TrainOptions llama = Llama(*options_);
   Reference llama_reference = ComputeReference(llama);
   struct Case {
     const TrainOptions* options;
@@ -96,11 +91,7 @@ TEST_F(LayoutEquivalenceTest, SequenceParallelMatchesTensorParallel) {
 TEST_F(LayoutEquivalenceTest, LlamaLayoutsMatchOneProcess) {
   for (const bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "tied" : "untied");
-    TrainOptions llama = *options_;
-    llama.model.family = ModelFamilyKind::kLlama;
-    llama.model.n_kv_heads = 2;
-    llama.model.ffn_hidden = 64;
-    llama.model.rope_theta = 500.0;
+    TrainOptions llama = Llama(*options_);
     llama.model.tie_embeddings = tied;
     Reference llama_reference = ComputeReference(llama);
     ASSERT_EQ(llama_reference.losses.size(), reference_->losses.size());
@@ -129,12 +120,8 @@ TEST_F(LayoutEquivalenceTest, LlamaLayoutsMatchOneProcess) {
 TEST_F(LayoutEquivalenceTest, LlamaReplicatedKeyValueHeadsMatchOneProcess) {
   for (const int64_t kv : {1, 2}) {
     SCOPED_TRACE(absl::StrCat("n_kv_heads=", kv));
-    TrainOptions llama = *options_;
-    llama.model.family = ModelFamilyKind::kLlama;
+    TrainOptions llama = Llama(*options_);
     llama.model.n_kv_heads = kv;
-    llama.model.ffn_hidden = 64;
-    llama.model.rope_theta = 500.0;
-    llama.model.tie_embeddings = false;
     Reference llama_reference = ComputeReference(llama);
     ASSERT_EQ(llama_reference.losses.size(), reference_->losses.size());
     UseOptions use(llama, &llama_reference);
