@@ -1,11 +1,13 @@
 // trellis-eval --seq_len evaluates a checkpoint at another context length
-// than its own: a tiny Hugging Face Llama (16 positions, RoPE) converted
-// with trellis-convert scores windows of 8 and of 32 tokens as PyTorch does
-// (scripts/torch_reference/hf_llama_loss.py at that length) to 1e-4, on
-// one rank and tp2; a tiny GPT-2 (48 learned positions) scores windows of
-// 16 as PyTorch does, using the first 16 rows of its wpe, and refuses 64
-// with one line naming --seq_len and wpe. ModelAtContext's rule is checked
-// on its own too.
+// than its own. A tiny Hugging Face Llama (16 positions, RoPE) converted
+// with trellis-convert scores windows of 8 and of 32 tokens as the
+// plain-Python forward of transformers' semantics does at that length
+// (tests/tools/hf_llama_reference.py, float64, no BLAS; it agrees with
+// PyTorch's hf_llama_loss.py in HfLlamaEvalTest), on one rank and tp2. A
+// tiny GPT-2 (48 learned positions) at --seq_len=16 scores exactly as the
+// same GPT-2 written with only the first 16 rows of its wpe, and refuses
+// 64 with one line naming --seq_len and wpe. ModelAtContext's rule is
+// checked on its own too.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -53,36 +56,52 @@ class EvalSeqLenTest : public ::testing::Test {
     for (int32_t t : tokens) out << t << "\n";
   }
 
-  // Writes the HF model with `write` and converts it into dir_/ckpt.
-  void Convert(void (*write)(const std::string&)) {
-    std::filesystem::create_directories(dir_ + "/hf");
-    write(dir_ + "/hf");
+  // Writes a Hugging Face model with `write` into dir_/<name> and converts
+  // it into dir_/<name>.ckpt, which it returns.
+  template <typename Write>
+  std::string Convert(const std::string& name, Write write) {
+    const std::string hf = dir_ + "/" + name;
+    std::filesystem::create_directories(hf);
+    write(hf);
     const std::string log = dir_ + "/convert.txt";
-    ASSERT_EQ(
-        test::RunProgram(
-            {test::Program("convert"), "--input=" + dir_ + "/hf",
-             "--to=trellis", "--output=" + dir_ + "/ckpt", "--tokenizer=byte"},
-            log),
-        0)
+    EXPECT_EQ(test::RunProgram(
+                  {test::Program("convert"), "--input=" + hf, "--to=trellis",
+                   "--output=" + hf + ".ckpt", "--tokenizer=byte"},
+                  log),
+              0)
         << test::ReadFile(log);
+    return hf + ".ckpt";
   }
 
-  double Torch(int64_t seq_len) {
-    const nlohmann::json j =
-        test::RunTorchReference("hf_llama_loss.py",
-                                {dir_ + "/hf", dir_ + "/tokens.txt",
-                                 absl::StrCat(seq_len), absl::StrCat(kWindows)},
-                                dir_);
-    return j.is_object() ? j.value("loss", NAN) : NAN;
+  // hf_llama_reference.py's loss of the HF Llama in dir_/<name> at
+  // `seq_len`, or NaN after a failure it reports.
+  double Reference(const std::string& name, int64_t seq_len) {
+    const std::string out = dir_ + "/reference.txt";
+    std::filesystem::remove(out);
+    const int rc = test::RunProgram(
+        {test::Python(), "-B",
+         absl::StrCat(TRELLIS_SOURCE_DIR, "/tests/tools/hf_llama_reference.py"),
+         dir_ + "/" + name, dir_ + "/tokens.txt", absl::StrCat(seq_len),
+         absl::StrCat(kWindows)},
+        out, 300);
+    const std::string text = test::ReadFile(out);
+    EXPECT_EQ(rc, 0) << text;
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (rc != 0 || !j.is_object() || !j["loss"].is_number()) {
+      ADD_FAILURE() << "no loss from the reference:\n" << text;
+      return NAN;
+    }
+    return j["loss"].get<double>();
   }
 
-  // trellis-eval's exit code at --seq_len on `tp` ranks; output in `out`.
-  int Eval(int64_t seq_len, int tp, std::string* out) {
+  // trellis-eval's exit code on `ckpt` at --seq_len on `tp` ranks; output
+  // in `out`.
+  int Eval(const std::string& ckpt, int64_t seq_len, int tp, std::string* out) {
     std::vector<std::string> argv;
     if (tp > 1) argv = test::Mpirun(tp);
     argv.insert(
         argv.end(),
-        {test::Program("eval"), "--load=" + dir_ + "/ckpt", "--data=" + data_,
+        {test::Program("eval"), "--load=" + ckpt, "--data=" + data_,
          absl::StrCat("--max_windows=", kWindows), "--micro_batch_size=2",
          absl::StrCat("--tp=", tp), absl::StrCat("--seq_len=", seq_len)});
     const std::string log = dir_ + "/eval.txt";
@@ -92,9 +111,10 @@ class EvalSeqLenTest : public ::testing::Test {
     return code;
   }
 
-  double Loss(int64_t seq_len, int tp) {
+  // trellis-eval's eval_loss, or NaN after a failure it reports.
+  double Loss(const std::string& ckpt, int64_t seq_len, int tp) {
     std::string out;
-    EXPECT_EQ(Eval(seq_len, tp, &out), 0) << out;
+    EXPECT_EQ(Eval(ckpt, seq_len, tp, &out), 0) << out;
     std::istringstream lines(out);
     for (std::string line; std::getline(lines, line);) {
       if (line.rfind("{", 0) != 0) continue;
@@ -112,35 +132,61 @@ class EvalSeqLenTest : public ::testing::Test {
   std::string dir_, data_;
 };
 
-TEST_F(EvalSeqLenTest, RopeModelEvaluatesShorterAndLongerContexts) {
-  Convert([](const std::string& dir) { test::WriteTinyLlama(dir, {}); });
-  for (int64_t seq_len : {int64_t{8}, kLongest}) {
-    const double want = Torch(seq_len);
-    ASSERT_TRUE(std::isfinite(want));
-    for (int tp : {1, 2}) {
-      const double got = Loss(seq_len, tp);
-      EXPECT_NEAR(got, want, kTolerance)
-          << "seq_len " << seq_len << " tp" << tp;
-      std::printf("llama seq_len %lld tp%d: trellis %.9f torch %.9f\n",
-                  static_cast<long long>(seq_len), tp, got, want);
-    }
-  }
-  // The checkpoint's own context scores other windows: the flag took.
-  EXPECT_GT(std::abs(Loss(8, 1) - Loss(0, 1)), 100 * kTolerance);
+void WriteLlama(const std::string& dir) { test::WriteTinyLlama(dir, {}); }
+
+// (context length, tp) for the Llama cases.
+class EvalSeqLenLlamaTest
+    : public EvalSeqLenTest,
+      public ::testing::WithParamInterface<std::tuple<int64_t, int>> {};
+
+TEST_P(EvalSeqLenLlamaTest, RopeModelScoresAnotherContextAsTheReference) {
+  const auto [seq_len, tp] = GetParam();
+  const std::string ckpt = Convert("hf", WriteLlama);
+  const double want = Reference("hf", seq_len);
+  ASSERT_TRUE(std::isfinite(want));
+  const double got = Loss(ckpt, seq_len, tp);
+  EXPECT_NEAR(got, want, kTolerance) << "seq_len " << seq_len << " tp" << tp;
+  std::printf("llama seq_len %lld tp%d: trellis %.9f reference %.9f\n",
+              static_cast<long long>(seq_len), tp, got, want);
 }
 
-TEST_F(EvalSeqLenTest, Gpt2TakesAShorterContextAndRefusesALongerOne) {
-  Convert(test::WriteTinyGpt2);
-  const double want = Torch(16);
+INSTANTIATE_TEST_SUITE_P(
+    ContextsAndLayouts, EvalSeqLenLlamaTest,
+    ::testing::Combine(::testing::Values(int64_t{8}, kLongest),
+                       ::testing::Values(1, 2)),
+    [](const ::testing::TestParamInfo<std::tuple<int64_t, int>>& info) {
+      return absl::StrCat("seq", std::get<0>(info.param), "_tp",
+                          std::get<1>(info.param));
+    });
+
+TEST_F(EvalSeqLenTest, TheFlagChangesWhatARopeModelScores) {
+  const std::string ckpt = Convert("hf", WriteLlama);
+  // The checkpoint's own context scores other windows: the flag took.
+  EXPECT_GT(std::abs(Loss(ckpt, 8, 1) - Loss(ckpt, 0, 1)), 100 * kTolerance);
+}
+
+TEST_F(EvalSeqLenTest, Gpt2AtAShorterContextIsTheModelWithFewerPositions) {
+  const std::string full =
+      Convert("hf", [](const std::string& dir) { test::WriteTinyGpt2(dir); });
+  const std::string shorter = Convert(
+      "hf16", [](const std::string& dir) { test::WriteTinyGpt2(dir, 16); });
+  const double want = Loss(shorter, 0, 1);
   ASSERT_TRUE(std::isfinite(want));
   for (int tp : {1, 2}) {
-    const double got = Loss(16, tp);
-    EXPECT_NEAR(got, want, kTolerance) << "tp" << tp;
-    std::printf("gpt2 seq_len 16 tp%d: trellis %.9f torch %.9f\n", tp, got,
-                want);
+    const double got = Loss(full, 16, tp);
+    EXPECT_NEAR(got, want, 1e-6) << "tp" << tp;
+    std::printf("gpt2 seq_len 16 tp%d: trellis %.9f, 16-position model %.9f\n",
+                tp, got, want);
   }
+  // Not the full context's windows.
+  EXPECT_GT(std::abs(Loss(full, 0, 1) - want), 100 * kTolerance);
+}
+
+TEST_F(EvalSeqLenTest, Gpt2RefusesALongerContextInOneLine) {
+  const std::string ckpt =
+      Convert("hf", [](const std::string& dir) { test::WriteTinyGpt2(dir); });
   std::string out;
-  EXPECT_EQ(Eval(64, 1, &out), 1) << out;
+  EXPECT_EQ(Eval(ckpt, 64, 1, &out), 1) << out;
   EXPECT_THAT(out, HasSubstr("trellis-eval: error: --seq_len=64 exceeds the "
                              "48 positions"));
   EXPECT_THAT(out, HasSubstr("wpe"));

@@ -61,9 +61,13 @@ TinyGpt2Tensors() {
   return t;
 }
 
-// Writes the model, float32, into `dir` (which exists).
-inline void WriteTinyGpt2(const std::string& dir) {
-  const auto tensors = TinyGpt2Tensors();
+// Writes the model, float32, into `dir` (which exists). With `positions`
+// below kTinyGpt2Positions the position table keeps only its first rows
+// (every other value as in the full model) and the config says so: the
+// model a shorter context of the full one must equal.
+inline void WriteTinyGpt2(const std::string& dir, int64_t positions) {
+  auto tensors = TinyGpt2Tensors();
+  tensors[1].first.second = {positions, kTinyGpt2Embd};
   std::vector<std::string> entries = {R"("__metadata__":{"format":"pt"})"};
   std::string data;
   auto entry = [&](const std::string& name, const Shape& shape, size_t begin) {
@@ -84,13 +88,13 @@ inline void WriteTinyGpt2(const std::string& dir) {
   // The causal mask buffer of each layer, as older transformers saved it.
   for (int64_t l = 0; l < kTinyGpt2Layers; ++l) {
     const size_t begin = data.size();
-    for (int64_t r = 0; r < kTinyGpt2Positions; ++r) {
-      for (int64_t col = 0; col < kTinyGpt2Positions; ++col) {
+    for (int64_t r = 0; r < positions; ++r) {
+      for (int64_t col = 0; col < positions; ++col) {
         Append(data, col <= r ? 1.0f : 0.0f);
       }
     }
     entry(absl::StrCat("transformer.h.", l, ".attn.bias"),
-          {1, 1, kTinyGpt2Positions, kTinyGpt2Positions}, begin);
+          {1, 1, positions, positions}, begin);
   }
   WriteBytes(
       dir + "/model.safetensors",
@@ -102,11 +106,15 @@ inline void WriteTinyGpt2(const std::string& dir) {
                                  {"n_layer", kTinyGpt2Layers},
                                  {"n_head", kTinyGpt2Heads},
                                  {"n_embd", kTinyGpt2Embd},
-                                 {"n_positions", kTinyGpt2Positions},
-                                 {"n_ctx", kTinyGpt2Positions},
+                                 {"n_positions", positions},
+                                 {"n_ctx", positions},
                                  {"vocab_size", kTinyGpt2Vocab},
                                  {"tie_word_embeddings", true}};
   WriteBytes(dir + "/config.json", config.dump(2));
+}
+
+inline void WriteTinyGpt2(const std::string& dir) {
+  WriteTinyGpt2(dir, kTinyGpt2Positions);
 }
 
 }  // namespace trellis::test
