@@ -156,8 +156,9 @@ struct WeightGroups {
 // replica 0. Collective over `world`; every rank returns the same verdict.
 // A checkpoint of that step that already exists is left alone. With
 // `groups`, the weights and moments are read one group at a time (open,
-// read, close: twice per group, for the checksums and for the bytes), so
-// no rank holds more of them whole than the largest group's.
+// hash and write, close: once per group; the checksums are added after
+// the bytes), so no rank holds more of them whole than the largest
+// group's.
 absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,

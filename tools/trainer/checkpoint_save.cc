@@ -60,10 +60,11 @@ absl::StatusOr<hdf5::File> OpenForDefining(const fs::path& path, bool create) {
   return file;
 }
 
-// Defines the datasets of this rank's shards (this rank's turn).
-// and adds this rank's parts to their checksums.
+// Defines the datasets of this rank's shards (this rank's turn) and, with
+// `sums`, adds this rank's parts to their checksums (a walked save adds
+// them after the bytes, AddChecksums).
 absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
-                          const Checksums& sums, DType model_dtype, bool create,
+                          const Checksums* sums, DType model_dtype, bool create,
                           Locations* out) {
   TRELLIS_ASSIGN_OR_RETURN(hdf5::File model,
                            OpenForDefining(dir / kModelFile, create));
@@ -72,7 +73,9 @@ absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
     TRELLIS_ASSIGN_OR_RETURN(
         TensorLocation where,
         DefineTensor(model, s.name, s.spec.logical_shape, model_dtype));
-    TRELLIS_RETURN_IF_ERROR(AddChecksum(model, where, sums.model[i]));
+    if (sums != nullptr) {
+      TRELLIS_RETURN_IF_ERROR(AddChecksum(model, where, sums->model[i]));
+    }
     out->model.push_back(std::move(where));
   }
   TRELLIS_RETURN_IF_ERROR(model.Close());
@@ -89,16 +92,47 @@ absl::Status DefineShards(const fs::path& dir, const CheckpointShards& mine,
   // All first moments, then all second moments: the order they are written
   // and read in, so the file is walked sequentially.
   for (const auto& [kind, shards, partial, locations] :
-       {std::tuple("exp_avg", &mine.exp_avg, &sums.exp_avg, &out->exp_avg),
-        std::tuple("exp_avg_sq", &mine.exp_avg_sq, &sums.exp_avg_sq,
+       {std::tuple("exp_avg", &mine.exp_avg,
+                   sums != nullptr ? &sums->exp_avg : nullptr, &out->exp_avg),
+        std::tuple("exp_avg_sq", &mine.exp_avg_sq,
+                   sums != nullptr ? &sums->exp_avg_sq : nullptr,
                    &out->exp_avg_sq)}) {
     for (size_t i = 0; i < shards->size(); ++i) {
       const TensorShard& s = (*shards)[i];
       TRELLIS_ASSIGN_OR_RETURN(TensorLocation where,
                                DefineTensor(opt, MomentPath(kind, s.name),
                                             s.spec.logical_shape, DType::kF32));
-      TRELLIS_RETURN_IF_ERROR(AddChecksum(opt, where, (*partial)[i]));
+      if (partial != nullptr) {
+        TRELLIS_RETURN_IF_ERROR(AddChecksum(opt, where, (*partial)[i]));
+      }
       locations->push_back(std::move(where));
+    }
+  }
+  return opt.Close();
+}
+
+// Adds this rank's checksum parts to the datasets it wrote (this rank's
+// turn, after the bytes): a walked save hashes each group while it is
+// open for the write.
+absl::Status AddChecksums(const fs::path& dir, const CheckpointShards& mine,
+                          const Checksums& sums, const Locations& where) {
+  if (!mine.model.empty()) {
+    TRELLIS_ASSIGN_OR_RETURN(hdf5::File model,
+                             OpenForDefining(dir / kModelFile, false));
+    for (size_t i = 0; i < mine.model.size(); ++i) {
+      TRELLIS_RETURN_IF_ERROR(
+          AddChecksum(model, where.model[i], sums.model[i]));
+    }
+    TRELLIS_RETURN_IF_ERROR(model.Close());
+  }
+  if (!mine.has_optimizer()) return absl::OkStatus();
+  TRELLIS_ASSIGN_OR_RETURN(hdf5::File opt,
+                           OpenForDefining(dir / kOptimizerFile, false));
+  for (const auto& [partial, locations] :
+       {std::pair(&sums.exp_avg, &where.exp_avg),
+        std::pair(&sums.exp_avg_sq, &where.exp_avg_sq)}) {
+    for (size_t i = 0; i < partial->size(); ++i) {
+      TRELLIS_RETURN_IF_ERROR(AddChecksum(opt, (*locations)[i], (*partial)[i]));
     }
   }
   return opt.Close();
@@ -179,10 +213,10 @@ OpenedGroup OpenGroup(const ShardWalk& walk, size_t g,
 }
 
 // This rank's checksum parts, computed before the writers take their turns
-// (so all writers hash at once), on the read threads. With a walk every
-// rank walks the groups (a writer hashing its shards of each).
+// (so all writers hash at once), on the read threads; for a walked save
+// only sized, WriteWalked fills them.
 Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype,
-                      bool writer, const ShardWalk* walk) {
+                      bool writer, bool walked) {
   Checksums sums;
   std::vector<std::tuple<const TensorShard*, DType, TensorChecksum*>> work;
   for (const auto& [shards, out, stored] :
@@ -190,40 +224,22 @@ Checksums ChecksumsOf(const CheckpointShards& mine, DType model_dtype,
         std::tuple(&mine.exp_avg, &sums.exp_avg, DType::kF32),
         std::tuple(&mine.exp_avg_sq, &sums.exp_avg_sq, DType::kF32)}) {
     out->resize(shards->size());
-    if (!writer || walk != nullptr) continue;
+    if (!writer || walked) continue;
     for (size_t i = 0; i < shards->size(); ++i) {
       work.emplace_back(&(*shards)[i], stored, &(*out)[i]);
     }
   }
   Hash(work);
-  if (walk == nullptr) return sums;
-  for (size_t g = 0; g < walk->model_ends.size(); ++g) {
-    const OpenedGroup group = OpenGroup(*walk, g, mine);
-    work.clear();
-    for (const auto& [shards, out, begin, stored] :
-         {std::tuple(&group.shards.model, &sums.model, group.model_begin,
-                     model_dtype),
-          std::tuple(&group.shards.exp_avg, &sums.exp_avg, group.moment_begin,
-                     DType::kF32),
-          std::tuple(&group.shards.exp_avg_sq, &sums.exp_avg_sq,
-                     group.moment_begin, DType::kF32)}) {
-      for (size_t k = 0; k < shards->size(); ++k) {
-        work.emplace_back(&(*shards)[k], stored, &(*out)[begin + k]);
-      }
-    }
-    Hash(work);
-    walk->close(g);
-  }
   return sums;
 }
 
-// The walk's writes: every rank opens and closes each group, a writer
-// writing its shards of it into both files (after a failure only walking
-// on).
+// The walk's writes: every rank opens and closes each group once, a writer
+// hashing its shards of it into `sums` and writing them into both files
+// (after a failure only walking on).
 absl::Status WriteWalked(const fs::path& dir, const CheckpointShards& mine,
                          const Locations& where, const ShardWalk& walk,
                          const SaveOptions& options, int64_t total,
-                         int64_t* bytes) {
+                         Checksums* sums, int64_t* bytes) {
   std::optional<TensorFileWriter> model, opt;
   absl::Status status;
   for (const auto& [path, file, wanted] :
@@ -237,8 +253,22 @@ absl::Status WriteWalked(const fs::path& dir, const CheckpointShards& mine,
   }
   const int64_t delay = WriteDelayMs();
   int64_t written = 0;
+  std::vector<std::tuple<const TensorShard*, DType, TensorChecksum*>> work;
   for (size_t g = 0; g < walk.model_ends.size(); ++g) {
     const OpenedGroup group = OpenGroup(walk, g, mine);
+    work.clear();
+    for (const auto& [shards, out, begin, stored] :
+         {std::tuple(&group.shards.model, &sums->model, group.model_begin,
+                     options.model_dtype),
+          std::tuple(&group.shards.exp_avg, &sums->exp_avg, group.moment_begin,
+                     DType::kF32),
+          std::tuple(&group.shards.exp_avg_sq, &sums->exp_avg_sq,
+                     group.moment_begin, DType::kF32)}) {
+      for (size_t k = 0; k < shards->size(); ++k) {
+        work.emplace_back(&(*shards)[k], stored, &(*out)[begin + k]);
+      }
+    }
+    if (status.ok()) Hash(work);
     for (const auto& [shards, file, locations, begin] :
          {std::tuple(&group.shards.model, &model, &where.model,
                      group.model_begin),
@@ -271,11 +301,12 @@ absl::Status WriteWalked(const fs::path& dir, const CheckpointShards& mine,
 // Writes this rank's shards' bytes into the defined datasets and syncs.
 absl::Status WriteShards(const fs::path& dir, const CheckpointShards& mine,
                          const Locations& where, const SaveOptions& options,
-                         int64_t* bytes) {
+                         Checksums* sums, int64_t* bytes) {
   const int64_t total =
       mine.model.size() + mine.exp_avg.size() + mine.exp_avg_sq.size();
   if (options.walk != nullptr) {
-    return WriteWalked(dir, mine, where, *options.walk, options, total, bytes);
+    return WriteWalked(dir, mine, where, *options.walk, options, total, sums,
+                       bytes);
   }
   int64_t written = 0;
   TRELLIS_RETURN_IF_ERROR(WriteFile(dir / kModelFile, {&mine.model},
@@ -496,26 +527,34 @@ absl::Status SaveShards(const std::string& save_dir_name,
   // Writers define their datasets in turns: serial HDF5 allows one writer
   // per file at a time. Defining is metadata only.
   const std::vector<bool> writers = WriterFlags(world, writer);
-  const Checksums sums =
-      ChecksumsOf(mine, options.model_dtype, writer, options.walk);
+  const bool walked = options.walk != nullptr;
+  Checksums sums = ChecksumsOf(mine, options.model_dtype, writer, walked);
   Locations where;
   bool create = true;
   for (int r = 0; r < world.size(); ++r) {
     if (!writers[r]) continue;
     absl::Status mine_status;
     if (r == world.rank()) {
-      mine_status =
-          DefineShards(tmp, mine, sums, options.model_dtype, create, &where);
+      mine_status = DefineShards(tmp, mine, walked ? nullptr : &sums,
+                                 options.model_dtype, create, &where);
     }
     TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(world, mine_status));
     create = false;
   }
   // Then every writer writes its bytes at once.
   int64_t bytes = 0;
-  TRELLIS_RETURN_IF_ERROR(
-      AgreeOnStatus(world, writer || options.walk != nullptr
-                               ? WriteShards(tmp, mine, where, options, &bytes)
-                               : absl::OkStatus()));
+  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
+      world, writer || walked
+                 ? WriteShards(tmp, mine, where, options, &sums, &bytes)
+                 : absl::OkStatus()));
+  // A walked save hashed each group as it wrote it; the checksums go in
+  // afterwards, again in turns (metadata only).
+  for (int r = 0; walked && r < world.size(); ++r) {
+    if (!writers[r]) continue;
+    TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
+        world, r == world.rank() ? AddChecksums(tmp, mine, sums, where)
+                                 : absl::OkStatus()));
+  }
   TRELLIS_RETURN_IF_ERROR(
       AgreeOnStatus(world, root ? Publish(save_dir, tmp, final_dir, state)
                                 : absl::OkStatus()));

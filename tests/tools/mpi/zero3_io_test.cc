@@ -13,8 +13,8 @@
 //     largest gather units' bytes, and under the stage's whole weights;
 //   - the arena's high-water mark stays within the memory plan through
 //     all of it (a resume included), nothing served outside the arena;
-//   - a save gathers each bucket twice (the writers' checksums, then their
-//     bytes), a load gathers nothing;
+//   - a save gathers each bucket once (the writers hash and write it while
+//     it is whole), a load gathers nothing;
 //   - the resumed weights are the saved ones, bit for bit.
 // Gathering every weight at once (ShardedParameters::GatherAll, what save
 // and load did before) reaches the whole weights and fails the bound.
@@ -30,6 +30,8 @@
 #include "parallel/bootstrap.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/trainer/checkpoint.h"
+#include "tools/trainer/checkpoint_files.h"
+#include "tools/trainer/shard_io.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {
@@ -80,6 +82,25 @@ Bounds BoundsOf(Trainer& trainer) {
     bounds.two_units += units[i];
   }
   return bounds;
+}
+
+// Every primary parameter of this rank's stage has a checksum in `file`
+// (its moment `kind`'s, or its weights' when kind is empty).
+void ExpectChecksums(const std::string& file, Trainer& trainer,
+                     const char* kind) {
+  absl::StatusOr<TensorFileReader> reader = TensorFileReader::Open(file);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  int checked = 0;
+  for (const Parameter* p : trainer.model().params().all()) {
+    if (!p->primary) continue;
+    const std::string path =
+        *kind == '\0' ? p->name : MomentPath(kind, p->name);
+    absl::StatusOr<TensorLocation> where = reader->Locate(path);
+    ASSERT_TRUE(where.ok()) << where.status();
+    EXPECT_TRUE(where->checksum.has_value()) << file << ": " << path;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
 }
 
 // Every parameter's values by name, copied to the host; under ZeRO-3 each
@@ -165,12 +186,22 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
       const size_t at_steps = trainer.sharded_parameters()->peak_whole_bytes();
       const int64_t gathers = trainer.sharded_parameters()->gathers();
       ASSERT_TRUE(trainer.Save().ok());
-      // The save walks the groups twice (checksums, bytes), gathering
-      // each bucket's values, and masters where there are, each time.
+      // The save walks the groups once, gathering each bucket's values,
+      // and masters where there are.
       const int64_t per_bucket = WholeBytesPerElement(trainer) > 4 ? 2 : 1;
       EXPECT_EQ(trainer.sharded_parameters()->gathers() - gathers,
-                2 * per_bucket * trainer.buckets().num_buckets());
+                per_bucket * trainer.buckets().num_buckets());
       ExpectBounded(trainer, "after two steps and a save");
+      // The checksums, added after the bytes, are there for every rank's
+      // parameters (the resume below verifies them).
+      {
+        const std::string step = absl::StrCat(save_dir, "/", CheckpointName(2));
+        ExpectChecksums(absl::StrCat(step, "/", kModelFile), trainer, "");
+        ExpectChecksums(absl::StrCat(step, "/", kOptimizerFile), trainer,
+                        "exp_avg");
+        ExpectChecksums(absl::StrCat(step, "/", kOptimizerFile), trainer,
+                        "exp_avg_sq");
+      }
       const size_t at_save = trainer.sharded_parameters()->peak_whole_bytes();
       const std::map<std::string, std::vector<char>> saved = Weights(trainer);
 
