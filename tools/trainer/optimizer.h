@@ -82,14 +82,14 @@ class Optimizer {
   virtual void BeginCheckpointIo(CheckpointIo) {}
   // kLoad: takes the moments read; both: releases what Begin made.
   virtual void EndCheckpointIo(CheckpointIo) {}
-  // Checkpoint I/O in parts (ZeRO-3 saves and loads one group of
-  // parameters at a time): inside BeginCheckpointIo(io) ... End, a caller
-  // that walks the parameters part by part brackets each part's reads or
-  // writes with these, and an optimizer may hold only that part's moments
-  // whole (ShardedOptimizer over sharded weights does: for kSave the
-  // part's moments this rank saves, gathered; for kLoad the part's, to be
-  // read). Collective like BeginCheckpointIo for kSave. By default every
-  // moment stays as BeginCheckpointIo made it.
+  // Checkpoint I/O in parts (ZeRO saves and loads one group of parameters
+  // at a time): inside BeginCheckpointIo(io) ... End, a caller that walks
+  // the parameters part by part brackets each part's reads or writes with
+  // these, and an optimizer may hold only that part's moments whole
+  // (ShardedOptimizer does: for kSave the part's moments this rank saves,
+  // gathered; for kLoad the part's, to be read). Collective like
+  // BeginCheckpointIo for kSave. By default every moment stays as
+  // BeginCheckpointIo made it.
   virtual void BeginCheckpointPart(CheckpointIo /*io*/,
                                    const std::vector<Parameter*>& /*part*/) {}
   virtual void EndCheckpointPart(CheckpointIo /*io*/,
@@ -99,6 +99,9 @@ class Optimizer {
   // its dp group. Between BeginCheckpointIo(kSave) and End, exp_avg(i) is
   // defined exactly where SavesMoments(i).
   virtual bool SavesOwnMoments() const { return false; }
+  // Whether whole moments exist only inside BeginCheckpointPart ... End:
+  // then checkpoint I/O must walk the parameters in parts.
+  virtual bool MomentsInParts() const { return false; }
   virtual bool SavesMoments(size_t /*i*/) const { return true; }
 
  protected:

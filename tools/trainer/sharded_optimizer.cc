@@ -227,29 +227,12 @@ Tensor ShardedOptimizer::NewMoment(const Parameter& p) const {
   return Tensor::Zeros(p.spec.LocalShape(), like.dtype(), like.device());
 }
 
-void ShardedOptimizer::BeginCheckpointIo(CheckpointIo io) {
+void ShardedOptimizer::BeginCheckpointIo(CheckpointIo /*io*/) {
   m().clear();
   v().clear();
-  const std::vector<Parameter*>& all = params().all();
-  // Sharded weights move part by part: the moments with them.
-  if (sharded_ != nullptr) {
-    m().resize(all.size());
-    v().resize(all.size());
-    return;
-  }
-  for (size_t i = 0; i < all.size(); ++i) {
-    const bool kept = io == CheckpointIo::kLoad || SavesMoments(i);
-    m().push_back(kept ? NewMoment(*all[i]) : Tensor());
-    v().push_back(kept ? NewMoment(*all[i]) : Tensor());
-  }
-  if (io == CheckpointIo::kSave) {
-    // Through the buckets: the gradients there are spent after a step and
-    // zeroed at the next one's start.
-    std::vector<int> every(buckets_.num_buckets());
-    for (int b = 0; b < buckets_.num_buckets(); ++b) every[b] = b;
-    GatherMoments(every, m_blocks_, m());
-    GatherMoments(every, v_blocks_, v());
-  }
+  // The moments move part by part (BeginCheckpointPart).
+  m().resize(params().all().size());
+  v().resize(params().all().size());
 }
 
 void ShardedOptimizer::KeepLoadedMoments() {
@@ -264,23 +247,27 @@ void ShardedOptimizer::KeepLoadedMoments() {
   }
 }
 
-void ShardedOptimizer::EndCheckpointIo(CheckpointIo io) {
-  if (io == CheckpointIo::kLoad) KeepLoadedMoments();
+void ShardedOptimizer::EndCheckpointIo(CheckpointIo /*io*/) {
   m().clear();
   v().clear();
 }
 
 void ShardedOptimizer::BeginCheckpointPart(
     CheckpointIo io, const std::vector<Parameter*>& part) {
-  if (sharded_ == nullptr) return;
   for (const Parameter* p : part) {
     const size_t i = index_.at(p);
     if (io == CheckpointIo::kSave && !SavesMoments(i)) continue;
     m()[i] = NewMoment(*p);
     v()[i] = NewMoment(*p);
   }
+  size_t whole = 0;
+  for (size_t i = 0; i < m().size(); ++i) {
+    if (m()[i].defined()) whole += m()[i].nbytes() + v()[i].nbytes();
+  }
+  peak_whole_moment_bytes_ = std::max(peak_whole_moment_bytes_, whole);
   if (io == CheckpointIo::kSave) {
-    // Through the part's gradient buckets, spent after a step.
+    // Through the part's gradient buckets: the gradients there are spent
+    // after a step and zeroed at the next one's start.
     const std::vector<int> buckets = BucketsOf(part);
     GatherMoments(buckets, m_blocks_, m());
     GatherMoments(buckets, v_blocks_, v());
@@ -289,7 +276,6 @@ void ShardedOptimizer::BeginCheckpointPart(
 
 void ShardedOptimizer::EndCheckpointPart(CheckpointIo io,
                                          const std::vector<Parameter*>& part) {
-  if (sharded_ == nullptr) return;
   if (io == CheckpointIo::kLoad) KeepLoadedMoments();
   for (const Parameter* p : part) {
     const size_t i = index_.at(p);

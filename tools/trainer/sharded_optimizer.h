@@ -32,14 +32,15 @@
 // nothing is gathered after the step. Checkpoint I/O then makes the
 // weights whole one group at a time (ShardedParameters::IoGroups); the
 // moments' shapes come from the parameters' specs, since their values
-// may be released. Checkpoints stay layout-free: BeginCheckpointIo(kSave)
-// gathers, through bucket-sized buffers, the whole moments of the parameters
-// this rank saves (SavesMoments: every dp-th, so the dp ranks write the
-// optimizer file together, each holding about 1/dp of the moments whole for
-// it); kLoad allocates them all to be read and EndCheckpointIo(kLoad) keeps
-// the owned segments, so a checkpoint moves between ZeRO levels and
-// layouts. Under ZeRO-3 both happen one part at a time instead
-// (BeginCheckpointPart), so no moment is whole outside its part's I/O.
+// may be released. Checkpoints stay layout-free, one part at a time
+// (MomentsInParts: the caller walks groups of parameters whose buckets
+// no other group shares): BeginCheckpointPart(kSave) gathers, through
+// bucket-sized buffers, the part's whole moments of the parameters this
+// rank saves (SavesMoments: every dp-th, so the dp ranks write the
+// optimizer file together); kLoad allocates the part's moments to be read
+// and EndCheckpointPart(kLoad) keeps their owned segments, so a checkpoint
+// moves between ZeRO levels and layouts and no moment is whole outside its
+// part's I/O, at every level.
 //
 // Thread safety: none; the training thread drives it. Step and the
 // checkpoint calls are collective over dp (and Step over tp and pp).
@@ -71,11 +72,11 @@ class ShardedOptimizer : public Optimizer {
   void PoisonGradient() override;
   void BeginCheckpointIo(CheckpointIo io) override;
   void EndCheckpointIo(CheckpointIo io) override;
-  // With sharded weights (ZeRO-3) checkpoint I/O makes no moment whole
-  // outside a part: BeginCheckpointPart(kSave) gathers the part's buckets
-  // of moments and keeps the whole moments this rank saves,
-  // BeginCheckpointPart(kLoad) makes the part's to be read; the Ends keep
-  // the loaded owned segments and drop them.
+  // Checkpoint I/O makes no moment whole outside a part:
+  // BeginCheckpointPart(kSave) gathers the part's buckets of moments and
+  // keeps the whole moments this rank saves, BeginCheckpointPart(kLoad)
+  // makes the part's to be read; the Ends keep the loaded owned segments
+  // and drop them.
   void BeginCheckpointPart(CheckpointIo io,
                            const std::vector<Parameter*>& part) override;
   void EndCheckpointPart(CheckpointIo io,
@@ -83,9 +84,13 @@ class ShardedOptimizer : public Optimizer {
   // Parameter i's moments are saved by dp rank i mod dp.
   bool SavesOwnMoments() const override { return true; }
   bool SavesMoments(size_t i) const override;
+  bool MomentsInParts() const override { return true; }
 
   // Elements of each moment this rank keeps (its blocks, padding included).
   int64_t shard_elements() const;
+  // The most bytes of whole moments (both kinds) held at once by
+  // checkpoint I/O so far.
+  size_t peak_whole_moment_bytes() const { return peak_whole_moment_bytes_; }
 
  private:
   // A piece of parameter `param` (index in params().all()) that lies in
@@ -124,6 +129,7 @@ class ShardedOptimizer : public Optimizer {
   std::vector<Segment> segments_;
   std::unordered_map<const Parameter*, size_t> index_;  // in params().all()
   std::vector<Tensor> m_blocks_, v_blocks_;  // per bucket, its block's length
+  size_t peak_whole_moment_bytes_ = 0;
 };
 
 }  // namespace trellis

@@ -99,6 +99,8 @@ class Trainer {
   const MemoryPlan& memory_plan() const { return memory_plan_; }
   // The data-parallel gradient buckets.
   const GradientBuckets& buckets() const { return *buckets_; }
+  // The optimizer (a ShardedOptimizer under --zero 1 to 3).
+  const Optimizer& optimizer() const { return *optimizer_; }
   // --zero=3's sharded weights, or null.
   const ShardedParameters* sharded_parameters() const { return sharded_.get(); }
   // The arena that holds the plan's tensors.
@@ -117,8 +119,12 @@ class Trainer {
   absl::Status PlanMemory(size_t available);
   absl::Status Resume(const std::string& dir);
   // Reads the model's weights (and, with `optimizer`, its moments) from
-  // `dir`; under ZeRO-3 one group of whole weights at a time.
+  // `dir`; under ZeRO one group at a time (CheckpointGroups): its whole
+  // moments, and under ZeRO-3 its whole weights.
   absl::Status LoadModel(const std::string& dir, Optimizer* optimizer);
+  // The groups ZeRO's checkpoint I/O walks: ZeRO-3's IoGroups, else each
+  // gradient bucket's parameters (no bucket in two groups).
+  std::vector<std::vector<Parameter*>> CheckpointGroups() const;
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
   double ReduceLoss(double local) const;
   // After the data-parallel sync, sums over tp the gradients the model

@@ -52,16 +52,32 @@ absl::Status Trainer::LoadWeights(const std::string& dir) {
   return LoadModel(dir, nullptr);
 }
 
+std::vector<std::vector<Parameter*>> Trainer::CheckpointGroups() const {
+  if (sharded_ != nullptr) return sharded_->IoGroups(model_->GatherUnits());
+  // ZeRO-1/2: each gradient bucket's parameters (whole weights already).
+  std::vector<std::vector<Parameter*>> groups;
+  for (int b = 0; b < buckets_->num_buckets(); ++b) {
+    std::vector<Parameter*> group;
+    for (const GradientBuckets::Member& m : buckets_->members(b)) {
+      group.push_back(m.param);
+    }
+    if (!group.empty()) groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
 absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
-  if (sharded_ == nullptr) {
+  const bool moments_in_parts =
+      optimizer != nullptr && optimizer->MomentsInParts();
+  if (sharded_ == nullptr && !moments_in_parts) {
     return LoadCheckpoint(dir, model_->params(), optimizer);
   }
-  // ZeRO-3 loads one group of whole weights at a time and keeps its
-  // blocks of them. No collective: every rank reads its own.
+  // ZeRO loads one group at a time: ZeRO-3 its whole weights, keeping its
+  // blocks of them; every level its moments, keeping the owned segments.
+  // No collective: every rank reads its own.
   bool first = true;
-  for (const std::vector<Parameter*>& group :
-       sharded_->IoGroups(model_->GatherUnits())) {
-    sharded_->GatherUnit(group, /*gather=*/false);
+  for (const std::vector<Parameter*>& group : CheckpointGroups()) {
+    if (sharded_ != nullptr) sharded_->GatherUnit(group, /*gather=*/false);
     if (optimizer != nullptr) {
       optimizer->BeginCheckpointPart(CheckpointIo::kLoad, group);
     }
@@ -70,7 +86,7 @@ absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
     if (optimizer != nullptr) {
       optimizer->EndCheckpointPart(CheckpointIo::kLoad, group);
     }
-    sharded_->ShardUnit(group, /*keep=*/loaded.ok());
+    if (sharded_ != nullptr) sharded_->ShardUnit(group, /*keep=*/loaded.ok());
     TRELLIS_RETURN_IF_ERROR(loaded);
     first = false;
   }
@@ -128,25 +144,26 @@ absl::Status Trainer::Save() {
   state.tp = options_.tp;
   state.pp = options_.pp;
   state.flags = options_.ToFlagString();
-  // ZeRO-3 gathers one group of whole weights (for the writers, replica 0)
-  // and of moments (for their savers) at a time, and drops it before the
-  // next.
+  // ZeRO gathers one group at a time, and drops it before the next: its
+  // moments (for their savers) and, under ZeRO-3, its whole weights (for
+  // the writers, replica 0).
+  const bool walked = sharded_ != nullptr || optimizer_->MomentsInParts();
   WeightGroups walk;
-  if (sharded_ != nullptr) {
-    walk.groups = sharded_->IoGroups(model_->GatherUnits());
+  if (walked) {
+    walk.groups = CheckpointGroups();
     walk.open = [this](const std::vector<Parameter*>& group) {
-      sharded_->GatherUnit(group, /*gather=*/true);
+      if (sharded_ != nullptr) sharded_->GatherUnit(group, /*gather=*/true);
       optimizer_->BeginCheckpointPart(CheckpointIo::kSave, group);
     };
     walk.close = [this](const std::vector<Parameter*>& group) {
       optimizer_->EndCheckpointPart(CheckpointIo::kSave, group);
-      sharded_->ShardUnit(group, /*keep=*/false);
+      if (sharded_ != nullptr) sharded_->ShardUnit(group, /*keep=*/false);
     };
   }
   optimizer_->BeginCheckpointIo(CheckpointIo::kSave);
   const absl::Status saved = SaveCheckpoint(
       options_.save_dir, state, model_->params(), optimizer_.get(),
-      *groups_.world, coord_.d == 0, sharded_ != nullptr ? &walk : nullptr);
+      *groups_.world, coord_.d == 0, walked ? &walk : nullptr);
   optimizer_->EndCheckpointIo(CheckpointIo::kSave);
   TRELLIS_RETURN_IF_ERROR(saved);
   if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {

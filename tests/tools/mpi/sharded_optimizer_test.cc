@@ -6,6 +6,7 @@
 // plus all-gather of the buckets counts as the all-reduce it replaces.
 #include "tools/trainer/sharded_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -52,6 +53,18 @@ struct Replica {
     optimizer =
         sharded ? std::make_unique<ShardedOptimizer>(config, params, *buckets)
                 : std::make_unique<Optimizer>(config, params);
+  }
+
+  // Each bucket's parameters: the parts checkpoint I/O walks.
+  std::vector<std::vector<Parameter*>> Parts() const {
+    std::vector<std::vector<Parameter*>> parts;
+    for (int b = 0; b < buckets->num_buckets(); ++b) {
+      parts.emplace_back();
+      for (const GradientBuckets::Member& m : buckets->members(b)) {
+        parts.back().push_back(m.param);
+      }
+    }
+    return parts;
   }
 
   // One step whose gradients depend on the rank, the step and the weights.
@@ -114,19 +127,28 @@ TEST(ShardedOptimizerTest, StepsAsTheReplicatedOptimizerDoes) {
                     absl::StrCat("step ", step, " p", i));
       }
     }
-    // The moments, gathered whole for a checkpoint on the rank that saves
-    // them (every dp-th parameter's), and held nowhere else.
+    // The moments, gathered whole for a checkpoint one bucket's part at a
+    // time on the rank that saves them (every dp-th parameter's), and held
+    // nowhere else: outside its part no moment is whole.
     zero.optimizer->BeginCheckpointIo(CheckpointIo::kSave);
     ASSERT_TRUE(zero.optimizer->SavesOwnMoments());
-    for (size_t i = 0; i < plain.order.size(); ++i) {
-      const bool saves = zero.optimizer->SavesMoments(i);
-      EXPECT_EQ(saves, static_cast<int>(i) % WorldSize() == WorldRank());
-      EXPECT_EQ(zero.optimizer->exp_avg(i).defined(), saves);
-      if (!saves) continue;
-      ExpectClose(zero.optimizer->exp_avg(i), plain.optimizer->exp_avg(i),
-                  absl::StrCat("exp_avg p", i));
-      ExpectClose(zero.optimizer->exp_avg_sq(i), plain.optimizer->exp_avg_sq(i),
-                  absl::StrCat("exp_avg_sq p", i));
+    ASSERT_TRUE(zero.optimizer->MomentsInParts());
+    for (const std::vector<Parameter*>& part : zero.Parts()) {
+      zero.optimizer->BeginCheckpointPart(CheckpointIo::kSave, part);
+      for (size_t i = 0; i < plain.order.size(); ++i) {
+        const bool in_part =
+            std::count(part.begin(), part.end(), zero.order[i]) > 0;
+        const bool saves = zero.optimizer->SavesMoments(i);
+        EXPECT_EQ(saves, static_cast<int>(i) % WorldSize() == WorldRank());
+        EXPECT_EQ(zero.optimizer->exp_avg(i).defined(), saves && in_part);
+        if (!saves || !in_part) continue;
+        ExpectClose(zero.optimizer->exp_avg(i), plain.optimizer->exp_avg(i),
+                    absl::StrCat("exp_avg p", i));
+        ExpectClose(zero.optimizer->exp_avg_sq(i),
+                    plain.optimizer->exp_avg_sq(i),
+                    absl::StrCat("exp_avg_sq p", i));
+      }
+      zero.optimizer->EndCheckpointPart(CheckpointIo::kSave, part);
     }
     zero.optimizer->EndCheckpointIo(CheckpointIo::kSave);
   }
@@ -139,10 +161,15 @@ TEST(ShardedOptimizerTest, LoadedMomentsContinueTheSameSteps) {
   Replica zero(MPI_COMM_WORLD, /*sharded=*/true, 64);
   for (int step = 0; step < 3; ++step) plain.Step(step);
   zero.optimizer->BeginCheckpointIo(CheckpointIo::kLoad);
-  for (size_t i = 0; i < plain.order.size(); ++i) {
-    zero.order[i]->value.CopyFrom(plain.order[i]->value);
-    zero.optimizer->exp_avg(i).CopyFrom(plain.optimizer->exp_avg(i));
-    zero.optimizer->exp_avg_sq(i).CopyFrom(plain.optimizer->exp_avg_sq(i));
+  for (const std::vector<Parameter*>& part : zero.Parts()) {
+    zero.optimizer->BeginCheckpointPart(CheckpointIo::kLoad, part);
+    for (size_t i = 0; i < plain.order.size(); ++i) {
+      if (std::count(part.begin(), part.end(), zero.order[i]) == 0) continue;
+      zero.order[i]->value.CopyFrom(plain.order[i]->value);
+      zero.optimizer->exp_avg(i).CopyFrom(plain.optimizer->exp_avg(i));
+      zero.optimizer->exp_avg_sq(i).CopyFrom(plain.optimizer->exp_avg_sq(i));
+    }
+    zero.optimizer->EndCheckpointPart(CheckpointIo::kLoad, part);
   }
   zero.optimizer->EndCheckpointIo(CheckpointIo::kLoad);
   zero.optimizer->set_step(plain.optimizer->step());
