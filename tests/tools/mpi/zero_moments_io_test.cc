@@ -1,8 +1,8 @@
 // ZeRO's checkpoint I/O makes the AdamW moments whole one group at a time,
 // at every level, never all of a rank's moments at once.
 //
-// For --zero=1 and 2 under dp4 and dp2·pp2 (GPT-2, 6 layers, buckets of
-// about a block), on every rank: the whole moments held at once through a
+// For --zero=1 and 2 under dp4, dp2·pp2 and dp2·tp2 (GPT-2, 6 layers, buckets
+// of about a block), on every rank: the whole moments held at once through a
 // save and through a resume stay at most the largest bucket's (both
 // kinds, float32), well under the stage's; the arena stays within the
 // memory plan (or the steps' own peak, which ZeroMemoryTest bounds); the
@@ -91,7 +91,8 @@ void ExpectBounded(Trainer& trainer, size_t steps, const char* when) {
 TEST_F(ZeroMomentsIoTest, MomentsAreWholeOneBucketAtATime) {
   if (mpitest::WorldSize() != 4) GTEST_SKIP() << "needs 4 ranks";
   for (const int zero : {1, 2}) {
-    for (const Layout& layout : {Layout{4, 1, 1}, Layout{2, 1, 2}}) {
+    for (const Layout& layout :
+         {Layout{4, 1, 1}, Layout{2, 1, 2}, Layout{2, 2, 1}}) {
       const std::string name = absl::StrCat("zero-", zero, " ", layout.Name());
       SCOPED_TRACE(name);
       TrainOptions options = mpitest::TinyModelOptions(*data_);
