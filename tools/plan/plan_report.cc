@@ -103,6 +103,7 @@ nlohmann::json LayoutJson(const LayoutPlan& p) {
             {"activations", m.activations},
             {"workspace", m.workspace},
             {"pipeline", m.pipeline},
+            {"checkpoint", m.checkpoint},
             {"total", m.total()},
             {"arena", p.arena_bytes},
             {"available", p.available_bytes},

@@ -41,11 +41,17 @@ size_t ArenaCapacity(const MemoryPlan& plan, size_t available) {
 }
 
 std::string MemoryPlan::Format() const {
+  const std::string io =
+      checkpoint == 0
+          ? ""
+          : absl::StrFormat(
+                ", checkpoint I/O %s (between steps, in place of activations)",
+                Readable(checkpoint));
   return absl::StrFormat(
       "weights %s, gradients %s, optimizer %s, activations %s, workspace %s, "
-      "pipeline buffers %s; total %s",
+      "pipeline buffers %s%s; total %s",
       Readable(weights), Readable(gradients), Readable(optimizer),
-      Readable(activations), Readable(workspace), Readable(pipeline),
+      Readable(activations), Readable(workspace), Readable(pipeline), io,
       Readable(total()));
 }
 

@@ -4,6 +4,7 @@
 #ifndef TRELLIS_TOOLS_TRAINER_MEMORY_PLAN_H_
 #define TRELLIS_TOOLS_TRAINER_MEMORY_PLAN_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -20,9 +21,14 @@ struct MemoryPlan {
   size_t activations = 0;  // microbatch states × the schedule's peak
   size_t workspace = 0;    // buffers shared by a chunk's microbatches
   size_t pipeline = 0;     // activations and gradients between stages
+  // Checkpoint I/O under ZeRO: the largest I/O group's whole moments and
+  // its gather buffer, held between steps, where the activations were
+  // (PlanZeroMemory); 0 when the moments are whole anyway.
+  size_t checkpoint = 0;
 
   size_t total() const {
-    return weights + gradients + optimizer + activations + workspace + pipeline;
+    return weights + gradients + optimizer + std::max(activations, checkpoint) +
+           workspace + pipeline;
   }
   // "weights 474.2 MiB, gradients ...; total 9.31 GiB".
   std::string Format() const;

@@ -112,6 +112,73 @@ size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
       static_cast<int>(o.dp), groups, early, largest_bucket);
 }
 
+size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
+                        const MemoryPlan& replicated) {
+  if (o.zero == 0) return 0;
+  std::unordered_map<const Parameter*, size_t> index;
+  std::vector<GradientBuckets::LayoutItem> items =
+      BucketItems(model, o, 0, index);
+  int64_t elements = 0;
+  for (const auto& item : items) elements += item.elements;
+  if (elements == 0) return 0;
+  const size_t n = static_cast<size_t>(elements);
+  // The replicated plan's moments (two per element) and gradients give the
+  // bytes per element; the buckets are laid out over the gradients.
+  const size_t moment_bytes = replicated.optimizer / (2 * n);
+  const size_t gradient_bytes = replicated.gradients / n;
+  for (auto& item : items) item.element_bytes = gradient_bytes;
+  const std::vector<std::vector<size_t>> layout = GradientBuckets::Layout(
+      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024));
+  std::vector<int> bucket_of(items.size());
+  std::vector<int64_t> bucket_elements(layout.size(), 0);
+  for (size_t b = 0; b < layout.size(); ++b) {
+    for (size_t i : layout[b]) {
+      bucket_of[i] = static_cast<int>(b);
+      bucket_elements[b] += items[i].elements;
+    }
+  }
+  // The I/O groups (Trainer::CheckpointGroups): each bucket under levels 1
+  // and 2; under 3 the buckets of each gather unit not taken by an earlier
+  // one, then each bucket left.
+  std::vector<std::vector<int>> groups;
+  std::vector<bool> taken(layout.size(), o.zero < 3);
+  if (o.zero < 3) {
+    for (size_t b = 0; b < layout.size(); ++b) {
+      groups.push_back({static_cast<int>(b)});
+    }
+  }
+  auto add = [&](const std::vector<int>& buckets) {
+    std::vector<int> group;
+    for (int b : buckets) {
+      if (taken[b]) continue;
+      taken[b] = true;
+      group.push_back(b);
+    }
+    if (!group.empty()) groups.push_back(std::move(group));
+  };
+  for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
+    std::vector<int> buckets;
+    for (const Parameter* p : unit) buckets.push_back(bucket_of[index.at(p)]);
+    add(buckets);
+  }
+  for (size_t b = 0; b < layout.size(); ++b) add({static_cast<int>(b)});
+  // A group's whole moments, both kinds; the moments pass through one
+  // bucket-sized gather buffer, a new one under levels 2 and 3 (level 1
+  // gathers through its gradient buckets, already planned).
+  size_t largest_group = 0, largest_bucket = 0;
+  for (const std::vector<int>& group : groups) {
+    int64_t sum = 0;
+    for (int b : group) sum += bucket_elements[b];
+    largest_group = std::max(largest_group, static_cast<size_t>(sum));
+  }
+  for (int64_t e : bucket_elements) {
+    const int64_t padded = (e + o.dp - 1) / o.dp * o.dp;
+    largest_bucket = std::max(largest_bucket, static_cast<size_t>(padded));
+  }
+  return 2 * moment_bytes * largest_group +
+         (o.zero >= 2 ? gradient_bytes * largest_bucket : 0);
+}
+
 MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
                           const MemoryPlan& replicated,
                           bool staged_reduce_scatter) {
@@ -127,7 +194,10 @@ MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
                                 ((largest_bucket + dp - 1) / dp);
   }
   const size_t gathered = o.zero >= 3 ? PlanGatheredUnits(model, o) : 0;
-  return ShardOverDp(replicated, o.zero, o.dp, in_flight, staging, gathered);
+  MemoryPlan plan =
+      ShardOverDp(replicated, o.zero, o.dp, in_flight, staging, gathered);
+  plan.checkpoint = PlanCheckpointIo(model, o, replicated);
+  return plan;
 }
 
 }  // namespace trellis

@@ -12,6 +12,8 @@
 // largest under level 2. Level 3 keeps 1/dp of the weights plus two
 // gather units' whole values (PlanGatheredUnits), and its gradients as
 // level 2 over buckets that start at each weight group. See ShardOverDp.
+// At every level ≥ 1 checkpoint I/O makes one group's moments whole between
+// steps (PlanCheckpointIo), which the plan holds in place of activations.
 // Thread safety: a pure function of its arguments.
 #ifndef TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
 #define TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
@@ -34,6 +36,15 @@ MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
 size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
                            const MemoryPlan& replicated,
                            size_t* largest_bucket);
+
+// Checkpoint I/O's whole bytes at once under levels 1 to 3 (0 at level 0,
+// whose moments are whole anyway): the largest I/O group's moments, both
+// kinds, in the moments' dtype (the groups as Trainer::CheckpointGroups
+// walks them: each gradient bucket, or under level 3 the buckets of each
+// gather unit), plus under levels 2 and 3 one bucket-sized gather buffer.
+// Level 3's weights gathered for I/O use the planned gather units.
+size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
+                        const MemoryPlan& replicated);
 
 // Level 3's gathered weights held at once: the two largest gather units
 // (ModelChunk::GatherUnits; one computed, the next gathered), each counted
