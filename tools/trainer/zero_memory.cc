@@ -36,6 +36,25 @@ std::vector<GradientBuckets::LayoutItem> BucketItems(
   return items;
 }
 
+// BucketItems over the gradients: each element as many bytes as the
+// replicated plan's gradients give it; `elements` gets their count (no
+// items when 0).
+std::vector<GradientBuckets::LayoutItem> GradientItems(
+    const StageModel& model, const TrainOptions& o,
+    const MemoryPlan& replicated,
+    std::unordered_map<const Parameter*, size_t>& index, size_t* elements) {
+  std::vector<GradientBuckets::LayoutItem> items =
+      BucketItems(model, o, 0, index);
+  int64_t n = 0;
+  for (const auto& item : items) n += item.elements;
+  *elements = static_cast<size_t>(n);
+  if (n == 0) return {};
+  for (auto& item : items) {
+    item.element_bytes = replicated.gradients / static_cast<size_t>(n);
+  }
+  return items;
+}
+
 }  // namespace
 
 size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o) {
@@ -83,14 +102,10 @@ size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
                            size_t* largest_bucket) {
   // From the declared shapes: the parameters need not exist yet.
   std::unordered_map<const Parameter*, size_t> index;
-  std::vector<GradientBuckets::LayoutItem> items =
-      BucketItems(model, o, 0, index);
-  int64_t elements = 0;
-  for (const auto& item : items) elements += item.elements;
+  size_t elements = 0;
+  const std::vector<GradientBuckets::LayoutItem> items =
+      GradientItems(model, o, replicated, index, &elements);
   if (elements == 0) return 0;
-  for (auto& item : items) {
-    item.element_bytes = replicated.gradients / static_cast<size_t>(elements);
-  }
   std::vector<std::vector<size_t>> groups;
   for (const std::vector<Parameter*>& group : model.WeightGroups()) {
     groups.emplace_back();
@@ -116,17 +131,14 @@ size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
                         const MemoryPlan& replicated) {
   if (o.zero == 0) return 0;
   std::unordered_map<const Parameter*, size_t> index;
-  std::vector<GradientBuckets::LayoutItem> items =
-      BucketItems(model, o, 0, index);
-  int64_t elements = 0;
-  for (const auto& item : items) elements += item.elements;
-  if (elements == 0) return 0;
-  const size_t n = static_cast<size_t>(elements);
+  size_t n = 0;
+  const std::vector<GradientBuckets::LayoutItem> items =
+      GradientItems(model, o, replicated, index, &n);
+  if (n == 0) return 0;
   // The replicated plan's moments (two per element) and gradients give the
   // bytes per element; the buckets are laid out over the gradients.
   const size_t moment_bytes = replicated.optimizer / (2 * n);
   const size_t gradient_bytes = replicated.gradients / n;
-  for (auto& item : items) item.element_bytes = gradient_bytes;
   const std::vector<std::vector<size_t>> layout = GradientBuckets::Layout(
       items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024));
   std::vector<int> bucket_of(items.size());
