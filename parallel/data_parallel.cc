@@ -172,6 +172,40 @@ int GradientBuckets::BucketOf(const Parameter* p) const {
   return it->second;
 }
 
+std::vector<int> GradientBuckets::BucketsOf(
+    const std::vector<Parameter*>& params) const {
+  std::vector<int> out;
+  for (const Parameter* p : params) {
+    const int b = BucketOf(p);
+    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
+  }
+  return out;
+}
+
+std::vector<Parameter*> GradientBuckets::BucketParameters(int b) const {
+  std::vector<Parameter*> out;
+  for (const Member& m : buckets_[b].members) out.push_back(m.param);
+  return out;
+}
+
+std::vector<std::vector<int>> GradientBuckets::UnitBucketGroups(
+    int num_buckets, const std::vector<std::vector<int>>& unit_buckets) {
+  std::vector<bool> taken(num_buckets, false);
+  std::vector<std::vector<int>> groups;
+  auto add = [&](const std::vector<int>& buckets) {
+    std::vector<int> group;
+    for (int b : buckets) {
+      if (taken[b]) continue;
+      taken[b] = true;
+      group.push_back(b);
+    }
+    if (!group.empty()) groups.push_back(std::move(group));
+  };
+  for (const std::vector<int>& unit : unit_buckets) add(unit);
+  for (int b = 0; b < num_buckets; ++b) add({b});
+  return groups;
+}
+
 Tensor GradientBuckets::GatherBuffer(int b) const {
   const Bucket& bucket = buckets_[b];
   if (sync_ != GradSync::kShardGradients) return bucket.flat;

@@ -117,6 +117,16 @@ class GradientBuckets {
   Tensor Shard(int b) const;
   // The bucket holding `p`.
   int BucketOf(const Parameter* p) const;
+  // The distinct buckets holding `params`, in the order first met.
+  std::vector<int> BucketsOf(const std::vector<Parameter*>& params) const;
+  // Bucket b's parameters, in order.
+  std::vector<Parameter*> BucketParameters(int b) const;
+  // Groups of whole buckets, each bucket in exactly one: each unit's
+  // buckets (`unit_buckets`, as BucketsOf gives them) that no earlier unit
+  // took, then every bucket left, alone. ZeRO-3's checkpoint I/O walks
+  // these (ShardedParameters::IoGroups), and the memory plan sizes them.
+  static std::vector<std::vector<int>> UnitBucketGroups(
+      int num_buckets, const std::vector<std::vector<int>>& unit_buckets);
   // A buffer of bucket b's size to all-gather through: flat(b), or under
   // kShardGradients a new one the caller drops when done.
   Tensor GatherBuffer(int b) const;

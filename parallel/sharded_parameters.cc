@@ -140,16 +140,6 @@ ShardedParameters::~ShardedParameters() {
   }
 }
 
-std::vector<int> ShardedParameters::BucketsOf(
-    const std::vector<Parameter*>& unit) const {
-  std::vector<int> out;
-  for (const Parameter* p : unit) {
-    const int b = buckets_.BucketOf(p);
-    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
-  }
-  return out;
-}
-
 Tensor ShardedParameters::Block(const Tensor& buffer, int b) const {
   return buffer.Narrow(buckets_.block_start(b), slots_[b].owned.numel());
 }
@@ -205,7 +195,7 @@ void ShardedParameters::Drop(int b) {
 
 void ShardedParameters::Acquire(const std::vector<Parameter*>& unit,
                                 const std::vector<Parameter*>& next) {
-  const std::vector<int> mine = BucketsOf(unit);
+  const std::vector<int> mine = buckets_.BucketsOf(unit);
   for (int b : mine) {
     ++slots_[b].refs;
     slots_[b].wanted = false;
@@ -213,14 +203,14 @@ void ShardedParameters::Acquire(const std::vector<Parameter*>& unit,
   }
   for (int b : mine) Bind(b);
   // The next unit's gathers run while this one computes.
-  for (int b : BucketsOf(next)) {
+  for (int b : buckets_.BucketsOf(next)) {
     Launch(b);
     slots_[b].wanted = true;
   }
 }
 
 void ShardedParameters::Release(const std::vector<Parameter*>& unit) {
-  for (int b : BucketsOf(unit)) {
+  for (int b : buckets_.BucketsOf(unit)) {
     Slot& slot = slots_[b];
     TRELLIS_CHECK_GT(slot.refs, 0) << "a unit released without Acquire";
     if (--slot.refs == 0 && !slot.wanted) Drop(b);
@@ -256,7 +246,7 @@ std::vector<Parameter*> ShardedParameters::all_parameters() const {
 void ShardedParameters::GatherUnit(const std::vector<Parameter*>& unit,
                                    bool gather) {
   Communicator& dp = buckets_.dp();
-  for (int b : BucketsOf(unit)) {
+  for (int b : buckets_.BucketsOf(unit)) {
     Slot& slot = slots_[b];
     TRELLIS_CHECK(slot.refs == 0 && !slot.full.defined())
         << "GatherUnit while a unit is gathered";
@@ -292,7 +282,7 @@ void ShardedParameters::GatherUnit(const std::vector<Parameter*>& unit,
 
 void ShardedParameters::ShardUnit(const std::vector<Parameter*>& unit,
                                   bool keep) {
-  for (int b : BucketsOf(unit)) {
+  for (int b : buckets_.BucketsOf(unit)) {
     Slot& slot = slots_[b];
     TRELLIS_CHECK(slot.bound && slot.refs == 0)
         << "ShardUnit without GatherUnit";
@@ -315,21 +305,19 @@ void ShardedParameters::ShardUnit(const std::vector<Parameter*>& unit,
 
 std::vector<std::vector<Parameter*>> ShardedParameters::IoGroups(
     const std::vector<std::vector<Parameter*>>& units) const {
-  std::vector<bool> taken(slots_.size(), false);
+  std::vector<std::vector<int>> unit_buckets;
+  for (const std::vector<Parameter*>& unit : units) {
+    unit_buckets.push_back(buckets_.BucketsOf(unit));
+  }
   std::vector<std::vector<Parameter*>> groups;
-  auto add = [&](const std::vector<int>& buckets) {
-    std::vector<Parameter*> group;
+  for (const std::vector<int>& buckets : GradientBuckets::UnitBucketGroups(
+           static_cast<int>(slots_.size()), unit_buckets)) {
+    groups.emplace_back();
     for (int b : buckets) {
-      if (taken[b]) continue;
-      taken[b] = true;
-      for (const GradientBuckets::Member& m : buckets_.members(b)) {
-        group.push_back(m.param);
-      }
+      const std::vector<Parameter*> members = buckets_.BucketParameters(b);
+      groups.back().insert(groups.back().end(), members.begin(), members.end());
     }
-    if (!group.empty()) groups.push_back(std::move(group));
-  };
-  for (const std::vector<Parameter*>& unit : units) add(BucketsOf(unit));
-  for (int b = 0; b < static_cast<int>(slots_.size()); ++b) add({b});
+  }
   return groups;
 }
 

@@ -141,8 +141,6 @@ class ShardedParameters {
   void Free(size_t bytes);
   // Every bucket's members.
   std::vector<Parameter*> all_parameters() const;
-  // The distinct buckets of `unit`'s parameters.
-  std::vector<int> BucketsOf(const std::vector<Parameter*>& unit) const;
   // Starts bucket b's all-gather into a new buffer unless one exists.
   void Launch(int b);
   // Waits for bucket b's gather and points its members' values at it.

@@ -205,16 +205,6 @@ void ShardedOptimizer::GatherMoments(const std::vector<int>& buckets,
   }
 }
 
-std::vector<int> ShardedOptimizer::BucketsOf(
-    const std::vector<Parameter*>& part) const {
-  std::vector<int> out;
-  for (const Parameter* p : part) {
-    const int b = buckets_.BucketOf(p);
-    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
-  }
-  return out;
-}
-
 bool ShardedOptimizer::SavesMoments(size_t i) const {
   return static_cast<int>(i % static_cast<size_t>(buckets_.dp().size())) ==
          buckets_.dp().rank();
@@ -260,15 +250,17 @@ void ShardedOptimizer::BeginCheckpointPart(
     m()[i] = NewMoment(*p);
     v()[i] = NewMoment(*p);
   }
+  // Outside a part no moment is whole: the part's are all there are.
   size_t whole = 0;
-  for (size_t i = 0; i < m().size(); ++i) {
+  for (const Parameter* p : part) {
+    const size_t i = index_.at(p);
     if (m()[i].defined()) whole += m()[i].nbytes() + v()[i].nbytes();
   }
   peak_whole_moment_bytes_ = std::max(peak_whole_moment_bytes_, whole);
   if (io == CheckpointIo::kSave) {
     // Through the part's gradient buckets: the gradients there are spent
     // after a step and zeroed at the next one's start.
-    const std::vector<int> buckets = BucketsOf(part);
+    const std::vector<int> buckets = buckets_.BucketsOf(part);
     GatherMoments(buckets, m_blocks_, m());
     GatherMoments(buckets, v_blocks_, v());
   }

@@ -121,8 +121,6 @@ class ShardedOptimizer : public Optimizer {
   void GatherMoments(const std::vector<int>& buckets,
                      const std::vector<Tensor>& blocks,
                      std::vector<Tensor>& whole);
-  // The distinct buckets of `part`.
-  std::vector<int> BucketsOf(const std::vector<Parameter*>& part) const;
 
   GradientBuckets& buckets_;
   ShardedParameters* sharded_;  // ZeRO-3's owned weights, or null

@@ -57,11 +57,7 @@ std::vector<std::vector<Parameter*>> Trainer::CheckpointGroups() const {
   // ZeRO-1/2: each gradient bucket's parameters (whole weights already).
   std::vector<std::vector<Parameter*>> groups;
   for (int b = 0; b < buckets_->num_buckets(); ++b) {
-    std::vector<Parameter*> group;
-    for (const GradientBuckets::Member& m : buckets_->members(b)) {
-      group.push_back(m.param);
-    }
-    if (!group.empty()) groups.push_back(std::move(group));
+    groups.push_back(buckets_->BucketParameters(b));
   }
   return groups;
 }

@@ -150,30 +150,23 @@ size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
     }
   }
   // The I/O groups (Trainer::CheckpointGroups): each bucket under levels 1
-  // and 2; under 3 the buckets of each gather unit not taken by an earlier
-  // one, then each bucket left.
-  std::vector<std::vector<int>> groups;
-  std::vector<bool> taken(layout.size(), o.zero < 3);
-  if (o.zero < 3) {
-    for (size_t b = 0; b < layout.size(); ++b) {
-      groups.push_back({static_cast<int>(b)});
+  // and 2; under 3 the gather units' buckets (ShardedParameters::IoGroups).
+  std::vector<std::vector<int>> unit_buckets;
+  if (o.zero >= 3) {
+    for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
+      unit_buckets.emplace_back();
+      for (const Parameter* p : unit) {
+        const int b = bucket_of[index.at(p)];
+        std::vector<int>& mine = unit_buckets.back();
+        if (std::find(mine.begin(), mine.end(), b) == mine.end()) {
+          mine.push_back(b);
+        }
+      }
     }
   }
-  auto add = [&](const std::vector<int>& buckets) {
-    std::vector<int> group;
-    for (int b : buckets) {
-      if (taken[b]) continue;
-      taken[b] = true;
-      group.push_back(b);
-    }
-    if (!group.empty()) groups.push_back(std::move(group));
-  };
-  for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
-    std::vector<int> buckets;
-    for (const Parameter* p : unit) buckets.push_back(bucket_of[index.at(p)]);
-    add(buckets);
-  }
-  for (size_t b = 0; b < layout.size(); ++b) add({static_cast<int>(b)});
+  const std::vector<std::vector<int>> groups =
+      GradientBuckets::UnitBucketGroups(static_cast<int>(layout.size()),
+                                        unit_buckets);
   // A group's whole moments, both kinds; the moments pass through one
   // bucket-sized gather buffer, a new one under levels 2 and 3 (level 1
   // gathers through its gradient buckets, already planned).

@@ -59,10 +59,7 @@ struct Replica {
   std::vector<std::vector<Parameter*>> Parts() const {
     std::vector<std::vector<Parameter*>> parts;
     for (int b = 0; b < buckets->num_buckets(); ++b) {
-      parts.emplace_back();
-      for (const GradientBuckets::Member& m : buckets->members(b)) {
-        parts.back().push_back(m.param);
-      }
+      parts.push_back(buckets->BucketParameters(b));
     }
     return parts;
   }
