@@ -1,8 +1,9 @@
 // Runs the PyTorch reference scripts of scripts/torch_reference/ from the
 // tests and reads their JSON result.
 //
-// The scripts run under the tests' Python (TRELLIS_PYTHON: CMake's
-// Python3_EXECUTABLE, chosen with -DPython3_EXECUTABLE). PyTorch is a test
+// The scripts run under the tests' Python (TRELLIS_PYTHON: the first of
+// the python3 on PATH and /usr/bin/python3 that imports torch, or
+// -DTRELLIS_TEST_PYTHON; tests/CMakeLists.txt). PyTorch is a test
 // dependency, not an option: a script that reports it missing (it writes
 // {"skipped": ...}) fails the test with a line naming python3-torch and
 // scripts/install-deps.sh, so a comparison is never skipped in silence.
@@ -57,7 +58,7 @@ inline nlohmann::json RunTorchReference(const std::string& script,
     ADD_FAILURE() << "the PyTorch reference cannot run under " << Python()
                   << ": " << j["skipped"].get<std::string>()
                   << "; install python3-torch (scripts/install-deps.sh) or "
-                     "configure with -DPython3_EXECUTABLE=<a python3 that "
+                     "configure with -DTRELLIS_TEST_PYTHON=<a python3 that "
                      "imports torch>";
     return nullptr;
   }
