@@ -1,5 +1,8 @@
 #include "transformer/config.h"
 
+#include <string>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "parallel/parameter.h"
 #include "transformer/model_family.h"
@@ -91,8 +94,14 @@ absl::Status ModelConfig::Validate() const {
 
 std::string ModelConfig::DebugString() const {
   std::string out;
+  // A GPT-2 holds the Llama-only options at their defaults (it refuses
+  // other values), so they would say nothing about its model.
+  const bool llama = family == ModelFamilyKind::kLlama;
 #define TRELLIS_MODEL_CONFIG_TEXT(group, type, name, value, help) \
-  absl::StrAppend(&out, out.empty() ? "" : " ", #name "=", OptionText(name));
+  if (llama || std::string_view(help).rfind("llama:", 0) != 0) {  \
+    absl::StrAppend(&out, out.empty() ? "" : " ", #name "=",      \
+                    OptionText(name));                            \
+  }
   TRELLIS_MODEL_CONFIG_OPTIONS(TRELLIS_MODEL_CONFIG_TEXT)
 #undef TRELLIS_MODEL_CONFIG_TEXT
   absl::StrAppend(&out, " vocab_size=", vocab_size);

@@ -91,7 +91,8 @@ struct ModelConfig {
   double TrainingFlopsPerToken() const;
   // Checks positivity, then the family's own rules (its Validate).
   absl::Status Validate() const;
-  // "family=gpt2 n_layer=4 ... vocab_size=257": every option.
+  // "family=gpt2 n_layer=4 ... vocab_size=257": every option the family
+  // reads (a GPT-2's omits the Llama-only ones).
   std::string DebugString() const;
 };
 

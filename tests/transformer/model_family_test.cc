@@ -50,6 +50,14 @@ TEST(ModelFamilyTest, ConfigNamesItsFamily) {
   EXPECT_EQ(FamilyOf(c).kind(), ModelFamilyKind::kGpt2);
   EXPECT_EQ(c.DebugString().rfind("family=gpt2 n_layer=4 ", 0), 0u)
       << c.DebugString();
+  // Only what GPT-2 reads: none of the Llama-only options.
+  for (const char* llama_only : {"n_kv_heads", "ffn_hidden", "rope_theta",
+                                 "rope_scaling", "rope_factor"}) {
+    EXPECT_EQ(c.DebugString().find(llama_only), std::string::npos)
+        << c.DebugString();
+  }
+  EXPECT_NE(c.DebugString().find("norm_eps="), std::string::npos);
+  EXPECT_NE(c.DebugString().find("vocab_size="), std::string::npos);
   EXPECT_TRUE(ParseModelFamily("gpt2").ok());
   const absl::StatusOr<ModelFamilyKind> bad = ParseModelFamily("gpt5");
   ASSERT_FALSE(bad.ok());
@@ -104,6 +112,7 @@ TEST(ModelFamilyTest, LlamaIsAFamily) {
   EXPECT_EQ(*ParseModelFamily("llama"), ModelFamilyKind::kLlama);
   EXPECT_EQ(c.DebugString().rfind("family=llama n_layer=4 ", 0), 0u);
   EXPECT_NE(c.DebugString().find("rope_scaling=none"), std::string::npos);
+  EXPECT_NE(c.DebugString().find("n_kv_heads="), std::string::npos);
   EXPECT_NE(c.DebugString().find("tie_embeddings=true"), std::string::npos);
   EXPECT_TRUE(c.Validate().ok()) << c.Validate();
 }
