@@ -207,7 +207,9 @@ class CudaGqaTest
   }
 };
 
-// kCudnn refuses grouped-query calls and runs them on the tensor-core path;
+// kCudnn runs bfloat16 on cuDNN's grouped-query graphs where a plan builds
+// and float32 as kMma does (CudaAttentionCudnnTest.RunsGroupedQueryAttention
+// calls the cuDNN launchers directly, so that a fallback cannot hide);
 // kMma takes bfloat16 at D = 64 and 128 on tensor cores, the rest on SIMT.
 TEST_P(CudaGqaTest, AgreesWithCpu) {
   Check({2, 130, 4, 2, 64});   // groups of 2, ragged tiles
