@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 
+#include "framework/float16.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -123,7 +124,7 @@ class MpiRequest : public Request {
     if (is_recv_) {
       int count = 0;
       TRELLIS_MPI_CHECK(
-          MPI_Get_count(&status, MpiType(buffer_.dtype()), &count));
+          MPI_Get_count(&status, MpiTransportType(buffer_.dtype()), &count));
       TRELLIS_CHECK_EQ(static_cast<int64_t>(count), buffer_.numel())
           << "elements received from rank " << status.MPI_SOURCE << " ";
     } else {
@@ -147,6 +148,62 @@ class MpiRequest : public Request {
 std::unique_ptr<Request> Completed(std::unique_ptr<Request> request) {
   request->Wait();
   return std::make_unique<DoneRequest>();
+}
+
+// The 16-bit float types, which MPI cannot reduce: reductions widen them to
+// float32 and round the result back once.
+bool IsHalfWidthFloat(DType dtype) {
+  return dtype == DType::kBF16 || dtype == DType::kF16;
+}
+
+// A float32 copy of `tensor`.
+Tensor Widened(const Tensor& tensor) {
+  Tensor wide = Tensor::Empty(tensor.shape(), DType::kF32);
+  ConvertElements(tensor.raw(), tensor.dtype(), wide.raw(), DType::kF32,
+                  tensor.numel());
+  return wide;
+}
+
+// Once `inner` (a reduction into `wide`) completes, rounds `wide` to
+// nearest, ties to even, into `target`. Keeps `wide` alive until then.
+class NarrowingRequest : public Request {
+ public:
+  NarrowingRequest(std::unique_ptr<Request> inner, Tensor wide, Tensor target)
+      : inner_(std::move(inner)),
+        wide_(std::move(wide)),
+        target_(std::move(target)) {}
+  ~NarrowingRequest() override { Wait(); }
+
+  void Wait() override {
+    if (inner_ == nullptr) return;
+    inner_->Wait();
+    inner_.reset();
+    ConvertElements(wide_.raw(), wide_.dtype(), target_.raw(), target_.dtype(),
+                    target_.numel());
+    wide_ = Tensor();
+  }
+
+  bool Poll() override {
+    if (inner_ == nullptr) return true;
+    if (!inner_->Poll()) return false;
+    Wait();
+    return true;
+  }
+
+ private:
+  std::unique_ptr<Request> inner_;
+  Tensor wide_;
+  Tensor target_;
+};
+
+// Narrows `wide` into `target` when `inner` completes: at once when the call
+// is blocking.
+std::unique_ptr<Request> NarrowWhenDone(std::unique_ptr<Request> inner,
+                                        Tensor wide, Tensor target,
+                                        bool async) {
+  auto request = std::make_unique<NarrowingRequest>(
+      std::move(inner), std::move(wide), std::move(target));
+  return async ? std::move(request) : Completed(std::move(request));
 }
 
 // Every transfer of a kRendezvous communicator uses this tag.
@@ -220,8 +277,12 @@ MPI_Datatype MpiType(DType dtype) {
       break;
   }
   TRELLIS_CHECK(false) << "MPI has no type for " << DTypeName(dtype)
-                       << "; convert to f32 first";
+                       << "; move it as MpiTransportType, reduce it as f32";
   return MPI_DATATYPE_NULL;
+}
+
+MPI_Datatype MpiTransportType(DType dtype) {
+  return IsHalfWidthFloat(dtype) ? MPI_UINT16_T : MpiType(dtype);
 }
 
 MpiCommunicator::MpiCommunicator(std::string name, MPI_Comm comm, bool owned,
@@ -248,6 +309,10 @@ std::unique_ptr<Request> MpiCommunicator::DoAllReduce(Tensor& buffer,
                                                       ReduceOp op, bool async) {
   WaitForPendingBatch();
   CheckCpu(buffer);
+  if (IsHalfWidthFloat(buffer.dtype())) {
+    Tensor wide = Widened(buffer);
+    return NarrowWhenDone(DoAllReduce(wide, op, async), wide, buffer, async);
+  }
   const MPI_Datatype type = MpiType(buffer.dtype());
   const MPI_Op mpi_op = MpiOp(op, buffer.dtype());
   if (!async) {
@@ -271,6 +336,14 @@ std::unique_ptr<Request> MpiCommunicator::DoReduceScatter(const Tensor& input,
   WaitForPendingBatch();
   CheckCpu(input);
   CheckCpu(output);
+  if (IsHalfWidthFloat(input.dtype())) {
+    // The input is widened at the call, so an output that overlaps it may
+    // take the result.
+    Tensor wide_output = Tensor::Empty(output.shape(), DType::kF32);
+    return NarrowWhenDone(DoReduceScatter(Widened(input), wide_output, op,
+                                          /*async=*/true),
+                          wide_output, output, async);
+  }
   // MPI forbids overlapping buffers; reduce into a scratch block then and
   // copy it out once complete.
   const bool scratch = Overlap(input, output);
@@ -295,7 +368,7 @@ std::unique_ptr<Request> MpiCommunicator::DoAllGather(const Tensor& input,
   CheckCpu(input);
   CheckCpu(output);
   const int count = ElementCount(input);
-  const MPI_Datatype type = MpiType(input.dtype());
+  const MPI_Datatype type = MpiTransportType(input.dtype());
   const char* own_block =
       static_cast<const char*>(output.raw()) + input.nbytes() * rank();
   MPI_Request request;
@@ -319,7 +392,7 @@ void MpiCommunicator::DoBroadcast(Tensor& buffer, int root) {
   WaitForPendingBatch();
   CheckCpu(buffer);
   TRELLIS_MPI_CHECK(MPI_Bcast(buffer.raw(), ElementCount(buffer),
-                              MpiType(buffer.dtype()), root, comm_));
+                              MpiTransportType(buffer.dtype()), root, comm_));
 }
 
 std::unique_ptr<Request> MpiCommunicator::PostSend(const Tensor& buffer,
@@ -328,12 +401,12 @@ std::unique_ptr<Request> MpiCommunicator::PostSend(const Tensor& buffer,
   MPI_Request request;
   if (p2p_ == MpiP2P::kRendezvous) {
     TRELLIS_MPI_CHECK(MPI_Issend(buffer.raw(), ElementCount(buffer),
-                                 MpiType(buffer.dtype()), peer, kRendezvousTag,
-                                 comm_, &request));
+                                 MpiTransportType(buffer.dtype()), peer,
+                                 kRendezvousTag, comm_, &request));
   } else {
     TRELLIS_MPI_CHECK(MPI_Isend(buffer.raw(), ElementCount(buffer),
-                                MpiType(buffer.dtype()), peer, tag, comm_,
-                                &request));
+                                MpiTransportType(buffer.dtype()), peer, tag,
+                                comm_, &request));
   }
   return std::make_unique<MpiRequest>(request, buffer, ReduceOp::kSum, 1,
                                       /*is_recv=*/false);
@@ -344,8 +417,9 @@ std::unique_ptr<Request> MpiCommunicator::PostRecv(const Tensor& buffer,
   CheckCpu(buffer);
   MPI_Request request;
   TRELLIS_MPI_CHECK(MPI_Irecv(
-      buffer.raw(), ElementCount(buffer), MpiType(buffer.dtype()), peer,
-      p2p_ == MpiP2P::kRendezvous ? kRendezvousTag : tag, comm_, &request));
+      buffer.raw(), ElementCount(buffer), MpiTransportType(buffer.dtype()),
+      peer, p2p_ == MpiP2P::kRendezvous ? kRendezvousTag : tag, comm_,
+      &request));
   return std::make_unique<MpiRequest>(request, buffer, ReduceOp::kSum, 1,
                                       /*is_recv=*/true);
 }

@@ -1,9 +1,13 @@
 // MpiCommunicator: the Communicator interface over an MPI communicator, for
 // CPU buffers.
 //
-// Element types map to MPI types (f32, f64, i32, i64, u16, u32; bf16 and f16
-// have no MPI reduction and are an invariant failure). ReduceOp::kAvg sums,
-// then divides by the group size; it is defined for floating types only.
+// Element types map to MPI types (f32, f64, i32, i64, u16, u32). MPI has no
+// 16-bit floats: bf16 and f16 elements travel as their bits (MPI_UINT16_T)
+// in transfers, gathers and broadcasts, and a reduction widens them to a
+// float32 copy, reduces that in float32 and rounds the result back once
+// (to nearest, ties to even) when the call completes (for an async call,
+// on Wait). ReduceOp::kAvg sums, then divides by the group size; it is
+// defined for floating types only.
 // AllReduceAsync uses MPI_Iallreduce, ReduceScatter(Async) and
 // AllGather(Async) MPI_Ireduce_scatter_block and MPI_Iallgather (a blocking
 // call waits at once), Send and Recv use MPI_Isend and MPI_Irecv; the
@@ -71,8 +75,13 @@ namespace internal {
     }                                                            \
   } while (0)
 
-// The MPI datatype of a dtype. REQUIRES: not bf16 or f16.
+// The MPI datatype of a dtype, which MPI can reduce. REQUIRES: not bf16 or
+// f16 (MPI has no such type).
 MPI_Datatype MpiType(DType dtype);
+
+// The MPI datatype that moves a dtype's elements bit for bit: MpiType, and
+// MPI_UINT16_T for bf16 and f16 (never to be reduced as such).
+MPI_Datatype MpiTransportType(DType dtype);
 
 // How point-to-point transfers behave (see above).
 enum class MpiP2P { kEager, kRendezvous };

@@ -1,6 +1,7 @@
 // HostStagedCommunicator on two ranks: with host buffers (any machine) and
-// with buffers on a GPU that both ranks share (skipped without one).
-// Expected values are formulas in the rank. Run under mpirun -np 2.
+// with buffers on a GPU that both ranks share (skipped without one), in
+// float32 and bfloat16. Expected values are formulas in the rank. Run under
+// mpirun -np 2.
 #include "parallel/host_staged_communicator.h"
 
 #include <mpi.h>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "framework/cuda/cuda_device.h"
+#include "framework/float16.h"
 #include "gtest/gtest.h"
 #include "tests/cuda/cuda_test_util.h"
 
@@ -45,6 +47,24 @@ class HostStagedTest : public ::testing::TestWithParam<bool> {
     const Tensor host = t.To(Device::Cpu());
     return std::vector<float>(host.data<float>(),
                               host.data<float>() + host.numel());
+  }
+
+  // values[i] on device_, bfloat16. REQUIRES: each value is exact in it.
+  Tensor MakeBf16(const std::vector<float>& values) {
+    const int64_t n = static_cast<int64_t>(values.size());
+    Tensor host = Tensor::Empty({n}, DType::kBF16);
+    ConvertElements(values.data(), DType::kF32, host.raw(), DType::kBF16, n);
+    return host.To(device_);
+  }
+
+  // A bfloat16 tensor's values, widened.
+  static std::vector<float> ReadBf16(const Tensor& t) {
+    EXPECT_EQ(t.dtype(), DType::kBF16);
+    const Tensor host = t.To(Device::Cpu());
+    std::vector<float> values(host.numel());
+    ConvertElements(host.raw(), DType::kBF16, values.data(), DType::kF32,
+                    host.numel());
+    return values;
   }
 
   Device device_ = Device::Cpu();
@@ -123,6 +143,47 @@ TEST_P(HostStagedTest, BatchSendRecvExchanges) {
   EXPECT_EQ(comm_->stats().Calls(CommOp::kSend), 1);
   EXPECT_EQ(comm_->stats().Calls(CommOp::kRecv), 1);
   EXPECT_EQ(comm_->mpi().stats().Calls(CommOp::kRecv), 1);
+}
+
+// bfloat16 buffers, as activations and pipeline messages are under
+// --precision=bf16: reductions run in float32 and round once (256 + 1 and
+// 256 + 3 fall halfway between bfloat16 neighbours and round to the even
+// one); transfers move the values unchanged.
+TEST_P(HostStagedTest, BFloat16ReductionsAndTransfers) {
+  const float r = static_cast<float>(rank_);
+  Tensor sum = MakeBf16({r, 10 + r, 0.5f + r, 256 - 255 * r, 256 - 253 * r});
+  comm_->AllReduce(sum, ReduceOp::kSum);
+  EXPECT_EQ(ReadBf16(sum), (std::vector<float>{1, 21, 2, 256, 260}));
+  EXPECT_EQ(sum.device(), device_);
+
+  Tensor avg = MakeBf16({2 * r, 4 + r});
+  comm_->AllReduceAsync(avg, ReduceOp::kAvg)->Wait();
+  EXPECT_EQ(ReadBf16(avg), (std::vector<float>{1, 4.5f}));
+  EXPECT_EQ(avg.device(), device_);
+
+  // Rank 0 sends, rank 1 receives; then both exchange in one batch.
+  const int peer = 1 - rank_;
+  const float p = static_cast<float>(peer);
+  Tensor message = MakeBf16({7 + r, -0.375f * (1 + r), 0x1p-100f});
+  Tensor received = MakeBf16({0, 0, 0});
+  if (rank_ == 0) {
+    comm_->Send(message, peer, 3)->Wait();
+  } else {
+    comm_->Recv(received, peer, 3)->Wait();
+    EXPECT_EQ(ReadBf16(received), (std::vector<float>{7, -0.375f, 0x1p-100f}));
+    EXPECT_EQ(received.device(), device_);
+  }
+  Tensor in = MakeBf16({0, 0, 0});
+  using T = P2POp::Type;
+  std::vector<std::unique_ptr<Request>> requests = comm_->BatchSendRecv(
+      {P2POp{T::kSend, message, peer, 6}, P2POp{T::kRecv, in, peer, 6}});
+  for (auto& request : requests) request->Wait();
+  EXPECT_EQ(ReadBf16(in),
+            (std::vector<float>{7 + p, -0.375f * (1 + p), 0x1p-100f}));
+  EXPECT_EQ(in.device(), device_);
+  comm_->Barrier();
+  EXPECT_EQ(comm_->stats().Bytes(CommOp::kAllReduce), 10 + 4);
+  EXPECT_EQ(comm_->stats().Bytes(CommOp::kSend), rank_ == 0 ? 12 : 6);
 }
 
 // Async reduce-scatter and all-gather, in place and not, started together

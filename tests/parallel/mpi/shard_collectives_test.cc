@@ -4,11 +4,13 @@
 // reduce-scatter must give this rank's block of it, and all-gathering those
 // blocks must give all of it. Inputs are small multiples of 1/4, so sums are
 // exact in float32 whatever order the reduction takes, and the averages
-// round the same way in both paths.
+// round the same way in both paths. They are exact in bfloat16 and float16
+// too, which reduce in float32 and round once.
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "framework/float16.h"
 #include "framework/trace.h"
 #include "gtest/gtest.h"
 #include "parallel/host_staged_communicator.h"
@@ -59,17 +61,19 @@ class ShardCollectivesTest : public ::testing::Test {
     for (int64_t i = 0; i < n; ++i) {
       const double v =
           0.25 * ((i * 7 + salt) % 23) + (rank_ + 1) * 0.5 - 0.25 * (i % 3);
-      if (dtype == DType::kF32) {
-        t.data<float>()[i] = static_cast<float>(v);
-      } else {
-        t.data<double>()[i] = v;
-      }
+      ConvertElements(&v, DType::kF64, Element(t, i), dtype, 1);
     }
     return t;
   }
 
+  static void* Element(const Tensor& t, int64_t i) {
+    return static_cast<char*>(t.raw()) + i * DTypeSize(t.dtype());
+  }
+
   static double At(const Tensor& t, int64_t i) {
-    return t.dtype() == DType::kF32 ? t.data<float>()[i] : t.data<double>()[i];
+    double v = 0;
+    ConvertElements(Element(t, i), t.dtype(), &v, DType::kF64, 1);
+    return v;
   }
 
   static void ExpectSame(const Tensor& got, const Tensor& want,
@@ -93,7 +97,7 @@ class ShardCollectivesTest : public ::testing::Test {
 TEST_F(ShardCollectivesTest, ScatterAndGatherMatchAllReduce) {
   for (Communicator* c : All()) {
     ASSERT_EQ(c->size(), size_);
-    for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
         for (int64_t n : kBlocks) {
           SCOPED_TRACE(c->name() + " " + DTypeName(dtype) + " op " +
@@ -124,7 +128,7 @@ TEST_F(ShardCollectivesTest, ScatterAndGatherMatchAllReduce) {
 
 TEST_F(ShardCollectivesTest, AsyncScatterAndGatherOverlapAndWaitLater) {
   for (Communicator* c : All()) {
-    for (DType dtype : {DType::kF32, DType::kF64}) {
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16}) {
       SCOPED_TRACE(c->name() + " " + DTypeName(dtype));
       constexpr int64_t n = 1001;
       const Tensor first = Input(size_ * n, dtype, 1);
