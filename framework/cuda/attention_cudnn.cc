@@ -49,7 +49,8 @@ struct PlanKey {
 
 // An execution plan with what it was built from, kept alive beside it.
 struct Plan {
-  BackendDescriptor graph, config, plan;
+  ca::Graph graph;
+  BackendDescriptor config, plan;
   int64_t workspace_bytes = 0;
 };
 
@@ -92,8 +93,20 @@ Context& ContextFor(int device) {
 
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Why cuDNN cannot take this call at all (before any graph is built).
+// cuDNN's version as major.minor.patch (cudnnGetVersion() is
+// major·10000 + minor·100 + patch from 9.0 on).
+std::string CudnnVersionText() {
+  const size_t v = cudnnGetVersion();
+  return absl::StrCat(v / 10000, ".", v / 100 % 100, ".", v % 100);
+}
+
+// Why cuDNN cannot take this call at all (before any graph is built). The
+// version and one-token rules are those cuDNN's own frontend enforces for
+// its fused attention (its support surface): 9.10.0 and 9.10.1 have known
+// bugs there, backward does not take one query against one key, and a
+// causal forward of one token needs 9.10 or newer.
 absl::Status CheckSupported(const Context& c, Elem t, const AttentionDims& d,
+                            bool backward,
                             std::initializer_list<const void*> pointers) {
   TRELLIS_RETURN_IF_ERROR(c.handle_status);
   if (t != Elem::kBF16) {
@@ -101,9 +114,26 @@ absl::Status CheckSupported(const Context& c, Elem t, const AttentionDims& d,
         "float32 inputs (cuDNN's fused attention takes float16 and bfloat16 "
         "only)");
   }
-  if (cudnnGetVersion() < 90000) {
+  const size_t version = cudnnGetVersion();
+  if (version < 90000) {
     return absl::UnavailableError(
-        absl::StrCat("cuDNN ", cudnnGetVersion(), " is older than 9.0"));
+        absl::StrCat("cuDNN ", version, " is older than 9.0"));
+  }
+  if (version == 91000 || version == 91001) {
+    return absl::UnavailableError(
+        absl::StrCat("cuDNN ", CudnnVersionText(),
+                     " has known fused-attention bugs; use 9.10.2 or newer"));
+  }
+  if (d.T == 1 && backward) {
+    return absl::UnavailableError(
+        "one token (cuDNN's fused attention backward does not take one query "
+        "against one key)");
+  }
+  if (d.T == 1 && version < 91000) {
+    return absl::UnavailableError(
+        absl::StrCat("one token under a causal mask (needs cuDNN 9.10 or "
+                     "newer; this is ",
+                     CudnnVersionText(), ")"));
   }
   if (c.compute_major < 8) {
     return absl::UnavailableError(absl::StrCat(
@@ -125,55 +155,69 @@ absl::Status CheckSupported(const Context& c, Elem t, const AttentionDims& d,
   return absl::OkStatus();
 }
 
+// The engine configs that the heuristics of `mode` offer for `graph`.
+absl::StatusOr<std::vector<BackendDescriptor>> EngineConfigs(
+    const BackendDescriptor& graph, cudnnBackendHeurMode_t mode) {
+  TRELLIS_ASSIGN_OR_RETURN(
+      BackendDescriptor heur,
+      BackendDescriptor::Create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
+  TRELLIS_RETURN_IF_ERROR(
+      heur.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph));
+  TRELLIS_RETURN_IF_ERROR(
+      heur.Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+  TRELLIS_RETURN_IF_ERROR(heur.Finalize());
+  int64_t count = 0;
+  TRELLIS_RETURN_IF_ERROR(TRELLIS_CUDNN_STATUS(cudnnBackendGetAttribute(
+      heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+      0, &count, nullptr)));
+  std::vector<BackendDescriptor> configs;
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (int64_t i = 0; i < count; ++i) {
+    TRELLIS_ASSIGN_OR_RETURN(
+        BackendDescriptor config,
+        BackendDescriptor::Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+    raw.push_back(config.get());
+    configs.push_back(std::move(config));
+  }
+  int64_t got = 0;
+  TRELLIS_RETURN_IF_ERROR(TRELLIS_CUDNN_STATUS(cudnnBackendGetAttribute(
+      heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+      count, &got, raw.data())));
+  configs.resize(std::min(got, count));
+  return configs;
+}
+
 // Asks the heuristics (mode A, then the fallback list) for engine configs and
-// keeps the first that finalizes into a plan.
+// keeps the first that finalizes into a plan. A mode whose heuristics fail
+// leaves the next mode to try.
 absl::StatusOr<std::unique_ptr<Plan>> BuildPlan(cudnnHandle_t handle,
-                                                BackendDescriptor graph) {
+                                                ca::Graph graph) {
   auto plan = std::make_unique<Plan>();
   plan->graph = std::move(graph);
   absl::Status last = absl::UnavailableError("the heuristics offered none");
   for (cudnnBackendHeurMode_t mode :
        {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-    TRELLIS_ASSIGN_OR_RETURN(
-        BackendDescriptor heur,
-        BackendDescriptor::Create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR));
-    TRELLIS_RETURN_IF_ERROR(
-        heur.SetDescriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, plan->graph));
-    TRELLIS_RETURN_IF_ERROR(
-        heur.Set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
-    TRELLIS_RETURN_IF_ERROR(heur.Finalize());
-    int64_t count = 0;
-    TRELLIS_RETURN_IF_ERROR(TRELLIS_CUDNN_STATUS(cudnnBackendGetAttribute(
-        heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-        CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr)));
-    std::vector<BackendDescriptor> configs;
-    std::vector<cudnnBackendDescriptor_t> raw;
-    for (int64_t i = 0; i < count; ++i) {
-      TRELLIS_ASSIGN_OR_RETURN(
-          BackendDescriptor config,
-          BackendDescriptor::Create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
-      raw.push_back(config.get());
-      configs.push_back(std::move(config));
+    absl::StatusOr<std::vector<BackendDescriptor>> configs =
+        EngineConfigs(plan->graph.graph, mode);
+    if (!configs.ok()) {
+      last = configs.status();
+      continue;
     }
-    int64_t got = 0;
-    TRELLIS_RETURN_IF_ERROR(TRELLIS_CUDNN_STATUS(cudnnBackendGetAttribute(
-        heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-        CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data())));
-    for (int64_t i = 0; i < got && i < count; ++i) {
+    for (BackendDescriptor& config : *configs) {
       TRELLIS_ASSIGN_OR_RETURN(
           BackendDescriptor exec,
           BackendDescriptor::Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR));
       TRELLIS_RETURN_IF_ERROR(
           exec.SetHandle(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, handle));
-      TRELLIS_RETURN_IF_ERROR(exec.SetDescriptor(
-          CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]));
+      TRELLIS_RETURN_IF_ERROR(
+          exec.SetDescriptor(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config));
       last = exec.Finalize();
       if (!last.ok()) continue;
       int64_t n = 0;
       TRELLIS_RETURN_IF_ERROR(TRELLIS_CUDNN_STATUS(cudnnBackendGetAttribute(
           exec.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
           CUDNN_TYPE_INT64, 1, &n, &plan->workspace_bytes)));
-      plan->config = std::move(configs[i]);
+      plan->config = std::move(config);
       plan->plan = std::move(exec);
       return plan;
     }
@@ -189,7 +233,7 @@ absl::StatusOr<const Plan*> PlanFor(Context& c, const PlanKey& key) {
     ++c.plan_builds;
     const ca::GraphShape shape{key.B,  key.T, key.H, key.D, CUDNN_DATA_BFLOAT16,
                                key.Hkv};
-    absl::StatusOr<BackendDescriptor> graph =
+    absl::StatusOr<ca::Graph> graph =
         key.backward ? ca::BuildBackwardGraph(c.handle, shape)
                      : ca::BuildForwardGraph(c.handle, shape);
     absl::StatusOr<std::unique_ptr<Plan>> plan =
@@ -265,7 +309,8 @@ absl::Status CudnnAttentionForward(Elem t, const AttentionDims& dims,
   if (d.B * d.H * d.T == 0) return absl::OkStatus();
   const int device = CurrentDevice();
   Context& c = ContextFor(device);
-  TRELLIS_RETURN_IF_ERROR(CheckSupported(c, t, d, {qkv, out, lse}));
+  TRELLIS_RETURN_IF_ERROR(
+      CheckSupported(c, t, d, /*backward=*/false, {qkv, out, lse}));
   TRELLIS_ASSIGN_OR_RETURN(const Plan* plan,
                            PlanFor(c, {false, t, d.B, d.T, d.H, d.D, d.Hkv}));
   Scalars s(d.D);
@@ -290,7 +335,8 @@ absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& dims,
   if (d.B * d.H * d.T == 0) return absl::OkStatus();
   const int device = CurrentDevice();
   Context& c = ContextFor(device);
-  TRELLIS_RETURN_IF_ERROR(CheckSupported(c, t, d, {dout, qkv, out, lse, dqkv}));
+  TRELLIS_RETURN_IF_ERROR(
+      CheckSupported(c, t, d, /*backward=*/true, {dout, qkv, out, lse, dqkv}));
   TRELLIS_ASSIGN_OR_RETURN(const Plan* plan,
                            PlanFor(c, {true, t, d.B, d.T, d.H, d.D, d.Hkv}));
   Scalars s(d.D);

@@ -13,8 +13,10 @@
 // nothing: inputs other than bfloat16 (cuDNN's fused attention is float16 /
 // bfloat16 only), a head width that is not a multiple of 8 up to 128, a
 // buffer not 16-byte aligned, compute capability below 8.0, cuDNN older than
-// 9.0, or no engine that finalizes a plan for the graph (the cuDNN call and
-// status named). Failures while running an already built plan abort.
+// 9.0 or 9.10.0/9.10.1 (known fused-attention bugs), one token in backward
+// (and in forward before cuDNN 9.10), or no engine that finalizes a plan for
+// the graph (the cuDNN call and status named). Failures while running an
+// already built plan abort.
 //
 // Execution plans and their workspace sizes are cached per (pass, B, T, H, D,
 // Hkv, type) on each thread and device; the strides are a function of those

@@ -54,7 +54,8 @@ class GraphBuilder {
     return y;
   }
 
-  absl::StatusOr<BackendDescriptor> Finish();
+  // The finalized graph; the builder gives up its descriptors to it.
+  absl::StatusOr<Graph> Finish();
 
  private:
   void AddTensor(int64_t uid, const View& v, cudnnDataType_t type,
@@ -227,19 +228,25 @@ void GraphBuilder::Reshape(int64_t x, int64_t y) {
   if (status_.ok()) Record(ReshapeStatus(x, y));
 }
 
-absl::StatusOr<BackendDescriptor> GraphBuilder::Finish() {
+absl::StatusOr<Graph> GraphBuilder::Finish() {
   TRELLIS_RETURN_IF_ERROR(status_);
+  Graph result;
   TRELLIS_ASSIGN_OR_RETURN(
-      BackendDescriptor graph,
+      result.graph,
       BackendDescriptor::Create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR));
   std::vector<cudnnBackendDescriptor_t> ops;
   for (const BackendDescriptor& op : ops_) ops.push_back(op.get());
   TRELLIS_RETURN_IF_ERROR(
-      graph.SetHandle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle_));
+      result.graph.SetHandle(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, handle_));
   TRELLIS_RETURN_IF_ERROR(
-      graph.SetDescriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, ops));
-  TRELLIS_RETURN_IF_ERROR(graph.Finalize());
-  return graph;
+      result.graph.SetDescriptors(CUDNN_ATTR_OPERATIONGRAPH_OPS, ops));
+  TRELLIS_RETURN_IF_ERROR(result.graph.Finalize());
+  for (auto& [uid, tensor] : tensors_)
+    result.parts.push_back(std::move(tensor));
+  for (BackendDescriptor& op : ops_) result.parts.push_back(std::move(op));
+  tensors_.clear();
+  ops_.clear();
+  return result;
 }
 
 // Part p of the (grouped-query) packed qkv or dqkv.
@@ -292,8 +299,8 @@ int64_t ScaledScores(GraphBuilder& g, const GraphShape& s) {
 
 }  // namespace
 
-absl::StatusOr<BackendDescriptor> BuildForwardGraph(cudnnHandle_t handle,
-                                                    const GraphShape& s) {
+absl::StatusOr<Graph> BuildForwardGraph(cudnnHandle_t handle,
+                                        const GraphShape& s) {
   GraphBuilder g(handle);
   const View scores = DenseView(s.B, s.H, s.T, s.T);
   const View rows = DenseView(s.B, s.H, s.T, 1);
@@ -315,8 +322,8 @@ absl::StatusOr<BackendDescriptor> BuildForwardGraph(cudnnHandle_t handle,
   return g.Finish();
 }
 
-absl::StatusOr<BackendDescriptor> BuildBackwardGraph(cudnnHandle_t handle,
-                                                     const GraphShape& s) {
+absl::StatusOr<Graph> BuildBackwardGraph(cudnnHandle_t handle,
+                                         const GraphShape& s) {
   GraphBuilder g(handle);
   const View scores = DenseView(s.B, s.H, s.T, s.T);
   const View scores_t = Transposed(scores);

@@ -29,6 +29,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "framework/cuda/cudnn_backend.h"
@@ -62,10 +63,18 @@ struct GraphShape {
 
 // The finalized operation graph of the forward or backward pass; Unavailable
 // naming the cuDNN call that refused.
-absl::StatusOr<cudnn_internal::BackendDescriptor> BuildForwardGraph(
-    cudnnHandle_t handle, const GraphShape& shape);
-absl::StatusOr<cudnn_internal::BackendDescriptor> BuildBackwardGraph(
-    cudnnHandle_t handle, const GraphShape& shape);
+// A finalized operation graph with the tensor and operation descriptors it
+// was built from. They stay alive as long as the graph: the backend API does
+// not promise that a graph holds copies of the descriptors it was given.
+struct Graph {
+  cudnn_internal::BackendDescriptor graph;
+  std::vector<cudnn_internal::BackendDescriptor> parts;
+};
+
+absl::StatusOr<Graph> BuildForwardGraph(cudnnHandle_t handle,
+                                        const GraphShape& shape);
+absl::StatusOr<Graph> BuildBackwardGraph(cudnnHandle_t handle,
+                                         const GraphShape& shape);
 
 }  // namespace cudnn_attention
 }  // namespace trellis

@@ -3,8 +3,9 @@
 // bfloat16 and float32: the output, the saved row log-sum-exps and each of
 // dQ, dK, dV. The cudnn path on bfloat16 must really run cuDNN on a GPU of
 // compute capability 8.0 or newer (checked through the launcher itself, not
-// only the results); on float32 it falls back (cuDNN's fused attention is
-// float16/bfloat16 only), so that case checks the fallback.
+// only the results), but for one token, whose backward cuDNN refuses; on
+// float32 it falls back (cuDNN's fused attention is float16/bfloat16 only),
+// so that case checks the fallback.
 //
 // Tolerances, max |a - b| / max |b| per tensor (dQ, dK, dV each against its
 // own scale):
@@ -188,9 +189,11 @@ class CudaAttentionCudnnTest : public ::testing::Test {
   }
 };
 
+// One token is refused by cuDNN's backward (RefusesOneTokenBackward), so it
+// falls back there; every other tested shape must build both plans.
 TEST_F(CudaAttentionCudnnTest, BuildsPlansForEveryTestedShape) {
   for (int64_t D : {64, 128}) {
-    for (int64_t T : {1, 77, 1024, 2048}) {
+    for (int64_t T : {77, 1024, 2048}) {
       SCOPED_TRACE(testing::Message() << "T=" << T << " D=" << D);
       RunDirect({1, T, 2, D});
     }
@@ -221,6 +224,22 @@ TEST_F(CudaAttentionCudnnTest, RefusesFloat32WithAReason) {
   EXPECT_NE(std::string(status.message()).find("float32"), std::string::npos)
       << status;
   // Refused before any graph was built.
+  EXPECT_EQ(cuda_internal::CudnnAttentionPlanBuilds(), start);
+}
+
+TEST_F(CudaAttentionCudnnTest, RefusesOneTokenBackwardWithAReason) {
+  const cuda_launch::AttentionDims d{2, 1, 2, 64};
+  Tensor qkv = Tensor::Zeros({2, 1, 3 * 128}, DType::kBF16, Gpu());
+  Tensor out = Tensor::Zeros({2, 1, 128}, DType::kBF16, Gpu());
+  Tensor lse = Tensor::Zeros({2, 2, 1}, DType::kF32, Gpu());
+  Tensor dqkv = Tensor::Zeros(qkv.shape(), DType::kBF16, Gpu());
+  const int64_t start = cuda_internal::CudnnAttentionPlanBuilds();
+  const absl::Status status = cuda_internal::CudnnAttentionBackward(
+      cuda_launch::Elem::kBF16, d, out.raw(), qkv.raw(), out.raw(),
+      lse.data<float>(), dqkv.raw());
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(status.message()).find("one token"), std::string::npos)
+      << status;
   EXPECT_EQ(cuda_internal::CudnnAttentionPlanBuilds(), start);
 }
 
