@@ -25,22 +25,23 @@ namespace {
 using cuda_test::DTypeTest;
 using cuda_test::Tolerance;
 
-class CudaCachedAttentionTest : public DTypeTest {};
-
-TEST_P(CudaCachedAttentionTest, AgreesWithCpuOverPrefillAndSteps) {
-  for (const auto& [heads, kv_heads, d] :
-       std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {4, 2, 16}, {2, 2, 64}, {6, 1, 32}}) {
-    const int64_t cap = 40, w = (heads + 2 * kv_heads) * d;
+class CudaCachedAttentionTest : public DTypeTest {
+ protected:
+  // Appends `steps` rows at a time to an empty cache of `steps`' total rows
+  // and compares each step's output, then the cached keys, with the CPU.
+  void Check(int64_t heads, int64_t kv_heads, int64_t d,
+             const std::vector<int64_t>& steps) {
+    int64_t cap = 0;
+    for (int64_t n : steps) cap += n;
+    const int64_t w = (heads + 2 * kv_heads) * d;
     const Tensor qkv = Input({cap, w}, 17 + heads);
     Tensor k_cpu = Tensor::Zeros({cap, kv_heads * d}, DType::kF32);
     Tensor v_cpu = Tensor::Zeros({cap, kv_heads * d}, DType::kF32);
     Tensor k_gpu = DevEmpty({cap, kv_heads * d});
     Tensor v_gpu = DevEmpty({cap, kv_heads * d});
     const Tensor qkv_gpu = Dev(qkv);
-    // A prompt of 9, then 1, 1, 5 and the rest one at a time.
     int64_t start = 0;
-    for (int64_t n : {9, 1, 1, 5, 1, 1, 1, 1}) {
+    for (int64_t n : steps) {
       Tensor out_cpu = Tensor::Empty({n, heads * d}, DType::kF32);
       Tensor out_gpu = DevEmpty({n, heads * d});
       CachedAttentionForward(qkv.Narrow(start, n), heads, kv_heads, start,
@@ -55,6 +56,20 @@ TEST_P(CudaCachedAttentionTest, AgreesWithCpuOverPrefillAndSteps) {
     cuda_test::ExpectClose(k_gpu.Narrow(0, start), k_cpu.Narrow(0, start), 0,
                            "cached keys");
   }
+};
+
+TEST_P(CudaCachedAttentionTest, AgreesWithCpuOverPrefillAndSteps) {
+  // A prompt of 9, then 1, 1, 5 and the rest one at a time.
+  const std::vector<int64_t> steps = {9, 1, 1, 5, 1, 1, 1, 1};
+  Check(4, 2, 16, steps);
+  Check(2, 2, 64, steps);
+  Check(6, 1, 32, steps);
+}
+
+// More keys than the kernel's 128 threads and the widest head: every
+// thread walks several keys and several output columns.
+TEST_P(CudaCachedAttentionTest, LongContextAndWideHeads) {
+  Check(8, 2, 128, {300, 1, 1, 7});
 }
 
 INSTANTIATE_TEST_SUITE_P(DTypes, CudaCachedAttentionTest,
