@@ -31,8 +31,8 @@ class DeviceGroups {
   // Collective over `host.world`. Groups of more than one rank must be MPI
   // groups (from ParallelContext::Create; ParallelContext::Single serves a
   // lone process); `host` must outlive the result. Fails on every rank
-  // alike (FailedPrecondition) when NCCL is asked for but ranks of a node
-  // outnumber its GPUs, or the build has no NCCL.
+  // alike (FailedPrecondition) when NCCL is asked for but two ranks of a
+  // node hold one GPU (CheckNodeGpus), or the build has no NCCL.
   static absl::StatusOr<std::unique_ptr<DeviceGroups>> Create(
       const ProcessGroups& host, Device device, DeviceTransport transport);
 
@@ -43,6 +43,28 @@ class DeviceGroups {
   std::vector<std::unique_ptr<Communicator>> owned_;
   ProcessGroups groups_;
 };
+
+// The GPU one rank computes on: the rank (in the world) and the physical id
+// of its device (PhysicalGpuId, framework/device_info.h).
+struct RankGpu {
+  int rank = 0;
+  std::string gpu;
+};
+
+// NCCL's rule for the ranks of one node: each holds a GPU of its own. OK
+// when the ids of `ranks` are distinct (however many devices each rank
+// sees: under srun --gpus-per-task=1 every rank sees one, its own);
+// otherwise FailedPrecondition naming the ranks that share the GPU of the
+// lowest such rank, its id, how many other GPUs are shared, and the fixes.
+absl::Status CheckOneRankPerGpu(const std::vector<RankGpu>& ranks);
+
+// Collective over `world`, an MPI communicator (InvalidArgument otherwise,
+// on every rank, before any communication): gathers the `gpu` of every rank
+// of this node (MPI_COMM_TYPE_SHARED) and checks them with
+// CheckOneRankPerGpu. Each node judges its own ranks, so ranks of different
+// nodes may get different verdicts (AgreeOnStatus makes them one).
+// REQUIRES: `gpu` is shorter than 64 bytes.
+absl::Status CheckNodeGpus(const Communicator& world, const std::string& gpu);
 
 // Makes every model-parallel group of `groups` (tp, dp, pp, embed; not the
 // world, which carries host buffers) set up its transport now: NCCL 2.22

@@ -1,11 +1,14 @@
 // Collectives of MpiCommunicator on the groups of a dp2 × tp2 × pp2 mesh of
 // 8 ranks. Inputs are formulas in the world rank, so every result is exact.
+// The check that no two ranks of a node share a GPU runs on made-up ids.
 #include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "framework/host_sync.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/device_groups.h"
@@ -14,6 +17,8 @@
 
 namespace trellis {
 namespace {
+
+using ::testing::HasSubstr;
 
 struct NamedGroup {
   std::string name;
@@ -352,6 +357,32 @@ TEST_F(CollectivesTest, WarmUpRunsOneCollectiveAndOneNeighbourExchange) {
       EXPECT_EQ(c->stats().Calls(static_cast<CommOp>(op)), 0) << c->name();
     }
   }
+}
+
+TEST_F(CollectivesTest, NodeGpuCheckGathersTheIdsOfEveryRankOfTheNode) {
+  // mpirun puts all eight ranks on this one node; the ids stand for the
+  // PCI bus ids a GPU run gathers.
+  Communicator& world = *context_->groups().world;
+  EXPECT_EQ(CheckNodeGpus(world, absl::StrCat("0000:", 10 + rank(), ":00.0")),
+            absl::OkStatus());
+  // Ranks 3 and 6 on one GPU: every rank of the node reaches one verdict.
+  const absl::Status one =
+      CheckNodeGpus(world, absl::StrCat("gpu-", rank() == 6 ? 3 : rank()));
+  EXPECT_EQ(one.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(one.message(),
+              HasSubstr("ranks 3 and 6 of one node share GPU gpu-3;"));
+  // Ranks 2k and 2k + 1 in pairs.
+  const absl::Status pairs =
+      CheckNodeGpus(world, absl::StrCat("gpu-", rank() / 2));
+  EXPECT_THAT(pairs.message(),
+              HasSubstr("ranks 0 and 1 of one node share GPU gpu-0 (and 3 more "
+                        "GPUs are shared);"));
+  EXPECT_EQ(AgreeOnStatus(world, pairs).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A world that is not MPI's is refused before any communication.
+  ParallelContext single = ParallelContext::Single();
+  EXPECT_EQ(CheckNodeGpus(*single.groups().world, "gpu-0").code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
