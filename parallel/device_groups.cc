@@ -12,6 +12,7 @@
 #include "parallel/host_staged_communicator.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/routing_communicator.h"
+#include "parallel/schedule.h"
 
 #ifdef TRELLIS_WITH_CUDA
 #include "parallel/nccl_communicator.h"
@@ -169,17 +170,25 @@ namespace {
 // Any tag serves: every warm-up message is received before other traffic.
 constexpr int kWarmUpTag = 1999;
 
-// One send to the next rank of `group` and one receive from the previous.
-void RingShift(Communicator& group, Device device) {
+// One send to each neighbour PipelineExecutor sends to (the next stage and
+// the previous one, NextStage and PrevStage) and one receive from each, as
+// one batch: a batch never waits on itself, so every rank may post its
+// sends and receives together whatever the group's size and transport.
+// With two ranks both neighbours are the one peer, met once.
+void ExchangeWithNeighbours(Communicator& group, Device device) {
   const int n = group.size(), r = group.rank();
-  Tensor out = Tensor::Zeros({1}, DType::kF32, device);
-  Tensor in = Tensor::Zeros({1}, DType::kF32, device);
-  if (r % 2 == 0) {
-    group.Send(out, (r + 1) % n, kWarmUpTag)->Wait();
-    group.Recv(in, (r + n - 1) % n, kWarmUpTag)->Wait();
-  } else {
-    group.Recv(in, (r + n - 1) % n, kWarmUpTag)->Wait();
-    group.Send(out, (r + 1) % n, kWarmUpTag)->Wait();
+  const int next = NextStage(r, n), prev = PrevStage(r, n);
+  const Tensor out = Tensor::Zeros({1}, DType::kF32, device);
+  const Tensor from_prev = Tensor::Zeros({1}, DType::kF32, device);
+  const Tensor from_next = Tensor::Zeros({1}, DType::kF32, device);
+  std::vector<P2POp> ops = {{P2POp::Type::kSend, out, next, kWarmUpTag},
+                            {P2POp::Type::kRecv, from_prev, prev, kWarmUpTag}};
+  if (next != prev) {
+    ops.push_back({P2POp::Type::kSend, out, prev, kWarmUpTag});
+    ops.push_back({P2POp::Type::kRecv, from_next, next, kWarmUpTag});
+  }
+  for (std::unique_ptr<Request>& request : group.BatchSendRecv(ops)) {
+    request->Wait();
   }
 }
 
@@ -190,7 +199,12 @@ void WarmUpGroups(const ProcessGroups& groups, Device device) {
     if (group == nullptr || group->size() == 1) continue;
     Tensor buffer = Tensor::Zeros({1}, DType::kF32, device);
     group->AllReduce(buffer, ReduceOp::kSum);
-    RingShift(*group, device);
+    // Only the pipeline sends point-to-point: PipelineExecutor, whose
+    // transfers are the only Send, Recv and BatchSendRecv calls of a run,
+    // is given the pp group (Trainer and StageModel's evaluation). tp, dp
+    // and embed run collectives alone, and connecting their pairs would
+    // only take memory.
+    if (group == groups.pp) ExchangeWithNeighbours(*group, device);
   }
   // The transports' setup is done before anyone measures memory.
   WaitForDevice(device);

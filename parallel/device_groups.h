@@ -67,15 +67,19 @@ absl::Status CheckOneRankPerGpu(const std::vector<RankGpu>& ranks);
 absl::Status CheckNodeGpus(const Communicator& world, const std::string& gpu);
 
 // Makes every model-parallel group of `groups` (tp, dp, pp, embed; not the
-// world, which carries host buffers) set up its transport now: NCCL 2.22
-// and later connects lazily, taking its buffers at a communicator's first
-// collective and at a pair's first send/receive, which would come after
-// the run had sized its memory arena from the free memory. Each group of
-// more than one rank runs one all-reduce and one ring shift (a send to the
-// next rank, a receive from the previous; even ranks send first, so
-// blocking transports cannot deadlock) of a one-element float32 tensor on
-// `device`; groups of one rank run nothing. Then waits for `device`.
-// Collective over every rank of the groups, which must all call it.
+// world, which carries host buffers) set up its transport now, before the
+// run sizes its memory arena from the free memory: NCCL takes buffers at a
+// communicator's first collective (unless NCCL_RUNTIME_CONNECT=0, which
+// NcclCommunicator sets) and at the first transfer in each direction
+// between two ranks. Each group of more than one rank runs one all-reduce
+// of a one-element float32 tensor on `device`. The pp group, the only one
+// that sends point-to-point (PipelineExecutor's transfers), also sends that
+// tensor to its next and its previous stage and receives from both (one
+// batch, Communicator::BatchSendRecv, so no transport can deadlock at any
+// group size), which connects every direction a schedule uses, the
+// wrap-around of interleaved schedules included. Groups of one rank run
+// nothing. Then waits for `device`. Collective over every rank of the
+// groups, which must all call it.
 void WarmUpGroups(const ProcessGroups& groups, Device device);
 
 }  // namespace trellis
