@@ -33,6 +33,20 @@ absl::StatusOr<int> VisibleCudaDevices() {
 #endif
 }
 
+absl::StatusOr<std::string> PhysicalGpuId(Device device) {
+  if (!device.is_cuda()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(DeviceName(device), " is not a GPU"));
+  }
+#ifdef TRELLIS_WITH_CUDA
+  return CudaPciBusId(device.index);
+#else
+  return absl::FailedPreconditionError(
+      "this build has no CUDA backend; rebuild on a machine with nvcc (see "
+      "docs/gpu.md)");
+#endif
+}
+
 size_t DeviceMemoryAvailable(Device device) {
 #ifdef TRELLIS_WITH_CUDA
   if (device.is_cuda()) {

@@ -23,6 +23,13 @@ absl::StatusOr<Device> SelectDevice(DeviceType type);
 // and runtime versions and the driver this build needs).
 absl::StatusOr<int> VisibleCudaDevices();
 
+// The physical GPU behind `device`, named the same in every process of the
+// node that uses it whatever its CUDA_VISIBLE_DEVICES: its PCI bus id
+// ("0000:3B:00.0", see CudaPciBusId), which is also how NCCL tells two
+// ranks' GPUs apart. FailedPrecondition for the host, in a build without
+// CUDA, or when CUDA cannot name the device.
+absl::StatusOr<std::string> PhysicalGpuId(Device device);
+
 // Bytes a run may still allocate on `device`: the free memory of a GPU, the
 // physical memory of the host.
 size_t DeviceMemoryAvailable(Device device);

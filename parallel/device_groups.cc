@@ -1,11 +1,18 @@
 #include "parallel/device_groups.h"
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "framework/device_info.h"
 #include "framework/host_sync.h"
+#include "framework/status.h"
 #include "parallel/host_staged_communicator.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/routing_communicator.h"
+#include "parallel/schedule.h"
 
 #ifdef TRELLIS_WITH_CUDA
 #include "parallel/nccl_communicator.h"
@@ -14,16 +21,8 @@
 namespace trellis {
 namespace {
 
-// The ranks of this node in `world`.
-int RanksOnThisNode(MPI_Comm world) {
-  MPI_Comm node = MPI_COMM_NULL;
-  int rank = 0, size = 1;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  MPI_Comm_size(node, &size);
-  MPI_Comm_free(&node);
-  return size;
-}
+// The fixed size of one gathered GPU id, its terminator included.
+constexpr int kGpuIdBytes = 64;
 
 absl::StatusOr<MPI_Comm> MpiOf(const Communicator& group) {
   const auto* mpi = dynamic_cast<const MpiCommunicator*>(&group);
@@ -66,27 +65,79 @@ absl::StatusOr<DeviceTransport> ParseDeviceTransport(const std::string& name) {
       "--gpu_comm=", name, " is not nccl or host (host-staged MPI)"));
 }
 
+absl::Status CheckOneRankPerGpu(const std::vector<RankGpu>& ranks) {
+  // The ranks of each GPU, in the order given, and the GPUs in the order of
+  // their first rank.
+  std::map<std::string, std::vector<int>> holders;
+  std::vector<std::string> order;
+  for (const RankGpu& r : ranks) {
+    std::vector<int>& list = holders[r.gpu];
+    if (list.empty()) order.push_back(r.gpu);
+    list.push_back(r.rank);
+  }
+  const std::string* first = nullptr;
+  int more = 0;
+  for (const std::string& gpu : order) {
+    if (holders[gpu].size() < 2) continue;
+    if (first == nullptr) {
+      first = &gpu;
+    } else {
+      ++more;
+    }
+  }
+  if (first == nullptr) return absl::OkStatus();
+  const std::vector<int>& shared = holders[*first];
+  const std::string others =
+      more == 0 ? ""
+                : absl::StrCat(" (and ", more, " more GPU",
+                               more == 1 ? " is" : "s are", " shared)");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--gpu_comm=nccl needs a GPU of its own for each rank, but ranks ",
+      absl::StrJoin(shared.begin(), shared.end() - 1, ", "), " and ",
+      shared.back(), " of one node share GPU ", *first, others,
+      "; launch at most one rank per GPU, let each rank take its own device "
+      "(a local rank in OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or "
+      "MPI_LOCALRANKID, or srun --gpus-per-task=1), or use --gpu_comm=host"));
+}
+
+absl::Status CheckNodeGpus(const Communicator& world, const std::string& gpu) {
+  TRELLIS_CHECK(gpu.size() < size_t{kGpuIdBytes}) << "GPU id " << gpu;
+  TRELLIS_ASSIGN_OR_RETURN(MPI_Comm comm, MpiOf(world));
+  int rank = 0, size = 1;
+  MPI_Comm node = MPI_COMM_NULL;
+  TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  TRELLIS_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank,
+                                        MPI_INFO_NULL, &node));
+  TRELLIS_MPI_CHECK(MPI_Comm_size(node, &size));
+  std::vector<int> ranks(size);
+  std::vector<char> ids(static_cast<size_t>(size) * kGpuIdBytes);
+  char mine[kGpuIdBytes] = {};
+  gpu.copy(mine, gpu.size());
+  TRELLIS_MPI_CHECK(
+      MPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, node));
+  TRELLIS_MPI_CHECK(MPI_Allgather(mine, kGpuIdBytes, MPI_CHAR, ids.data(),
+                                  kGpuIdBytes, MPI_CHAR, node));
+  TRELLIS_MPI_CHECK(MPI_Comm_free(&node));
+  std::vector<RankGpu> gathered;
+  gathered.reserve(size);
+  for (int i = 0; i < size; ++i) {
+    gathered.push_back({ranks[i], std::string(&ids[i * kGpuIdBytes])});
+  }
+  return CheckOneRankPerGpu(gathered);
+}
+
 absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
     const ProcessGroups& host, Device device, DeviceTransport transport) {
   absl::Status usable = absl::OkStatus();
   if (transport == DeviceTransport::kNccl && device.is_cuda() &&
       host.world->size() > 1) {
-    absl::StatusOr<MPI_Comm> world = MpiOf(*host.world);
-    if (!world.ok()) {
-      usable = world.status();
-    } else {
-      const int ranks = RanksOnThisNode(*world);
-      const absl::StatusOr<int> visible = VisibleCudaDevices();
-      const int gpus = visible.ok() ? *visible : 0;
-      if (!visible.ok()) {
-        usable = visible.status();
-      } else if (ranks > gpus) {
-        usable = absl::FailedPreconditionError(absl::StrCat(
-            ranks, " ranks on this node share ", gpus,
-            " GPU(s) and NCCL needs one GPU per rank; launch at most ", gpus,
-            " ranks per node or use --gpu_comm=host"));
-      }
-    }
+    // NCCL refuses two ranks on one GPU, whatever each rank sees: under
+    // srun --gpus-per-task=1 every rank sees one device, its own, while
+    // ranks without a local rank all take cuda:0 of the same devices. So
+    // the node's ranks compare the physical GPUs they hold.
+    absl::StatusOr<std::string> gpu = PhysicalGpuId(device);
+    TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*host.world, gpu.status()));
+    usable = CheckNodeGpus(*host.world, *gpu);
   }
   // Every rank must know before any enters a collective setup.
   TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*host.world, usable));
@@ -119,17 +170,25 @@ namespace {
 // Any tag serves: every warm-up message is received before other traffic.
 constexpr int kWarmUpTag = 1999;
 
-// One send to the next rank of `group` and one receive from the previous.
-void RingShift(Communicator& group, Device device) {
+// One send to each neighbour PipelineExecutor sends to (the next stage and
+// the previous one, NextStage and PrevStage) and one receive from each, as
+// one batch: a batch never waits on itself, so every rank may post its
+// sends and receives together whatever the group's size and transport.
+// With two ranks both neighbours are the one peer, met once.
+void ExchangeWithNeighbours(Communicator& group, Device device) {
   const int n = group.size(), r = group.rank();
-  Tensor out = Tensor::Zeros({1}, DType::kF32, device);
-  Tensor in = Tensor::Zeros({1}, DType::kF32, device);
-  if (r % 2 == 0) {
-    group.Send(out, (r + 1) % n, kWarmUpTag)->Wait();
-    group.Recv(in, (r + n - 1) % n, kWarmUpTag)->Wait();
-  } else {
-    group.Recv(in, (r + n - 1) % n, kWarmUpTag)->Wait();
-    group.Send(out, (r + 1) % n, kWarmUpTag)->Wait();
+  const int next = NextStage(r, n), prev = PrevStage(r, n);
+  const Tensor out = Tensor::Zeros({1}, DType::kF32, device);
+  const Tensor from_prev = Tensor::Zeros({1}, DType::kF32, device);
+  const Tensor from_next = Tensor::Zeros({1}, DType::kF32, device);
+  std::vector<P2POp> ops = {{P2POp::Type::kSend, out, next, kWarmUpTag},
+                            {P2POp::Type::kRecv, from_prev, prev, kWarmUpTag}};
+  if (next != prev) {
+    ops.push_back({P2POp::Type::kSend, out, prev, kWarmUpTag});
+    ops.push_back({P2POp::Type::kRecv, from_next, next, kWarmUpTag});
+  }
+  for (std::unique_ptr<Request>& request : group.BatchSendRecv(ops)) {
+    request->Wait();
   }
 }
 
@@ -140,7 +199,12 @@ void WarmUpGroups(const ProcessGroups& groups, Device device) {
     if (group == nullptr || group->size() == 1) continue;
     Tensor buffer = Tensor::Zeros({1}, DType::kF32, device);
     group->AllReduce(buffer, ReduceOp::kSum);
-    RingShift(*group, device);
+    // Only the pipeline sends point-to-point: PipelineExecutor, whose
+    // transfers are the only Send, Recv and BatchSendRecv calls of a run,
+    // is given the pp group (Trainer and StageModel's evaluation). tp, dp
+    // and embed run collectives alone, and connecting their pairs would
+    // only take memory.
+    if (group == groups.pp) ExchangeWithNeighbours(*group, device);
   }
   // The transports' setup is done before anyone measures memory.
   WaitForDevice(device);

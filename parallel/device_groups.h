@@ -31,8 +31,8 @@ class DeviceGroups {
   // Collective over `host.world`. Groups of more than one rank must be MPI
   // groups (from ParallelContext::Create; ParallelContext::Single serves a
   // lone process); `host` must outlive the result. Fails on every rank
-  // alike (FailedPrecondition) when NCCL is asked for but ranks of a node
-  // outnumber its GPUs, or the build has no NCCL.
+  // alike (FailedPrecondition) when NCCL is asked for but two ranks of a
+  // node hold one GPU (CheckNodeGpus), or the build has no NCCL.
   static absl::StatusOr<std::unique_ptr<DeviceGroups>> Create(
       const ProcessGroups& host, Device device, DeviceTransport transport);
 
@@ -44,16 +44,42 @@ class DeviceGroups {
   ProcessGroups groups_;
 };
 
+// The GPU one rank computes on: the rank (in the world) and the physical id
+// of its device (PhysicalGpuId, framework/device_info.h).
+struct RankGpu {
+  int rank = 0;
+  std::string gpu;
+};
+
+// NCCL's rule for the ranks of one node: each holds a GPU of its own. OK
+// when the ids of `ranks` are distinct (however many devices each rank
+// sees: under srun --gpus-per-task=1 every rank sees one, its own);
+// otherwise FailedPrecondition naming the ranks that share the GPU of the
+// lowest such rank, its id, how many other GPUs are shared, and the fixes.
+absl::Status CheckOneRankPerGpu(const std::vector<RankGpu>& ranks);
+
+// Collective over `world`, an MPI communicator (InvalidArgument otherwise,
+// on every rank, before any communication): gathers the `gpu` of every rank
+// of this node (MPI_COMM_TYPE_SHARED) and checks them with
+// CheckOneRankPerGpu. Each node judges its own ranks, so ranks of different
+// nodes may get different verdicts (AgreeOnStatus makes them one).
+// REQUIRES: `gpu` is shorter than 64 bytes.
+absl::Status CheckNodeGpus(const Communicator& world, const std::string& gpu);
+
 // Makes every model-parallel group of `groups` (tp, dp, pp, embed; not the
-// world, which carries host buffers) set up its transport now: NCCL 2.22
-// and later connects lazily, taking its buffers at a communicator's first
-// collective and at a pair's first send/receive, which would come after
-// the run had sized its memory arena from the free memory. Each group of
-// more than one rank runs one all-reduce and one ring shift (a send to the
-// next rank, a receive from the previous; even ranks send first, so
-// blocking transports cannot deadlock) of a one-element float32 tensor on
-// `device`; groups of one rank run nothing. Then waits for `device`.
-// Collective over every rank of the groups, which must all call it.
+// world, which carries host buffers) set up its transport now, before the
+// run sizes its memory arena from the free memory: NCCL takes buffers at a
+// communicator's first collective (unless NCCL_RUNTIME_CONNECT=0, which
+// NcclCommunicator sets) and at the first transfer in each direction
+// between two ranks. Each group of more than one rank runs one all-reduce
+// of a one-element float32 tensor on `device`. The pp group, the only one
+// that sends point-to-point (PipelineExecutor's transfers), also sends that
+// tensor to its next and its previous stage and receives from both (one
+// batch, Communicator::BatchSendRecv, so no transport can deadlock at any
+// group size), which connects every direction a schedule uses, the
+// wrap-around of interleaved schedules included. Groups of one rank run
+// nothing. Then waits for `device`. Collective over every rank of the
+// groups, which must all call it.
 void WarmUpGroups(const ProcessGroups& groups, Device device);
 
 }  // namespace trellis

@@ -1,6 +1,7 @@
 #include "parallel/nccl_communicator.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -166,6 +167,14 @@ NcclCommunicator::~NcclCommunicator() {
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::CreateWorld(
     std::string name, MPI_Comm comm, int device) {
+  // NCCL 2.22 and later connect a communicator's algorithms lazily, each
+  // at the first collective that uses it, so a warm-up collective
+  // (WarmUpGroups) connects only the algorithm its size picks and the
+  // others would take their buffers mid-run, after the memory arena was
+  // sized from the free memory. With 0 every algorithm connects in
+  // ncclCommInitRank and ncclCommSplit. NCCL reads the variable once, so it
+  // is set before the first NCCL call; a value the user set wins.
+  setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   int rank = 0, size = 0;
   TRELLIS_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   TRELLIS_MPI_CHECK(MPI_Comm_size(comm, &size));

@@ -7,7 +7,11 @@
 //
 // One NCCL communicator per group: the world's unique id is made on rank 0
 // and broadcast over MPI, and every group is split from the world
-// (ncclCommSplit), so MPI is needed only at start.
+// (ncclCommSplit), so MPI is needed only at start. CreateWorld sets
+// NCCL_RUNTIME_CONNECT=0 unless it is set already, so that a communicator
+// connects all its collective algorithms when it is made rather than at
+// their first use (pairs' point-to-point connections still come with their
+// first transfer; see WarmUpGroups in parallel/device_groups.h).
 //
 // Streams: collectives run on the communicator's own stream. Each call first
 // makes that stream wait (an event) for the work already issued to the

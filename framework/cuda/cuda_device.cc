@@ -114,6 +114,19 @@ std::string CudaDeviceDescription(int device) {
       static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
 }
 
+absl::StatusOr<std::string> CudaPciBusId(int device) {
+  char bus_id[32] = {};  // "dddd:bb:dd.f" and its terminator fit
+  const cudaError_t error =
+      cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device);
+  if (error != cudaSuccess) {
+    cudaGetLastError();  // clears the sticky error
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "cudaDeviceGetPCIBusId(cuda:%d) failed: %s (%s)", device,
+        cudaGetErrorName(error), cudaGetErrorString(error)));
+  }
+  return std::string(bus_id);
+}
+
 void CudaSynchronize(int device) {
   CudaDeviceGuard guard(device);
   CountHostWait();

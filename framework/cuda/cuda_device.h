@@ -61,6 +61,12 @@ absl::StatusOr<int> SelectCudaDevice(int local_rank = -1);
 // "NVIDIA H100 80GB HBM3 (sm_90, 79.1 GiB)", for logs.
 std::string CudaDeviceDescription(int device);
 
+// The PCI bus id of `device` ("0000:3B:00.0", cudaDeviceGetPCIBusId): the
+// same in every process of the node that uses that GPU, whatever its
+// CUDA_VISIBLE_DEVICES. FailedPrecondition naming the CUDA error when the
+// call fails.
+absl::StatusOr<std::string> CudaPciBusId(int device);
+
 // The stream trellis kernels of `device` run on (see above).
 inline cudaStream_t ComputeStream() { return nullptr; }
 

@@ -1,19 +1,28 @@
 // Collectives of MpiCommunicator on the groups of a dp2 × tp2 × pp2 mesh of
 // 8 ranks. Inputs are formulas in the world rank, so every result is exact.
+// The groups' warm-up also runs on meshes of 3 to 8 ranks (pp from 2 to 8),
+// and the check that no two ranks of a node share a GPU on made-up ids.
 #include <memory>
 #include <numeric>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "framework/host_sync.h"
+#include "framework/trace.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "parallel/device_groups.h"
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
+#include "parallel/tracing_communicator.h"
 
 namespace trellis {
 namespace {
+
+using ::testing::HasSubstr;
 
 struct NamedGroup {
   std::string name;
@@ -324,9 +333,10 @@ TEST_F(CollectivesTest, CountsCallsAndBytesPerGroup) {
   EXPECT_EQ(g.tp->stats().Calls(CommOp::kAllReduce), 0);
 }
 
-TEST_F(CollectivesTest, WarmUpRunsOneCollectiveAndOneNeighbourExchange) {
+TEST_F(CollectivesTest, WarmUpRunsOneCollectivePerGroupAndPipelineTransfers) {
   // Every model-parallel group (all of two ranks here) connects with one
-  // all-reduce, one send and one receive; the world carries no warm-up.
+  // all-reduce; the pp group also sends to and receives from its one
+  // neighbour. The world carries no warm-up.
   ResetHostWaits();
   WarmUpGroups(context_->groups(), Device::Cpu());
   EXPECT_EQ(HostWaits(), 1);  // the final wait for the device
@@ -336,9 +346,9 @@ TEST_F(CollectivesTest, WarmUpRunsOneCollectiveAndOneNeighbourExchange) {
     const bool warmed = g.name != "world";
     for (int op = 0; op < static_cast<int>(CommOp::kCount); ++op) {
       const CommOp kind = static_cast<CommOp>(op);
-      const bool expected =
-          warmed && (kind == CommOp::kAllReduce || kind == CommOp::kSend ||
-                     kind == CommOp::kRecv);
+      const bool transfer = kind == CommOp::kSend || kind == CommOp::kRecv;
+      const bool expected = warmed && (kind == CommOp::kAllReduce ||
+                                       (transfer && g.name == "pp"));
       EXPECT_EQ(s.Calls(kind), expected ? 1 : 0) << CommOpName(kind);
       EXPECT_EQ(s.Bytes(kind), expected ? 4 : 0) << CommOpName(kind);
     }
@@ -352,6 +362,104 @@ TEST_F(CollectivesTest, WarmUpRunsOneCollectiveAndOneNeighbourExchange) {
       EXPECT_EQ(c->stats().Calls(static_cast<CommOp>(op)), 0) << c->name();
     }
   }
+}
+
+// Warms up `context`'s groups with its pp group replaced by one whose
+// transfers rendezvous as NCCL's do (a send completes once its receive is
+// posted, tags are ignored, a batch waits for the previous one), so a
+// warm-up that could deadlock on GPUs hangs here, and traced, so each
+// transfer's peer is known. Checks that the pp group sent to and received
+// from both neighbours once (the one neighbour when pp = 2) and that the
+// other groups only all-reduced.
+void CheckWarmUp(const ParallelContext& context) {
+  ProcessGroups groups = context.groups();
+  const auto* mpi_pp = dynamic_cast<const MpiCommunicator*>(groups.pp);
+  ASSERT_NE(mpi_pp, nullptr);
+  MPI_Comm dup = MPI_COMM_NULL;
+  ASSERT_EQ(MPI_Comm_dup(mpi_pp->comm(), &dup), MPI_SUCCESS);
+  MpiCommunicator rendezvous("pp", dup, /*owned=*/true, MpiP2P::kRendezvous);
+  TraceRecorder recorder(context.rank());
+  recorder.set_active(true);
+  TracingCommunicator pp(rendezvous, recorder, /*lane=*/0);
+  groups.pp = &pp;
+  WarmUpGroups(groups, Device::Cpu());
+
+  const int n = pp.size(), r = pp.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::multiset<int> sent_to, received_from;
+  for (const TraceSpan& span : recorder.spans()) {
+    for (const auto& [key, value] : span.args) {
+      if (key != "peer") continue;
+      if (span.name == "wait send") sent_to.insert(static_cast<int>(value));
+      if (span.name == "wait recv") {
+        received_from.insert(static_cast<int>(value));
+      }
+    }
+  }
+  const std::multiset<int> neighbours =
+      n == 2 ? std::multiset<int>{next} : std::multiset<int>{next, prev};
+  EXPECT_EQ(sent_to, neighbours) << "stage " << r << " of " << n;
+  EXPECT_EQ(received_from, neighbours) << "stage " << r << " of " << n;
+  EXPECT_EQ(pp.stats().Calls(CommOp::kAllReduce), 1);
+  for (const Communicator* c : {groups.tp, groups.dp, groups.embed}) {
+    if (c == nullptr) continue;  // a middle stage is in no embed group
+    EXPECT_EQ(c->stats().Calls(CommOp::kAllReduce), c->size() > 1 ? 1 : 0)
+        << c->name();
+    EXPECT_EQ(c->stats().Calls(CommOp::kSend), 0) << c->name();
+    EXPECT_EQ(c->stats().Calls(CommOp::kRecv), 0) << c->name();
+  }
+}
+
+TEST_F(CollectivesTest, WarmUpConnectsBothPipelineDirections) {
+  struct Layout {
+    int ranks, dp, tp, pp;
+  };
+  for (const Layout& l :
+       {Layout{8, 2, 2, 2}, Layout{3, 1, 1, 3}, Layout{6, 1, 2, 3},
+        Layout{8, 2, 1, 4}, Layout{5, 1, 1, 5}, Layout{8, 1, 1, 8}}) {
+    SCOPED_TRACE(absl::StrCat("dp=", l.dp, " tp=", l.tp, " pp=", l.pp));
+    // The layout runs on the first `ranks` ranks; the others wait at the
+    // next split.
+    MPI_Comm base = MPI_COMM_NULL;
+    ASSERT_EQ(
+        MPI_Comm_split(MPI_COMM_WORLD, rank() < l.ranks ? 0 : MPI_UNDEFINED,
+                       rank(), &base),
+        MPI_SUCCESS);
+    if (base == MPI_COMM_NULL) continue;
+    absl::StatusOr<Mesh> mesh = Mesh::Create(l.ranks, l.dp, l.tp, l.pp);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    absl::StatusOr<ParallelContext> context =
+        ParallelContext::Create(*runtime_, *mesh, base);
+    MPI_Comm_free(&base);
+    ASSERT_TRUE(context.ok()) << context.status();
+    CheckWarmUp(*context);
+  }
+}
+
+TEST_F(CollectivesTest, NodeGpuCheckGathersTheIdsOfEveryRankOfTheNode) {
+  // mpirun puts all eight ranks on this one node; the ids stand for the
+  // PCI bus ids a GPU run gathers.
+  Communicator& world = *context_->groups().world;
+  EXPECT_EQ(CheckNodeGpus(world, absl::StrCat("0000:", 10 + rank(), ":00.0")),
+            absl::OkStatus());
+  // Ranks 3 and 6 on one GPU: every rank of the node reaches one verdict.
+  const absl::Status one =
+      CheckNodeGpus(world, absl::StrCat("gpu-", rank() == 6 ? 3 : rank()));
+  EXPECT_EQ(one.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(one.message(),
+              HasSubstr("ranks 3 and 6 of one node share GPU gpu-3;"));
+  // Ranks 2k and 2k + 1 in pairs.
+  const absl::Status pairs =
+      CheckNodeGpus(world, absl::StrCat("gpu-", rank() / 2));
+  EXPECT_THAT(pairs.message(),
+              HasSubstr("ranks 0 and 1 of one node share GPU gpu-0 (and 3 more "
+                        "GPUs are shared);"));
+  EXPECT_EQ(AgreeOnStatus(world, pairs).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A world that is not MPI's is refused before any communication.
+  ParallelContext single = ParallelContext::Single();
+  EXPECT_EQ(CheckNodeGpus(*single.groups().world, "gpu-0").code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
