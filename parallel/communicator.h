@@ -30,6 +30,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -57,6 +58,34 @@ class DoneRequest : public Request {
  public:
   void Wait() override {}
   bool Poll() override { return true; }
+};
+
+// Completes `inner`, then runs `then` once (copying a result back, say);
+// whatever `then` captures stays alive until it has run. An unwaited
+// request completes on destruction.
+class ThenRequest : public Request {
+ public:
+  ThenRequest(std::unique_ptr<Request> inner, std::function<void()> then)
+      : inner_(std::move(inner)), then_(std::move(then)) {}
+  ~ThenRequest() override { Wait(); }
+
+  void Wait() override {
+    if (inner_ == nullptr) return;
+    inner_->Wait();
+    inner_.reset();
+    then_();
+    then_ = nullptr;
+  }
+  bool Poll() override {
+    if (inner_ == nullptr) return true;
+    if (!inner_->Poll()) return false;
+    Wait();
+    return true;
+  }
+
+ private:
+  std::unique_ptr<Request> inner_;
+  std::function<void()> then_;
 };
 
 // One transfer of a batch (Communicator::BatchSendRecv).

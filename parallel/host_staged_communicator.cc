@@ -27,33 +27,12 @@ void Unstage(const Tensor& host, Tensor& t) {
 
 // Waits for an MPI request on a host copy, then copies the result back to
 // the device buffer (for receives and async reductions).
-class StagedRequest : public Request {
- public:
-  StagedRequest(std::unique_ptr<Request> inner, Tensor host, Tensor target)
-      : inner_(std::move(inner)),
-        host_(std::move(host)),
-        target_(std::move(target)) {}
-  ~StagedRequest() override { Wait(); }
-
-  void Wait() override {
-    if (inner_ == nullptr) return;
-    inner_->Wait();
-    inner_.reset();
-    Unstage(host_, target_);
-  }
-
-  bool Poll() override {
-    if (inner_ == nullptr) return true;
-    if (!inner_->Poll()) return false;
-    Wait();
-    return true;
-  }
-
- private:
-  std::unique_ptr<Request> inner_;
-  Tensor host_;
-  Tensor target_;
-};
+std::unique_ptr<Request> StagedRequest(std::unique_ptr<Request> inner,
+                                       Tensor host, Tensor target) {
+  return std::make_unique<ThenRequest>(
+      std::move(inner),
+      [host = std::move(host), target]() mutable { Unstage(host, target); });
+}
 
 }  // namespace
 
@@ -77,7 +56,7 @@ std::unique_ptr<Request> HostStagedCommunicator::DoAllReduce(Tensor& buffer,
     return std::make_unique<DoneRequest>();
   }
   auto inner = mpi_->AllReduceAsync(host, op);
-  return std::make_unique<StagedRequest>(std::move(inner), host, buffer);
+  return StagedRequest(std::move(inner), host, buffer);
 }
 
 // Reduce-scatter and all-gather run asynchronously on host copies (separate
@@ -86,9 +65,9 @@ std::unique_ptr<Request> HostStagedCommunicator::DoAllReduce(Tensor& buffer,
 std::unique_ptr<Request> HostStagedCommunicator::DoReduceScatter(
     const Tensor& input, Tensor& output, ReduceOp op, bool async) {
   Tensor host_output = Landing(output);
-  auto request = std::make_unique<StagedRequest>(
-      mpi_->ReduceScatterAsync(Stage(input), host_output, op), host_output,
-      output);
+  std::unique_ptr<Request> request =
+      StagedRequest(mpi_->ReduceScatterAsync(Stage(input), host_output, op),
+                    host_output, output);
   if (async) return request;
   request->Wait();
   return std::make_unique<DoneRequest>();
@@ -97,7 +76,7 @@ std::unique_ptr<Request> HostStagedCommunicator::DoReduceScatter(
 std::unique_ptr<Request> HostStagedCommunicator::DoAllGather(
     const Tensor& input, Tensor& output, bool async) {
   Tensor host_output = Landing(output);
-  auto request = std::make_unique<StagedRequest>(
+  std::unique_ptr<Request> request = StagedRequest(
       mpi_->AllGatherAsync(Stage(input), host_output), host_output, output);
   if (async) return request;
   request->Wait();
@@ -121,7 +100,7 @@ std::unique_ptr<Request> HostStagedCommunicator::DoRecv(Tensor& buffer,
                     ? buffer
                     : Tensor::Empty(buffer.shape(), buffer.dtype());
   auto inner = mpi_->Recv(host, peer, tag);
-  return std::make_unique<StagedRequest>(std::move(inner), host, buffer);
+  return StagedRequest(std::move(inner), host, buffer);
 }
 
 std::vector<std::unique_ptr<Request>> HostStagedCommunicator::DoBatchSendRecv(
@@ -138,8 +117,8 @@ std::vector<std::unique_ptr<Request>> HostStagedCommunicator::DoBatchSendRecv(
       mpi_->BatchSendRecv(host_ops);
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].type == P2POp::Type::kRecv) {
-      requests[i] = std::make_unique<StagedRequest>(
-          std::move(requests[i]), host_ops[i].buffer, ops[i].buffer);
+      requests[i] = StagedRequest(std::move(requests[i]), host_ops[i].buffer,
+                                  ops[i].buffer);
     }
   }
   return requests;

@@ -164,45 +164,17 @@ Tensor Widened(const Tensor& tensor) {
   return wide;
 }
 
-// Once `inner` (a reduction into `wide`) completes, rounds `wide` to
-// nearest, ties to even, into `target`. Keeps `wide` alive until then.
-class NarrowingRequest : public Request {
- public:
-  NarrowingRequest(std::unique_ptr<Request> inner, Tensor wide, Tensor target)
-      : inner_(std::move(inner)),
-        wide_(std::move(wide)),
-        target_(std::move(target)) {}
-  ~NarrowingRequest() override { Wait(); }
-
-  void Wait() override {
-    if (inner_ == nullptr) return;
-    inner_->Wait();
-    inner_.reset();
-    ConvertElements(wide_.raw(), wide_.dtype(), target_.raw(), target_.dtype(),
-                    target_.numel());
-    wide_ = Tensor();
-  }
-
-  bool Poll() override {
-    if (inner_ == nullptr) return true;
-    if (!inner_->Poll()) return false;
-    Wait();
-    return true;
-  }
-
- private:
-  std::unique_ptr<Request> inner_;
-  Tensor wide_;
-  Tensor target_;
-};
-
 // Narrows `wide` into `target` when `inner` completes: at once when the call
 // is blocking.
 std::unique_ptr<Request> NarrowWhenDone(std::unique_ptr<Request> inner,
                                         Tensor wide, Tensor target,
                                         bool async) {
-  auto request = std::make_unique<NarrowingRequest>(
-      std::move(inner), std::move(wide), std::move(target));
+  // Rounds to nearest, ties to even, keeping `wide` alive until then.
+  auto request = std::make_unique<ThenRequest>(
+      std::move(inner), [wide = std::move(wide), target = std::move(target)] {
+        ConvertElements(wide.raw(), wide.dtype(), target.raw(), target.dtype(),
+                        target.numel());
+      });
   return async ? std::move(request) : Completed(std::move(request));
 }
 
