@@ -184,7 +184,8 @@ void Block::WeightGradients(const Tensor& x, const Tensors& a) const {
   // The four weight GEMMs, then every bias and LayerNorm parameter gradient
   // (column sums of the gradients above) in one ColumnSumsMany. The
   // LayerNorms' sums run over this rank's rows (a share under sequence
-  // parallelism); the biases' over the whole gathered gradients.
+  // parallelism, which then takes a launch of its own); the biases' over
+  // the whole gathered gradients.
   Tensor no_bias;
   const Tensor dln2 = rows_.Mine(a.dln2), dln1 = rows_.Mine(a.dln1);
   MatmulBackwardWeight(a.dy, a.gelu, mlp_proj_w_->grad, no_bias);

@@ -1,6 +1,9 @@
 #include "framework/kernels/elementwise.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/float16.h"
@@ -195,13 +198,37 @@ void Convert(const Tensor& src, Tensor& dst) {
   ConvertElements(src.raw(), src.dtype(), dst.raw(), dst.dtype(), src.numel());
 }
 
+namespace {
+
+// Rows of a job's dout: all but its last dimension.
+int64_t JobRows(const ColumnSumJob& job) {
+  TRELLIS_CHECK(job.dout != nullptr && job.db != nullptr)
+      << "ColumnSumsMany: a job lacks dout or db";
+  const int64_t cols = job.dout->ndim() == 0 ? 1 : job.dout->dim(-1);
+  return cols == 0 ? 0 : job.dout->numel() / cols;
+}
+
+}  // namespace
+
 void ColumnSumsMany(const std::vector<ColumnSumJob>& jobs) {
   if (jobs.empty()) return;
+  // Jobs of several row counts: one call per count, in the order each first
+  // appears (the jobs write distinct outputs, so the order changes no sum).
+  std::vector<std::pair<int64_t, std::vector<ColumnSumJob>>> by_rows;
+  for (const ColumnSumJob& job : jobs) {
+    const int64_t rows = JobRows(job);
+    auto same = [rows](const auto& group) { return group.first == rows; };
+    auto it = std::find_if(by_rows.begin(), by_rows.end(), same);
+    if (it == by_rows.end()) it = by_rows.insert(by_rows.end(), {rows, {}});
+    it->second.push_back(job);
+  }
+  if (by_rows.size() > 1) {
+    for (const auto& [rows, group] : by_rows) ColumnSumsMany(group);
+    return;
+  }
   TRELLIS_CUDA_DISPATCH(cuda::ColumnSumsMany(jobs), jobs.front().dout,
                         jobs.front().db);
   for (const ColumnSumJob& job : jobs) {
-    TRELLIS_CHECK(job.dout != nullptr && job.db != nullptr)
-        << "ColumnSumsMany: a job lacks dout or db";
     if (job.x == nullptr) {
       BiasBackward(*job.dout, *job.db);
     } else {

@@ -34,11 +34,13 @@ struct ColumnSumJob {
   Tensor* db = nullptr;
 };
 // Every job, as BiasBackward or LayerNormBackwardWeight would do it (on the
-// CPU, exactly those calls), all with the same row count N. On CUDA one
-// launch for up to kColumnSumJobs jobs (a block's four bias gradients and
-// two LayerNorms' fit), summed in a fixed order: each block of columns and
-// rows writes a partial, and the last block of a column strip to finish
-// (counted on a per-device counter) adds the strip's partials in order.
+// CPU, exactly those calls). On CUDA one launch for up to kColumnSumJobs
+// jobs of one row count N (a block's four bias gradients and two
+// LayerNorms' fit; jobs of other row counts, such as a LayerNorm's share of
+// the rows under sequence parallelism, take a launch of their own), summed
+// in a fixed order: each block of columns and rows writes a partial, and
+// the last block of a column strip to finish (counted on a per-device
+// counter) adds the strip's partials in order.
 inline constexpr int kColumnSumJobs = 8;
 void ColumnSumsMany(const std::vector<ColumnSumJob>& jobs);
 // Sum of squares of all elements, accumulated in double.

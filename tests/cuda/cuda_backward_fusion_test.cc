@@ -213,6 +213,41 @@ TEST_P(CudaBackwardFusionTest, ColumnSumsManyMatchesCpuAndIsRepeatable) {
   EXPECT_TRUE(SameBits(runs[0], runs[1])) << "not deterministic";
 }
 
+// GPT-2's block under sequence parallelism: the LayerNorm jobs cover this
+// rank's share of the rows, the bias jobs all of them, in one call.
+TEST_P(CudaBackwardFusionTest, ColumnSumsManyTakesJobsOfSeveralRowCounts) {
+  const int64_t N = 1000, share = 250;
+  const Tensor d1 = Input({N, 2304}, 25), d2 = Input({share, 768}, 26);
+  const Tensor x = Input({share, 768}, 27, 1, 2);
+  const Tensor mean = cuda_test::Random({share}, 28, 1, 2);
+  const Tensor rstd = cuda_test::Random({share}, 29, 0.5, 2);
+  Tensor db1 = Tensor::Zeros({2304}, DType::kF32);
+  Tensor dw = Tensor::Zeros({768}, DType::kF32);
+  Tensor db2 = Tensor::Zeros({768}, DType::kF32);
+  ColumnSumsMany({{.dout = &d1, .db = &db1},
+                  {.dout = &d2,
+                   .x = &x,
+                   .mean = &mean,
+                   .rstd = &rstd,
+                   .dw = &dw,
+                   .db = &db2}});
+  const Tensor g1 = Dev(d1), g2 = Dev(d2), gx = Dev(x);
+  const Tensor gmean = mean.To(Gpu()), grstd = rstd.To(Gpu());
+  Tensor g_db1 = Tensor::Zeros({2304}, DType::kF32, Gpu());
+  Tensor g_dw = Tensor::Zeros({768}, DType::kF32, Gpu());
+  Tensor g_db2 = Tensor::Zeros({768}, DType::kF32, Gpu());
+  ColumnSumsMany({{.dout = &g1, .db = &g_db1},
+                  {.dout = &g2,
+                   .x = &gx,
+                   .mean = &gmean,
+                   .rstd = &grstd,
+                   .dw = &g_dw,
+                   .db = &g_db2}});
+  ExpectClose(g_db1, db1, 1e-5, "db (bias job, all rows)");
+  ExpectClose(g_dw, dw, 1e-5, "dw (LayerNorm job, a share of the rows)");
+  ExpectClose(g_db2, db2, 1e-5, "db (LayerNorm job, a share of the rows)");
+}
+
 TEST_P(CudaBackwardFusionTest, AdamWStepManyEqualsOneStepPerParameter) {
   AdamWHyper hyper;
   hyper.lr = 1e-3;

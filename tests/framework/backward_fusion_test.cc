@@ -16,6 +16,7 @@
 #include "framework/kernels/gelu.h"
 #include "framework/kernels/layernorm.h"
 #include "framework/kernels/matmul.h"
+#include "framework/launch_count.h"
 #include "tests/framework/kernel_test_util.h"
 
 namespace trellis {
@@ -158,6 +159,43 @@ TEST(ColumnSumsManyTest, EqualsBiasAndLayerNormWeightCalls) {
   EXPECT_TRUE(SameBits(got_db1, db1));
   EXPECT_TRUE(SameBits(got_dw, dw));
   EXPECT_TRUE(SameBits(got_db2, db2));
+}
+
+// Under sequence parallelism a block's LayerNorm jobs cover this rank's
+// share of the rows and its bias jobs all of them: each row count takes a
+// call (a launch on CUDA) of its own.
+TEST(ColumnSumsManyTest, JobsOfSeveralRowCountsTakeOneLaunchPerCount) {
+  const DType dtype = DType::kF32;
+  const int64_t share = N / 2;
+  const Tensor d1 = Random({N, M}, 1, dtype), d2 = Random({share, K}, 2, dtype);
+  const Tensor d3 = Random({N, K}, 9, dtype);
+  const Tensor x = Random({share, K}, 3, dtype, 1, 2);
+  const Tensor mean = Random({share}, 4, dtype, 1, 2);
+  const Tensor rstd = Random({share}, 5, dtype, 0.5, 2);
+  Tensor db1 = Tensor::Zeros({M}, dtype), dw = Tensor::Zeros({K}, dtype);
+  Tensor db2 = Tensor::Zeros({K}, dtype), db3 = Tensor::Zeros({K}, dtype);
+  BiasBackward(d1, db1);
+  LayerNormBackwardWeight(d2, x, mean, rstd, dw, db2);
+  BiasBackward(d3, db3);
+
+  Tensor got_db1 = Tensor::Zeros({M}, dtype),
+         got_dw = Tensor::Zeros({K}, dtype);
+  Tensor got_db2 = Tensor::Zeros({K}, dtype),
+         got_db3 = Tensor::Zeros({K}, dtype);
+  LaunchCounter launches;
+  ColumnSumsMany({{.dout = &d1, .db = &got_db1},
+                  {.dout = &d2,
+                   .x = &x,
+                   .mean = &mean,
+                   .rstd = &rstd,
+                   .dw = &got_dw,
+                   .db = &got_db2},
+                  {.dout = &d3, .db = &got_db3}});
+  EXPECT_EQ(launches.count(), 2);  // N rows (d1, d3), then N/2 (d2)
+  EXPECT_TRUE(SameBits(got_db1, db1));
+  EXPECT_TRUE(SameBits(got_dw, dw));
+  EXPECT_TRUE(SameBits(got_db2, db2));
+  EXPECT_TRUE(SameBits(got_db3, db3));
 }
 
 TEST(AdamWStepManyTest, EqualsOneStepPerParameterThenRefresh) {
