@@ -13,6 +13,10 @@
 namespace trellis {
 namespace {
 
+// Whether this thread has chosen a device (SelectCudaDevice, or a
+// CudaDeviceGuard it ran without one).
+thread_local bool thread_chose_device = false;
+
 // A non-negative integer from the environment, or -1.
 int EnvRank(const char* name) {
   const char* text = std::getenv(name);
@@ -103,6 +107,7 @@ absl::StatusOr<int> SelectCudaDevice(int local_rank) {
   if (local_rank < 0) local_rank = 0;
   const int device = CudaDeviceForLocalRank(local_rank, count);
   TRELLIS_CUDA_CHECK(cudaSetDevice(device));
+  thread_chose_device = true;
   return device;
 }
 
@@ -154,6 +159,14 @@ bool CudaEventDone(cudaEvent_t event) {
 }
 
 CudaDeviceGuard::CudaDeviceGuard(int device) {
+  if (!thread_chose_device) {
+    // A thread that never chose a device (a monitor or I/O helper):
+    // cudaGetDevice would answer 0 and restoring 0 would create a context
+    // on device 0 for nothing, so the thread keeps this device.
+    TRELLIS_CUDA_CHECK(cudaSetDevice(device));
+    thread_chose_device = true;
+    return;
+  }
   TRELLIS_CUDA_CHECK(cudaGetDevice(&previous_));
   if (previous_ != device) {
     TRELLIS_CUDA_CHECK(cudaSetDevice(device));

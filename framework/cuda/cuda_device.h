@@ -83,7 +83,11 @@ void WaitForCudaEvent(cudaEvent_t event);
 bool CudaEventDone(cudaEvent_t event);
 
 // Makes `device` current for the calling thread until the end of the scope,
-// then restores the previous one.
+// then restores the previous one. On a thread that has chosen no device yet
+// (neither SelectCudaDevice nor an earlier guard: a helper thread), it makes
+// `device` the thread's device for good instead, since restoring the
+// runtime's default, device 0, would create a context there (a rank on
+// another GPU would then hold memory on GPU 0).
 class CudaDeviceGuard {
  public:
   explicit CudaDeviceGuard(int device);

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -129,6 +130,23 @@ TEST(CudaDeviceTest, NoGpuAndNoneExpectedIsZeroDevices) {
   if (cudaGetDeviceCount(&direct) != cudaSuccess) direct = 0;
   cudaGetLastError();
   EXPECT_EQ(*count, direct);
+}
+
+// A helper thread that works on device 1 through a guard keeps device 1:
+// restoring the runtime's default would put a context on device 0 (a
+// rank on another GPU would then hold memory on GPU 0).
+TEST(CudaDeviceTest, AGuardOnAFreshThreadLeavesItOnItsDevice) {
+  const absl::StatusOr<int> count = CudaDeviceCount();
+  if (!count.ok() || *count < 2) {
+    GTEST_SKIP() << "needs two CUDA devices";
+  }
+  int after = -1;
+  std::thread helper([&after] {
+    { CudaDeviceGuard guard(1); }
+    cudaGetDevice(&after);
+  });
+  helper.join();
+  EXPECT_EQ(after, 1);
 }
 
 TEST(CudaMemoryTest, HostSidedCopiesAreCountedHostWaits) {
