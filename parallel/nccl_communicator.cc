@@ -159,7 +159,7 @@ NcclCommunicator::NcclCommunicator(std::string name, ncclComm_t comm,
 
 NcclCommunicator::~NcclCommunicator() {
   CudaDeviceGuard guard(device_);
-  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  WaitForCudaStream(stream_);
   TRELLIS_NCCL_CHECK(ncclCommDestroy(comm_));
   TRELLIS_CUDA_CHECK(cudaFree(barrier_word_));
   TRELLIS_CUDA_CHECK(cudaStreamDestroy(stream_));
@@ -191,7 +191,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::CreateWorld(
 std::unique_ptr<NcclCommunicator> NcclCommunicator::Split(std::string name,
                                                           int color, int key) {
   CudaDeviceGuard guard(device_);
-  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  WaitForCudaStream(stream_);
   ncclComm_t nccl = nullptr;
   TRELLIS_NCCL_CHECK(ncclCommSplit(comm_, color, key, &nccl, nullptr));
   if (color == kNoColor || nccl == nullptr) return nullptr;
@@ -348,7 +348,7 @@ void NcclCommunicator::DoBarrier() {
   AfterCompute();
   TRELLIS_NCCL_CHECK(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclFloat32,
                                    ncclSum, comm_, stream_));
-  TRELLIS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  WaitForCudaStream(stream_);
 }
 
 }  // namespace trellis

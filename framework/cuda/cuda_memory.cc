@@ -94,6 +94,8 @@ void CudaFree(void* data, int device) {
   if (data == nullptr) return;
   Counter().Freed(data, device);
   CudaDeviceGuard guard(device);
+  // cudaFree waits for the device's work, as a synchronization would.
+  CountHostWait();
   TRELLIS_CUDA_CHECK(cudaFree(data));
 }
 

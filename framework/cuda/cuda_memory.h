@@ -21,7 +21,9 @@ namespace trellis {
 // device `device`. Aborts with the size asked for and the free memory when
 // the device is out of memory.
 void* CudaAllocate(size_t bytes, int device);
-// Frees what CudaAllocate returned. Null is ignored.
+// Frees what CudaAllocate returned. Null is ignored. cudaFree waits for the
+// device's queued work, so it counts as a host wait (framework/host_sync.h):
+// a step that frees outside the memory arena shows in the count.
 void CudaFree(void* data, int device);
 // Copies between any two of host memory and device memory (unified
 // addressing decides the direction). With a host side it blocks the host:
