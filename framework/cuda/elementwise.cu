@@ -119,16 +119,34 @@ __global__ void SumPartialKernel(const T* x, int64_t n, double* partial) {
   }
 }
 
-// One thread adds the block partials in order.
+// One block of kThreads adds the block partials (a gradient norm's are
+// 256 per tensor, so tens of thousands): thread t adds partials t,
+// t + kThreads, ... in turn, then a fixed tree adds the threads' sums, so
+// every run adds in the same order.
 __global__ void SumFinishKernel(const double* partial, int blocks,
                                 double* result) {
-  double sum = 0, squares = 0;
-  for (int b = 0; b < blocks; ++b) {
+  static_assert((kThreads & (kThreads - 1)) == 0, "a power of two");
+  __shared__ double sums[kThreads], squares[kThreads];
+  const int t = threadIdx.x;
+  double sum = 0, square = 0;
+  for (int b = t; b < blocks; b += kThreads) {
     sum += partial[2 * b];
-    squares += partial[2 * b + 1];
+    square += partial[2 * b + 1];
   }
-  result[0] = sum;
-  result[1] = squares;
+  sums[t] = sum;
+  squares[t] = square;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (t < width) {
+      sums[t] += sums[t + width];
+      squares[t] += squares[t + width];
+    }
+    __syncthreads();
+  }
+  if (t == 0) {
+    result[0] = sums[0];
+    result[1] = squares[0];
+  }
 }
 
 constexpr float kSqrtTwoOverPi = 0.7978845608028654f;
@@ -344,7 +362,7 @@ void SumAndSumOfSquares(Elem t, const void* x, int64_t n, double* sum,
   });
   TRELLIS_CUDA_CHECK_LAUNCH();
   double* result = partial.get() + 2 * kSumBlocks;
-  SumFinishKernel<<<1, 1>>>(partial.get(), kSumBlocks, result);
+  SumFinishKernel<<<1, kThreads>>>(partial.get(), kSumBlocks, result);
   TRELLIS_CUDA_CHECK_LAUNCH();
   double host[2];
   CudaCopyToHost(host, result, sizeof(host));  // the host wait, counted
@@ -368,7 +386,7 @@ double SumOfSquaresMany(const Elem* types, const void* const* xs,
     TRELLIS_CUDA_CHECK_LAUNCH();
   }
   double* result = partial.get() + 2 * static_cast<int64_t>(blocks);
-  SumFinishKernel<<<1, 1>>>(partial.get(), blocks, result);
+  SumFinishKernel<<<1, kThreads>>>(partial.get(), blocks, result);
   TRELLIS_CUDA_CHECK_LAUNCH();
   double host[2];
   CudaCopyToHost(host, result, sizeof(host));  // the host wait, counted
