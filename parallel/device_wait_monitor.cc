@@ -15,7 +15,8 @@ DeviceWaitMonitor::DeviceWaitMonitor(double timeout_s, Done done,
       timeout_(std::move(timeout)) {
   TRELLIS_CHECK(timeout_s > 0 && poll_s > 0)
       << "timeout " << timeout_s << " s, poll " << poll_s << " s";
-  thread_ = std::thread([this] { Loop(); });
+  prober_ = std::thread([this] { ProbeLoop(); });
+  deadline_ = std::thread([this] { DeadlineLoop(); });
 }
 
 DeviceWaitMonitor::~DeviceWaitMonitor() {
@@ -24,7 +25,8 @@ DeviceWaitMonitor::~DeviceWaitMonitor() {
     stop_ = true;
   }
   wake_.notify_all();
-  thread_.join();
+  prober_.join();
+  deadline_.join();
 }
 
 void DeviceWaitMonitor::Watch(int64_t id, CompletionProbe probe) {
@@ -41,7 +43,7 @@ int DeviceWaitMonitor::pending() const {
   return static_cast<int>(entries_.size());
 }
 
-void DeviceWaitMonitor::Loop() {
+void DeviceWaitMonitor::ProbeLoop() {
   const auto period = std::chrono::duration<double>(poll_s_);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
@@ -50,42 +52,50 @@ void DeviceWaitMonitor::Loop() {
                  [this] { return stop_ || (!entries_.empty() && !fired_); });
       continue;
     }
-    // Probe outside the lock: a probe may take a device call's time.
-    std::deque<Entry> entries;
-    entries.swap(entries_);
+    // Probe copies outside the lock: a probe may take a device call's time,
+    // or never return, and the deadline thread must still see the entries.
+    std::vector<std::pair<int64_t, CompletionProbe>> round;
+    for (const Entry& e : entries_) round.emplace_back(e.id, e.probe);
     lock.unlock();
     std::vector<int64_t> finished;
-    const Entry* late = nullptr;
-    std::deque<Entry> still;
-    for (Entry& e : entries) {
-      if (e.probe()) {
-        finished.push_back(e.id);
-      } else {
-        still.push_back(std::move(e));
-      }
+    for (auto& [id, probe] : round) {
+      if (probe()) finished.push_back(id);
     }
-    for (int64_t id : finished) done_(id);
-    double waited = 0;
-    for (const Entry& e : still) {
-      waited = std::chrono::duration<double>(Clock::now() - e.since).count();
-      if (waited > timeout_s_) {
-        late = &e;
+    round.clear();  // releases the probes here, not under the lock
+    lock.lock();
+    std::vector<Entry> removed;
+    for (int64_t id : finished) {
+      for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->id != id) continue;
+        removed.push_back(std::move(*it));
+        entries_.erase(it);
         break;
       }
     }
-    if (late != nullptr) {
-      const int64_t id = late->id;
-      lock.lock();
-      fired_ = true;
-      lock.unlock();
-      timeout_(id, waited);
-    }
+    lock.unlock();
+    removed.clear();
+    for (int64_t id : finished) done_(id);
     lock.lock();
-    // Operations handed over meanwhile go after the older ones.
-    for (auto it = still.rbegin(); it != still.rend(); ++it) {
-      entries_.push_front(std::move(*it));
-    }
     wake_.wait_for(lock, period, [this] { return stop_; });
+  }
+}
+
+void DeviceWaitMonitor::DeadlineLoop() {
+  const auto period = std::chrono::duration<double>(poll_s_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    wake_.wait_for(lock, period, [this] { return stop_; });
+    if (stop_ || fired_ || entries_.empty()) continue;
+    // Entries are in the order they were handed over: the first is oldest.
+    const Entry& oldest = entries_.front();
+    const double waited =
+        std::chrono::duration<double>(Clock::now() - oldest.since).count();
+    if (waited <= timeout_s_) continue;
+    fired_ = true;
+    const int64_t id = oldest.id;
+    lock.unlock();
+    timeout_(id, waited);
+    lock.lock();
   }
 }
 

@@ -7,15 +7,18 @@
 // with a CompletionProbe (framework/device_completion.h) taken after it was
 // enqueued. One background thread polls the pending probes every `poll_s`:
 // a finished one is reported to `done` (the watchdog marks it done in its
-// flight recorder); one still pending `timeout_s` after it was handed over
-// is reported to `timeout` once, and the monitor watches nothing more (the
-// watchdog's handler reports and ends the process).
+// flight recorder). A second thread, which makes no device call, reports
+// one still pending `timeout_s` after it was handed over to `timeout`,
+// once, and the monitor watches nothing more (the watchdog's handler
+// reports and ends the process): a probe stuck in a device call behind the
+// hung work it asks about cannot silence the deadline.
 //
-// Callbacks run on the monitor's thread; they must not use MPI (the
-// programs run MPI_THREAD_FUNNELED).
+// `done` runs on the probing thread and `timeout` on the deadline thread;
+// neither may use MPI (the programs run MPI_THREAD_FUNNELED).
 //
 // Thread safety: Watch and pending may be called from any thread; the
-// destructor stops and joins the thread (probes not yet done are dropped).
+// destructor stops and joins both threads (probes not yet done are
+// dropped).
 #ifndef TRELLIS_PARALLEL_DEVICE_WAIT_MONITOR_H_
 #define TRELLIS_PARALLEL_DEVICE_WAIT_MONITOR_H_
 
@@ -55,7 +58,8 @@ class DeviceWaitMonitor {
     CompletionProbe probe;
     Clock::time_point since;
   };
-  void Loop();
+  void ProbeLoop();
+  void DeadlineLoop();
 
   const double timeout_s_;
   const double poll_s_;
@@ -66,7 +70,9 @@ class DeviceWaitMonitor {
   std::deque<Entry> entries_;
   bool stop_ = false;
   bool fired_ = false;
-  std::thread thread_;  // last: starts once the rest is set up
+  // Last: they start once the rest is set up.
+  std::thread prober_;
+  std::thread deadline_;
 };
 
 }  // namespace trellis

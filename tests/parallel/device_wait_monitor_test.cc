@@ -1,6 +1,7 @@
 // The device monitor with probes the test controls: finished work is
 // reported done (in any order), work still pending past the deadline is
-// reported late once, with how long it waited, and nothing after that.
+// reported late once, with how long it waited, and nothing after that,
+// even when the probe itself never returns.
 #include "parallel/device_wait_monitor.h"
 
 #include <gtest/gtest.h>
@@ -107,6 +108,28 @@ TEST(DeviceWaitMonitorTest, OnlyTheLateOperationIsNamed) {
   ASSERT_TRUE(Eventually([&] { return !r.Late().empty(); }));
   EXPECT_EQ(r.Done(), std::vector<int64_t>{1});
   EXPECT_EQ(r.Late()[0].first, 2);
+}
+
+// A probe that does not return (a device query stuck behind the hung work
+// it asks about) holds up only the probing: the deadline still fires.
+TEST(DeviceWaitMonitorTest, AStuckProbeDoesNotSilenceTheDeadline) {
+  Reports r;
+  std::atomic<bool> release{false};
+  {
+    DeviceWaitMonitor monitor = Monitor(0.2, r);
+    monitor.Watch(5, [&] {
+      while (!release.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return false;
+    });
+    const bool fired = Eventually([&] { return !r.Late().empty(); });
+    release = true;  // lets the destructor join the probing thread
+    ASSERT_TRUE(fired);
+    EXPECT_EQ(r.Late()[0].first, 5);
+    EXPECT_GT(r.Late()[0].second, 0.2);
+  }
+  EXPECT_TRUE(r.Done().empty());
 }
 
 TEST(DeviceWaitMonitorTest, StopsWithWorkStillPending) {
