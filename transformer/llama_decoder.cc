@@ -24,7 +24,7 @@ class LlamaCachedBlock : public CachedBlock {
                    const ParameterSet& params)
       : config_(config),
         heads_(config.n_head / tp.size),
-        kv_heads_(config.kv_heads() / tp.size),
+        kv_heads_(LlamaLocalKvHeads(config, tp.size)),
         head_dim_(config.head_dim()),
         ffn_(config.LlamaFfnHidden() / tp.size),
         norm1_(P(params, layer, "input_layernorm.weight")),
@@ -34,7 +34,11 @@ class LlamaCachedBlock : public CachedBlock {
         gate_up_proj_(P(params, layer, "mlp.gate_up_proj.weight")),
         down_proj_(P(params, layer, "mlp.down_proj.weight")) {
     TRELLIS_CHECK_EQ(config.n_head % tp.size, 0);
-    TRELLIS_CHECK_EQ(config.kv_heads() % tp.size, 0);
+    // Key/value heads split over tp, or replicated when tp exceeds them, as
+    // in training (LlamaFamily::CheckTensorParallel).
+    TRELLIS_CHECK(config.kv_heads() % tp.size == 0 ||
+                  tp.size % config.kv_heads() == 0)
+        << config.kv_heads() << " key/value heads over tp " << tp.size;
     TRELLIS_CHECK_EQ(config.LlamaFfnHidden() % tp.size, 0);
   }
 

@@ -1,8 +1,9 @@
 // Generation's cached forward under tensor parallelism: on 4 ranks, tp
 // groups of 1, 2 and 4 give every rank the logits one rank computes alone,
 // to 1e-5, for both families (Llama with 4 key/value heads split over tp
-// up to 4, and 2 over tp up to 2), prefill and one token at a time; and
-// tp groups return the same logits on each of their ranks.
+// up to 4, 2 split over tp 2 and replicated over tp 4, and 1 replicated),
+// prefill and one token at a time; and tp groups return the same logits on
+// each of their ranks.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -69,11 +70,13 @@ TEST_F(GenerateTpTest, EveryTpGivesOneRanksLogits) {
        std::vector<std::pair<ModelFamilyKind, int64_t>>{
            {ModelFamilyKind::kGpt2, 4},
            {ModelFamilyKind::kLlama, 4},
-           {ModelFamilyKind::kLlama, 2}}) {
+           {ModelFamilyKind::kLlama, 2},
+           {ModelFamilyKind::kLlama, 1}}) {
     const ModelConfig config = Config(family, kv_heads);
     const auto want = DecodeLogits(config, *single.groups().tp);
     for (int tp : {1, 2, 4}) {
-      if (config.kv_heads() % tp != 0) continue;
+      // Key/value heads split over tp, or replicated when tp exceeds them.
+      if (config.kv_heads() % tp != 0 && tp % config.kv_heads() != 0) continue;
       absl::StatusOr<Mesh> mesh = Mesh::Create(4, 4 / tp, tp, 1);
       ASSERT_TRUE(mesh.ok()) << mesh.status();
       absl::StatusOr<ParallelContext> context =
