@@ -111,6 +111,25 @@ TEST_F(EvaluatorTest, ScoresADocumentMaskedCheckpointWithTheMask) {
   EXPECT_NEAR(*mine, *theirs, 1e-6 * *theirs);
 }
 
+// Such a checkpoint cannot be scored on CUDA (no masked CUDA attention):
+// refused in one line before anything is allocated, as the trainer refuses
+// --document_mask with --device=cuda.
+TEST_F(EvaluatorTest, RefusesADocumentMaskedCheckpointOnCuda) {
+  ASSERT_NE(Train(/*document_mask=*/true), nullptr);
+  absl::StatusOr<std::string> step = ResolveResume(dir_ + "/ckpt", "");
+  ASSERT_TRUE(step.ok()) << step.status();
+  TrainOptions o = EvalOptions();
+  o.device = DeviceType::kCUDA;
+  absl::StatusOr<std::unique_ptr<Evaluator>> evaluator =
+      Evaluator::Create(o, context_.groups(), context_.coord(), *step);
+  ASSERT_FALSE(evaluator.ok());
+  EXPECT_EQ(evaluator.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(evaluator.status().message()),
+              ::testing::HasSubstr("--document_mask"));
+  EXPECT_THAT(std::string(evaluator.status().message()),
+              ::testing::HasSubstr("--device=cpu"));
+}
+
 TEST_F(EvaluatorTest, HoldsNoGradientsOrOptimizerState) {
   ASSERT_NE(Train(), nullptr);
   absl::StatusOr<std::string> step = ResolveResume(dir_ + "/ckpt", "");

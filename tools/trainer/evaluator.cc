@@ -165,6 +165,13 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   for (absl::string_view line : absl::StrSplit(state.flags, '\n')) {
     if (line == "--document_mask=true") options.document_mask = true;
   }
+  if (options.document_mask && options.device == DeviceType::kCUDA) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir,
+        " was trained with --document_mask, which runs on --device=cpu only "
+        "for now (the CUDA attention kernels have no document mask); "
+        "evaluate it with --device=cpu"));
+  }
   TRELLIS_ASSIGN_OR_RETURN(std::vector<BlendSource> sources,
                            ParseBlend(options.data));
   std::vector<TokenDataset> data;
