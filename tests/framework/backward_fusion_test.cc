@@ -133,69 +133,47 @@ TEST(LayerNormResidualTest, EqualsCopyThenAccumulate) {
   }
 }
 
-TEST(ColumnSumsManyTest, EqualsBiasAndLayerNormWeightCalls) {
-  const DType dtype = DType::kF32;
-  const Tensor d1 = Random({N, M}, 1, dtype), d2 = Random({N, K}, 2, dtype);
-  const Tensor x = Random({N, K}, 3, dtype, 1, 2);
-  const Tensor mean = Random({N}, 4, dtype, 1, 2);
-  const Tensor rstd = Random({N}, 5, dtype, 0.5, 2);
-  // Gradients that already hold something: the sums add onto them.
-  const Tensor db1_0 = Random({M}, 6, dtype), dw_0 = Random({K}, 7, dtype);
-  const Tensor db2_0 = Random({K}, 8, dtype);
-
-  Tensor db1 = db1_0.Clone(), dw = dw_0.Clone(), db2 = db2_0.Clone();
-  BiasBackward(d1, db1);
-  LayerNormBackwardWeight(d2, x, mean, rstd, dw, db2);
-
-  Tensor got_db1 = db1_0.Clone(), got_dw = dw_0.Clone(),
-         got_db2 = db2_0.Clone();
-  ColumnSumsMany({{.dout = &d1, .db = &got_db1},
-                  {.dout = &d2,
-                   .x = &x,
-                   .mean = &mean,
-                   .rstd = &rstd,
-                   .dw = &got_dw,
-                   .db = &got_db2}});
-  EXPECT_TRUE(SameBits(got_db1, db1));
-  EXPECT_TRUE(SameBits(got_dw, dw));
-  EXPECT_TRUE(SameBits(got_db2, db2));
-}
-
 // Under sequence parallelism a block's LayerNorm jobs cover this rank's
 // share of the rows and its bias jobs all of them: each row count takes a
 // call (a launch on CUDA) of its own.
-TEST(ColumnSumsManyTest, JobsOfSeveralRowCountsTakeOneLaunchPerCount) {
+TEST(ColumnSumsManyTest, EqualsBiasAndLayerNormWeightCalls) {
   const DType dtype = DType::kF32;
-  const int64_t share = N / 2;
-  const Tensor d1 = Random({N, M}, 1, dtype), d2 = Random({share, K}, 2, dtype);
-  const Tensor d3 = Random({N, K}, 9, dtype);
-  const Tensor x = Random({share, K}, 3, dtype, 1, 2);
-  const Tensor mean = Random({share}, 4, dtype, 1, 2);
-  const Tensor rstd = Random({share}, 5, dtype, 0.5, 2);
-  Tensor db1 = Tensor::Zeros({M}, dtype), dw = Tensor::Zeros({K}, dtype);
-  Tensor db2 = Tensor::Zeros({K}, dtype), db3 = Tensor::Zeros({K}, dtype);
-  BiasBackward(d1, db1);
-  LayerNormBackwardWeight(d2, x, mean, rstd, dw, db2);
-  BiasBackward(d3, db3);
+  for (const int64_t norm_rows : {N, N / 2}) {
+    SCOPED_TRACE(testing::Message() << "LayerNorm rows " << norm_rows);
+    const Tensor d1 = Random({N, M}, 1, dtype);
+    const Tensor d2 = Random({norm_rows, K}, 2, dtype);
+    const Tensor d3 = Random({N, K}, 9, dtype);
+    const Tensor x = Random({norm_rows, K}, 3, dtype, 1, 2);
+    const Tensor mean = Random({norm_rows}, 4, dtype, 1, 2);
+    const Tensor rstd = Random({norm_rows}, 5, dtype, 0.5, 2);
+    // Gradients that already hold something: the sums add onto them.
+    const Tensor db1_0 = Random({M}, 6, dtype), dw_0 = Random({K}, 7, dtype);
+    const Tensor db2_0 = Random({K}, 8, dtype), db3_0 = Random({K}, 10, dtype);
 
-  Tensor got_db1 = Tensor::Zeros({M}, dtype),
-         got_dw = Tensor::Zeros({K}, dtype);
-  Tensor got_db2 = Tensor::Zeros({K}, dtype),
-         got_db3 = Tensor::Zeros({K}, dtype);
-  LaunchCounter launches;
-  ColumnSumsMany({{.dout = &d1, .db = &got_db1},
-                  {.dout = &d2,
-                   .x = &x,
-                   .mean = &mean,
-                   .rstd = &rstd,
-                   .dw = &got_dw,
-                   .db = &got_db2},
-                  {.dout = &d3, .db = &got_db3}});
-  EXPECT_EQ(launches.count(), 2);  // N rows (d1, d3), then N/2 (d2)
-  EXPECT_TRUE(SameBits(got_db1, db1));
-  EXPECT_TRUE(SameBits(got_dw, dw));
-  EXPECT_TRUE(SameBits(got_db2, db2));
-  EXPECT_TRUE(SameBits(got_db3, db3));
+    Tensor db1 = db1_0.Clone(), dw = dw_0.Clone(), db2 = db2_0.Clone(),
+           db3 = db3_0.Clone();
+    BiasBackward(d1, db1);
+    LayerNormBackwardWeight(d2, x, mean, rstd, dw, db2);
+    BiasBackward(d3, db3);
+
+    Tensor got_db1 = db1_0.Clone(), got_dw = dw_0.Clone(),
+           got_db2 = db2_0.Clone(), got_db3 = db3_0.Clone();
+    LaunchCounter launches;
+    ColumnSumsMany({{.dout = &d1, .db = &got_db1},
+                    {.dout = &d2,
+                     .x = &x,
+                     .mean = &mean,
+                     .rstd = &rstd,
+                     .dw = &got_dw,
+                     .db = &got_db2},
+                    {.dout = &d3, .db = &got_db3}});
+    // One launch for N rows (d1, d3), one more for a share (d2).
+    EXPECT_EQ(launches.count(), norm_rows == N ? 1 : 2);
+    EXPECT_TRUE(SameBits(got_db1, db1));
+    EXPECT_TRUE(SameBits(got_dw, dw));
+    EXPECT_TRUE(SameBits(got_db2, db2));
+    EXPECT_TRUE(SameBits(got_db3, db3));
+  }
 }
 
 TEST(AdamWStepManyTest, EqualsOneStepPerParameterThenRefresh) {
