@@ -35,9 +35,20 @@ if [[ ! -s "${work}/package/${entry}" ]]; then
   exit 1
 fi
 # Publish the whole package by one rename, so an interrupted run never
-# looks complete.
+# looks complete. Tests running side by side may fetch at once: each stages
+# under a name of its own, and a rename onto a folder another run already
+# published fails (rename(2) does not replace a non-empty folder), so the
+# first complete copy wins and the others are dropped.
 mkdir -p "$(dirname "${dest}")"
-rm -rf "${dest}.tmp"
-mv "${work}/package" "${dest}.tmp"
-mv "${dest}.tmp" "${dest}"
-echo "tokenizers-js written to ${dest}"
+staged="$(mktemp -d "${dest}.XXXXXX")"
+trap 'rm -rf "${work}" "${staged}"' EXIT
+rmdir "${staged}"
+mv "${work}/package" "${staged}"
+if mv -T "${staged}" "${dest}" 2>/dev/null; then
+  echo "tokenizers-js written to ${dest}"
+elif [[ -s "${dest}/${entry}" ]]; then
+  echo "tokenizers-js already present in ${dest} (fetched alongside)"
+else
+  echo "error: could not publish ${dest}" >&2
+  exit 1
+fi
