@@ -100,7 +100,7 @@ class GradientBuckets {
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   GradSync sync() const { return sync_; }
-  Communicator& dp() { return dp_; }
+  Communicator& dp() const { return dp_; }
   // Bucket b's flat gradients (padded to a multiple of the dp size unless
   // kAllReduce; undefined under kShardGradients while unbound) and its
   // parameters in order.

@@ -161,8 +161,9 @@ cat >"$out/run-gpu-tests.sh" <<'EOF'
 #!/usr/bin/env bash
 # The GPU tests of the bundled build: cuda_tests, then each multi-rank GPU
 # test under mpirun with the ranks ctest gives it, each under a time limit
-# (CUDA_TESTS_TIMEOUT, default 600 s, for cuda_tests; MPI_TEST_TIMEOUT,
-# default 300 s, for each multi-rank test), so that one that hangs does not
+# (CUDA_TESTS_TIMEOUT, default 600 s, for cuda_tests; LAYOUT_TEST_TIMEOUT,
+# default 600 s, for the 8-rank layout test; MPI_TEST_TIMEOUT, default
+# 300 s, for each other multi-rank test), so that one that hangs does not
 # keep the others from running. Extra arguments go to every test binary
 # (e.g. --gtest_filter=...). Exits nonzero if any fails.
 set -uo pipefail
@@ -186,12 +187,16 @@ run() {  # run SECONDS COMMAND...
     *) echo "FAILED (exit $rc): $*"; failed=1 ;;
   esac
 }
-run "${CUDA_TESTS_TIMEOUT:-600}" cuda_tests "$@"
+# By path: a death test runs the binary again from its argv[0].
+run "${CUDA_TESTS_TIMEOUT:-600}" "$here/bin/cuda_tests" "$@"
 EOF
 # The multi-rank GPU tests and their rank counts, as ctest runs them.
 grep -ho 'cuda_[a-z_]*_mpi_test_np[0-9]*' "$build"/tests/cuda/CTestTestfile.cmake 2>/dev/null |
   sort -u | while read -r t; do
-    echo "run \"\${MPI_TEST_TIMEOUT:-300}\" \"\${mpi[@]}\" -np ${t##*_np} ${t%_np*} \"\$@\"" >>"$out/run-gpu-tests.sh"
+    limit='${MPI_TEST_TIMEOUT:-300}'
+    # The 8-rank layout test trains dozens of small runs: a limit of its own.
+    [ "${t%_np*}" = cuda_layout_equivalence_mpi_test ] && limit='${LAYOUT_TEST_TIMEOUT:-600}'
+    echo "run \"$limit\" \"\${mpi[@]}\" -np ${t##*_np} \"\$here/bin/${t%_np*}\" \"\$@\"" >>"$out/run-gpu-tests.sh"
   done
 echo 'exit $failed' >>"$out/run-gpu-tests.sh"
 chmod +x "$out/run-gpu-tests.sh"

@@ -56,19 +56,11 @@ bool CudnnCapableDevice() {
   return major >= 8;
 }
 
-// max |scale_a · a - b| / max |b| over columns [part·C, (part + 1)·C) of
+// kernel_test::BandError over columns [part·C, (part + 1)·C) of
 // (B, T, 3C) float32 CPU tensors: part 0 is dQ, 1 dK, 2 dV.
 double PartError(const Tensor& a, const Tensor& b, int64_t C, int part,
                  double scale_a = 1.0) {
-  const float* x = a.data<float>();
-  const float* y = b.data<float>();
-  double diff = 0, norm = 1e-300;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (i % (3 * C) / C != part) continue;
-    diff = std::max(diff, std::abs(scale_a * x[i] - y[i]));
-    norm = std::max(norm, std::abs(double{y[i]}));
-  }
-  return diff / norm;
+  return kernel_test::BandError(a, b, 3 * C, part * C, (part + 1) * C, scale_a);
 }
 
 class CudaAttentionPathsTest : public ::testing::TestWithParam<DType> {
@@ -243,19 +235,11 @@ TEST_F(CudaAttentionCudnnTest, RefusesOneTokenBackwardWithAReason) {
   EXPECT_EQ(cuda_internal::CudnnAttentionPlanBuilds(), start);
 }
 
-// max |a - b| / max |b| over columns [begin, end) of each row of width W
+// kernel_test::BandError over columns [begin, end) of each row of width W
 // (float32 CPU tensors).
 double ColumnsError(const Tensor& a, const Tensor& b, int64_t W, int64_t begin,
                     int64_t end) {
-  double diff = 0, scale = 1e-300;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const int64_t col = i % W;
-    if (col < begin || col >= end) continue;
-    diff = std::max(diff, std::abs(double{a.data<float>()[i]} -
-                                   double{b.data<float>()[i]}));
-    scale = std::max(scale, std::abs(double{b.data<float>()[i]}));
-  }
-  return diff / scale;
+  return kernel_test::BandError(a, b, W, begin, end);
 }
 
 // Grouped-query attention (Hkv < H) through the cuDNN launchers directly,

@@ -129,18 +129,10 @@ INSTANTIATE_TEST_SUITE_P(DTypes, CudaAttentionTest,
                          ::testing::Values(DType::kF32, DType::kBF16),
                          cuda_test::DTypeParamName);
 
-// max |a - b| / max |b| over columns [part·C, (part + 1)·C) of (B, T, 3C)
+// kernel_test::BandError over columns [part·C, (part + 1)·C) of (B, T, 3C)
 // tensors (float32, CPU): part 0 is dQ, 1 dK, 2 dV.
 double ThirdError(const Tensor& a, const Tensor& b, int64_t C, int part) {
-  const float* x = a.data<float>();
-  const float* y = b.data<float>();
-  double diff = 0, scale = 1e-300;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (i % (3 * C) / C != part) continue;
-    diff = std::max(diff, std::abs(double{x[i]} - y[i]));
-    scale = std::max(scale, std::abs(double{y[i]}));
-  }
-  return diff / scale;
+  return kernel_test::BandError(a, b, 3 * C, part * C, (part + 1) * C);
 }
 
 // One path's results on the device: output, row log-sum-exps, and the

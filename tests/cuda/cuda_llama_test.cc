@@ -150,18 +150,10 @@ struct GqaCase {
   int64_t Width() const { return (H + 2 * Hkv) * D; }
 };
 
-// max |a - b| / max |b| over columns [begin, end) of each row of width W.
+// kernel_test::BandError over columns [begin, end) of each row of width W.
 double ColumnsError(const Tensor& a, const Tensor& b, int64_t W, int64_t begin,
                     int64_t end) {
-  double diff = 0, scale = 1e-300;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const int64_t c = i % W;
-    if (c < begin || c >= end) continue;
-    diff = std::max(diff, std::abs(double{a.data<float>()[i]} -
-                                   double{b.data<float>()[i]}));
-    scale = std::max(scale, std::abs(double{b.data<float>()[i]}));
-  }
-  return diff / scale;
+  return kernel_test::BandError(a, b, W, begin, end);
 }
 
 class CudaGqaTest

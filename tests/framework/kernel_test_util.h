@@ -78,6 +78,26 @@ inline double RelError(const Tensor& a, const Tensor& b) {
   return diff / scale;
 }
 
+// max |scale_a · a - b| / max |b| over columns [begin, end) of each row of
+// width W: one band of a fused tensor, such as dQ, dK or dV of a (B, T, 3C)
+// attention gradient. Where b is zero all over the band (dQ and dK with a
+// single key), the error is taken against the whole of b's largest entry
+// instead: the ~1e-7 that rounding leaves there is no error next to the
+// gradient, but infinitely many times a zero.
+inline double BandError(const Tensor& a, const Tensor& b, int64_t W,
+                        int64_t begin, int64_t end, double scale_a = 1.0) {
+  double diff = 0, band = 0, whole = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double y = std::abs(Get(b, i));
+    whole = std::max(whole, y);
+    const int64_t col = i % W;
+    if (col < begin || col >= end) continue;
+    diff = std::max(diff, std::abs(scale_a * Get(a, i) - Get(b, i)));
+    band = std::max(band, y);
+  }
+  return diff / std::max(band > 0 ? band : whole, 1e-300);
+}
+
 // Every element of t multiplied by s, into a new float64 tensor.
 inline Tensor Scaled(const Tensor& t, double s) {
   Tensor out = Tensor::Empty(t.shape(), DType::kF64);
