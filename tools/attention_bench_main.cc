@@ -20,6 +20,12 @@
 // which the report flags (the second one fell back). On the CPU the one
 // path is "cpu".
 //
+// Scratch. On CUDA every shape's runs draw their scratch (cuDNN's
+// workspace and float32 dQ accumulator, the tensor-core path's row sums)
+// from a memory arena, as a training step does: without one each call
+// would cudaMalloc and cudaFree it, which waits for the device and is not
+// what training pays. A row notes any allocation the arena could not hold.
+//
 // Thread safety: a single-threaded program.
 #include <algorithm>
 #include <chrono>
@@ -28,7 +34,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +50,7 @@
 #include "absl/strings/str_split.h"
 #include "framework/float16.h"
 #include "framework/kernels/attention.h"
+#include "framework/memory_arena.h"
 #include "framework/rng.h"
 #include "framework/status.h"
 #include "tools/bench/bench_config.h"
@@ -88,6 +97,7 @@ struct PathResult {
   double out_diff = 0, grad_diff = 0;  // vs the first path, relative
   bool same_as_first = false;          // bit-identical results
   bool finite = true;
+  size_t outside_arena = 0;  // scratch allocations the arena could not hold
 };
 
 absl::Status Bad(const std::string& message) {
@@ -275,6 +285,11 @@ std::string Row(const Shape4& s, const PathResult& r, const std::string& ref) {
   if (r.same_as_first) {
     note = absl::StrCat("same results as ", ref, ": path not in this build?");
   }
+  if (r.outside_arena > 0) {
+    absl::StrAppend(&note, note.empty() ? "" : "; ", r.outside_arena,
+                    " allocations outside the arena (timings include "
+                    "cudaMalloc/cudaFree)");
+  }
   const std::string diff =
       r.path == ref
           ? "—"
@@ -295,7 +310,8 @@ nlohmann::json PathJson(const Shape4& s, const PathResult& r) {
           {"out_diff_vs_first", r.out_diff},
           {"grad_diff_vs_first", r.grad_diff},
           {"same_as_first", r.same_as_first},
-          {"finite", r.finite}};
+          {"finite", r.finite},
+          {"allocations_outside_arena", r.outside_arena}};
 }
 
 std::string VersionLine(const BenchDevice& device) {
@@ -393,9 +409,21 @@ absl::Status Run() {
     Buffers b = MakeBuffers(s, o.dtype, where);
     std::vector<float> first_out, first_grad;
     nlohmann::json paths = nlohmann::json::array();
+    // Scratch for one forward and backward: well above the float32 dQ
+    // accumulator and cuDNN's workspace (a few times the qkv's float32
+    // bytes), as the trainer's plan holds it.
+    std::shared_ptr<MemoryArena> arena;
+    if (device.cuda()) {
+      const size_t qkv_f32 = static_cast<size_t>(b.qkv.numel()) * 4;
+      arena = MemoryArena::Create(4 * qkv_f32 + (size_t{256} << 20), where);
+    }
     for (const std::string& path : o.paths) {
-      const PathResult r = RunPath(device, s, path, b, o.warmup, o.reps,
-                                   &first_out, &first_grad);
+      std::optional<ArenaScope> scope;
+      if (arena != nullptr) scope.emplace(arena);
+      const size_t before = arena != nullptr ? arena->stats().fallbacks : 0;
+      PathResult r = RunPath(device, s, path, b, o.warmup, o.reps, &first_out,
+                             &first_grad);
+      if (arena != nullptr) r.outside_arena = arena->stats().fallbacks - before;
       std::printf("%s\n", Row(s, r, o.paths.front()).c_str());
       std::fflush(stdout);
       paths.push_back(PathJson(s, r));
