@@ -164,32 +164,38 @@ TEST_P(CudaBackwardFusionTest, PackedCrossEntropyMatchesCpu) {
 }
 
 // The LayerNorm job over all rows, then over a share of them as GPT-2's
-// block under sequence parallelism passes it (the bias job keeps all).
+// block under sequence parallelism passes it (the bias job keeps all). The
+// bias and LayerNorm jobs' columns take 16-byte loads; a third job of 77
+// columns takes one column per thread, in the same launch.
 TEST_P(CudaBackwardFusionTest, ColumnSumsManyMatchesCpuAndIsRepeatable) {
   const int64_t N = 1000;
   for (const int64_t norm_rows : {N, N / 4}) {
     SCOPED_TRACE(testing::Message() << "LayerNorm rows " << norm_rows);
     const Tensor d1 = Input({N, 2304}, 15), d2 = Input({norm_rows, 768}, 16);
+    const Tensor d3 = Input({N, 77}, 23);
     const Tensor x = Input({norm_rows, 768}, 17, 1, 2);
     const Tensor mean = cuda_test::Random({norm_rows}, 18, 1, 2);
     const Tensor rstd = cuda_test::Random({norm_rows}, 19, 0.5, 2);
     const Tensor db1_0 = cuda_test::Random({2304}, 20);
     const Tensor dw_0 = cuda_test::Random({768}, 21);
     const Tensor db2_0 = cuda_test::Random({768}, 22);
+    const Tensor db3_0 = cuda_test::Random({77}, 24);
     Tensor db1 = db1_0.Clone(), dw = dw_0.Clone(), db2 = db2_0.Clone();
+    Tensor db3 = db3_0.Clone();
     ColumnSumsMany({{.dout = &d1, .db = &db1},
                     {.dout = &d2,
                      .x = &x,
                      .mean = &mean,
                      .rstd = &rstd,
                      .dw = &dw,
-                     .db = &db2}});
-    const Tensor g1 = Dev(d1), g2 = Dev(d2), gx = Dev(x);
+                     .db = &db2},
+                    {.dout = &d3, .db = &db3}});
+    const Tensor g1 = Dev(d1), g2 = Dev(d2), g3 = Dev(d3), gx = Dev(x);
     const Tensor gmean = mean.To(Gpu()), grstd = rstd.To(Gpu());
     std::vector<Tensor> runs;
     for (int run = 0; run < 2; ++run) {
       Tensor g_db1 = db1_0.To(Gpu()), g_dw = dw_0.To(Gpu()),
-             g_db2 = db2_0.To(Gpu());
+             g_db2 = db2_0.To(Gpu()), g_db3 = db3_0.To(Gpu());
       // Twice into the same outputs: the strip counters are back at 0 after
       // each launch, so the second call adds the sums again.
       for (int call = 0; call < 2; ++call) {
@@ -199,20 +205,21 @@ TEST_P(CudaBackwardFusionTest, ColumnSumsManyMatchesCpuAndIsRepeatable) {
                          .mean = &gmean,
                          .rstd = &grstd,
                          .dw = &g_dw,
-                         .db = &g_db2}});
+                         .db = &g_db2},
+                        {.dout = &g3, .db = &g_db3}});
       }
       runs.push_back(g_dw);
       // Once more on the CPU: db = db0 + 2·sums.
-      Tensor twice1 = db1.Clone(), twice_w = dw.Clone(), twice2 = db2.Clone();
-      Axpy(-1, db1_0, twice1);
-      Axpy(1, db1, twice1);
-      Axpy(-1, dw_0, twice_w);
-      Axpy(1, dw, twice_w);
-      Axpy(-1, db2_0, twice2);
-      Axpy(1, db2, twice2);
-      ExpectClose(g_db1, twice1, 1e-5, "db (bias job)");
-      ExpectClose(g_dw, twice_w, 1e-5, "dw (LayerNorm job)");
-      ExpectClose(g_db2, twice2, 1e-5, "db (LayerNorm job)");
+      const auto twice = [](const Tensor& start, const Tensor& once) {
+        Tensor t = once.Clone();
+        Axpy(-1, start, t);
+        Axpy(1, once, t);
+        return t;
+      };
+      ExpectClose(g_db1, twice(db1_0, db1), 1e-5, "db (bias job)");
+      ExpectClose(g_dw, twice(dw_0, dw), 1e-5, "dw (LayerNorm job)");
+      ExpectClose(g_db2, twice(db2_0, db2), 1e-5, "db (LayerNorm job)");
+      ExpectClose(g_db3, twice(db3_0, db3), 1e-5, "db (77 columns)");
     }
     EXPECT_TRUE(SameBits(runs[0], runs[1])) << "not deterministic";
   }
