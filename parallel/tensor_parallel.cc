@@ -153,6 +153,12 @@ void ColumnParallelLinear::BackwardWeight(const Tensor& dy,
 
 void RowParallelLinear::Forward(Communicator& tp, const Tensor& x,
                                 Tensor& y) const {
+  // One rank holds the whole product: the bias rides in the GEMM (cuBLASLt's
+  // bias epilogue on CUDA) instead of a pass of its own.
+  if (tp.size() == 1) {
+    MatmulForward(x, weight_.value, bias_ ? bias_->value : Tensor(), y);
+    return;
+  }
   MatmulForward(x, weight_.value, Tensor(), y);
   ReduceFromTp::Forward(tp, y);
   if (bias_ != nullptr) AddBias(bias_->value, y);

@@ -134,6 +134,8 @@ class RowParallelLinear {
   RowParallelLinear(Parameter& weight, Parameter& bias);
   // Without a bias. REQUIRES (checked): weight split as WeightSpec states.
   explicit RowParallelLinear(Parameter& weight);
+  // y (N, M) = x @ W[shard, :] summed over tp, plus the bias (added after
+  // the sum; with one tp rank, by the GEMM itself).
   void Forward(Communicator& tp, const Tensor& x, Tensor& y) const;
   // Sequence parallel: partial (N, M) = x @ W[shard, :] (scratch), then y
   // (N/tp, M) = this rank's rows of the sum over tp (ScatterToSequence),
