@@ -20,6 +20,8 @@
 #   torch:<preset>     a compiled PyTorch GPT-2 of the preset's shape
 #   attention          trellis-attention-bench: attention alone, per path
 #   torch-sdpa         PyTorch's scaled_dot_product_attention, same shapes
+#   variants           the first preset's step under other settings
+#                      (VARIANTS), beside the preset as benched
 #   goals              the tables folded from the JSON results, and the
 #                      goals judged
 #
@@ -42,7 +44,7 @@
 # what is left (less 20 s kept for the goals), a section with too little
 # time left is skipped and counts as failed. --only runs only the listed
 # kinds of section (comma-separated: system, tests, llama, generate,
-# bench, attention, torch-sdpa, torch, goals), e.g. to repeat the
+# bench, attention, torch-sdpa, variants, torch, goals), e.g. to repeat the
 # benchmarks alone.
 #
 # Everything printed also goes, line by line as it is printed (a killed
@@ -247,6 +249,51 @@ section_attention() {
   if [ -n "${ATTENTION_PATHS:-}" ]; then args+=(--paths="$ATTENTION_PATHS"); fi
   "$GC_BIN/trellis-attention-bench" "${args[@]}" \
     --json="$GC_RESULTS/attention.json"
+}
+
+# The first preset's step under other settings, each run beside the
+# preset as benched in this one section (shared machines: compare ratios
+# taken together): what a setting costs or buys. VARIANTS: ';'-separated
+# flag sets added to trellis-bench's; the default tries the LM head in
+# larger chunks, the tensor-core attention and a larger micro batch.
+section_variants() {
+  local preset="${GC_PRESETS%% *}" base variant i=0 rc=0 ms=""
+  local line tps mfu mem base_tps=""
+  if [ "$GC_DRY" = 1 ]; then
+    base=(--device=cpu --n_layer=2 --n_head=2 --d_model=64 --seq_len=64
+          --vocab_size=257 --steps=2 --warmup=1 --gemm_size=128)
+  else
+    base=(--device=cuda --preset="$preset" --seq_len=1024 --precision=bf16
+          --recompute=none --steps="${STEPS:-5}")
+  fi
+  local list="${VARIANTS---loss_chunk_rows=4096;--loss_chunk_rows=0;--attention=mma;--micro_batch_size=16}"
+  local variants=("")
+  IFS=';' read -r -a more <<<"$list"
+  variants+=("${more[@]}")
+  echo "| $preset with | step ms | tokens/s | MFU | memory | tokens/s vs as benched |"
+  echo "|---|---|---|---|---|---|"
+  for variant in "${variants[@]}"; do
+    i=$((i + 1))
+    # shellcheck disable=SC2086 # a variant is several flags
+    if ! "$GC_BIN/trellis-bench" "${base[@]}" $variant \
+        --json="$GC_RESULTS/variant-$i.json" >"$GC_RESULTS/variant-$i.txt" 2>&1; then
+      echo "| ${variant:-(as benched)} | failed: $(tail -n 1 "$GC_RESULTS/variant-$i.txt") | | | | |"
+      rc=1
+      continue
+    fi
+    # "step: 81.5 ms median of 5, 401830 tokens/s, ..." and "MFU 32.6% of
+    # ...; device memory allocated 4.78 GiB".
+    line="$(grep -m 1 '^step: ' "$GC_RESULTS/variant-$i.txt")"
+    ms="$(sed -E 's/^step: ([0-9.]+) ms.*/\1/' <<<"$line")"
+    tps="$(sed -E 's/.* ([0-9]+) tokens\/s.*/\1/' <<<"$line")"
+    # (On the CPU no MFU; "ratio to sgemm ...; peak RSS 183 MiB".)
+    mfu="$(grep -m 1 '^MFU ' "$GC_RESULTS/variant-$i.txt" | sed -E 's/^MFU ([0-9.]+%).*/\1/')"
+    mem="$(grep -m 1 -E '^(MFU |ratio to sgemm)' "$GC_RESULTS/variant-$i.txt" |
+      sed -E 's/.*(allocated|RSS) ([0-9.]+ [KMG]iB).*/\2/')"
+    [ -z "$base_tps" ] && base_tps="$tps"
+    echo "| ${variant:-(as benched)} | $ms | $tps | ${mfu:-—} | ${mem:-?} | $(awk -v a="$tps" -v b="$base_tps" 'BEGIN { printf "%.2fx", a / b }') |"
+  done
+  return "$rc"
 }
 
 # Python with the node's own library path: the bundle's libraries (an older
@@ -483,6 +530,7 @@ main() {
   done
   run_section attention attention 90 1
   run_section torch-sdpa torch_sdpa 90 1
+  run_section variants variants 90 1
   if [ -n "$last" ]; then
     run_section "bench:$last" bench 120 1 "$last"
     run_section "torch:$last" torch 150 1 "$last"

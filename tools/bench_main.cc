@@ -60,6 +60,9 @@ ABSL_FLAG(std::optional<int64_t>, micro_batch_size, std::nullopt,
           "windows per microbatch (default: the preset's, else 4)");
 ABSL_FLAG(std::optional<int64_t>, global_batch_size, std::nullopt,
           "windows per step (default: 2 microbatches on cpu, 4 on cuda)");
+ABSL_FLAG(std::optional<int64_t>, loss_chunk_rows, std::nullopt,
+          "rows of logits the LM head forms at a time (0: all; default: "
+          "trellis-train's)");
 ABSL_FLAG(int64_t, steps, 5, "timed steps");
 ABSL_FLAG(int64_t, warmup, 2, "untimed steps first");
 ABSL_FLAG(std::optional<int64_t>, gemm_size, std::nullopt,
@@ -130,6 +133,7 @@ BenchFlags FlagsFromCommandLine(const std::vector<char*>& positional) {
   f.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   f.micro_batch_size = absl::GetFlag(FLAGS_micro_batch_size);
   f.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
+  f.loss_chunk_rows = absl::GetFlag(FLAGS_loss_chunk_rows);
   f.steps = absl::GetFlag(FLAGS_steps);
   f.warmup = absl::GetFlag(FLAGS_warmup);
   f.gemm_size = absl::GetFlag(FLAGS_gemm_size);

@@ -23,7 +23,7 @@ log="$work/logs/$(date -u +%Y-%m-%d)-cpu-dry-run.log"
 cmp -s "$log" "$work/stdout" || fail "the log differs from what was printed"
 [ "$rc" -eq 0 ] || { cat "$log"; fail "the dry run exited $rc"; }
 for section in system tests llama generate bench:tiny torch:tiny attention \
-    torch-sdpa goals; do
+    torch-sdpa variants goals; do
   grep -q "^==== $section (limit [0-9]* s)" "$log" || fail "no header of $section"
   grep -q "^---- $section: ok in [0-9]* s" "$log" || fail "$section did not pass"
 done
@@ -32,6 +32,11 @@ grep -q '== cuda_tests' "$log" || fail "the tests section ran no cuda_tests"
 grep -q -- '-np 8 .*cuda_layout_equivalence_mpi_test' "$log" ||
   fail "the tests section did not start the 8-rank layout test"
 grep -q '^| goal | result | measured |' "$log" || fail "no goals table"
+# The variants ran beside the preset as benched, each with its flags.
+grep -q '^| (as benched) | [0-9.]* | [0-9]* | .* | 1.00x |$' "$log" ||
+  fail "no variants row of the preset as benched"
+grep -q '^| --loss_chunk_rows=0 | [0-9.]* | [0-9]* |' "$log" ||
+  fail "no variants row with --loss_chunk_rows=0"
 # The Llama sections ran the converted model through trellis-eval and
 # trellis-generate and compared them.
 grep -q '^== trellis-eval --device=cpu' "$log" || fail "llama ran no trellis-eval"
@@ -53,7 +58,7 @@ assert bench["median"]["tokens_per_s"] > 0 and bench["kernels"], "no profile"
 torch = json.load(open(f"{d}/torch-tiny.json"))
 assert "skipped" in torch or torch["tokens_per_s"] > 0, torch
 rows = [l.split("\t") for l in open(f"{d}/sections.tsv").read().splitlines()]
-assert [r[1] for r in rows] == ["ok"] * 9, rows
+assert [r[1] for r in rows] == ["ok"] * 10, rows
 EOF
 
 # The CUDA library folders: the one with the newest cuBLASLt first, then

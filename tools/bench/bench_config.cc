@@ -126,6 +126,7 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
       f.micro_batch_size.value_or(preset ? preset->micro_batch_size : 4);
   o.global_batch_size =
       f.global_batch_size.value_or(o.micro_batch_size * (cuda ? 4 : 2));
+  if (f.loss_chunk_rows.has_value()) o.loss_chunk_rows = *f.loss_chunk_rows;
   o.steps = c.timed_steps + c.warmup;
   o.warmup_steps = 1;
   o.eval_every = 0;

@@ -25,6 +25,7 @@ struct BenchFlags {
   std::string preset;  // "": the small CPU model on CPU, gpt2-124m on CUDA
   std::optional<int64_t> n_layer, n_head, d_model, seq_len, vocab_size;
   std::optional<int64_t> micro_batch_size, global_batch_size;
+  std::optional<int64_t> loss_chunk_rows;  // unset: the trainer's default
   int64_t steps = 5;
   int64_t warmup = 2;
   std::optional<int64_t> gemm_size;
