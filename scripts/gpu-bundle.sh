@@ -150,6 +150,10 @@ _trellis_arch="$(ls "$_trellis_bundle/mpi/lib")"
 export OPAL_PREFIX="$_trellis_bundle/mpi"
 export PMIX_PREFIX="$_trellis_bundle/mpi/lib/$_trellis_arch/pmix2"
 export PMIX_MCA_mca_base_component_path="$PMIX_PREFIX/lib/pmix"
+# A node with a PMIx of its own (Ubuntu's under /usr/lib) offers its zlib
+# plugin too, which the bundled PMIx cannot load: skip compression (ranks
+# talk over loopback) rather than print that failure for every rank.
+export PMIX_MCA_pcompress="^zlib" PMIX_MCA_pcompress_base_silence_warning=1
 export PATH="$_trellis_bundle/bin:$_trellis_bundle/mpi/bin:$PATH"
 export LD_LIBRARY_PATH="$_trellis_bundle/lib:$_trellis_bundle/mpi/lib/$_trellis_arch/openmpi/lib:$PMIX_PREFIX/lib${CUDA_LIBS:+:$CUDA_LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Multi-rank tests talk over loopback only.
