@@ -226,16 +226,22 @@ section_generate() {
     "$GC_RESULTS/generate-$GC_DEVICE.txt" --device="$GC_DEVICE"
 }
 
-section_bench() {
-  local preset="$1" args
+# trellis-bench's flags for preset $1 into bench_flags (the dry run: a
+# tiny model on the CPU).
+set_bench_flags() {
   if [ "$GC_DRY" = 1 ]; then
-    args=(--device=cpu --n_layer=2 --n_head=2 --d_model=64 --seq_len=64
-          --vocab_size=257 --steps=2 --warmup=1 --gemm_size=128)
+    bench_flags=(--device=cpu --n_layer=2 --n_head=2 --d_model=64 --seq_len=64
+                 --vocab_size=257 --steps=2 --warmup=1 --gemm_size=128)
   else
-    args=(--device=cuda --preset="$preset" --seq_len=1024 --precision=bf16
-          --recompute=none --steps="${STEPS:-5}")
+    bench_flags=(--device=cuda --preset="$1" --seq_len=1024 --precision=bf16
+                 --recompute=none --steps="${STEPS:-5}")
   fi
-  "$GC_BIN/trellis-bench" "${args[@]}" --profile \
+}
+
+section_bench() {
+  local preset="$1" bench_flags
+  set_bench_flags "$preset"
+  "$GC_BIN/trellis-bench" "${bench_flags[@]}" --profile \
     --json="$GC_RESULTS/bench-$preset.json"
 }
 
@@ -257,15 +263,9 @@ section_attention() {
 # flag sets added to trellis-bench's; the default tries the LM head in
 # larger chunks, the tensor-core attention and a larger micro batch.
 section_variants() {
-  local preset="${GC_PRESETS%% *}" base variant i=0 rc=0 ms=""
+  local preset="${GC_PRESETS%% *}" bench_flags variant i=0 rc=0 ms=""
   local line tps mfu mem base_tps=""
-  if [ "$GC_DRY" = 1 ]; then
-    base=(--device=cpu --n_layer=2 --n_head=2 --d_model=64 --seq_len=64
-          --vocab_size=257 --steps=2 --warmup=1 --gemm_size=128)
-  else
-    base=(--device=cuda --preset="$preset" --seq_len=1024 --precision=bf16
-          --recompute=none --steps="${STEPS:-5}")
-  fi
+  set_bench_flags "$preset"
   local list="${VARIANTS---loss_chunk_rows=4096;--loss_chunk_rows=0;--attention=mma;--micro_batch_size=16}"
   local variants=("")
   IFS=';' read -r -a more <<<"$list"
@@ -275,7 +275,7 @@ section_variants() {
   for variant in "${variants[@]}"; do
     i=$((i + 1))
     # shellcheck disable=SC2086 # a variant is several flags
-    if ! "$GC_BIN/trellis-bench" "${base[@]}" $variant \
+    if ! "$GC_BIN/trellis-bench" "${bench_flags[@]}" $variant \
         --json="$GC_RESULTS/variant-$i.json" >"$GC_RESULTS/variant-$i.txt" 2>&1; then
       echo "| ${variant:-(as benched)} | failed: $(tail -n 1 "$GC_RESULTS/variant-$i.txt") | | | | |"
       rc=1
