@@ -19,6 +19,9 @@
 #   scripts/gpu-bundle.sh [BUNDLE]        (default: gpu-bundle)
 #
 # TARBALL=path.tar.xz also packs it into one compressed file to copy.
+# LLMC_DIR=folder adds the peer the GPU check measures trellis against:
+# llm.c's train_gpt2cu built for the GPU, with its run.sh and make_data.py,
+# as BUNDLE/peers/llmc/ (the check finds it there).
 #
 # On the node, put the CUDA, NCCL and cuDNN library folders on
 # LD_LIBRARY_PATH first (CUDA_LIBS="dir1:dir2" for env.sh), then
@@ -58,6 +61,18 @@ cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_report.py" \
   "$root/scripts/gpu_check_llama.py" "$root/scripts/gpu_check_cuda_libs.py" \
   "$out/scripts/"
 cp "$root"/scripts/torch_reference/*.py "$out/scripts/torch_reference/"
+
+if [ -n "${LLMC_DIR:-}" ]; then
+  for f in train_gpt2cu run.sh make_data.py; do
+    if [ ! -f "$LLMC_DIR/$f" ]; then
+      echo "gpu-bundle: LLMC_DIR=$LLMC_DIR has no $f (llm.c's trainer, run.sh and make_data.py)" >&2
+      exit 1
+    fi
+  done
+  mkdir -p "$out/peers/llmc"
+  cp "$LLMC_DIR/train_gpt2cu" "$LLMC_DIR/run.sh" "$LLMC_DIR/make_data.py" "$out/peers/llmc/"
+  echo "gpu-bundle: llm.c's trainer from $LLMC_DIR"
+fi
 
 # Open MPI as installed under /usr, moved under mpi/ (OPAL_PREFIX): Open MPI
 # and PMIx find their plugins and help texts relative to the prefix.

@@ -18,10 +18,14 @@
 #                      --profile (tokens/s, TFLOP/s, MFU, peak memory and
 #                      the per-kernel table), each followed by
 #   torch:<preset>     a compiled PyTorch GPT-2 of the preset's shape
+#   llmc:<preset>      llm.c's GPT-2 trainer (when LLMC_DIR holds it) at
+#                      the same depth, sequence length and tokens per step,
+#                      at its own micro batch
 #   attention          trellis-attention-bench: attention alone, per path
 #   torch-sdpa         PyTorch's scaled_dot_product_attention, same shapes
-#   variants           the first preset's step under other settings
-#                      (VARIANTS), beside the preset as benched
+#   variants           the step of each VARIANT_PRESETS (default: the
+#                      first preset) under other settings (VARIANTS),
+#                      beside the preset as benched
 #   goals              the tables folded from the JSON results, and the
 #                      goals judged
 #
@@ -44,7 +48,7 @@
 # what is left (less 20 s kept for the goals), a section with too little
 # time left is skipped and counts as failed. --only runs only the listed
 # kinds of section (comma-separated: system, tests, llama, generate,
-# bench, attention, torch-sdpa, variants, torch, goals), e.g. to repeat the
+# bench, attention, torch-sdpa, variants, torch, llmc, goals), e.g. to repeat the
 # benchmarks alone.
 #
 # Everything printed also goes, line by line as it is printed (a killed
@@ -59,7 +63,16 @@
 # on a machine without a GPU; its goals are shown, not judged.
 #
 # Environment: PRESETS (default "gpt2-124m gpt2-350m gpt2-774m"), STEPS
-# (trellis-bench's timed steps, default 5), ATTENTION_PATHS (default: every
+# (trellis-bench's timed steps, default 5), BATCH (windows of 1024 tokens
+# per optimizer step for trellis, PyTorch and llm.c alike, default 64),
+# MICRO_BATCH (trellis's micro batch per preset, "gpt2-124m=16 ...";
+# default: the preset's), LLMC_DIR (a folder with llm.c's train_gpt2cu
+# built for the GPU, its run.sh and make_data.py: the peer; default: a
+# bundle's peers/llmc, else none, and the llmc sections skip),
+# LLMC_MICRO_BATCH (llm.c's micro batch per preset, default "gpt2-124m=64
+# gpt2-350m=64 gpt2-774m=32", the ones its own scripts use), LLMC_STEPS
+# (llm.c's steps, default 12; the median is of the fourth on),
+# VARIANT_PRESETS and VARIANTS (the variants section), ATTENTION_PATHS (default: every
 # path the build offers), GTEST_FILTER, CUDA_TESTS_TIMEOUT (default 60 s),
 # LAYOUT_TEST_TIMEOUT (240 s, the 8-rank layout test) and MPI_TEST_TIMEOUT
 # (30 s, each other multi-rank test) for the tests section, PYTHON
@@ -234,8 +247,69 @@ set_bench_flags() {
                  --vocab_size=257 --steps=2 --warmup=1 --gemm_size=128)
   else
     bench_flags=(--device=cuda --preset="$1" --seq_len=1024 --precision=bf16
-                 --recompute=none --steps="${STEPS:-5}")
+                 --recompute=none --steps="${STEPS:-5}"
+                 --global_batch_size="${BATCH:-64}")
+    local mb
+    mb="$(preset_value "${MICRO_BATCH:-}" "$1")"
+    [ -n "$mb" ] && bench_flags+=(--micro_batch_size="$mb")
   fi
+}
+
+# preset_value "gpt2-124m=16 gpt2-350m=8" PRESET: the value given for
+# PRESET, else nothing.
+preset_value() {
+  local pair
+  for pair in $1; do
+    [ "${pair%%=*}" = "$2" ] && echo "${pair#*=}" && return 0
+  done
+  return 0
+}
+
+# llm.c's trainer at the preset's depth, the bench's sequence length and
+# tokens per step (read from bench-<preset>.json when it ran, else BATCH),
+# its own micro batch; its median step goes to llmc-<preset>.json.
+section_llmc() {
+  local preset="$1" depth b windows seq=1024 json="$GC_RESULTS/llmc-$1.json"
+  if [ "$GC_DRY" = 1 ]; then
+    echo "skipped: llm.c runs only on a GPU"
+    printf '{"skipped": "dry run"}\n' >"$json"
+    return 0
+  fi
+  if [ -z "${LLMC_DIR:-}" ] || [ ! -x "$LLMC_DIR/train_gpt2cu" ]; then
+    echo "skipped: no llm.c build (set LLMC_DIR to a folder with train_gpt2cu, run.sh and make_data.py)"
+    printf '{"skipped": "no llm.c build"}\n' >"$json"
+    return 0
+  fi
+  case "$preset" in
+    gpt2-124m) depth=12 ;; gpt2-350m) depth=24 ;; gpt2-774m) depth=36 ;;
+    gpt2-1558m) depth=48 ;;
+    *) echo "skipped: llm.c has no depth for $preset"
+       printf '{"skipped": "no llm.c shape"}\n' >"$json"; return 0 ;;
+  esac
+  b="$(preset_value "${LLMC_MICRO_BATCH:-gpt2-124m=64 gpt2-350m=64 gpt2-774m=32 gpt2-1558m=16}" "$preset")"
+  windows="${BATCH:-64}"
+  if [ -f "$GC_RESULTS/bench-$preset.json" ]; then
+    windows="$(run_python -c 'import json, sys; j = json.load(open(sys.argv[1])); print(j["global_batch_size"])' "$GC_RESULTS/bench-$preset.json")" || return 1
+    seq="$(run_python -c 'import json, sys; j = json.load(open(sys.argv[1])); print(j["model"]["seq_len"])' "$GC_RESULTS/bench-$preset.json")" || return 1
+  fi
+  # llm.c takes whole micro batches per step.
+  [ $((windows % b)) -eq 0 ] || b="$windows"
+  if [ ! -f "$GC_SCRATCH/llmc-data/train_000000.bin" ]; then
+    run_python "$LLMC_DIR/make_data.py" "$GC_SCRATCH/llmc-data" 4000000 >/dev/null || return 1
+  fi
+  local log="$GC_RESULTS/llmc-$preset.txt"
+  (cd "$GC_SCRATCH" && PYTHON="$GC_PYTHON" "$LLMC_DIR/run.sh" "$LLMC_DIR/train_gpt2cu" \
+    "$GC_SCRATCH/llmc-data" "$depth" "$b" "$seq" $((windows * seq)) \
+    "${LLMC_STEPS:-12}") >"$log" 2>&1
+  local rc=$?
+  grep -E '^(device|num_parameters|llmc |step +(1|12)/)' "$log"
+  if [ "$rc" -ne 0 ]; then tail -n 20 "$log"; return 1; fi
+  # "llmc d12 B64 T1024 total 65536: median step 140.00 ms (steps 4..12),
+  # 468114 tokens/s"
+  grep -m 1 '^llmc ' "$log" | sed -E \
+    's/^llmc d([0-9]+) B([0-9]+) T([0-9]+) total ([0-9]+): median step ([0-9.]+) ms.* ([0-9]+) tokens\/s$/{"depth": \1, "micro_batch_size": \2, "seq_len": \3, "tokens_per_step": \4, "ms": \5, "tokens_per_s": \6}/' \
+    >"$json"
+  grep -q '^{' "$json" || { echo "FAIL: no summary line from llm.c's run.sh"; return 1; }
 }
 
 section_bench() {
@@ -257,38 +331,49 @@ section_attention() {
     --json="$GC_RESULTS/attention.json"
 }
 
-# The first preset's step under other settings, each run beside the
-# preset as benched in this one section (shared machines: compare ratios
-# taken together): what a setting costs or buys. VARIANTS: ';'-separated
-# flag sets added to trellis-bench's; the default tries the LM head in
-# larger chunks, the tensor-core attention and a larger micro batch.
+# Each VARIANT_PRESETS' step (default: the first preset) under other
+# settings, each run beside the preset as benched in this one section
+# (shared machines: compare ratios taken together): what a setting costs or
+# buys. VARIANTS: ';'-separated flag sets added to trellis-bench's; the
+# default sweeps the micro batch (the same tokens per step) and tries the
+# LM head in larger chunks and the tensor-core attention.
 section_variants() {
-  local preset="${GC_PRESETS%% *}" bench_flags variant i=0 rc=0 ms=""
-  local line tps mfu mem base_tps=""
+  local preset rc=0
+  for preset in ${VARIANT_PRESETS:-${GC_PRESETS%% *}}; do
+    variants_of "$preset" || rc=1
+  done
+  return "$rc"
+}
+
+variants_of() {
+  local preset="$1" bench_flags variant rc=0 ms="" line tps mfu mem
+  local base_tps="" tag
   set_bench_flags "$preset"
-  local list="${VARIANTS---loss_chunk_rows=4096;--loss_chunk_rows=0;--attention=mma;--micro_batch_size=16}"
+  local list="${VARIANTS---micro_batch_size=8;--micro_batch_size=16;--micro_batch_size=32;--micro_batch_size=64;--loss_chunk_rows=4096;--attention=mma}"
   local variants=("")
   IFS=';' read -r -a more <<<"$list"
   variants+=("${more[@]}")
   echo "| $preset with | step ms | tokens/s | MFU | memory | tokens/s vs as benched |"
   echo "|---|---|---|---|---|---|"
+  local i=0
   for variant in "${variants[@]}"; do
     i=$((i + 1))
+    tag="variant-$preset-$i"
     # shellcheck disable=SC2086 # a variant is several flags
     if ! "$GC_BIN/trellis-bench" "${bench_flags[@]}" $variant \
-        --json="$GC_RESULTS/variant-$i.json" >"$GC_RESULTS/variant-$i.txt" 2>&1; then
-      echo "| ${variant:-(as benched)} | failed: $(tail -n 1 "$GC_RESULTS/variant-$i.txt") | | | | |"
+        --json="$GC_RESULTS/$tag.json" >"$GC_RESULTS/$tag.txt" 2>&1; then
+      echo "| ${variant:-(as benched)} | failed: $(tail -n 1 "$GC_RESULTS/$tag.txt") | | | | |"
       rc=1
       continue
     fi
     # "step: 81.5 ms median of 5, 401830 tokens/s, ..." and "MFU 32.6% of
     # ...; device memory allocated 4.78 GiB".
-    line="$(grep -m 1 '^step: ' "$GC_RESULTS/variant-$i.txt")"
+    line="$(grep -m 1 '^step: ' "$GC_RESULTS/$tag.txt")"
     ms="$(sed -E 's/^step: ([0-9.]+) ms.*/\1/' <<<"$line")"
     tps="$(sed -E 's/.* ([0-9]+) tokens\/s.*/\1/' <<<"$line")"
     # (On the CPU no MFU; "ratio to sgemm ...; peak RSS 183 MiB".)
-    mfu="$(grep -m 1 '^MFU ' "$GC_RESULTS/variant-$i.txt" | sed -E 's/^MFU ([0-9.]+%).*/\1/')"
-    mem="$(grep -m 1 -E '^(MFU |ratio to sgemm)' "$GC_RESULTS/variant-$i.txt" |
+    mfu="$(grep -m 1 '^MFU ' "$GC_RESULTS/$tag.txt" | sed -E 's/^MFU ([0-9.]+%).*/\1/')"
+    mem="$(grep -m 1 -E '^(MFU |ratio to sgemm)' "$GC_RESULTS/$tag.txt" |
       sed -E 's/.*(allocated|RSS) ([0-9.]+ [KMG]iB).*/\2/')"
     [ -z "$base_tps" ] && base_tps="$tps"
     echo "| ${variant:-(as benched)} | $ms | $tps | ${mfu:-—} | ${mem:-?} | $(awk -v a="$tps" -v b="$base_tps" 'BEGIN { printf "%.2fx", a / b }') |"
@@ -415,6 +500,7 @@ if [ -f "$root/env.sh" ]; then
   mode=bundle
   source "$root/env.sh"
   bin="${bin:-$root/bin}"
+  [ -z "${LLMC_DIR:-}" ] && [ -d "$root/peers/llmc" ] && export LLMC_DIR="$root/peers/llmc"
 else
   mode=checkout
   bin="${bin:-${BUILD_DIR:-$root/build}/bin}"
@@ -527,15 +613,17 @@ main() {
   for preset in "${presets[@]}"; do
     run_section "bench:$preset" bench 120 1 "$preset"
     run_section "torch:$preset" torch 150 1 "$preset"
+    run_section "llmc:$preset" llmc 120 1 "$preset"
   done
   run_section attention attention 90 1
   run_section torch-sdpa torch_sdpa 90 1
   if [ -n "$last" ]; then
     run_section "bench:$last" bench 120 1 "$last"
     run_section "torch:$last" torch 150 1 "$last"
+    run_section "llmc:$last" llmc 120 1 "$last"
   fi
   # Diagnostics last: the goals' measurements come first.
-  run_section variants variants 90 1
+  run_section variants variants 150 1
   run_section goals goals 60 0
   finish
 }

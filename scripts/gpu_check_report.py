@@ -6,7 +6,7 @@ Markdown tables and judges the GPU goals of docs/gpu.md, "The GPU check".
 
 RESULTS_DIR holds what the check's sections wrote: bench-<preset>.json
 (trellis-bench), torch-<preset>.json (scripts/torch_reference/
-gpt2_bench.py), attention.json (trellis-attention-bench), sdpa.json
+gpt2_bench.py), llmc-<preset>.json (llm.c's trainer, the peer), attention.json (trellis-attention-bench), sdpa.json
 (scripts/torch_reference/sdpa_bench.py) and sections.tsv (name, status,
 seconds of each section; its llama and generate rows are goals too). A
 missing file shows as "not measured". Exits 1
@@ -21,9 +21,12 @@ import os
 import sys
 
 # The goals (docs/gpu.md): MFU floors per preset against the dense bf16
-# peak, the PyTorch tokens/s ratio, the attention time ratio, the budget.
-MFU_GOALS = {"gpt2-124m": 0.45, "gpt2-350m": 0.50}
+# peak, the tokens/s ratios to compiled PyTorch and to llm.c per preset,
+# the attention time ratio, the budget.
+MFU_GOALS = {"gpt2-124m": 0.45, "gpt2-350m": 0.50, "gpt2-774m": 0.50}
+TORCH_RATIO_GOALS = {"gpt2-124m": 1.3, "gpt2-350m": 1.3}
 TORCH_RATIO_GOAL = 1.0
+LLMC_RATIO_GOALS = {"gpt2-124m": 1.15, "gpt2-350m": 1.15, "gpt2-774m": 1.0}
 ATTENTION_RATIO_GOAL = 1.3
 BUDGET_S = 20 * 60
 # Largest relative difference from the first path's output and gradient
@@ -47,55 +50,73 @@ def num(x, fmt="{:.1f}"):
     return "n/a" if x is None else fmt.format(x)
 
 
+def ratio_goal(goals, what, name, ref, ratio, goal):
+    """The goal 'tokens/s >= goal x NAME's' from a reference's JSON."""
+    what = f"{what} tokens/s >= {goal}x {name}'s"
+    if ref is None:
+        goals.append((what, None, "not measured"))
+    elif "skipped" in ref:
+        goals.append((what, "n/a", ref["skipped"]))
+    elif ref.get("compiled") is False:  # torch.compile failed
+        goals.append((what, None, f"{ratio:.2f}x the eager model"))
+    else:
+        goals.append((what, ratio >= goal, f"{ratio:.2f}x"))
+
+
+def reference_rate(ref, ours_rate):
+    """(tokens/s, ratio of ours to it, its text) of a reference's JSON."""
+    if ref is None:
+        return None, None, "n/a"
+    if "skipped" in ref:
+        return None, None, "skipped"
+    rate = ref["tokens_per_s"]
+    text = num(rate, "{:,.0f}")
+    if ref.get("compiled") is False:
+        text += " (eager)"
+    return rate, ours_rate / rate, text
+
+
 def training_table(results, presets, out, goals):
-    out.append("| preset | parameters | tokens/step | step ms | tokens/s | "
-               "model TFLOP/s | MFU | peak memory | PyTorch tokens/s | "
-               "PyTorch MFU | trellis / PyTorch |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| preset | parameters | tokens/step | micro batch | step ms | "
+               "tokens/s | model TFLOP/s | MFU | peak memory | "
+               "PyTorch tokens/s | PyTorch MFU | trellis / PyTorch | "
+               "llm.c tokens/s (micro batch) | trellis / llm.c |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for preset in presets:
         ours = load(results, f"bench-{preset}.json")
         torch = load(results, f"torch-{preset}.json")
+        llmc = load(results, f"llmc-{preset}.json")
         if ours is None:
-            out.append(f"| {preset} | not measured |" + " |" * 9)
+            out.append(f"| {preset} | not measured |" + " |" * 12)
             if preset in MFU_GOALS:
                 goals.append((f"MFU of {preset} >= "
                               f"{pct(MFU_GOALS[preset])}", None, "no data"))
             continue
         med = ours["median"]
-        t_rate, t_mfu, ratio = None, None, None
-        if torch and "skipped" not in torch:
-            t_rate, t_mfu = torch["tokens_per_s"], torch["mfu"]
-            ratio = med["tokens_per_s"] / t_rate
-        t_text = num(t_rate, "{:,.0f}")
-        if torch and torch.get("compiled") is False:
-            t_text += " (eager)"
-        if torch and "skipped" in torch:
-            t_text = "skipped"
+        t_rate, ratio, t_text = reference_rate(torch, med["tokens_per_s"])
+        t_mfu = torch["mfu"] if t_rate is not None else None
+        l_rate, l_ratio, l_text = reference_rate(llmc, med["tokens_per_s"])
+        if l_rate is not None:
+            l_text += f" ({llmc['micro_batch_size']})"
         out.append(
             f"| {preset} | {ours['model']['parameters'] / 1e6:.0f}M | "
-            f"{ours['tokens_per_step']:.0f} | {med['ms']:.1f} | "
+            f"{ours['tokens_per_step']:.0f} | "
+            f"{ours.get('micro_batch_size', 'n/a')} | {med['ms']:.1f} | "
             f"{med['tokens_per_s']:,.0f} | {med['model_tflops']:.1f} | "
             f"{pct(med['mfu'])} | "
             f"{ours['peak_memory_bytes'] / 2**30:.2f} GiB | {t_text} | "
-            f"{pct(t_mfu)} | {num(ratio, '{:.2f}x')} |")
+            f"{pct(t_mfu)} | {num(ratio, '{:.2f}x')} | {l_text} | "
+            f"{num(l_ratio, '{:.2f}x')} |")
         if preset in MFU_GOALS:
             goal = MFU_GOALS[preset]
             ok = med["mfu"] is not None and med["mfu"] >= goal
             goals.append((f"MFU of {preset} >= {pct(goal)}", ok,
                           pct(med["mfu"])))
-        if torch is None:
-            goals.append((f"{preset} tokens/s >= {TORCH_RATIO_GOAL}x "
-                          "PyTorch", None, "no PyTorch result"))
-        elif "skipped" in torch:
-            goals.append((f"{preset} tokens/s >= {TORCH_RATIO_GOAL}x "
-                          "PyTorch", "n/a", torch["skipped"]))
-        elif torch.get("compiled") is False:  # torch.compile failed
-            goals.append((f"{preset} tokens/s >= {TORCH_RATIO_GOAL}x "
-                          "PyTorch", None, f"{ratio:.2f}x the eager model"))
-        else:
-            goals.append((f"{preset} tokens/s >= {TORCH_RATIO_GOAL}x "
-                          "PyTorch", ratio >= TORCH_RATIO_GOAL,
-                          f"{ratio:.2f}x"))
+        ratio_goal(goals, preset, "compiled PyTorch", torch, ratio,
+                   TORCH_RATIO_GOALS.get(preset, TORCH_RATIO_GOAL))
+        if preset in LLMC_RATIO_GOALS:
+            ratio_goal(goals, preset, "llm.c", llmc, l_ratio,
+                       LLMC_RATIO_GOALS[preset])
 
 
 def agrees(path):
@@ -205,7 +226,7 @@ def main():
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args()
     out, goals = [], []
-    out.append("### Training step (trellis-bench against PyTorch)\n")
+    out.append("### Training step (trellis-bench against PyTorch and llm.c)\n")
     training_table(args.results, args.presets.split(), out, goals)
     out.append("\n### Attention alone (trellis against PyTorch SDPA)\n")
     attention_table(args.results, out, goals)

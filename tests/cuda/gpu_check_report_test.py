@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """scripts/gpu_check_report.py judges the GPU goals from made-up results:
-an MFU under its floor, a run slower than PyTorch, an attention path slower
-than 1.3x SDPA, a path with wrong results, a skipped PyTorch and a failed
-test section must each show as such, and the exit code must follow.
+an MFU under its floor, a run under 1.3x PyTorch's or 1.15x llm.c's
+tokens/s, an attention path slower than 1.3x SDPA, a path with wrong
+results, a skipped PyTorch or llm.c and a failed test section must each
+show as such, and the exit code must follow.
 
     gpu_check_report_test.py SOURCE_DIR
 """
@@ -15,6 +16,10 @@ import tempfile
 import unittest
 
 REPORT = os.path.join(sys.argv.pop(1), "scripts", "gpu_check_report.py")
+TORCH_124 = "gpt2-124m tokens/s >= 1.3x compiled PyTorch"
+TORCH_350 = "gpt2-350m tokens/s >= 1.3x compiled PyTorch"
+LLMC_124 = "gpt2-124m tokens/s >= 1.15x llm.c"
+LLMC_350 = "gpt2-350m tokens/s >= 1.15x llm.c"
 
 
 def bench(preset, mfu, tokens_per_s):
@@ -69,19 +74,42 @@ class ReportTest(unittest.TestCase):
     def torch(self, tokens_per_s):
         return {"tokens_per_s": tokens_per_s, "mfu": 0.4}
 
+    def llmc(self, tokens_per_s):
+        return {"depth": 12, "micro_batch_size": 64, "seq_len": 1024,
+                "tokens_per_step": 65536, "ms": 100.0,
+                "tokens_per_s": tokens_per_s}
+
+    def met(self):
+        return {"bench-gpt2-124m.json": bench("gpt2-124m", 0.46, 1000),
+                "bench-gpt2-350m.json": bench("gpt2-350m", 0.51, 500),
+                "torch-gpt2-124m.json": self.torch(700),
+                "torch-gpt2-350m.json": self.torch(380),
+                "llmc-gpt2-124m.json": self.llmc(850),
+                "llmc-gpt2-350m.json": self.llmc(430),
+                **self.shapes(1.2, 5.0)}
+
     def test_all_goals_met(self):
-        files = {"bench-gpt2-124m.json": bench("gpt2-124m", 0.46, 1000),
-                 "bench-gpt2-350m.json": bench("gpt2-350m", 0.51, 500),
-                 "torch-gpt2-124m.json": self.torch(900),
-                 "torch-gpt2-350m.json": self.torch(500),
-                 **self.shapes(1.2, 5.0)}
-        rc, out = self.run_report(files, [("tests", "ok", 300)])
+        rc, out = self.run_report(self.met(), [("tests", "ok", 300)])
         self.assertEqual(rc, 0, out)
         self.assertEqual(self.verdict(out, "MFU of gpt2-124m"), "met")
         self.assertEqual(self.verdict(out, "MFU of gpt2-350m"), "met")
-        self.assertEqual(self.verdict(out, "gpt2-350m tokens/s"), "met")
+        self.assertEqual(self.verdict(out, TORCH_350), "met")
+        self.assertEqual(self.verdict(out, LLMC_124), "met")
         self.assertEqual(self.verdict(out, "best attention"), "met")
-        self.assertIn("| 1.11x |", out)  # 1000 / 900 tokens/s
+        self.assertIn("| 1.43x |", out)  # 1000 / 700 tokens/s
+        self.assertIn("| 850 (64) | 1.18x |", out)  # llm.c's and the ratio
+
+    def test_the_peers_ratios_are_goals_of_their_own(self):
+        files = self.met()
+        files["torch-gpt2-124m.json"] = self.torch(800)  # 1.25x < 1.3x
+        files["llmc-gpt2-350m.json"] = self.llmc(450)  # 1.11x < 1.15x
+        files["llmc-gpt2-124m.json"] = {"skipped": "no llm.c build"}
+        rc, out = self.run_report(files, [("tests", "ok", 300)])
+        self.assertEqual(rc, 1, out)
+        self.assertEqual(self.verdict(out, TORCH_124), "MISSED")
+        self.assertEqual(self.verdict(out, TORCH_350), "met")
+        self.assertEqual(self.verdict(out, LLMC_124), "n/a")
+        self.assertEqual(self.verdict(out, LLMC_350), "MISSED")
 
     def test_each_miss_shows_and_fails(self):
         files = {"bench-gpt2-124m.json": bench("gpt2-124m", 0.44, 800),
@@ -94,18 +122,15 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(rc, 1, out)
         self.assertEqual(self.verdict(out, "MFU of gpt2-124m"), "MISSED")
         self.assertEqual(self.verdict(out, "MFU of gpt2-350m"), "met")
-        self.assertEqual(self.verdict(out, "gpt2-124m tokens/s"), "MISSED")
-        self.assertEqual(self.verdict(out, "gpt2-350m tokens/s"), "n/a")
+        self.assertEqual(self.verdict(out, TORCH_124), "MISSED")
+        self.assertEqual(self.verdict(out, TORCH_350), "n/a")
+        self.assertEqual(self.verdict(out, LLMC_350), "NOT MEASURED")
         self.assertEqual(self.verdict(out, "best attention"), "MISSED")
         self.assertEqual(self.verdict(out, "every GPU test"), "MISSED")
         self.assertEqual(self.verdict(out, "the check within"), "MISSED")
 
     def test_the_llama_sections_are_goals_where_they_ran(self):
-        files = {"bench-gpt2-124m.json": bench("gpt2-124m", 0.46, 1000),
-                 "bench-gpt2-350m.json": bench("gpt2-350m", 0.51, 500),
-                 "torch-gpt2-124m.json": self.torch(900),
-                 "torch-gpt2-350m.json": self.torch(500),
-                 **self.shapes(1.2, 5.0)}
+        files = self.met()
         rc, out = self.run_report(files, [("tests", "ok", 300),
                                           ("llama", "ok", 10),
                                           ("generate", "FAILED", 5)])
@@ -127,8 +152,7 @@ class ReportTest(unittest.TestCase):
                  "torch-gpt2-124m.json": dict(self.torch(500),
                                               compiled=False)}
         rc, out = self.run_report(files, [("tests", "ok", 10)])
-        self.assertEqual(self.verdict(out, "gpt2-124m tokens/s"),
-                         "NOT MEASURED")
+        self.assertEqual(self.verdict(out, TORCH_124), "NOT MEASURED")
         self.assertIn("500 (eager)", out)
 
     def test_missing_results_are_not_measured(self):

@@ -22,8 +22,8 @@ log="$work/logs/$(date -u +%Y-%m-%d)-cpu-dry-run.log"
 [ -f "$log" ] || { cat "$work/stdout"; fail "no log $log"; }
 cmp -s "$log" "$work/stdout" || fail "the log differs from what was printed"
 [ "$rc" -eq 0 ] || { cat "$log"; fail "the dry run exited $rc"; }
-for section in system tests llama generate bench:tiny torch:tiny attention \
-    torch-sdpa variants goals; do
+for section in system tests llama generate bench:tiny torch:tiny llmc:tiny \
+    attention torch-sdpa variants goals; do
   grep -q "^==== $section (limit [0-9]* s)" "$log" || fail "no header of $section"
   grep -q "^---- $section: ok in [0-9]* s" "$log" || fail "$section did not pass"
 done
@@ -35,15 +35,17 @@ grep -q '^| goal | result | measured |' "$log" || fail "no goals table"
 # The variants ran beside the preset as benched, each with its flags.
 grep -q '^| (as benched) | [0-9.]* | [0-9]* | .* | 1.00x |$' "$log" ||
   fail "no variants row of the preset as benched"
-grep -q '^| --loss_chunk_rows=0 | [0-9.]* | [0-9]* |' "$log" ||
-  fail "no variants row with --loss_chunk_rows=0"
+grep -q '^| --micro_batch_size=16 | [0-9.]* | [0-9]* |' "$log" ||
+  fail "no variants row with --micro_batch_size=16"
+# llm.c, the peer, runs only on a GPU: its section says so in a dry run.
+grep -q '^skipped: llm.c runs only on a GPU' "$log" || fail "llmc did not skip"
 # The Llama sections ran the converted model through trellis-eval and
 # trellis-generate and compared them.
 grep -q '^== trellis-eval --device=cpu' "$log" || fail "llama ran no trellis-eval"
 grep -Eq '^(ok: trellis-eval|trellis-eval --device=cpu: loss [0-9.]+; PyTorch reference skipped)' \
   "$log" || fail "llama compared no loss"
 grep -q '^ok: [1-9][0-9]* greedy tokens equal' "$log" || fail "generate compared no tokens"
-for f in bench-tiny.json attention.json sdpa.json torch-tiny.json; do
+for f in bench-tiny.json attention.json sdpa.json torch-tiny.json llmc-tiny.json; do
   python3 -m json.tool "$work/results/$f" >/dev/null || fail "$f is not JSON"
 done
 python3 - "$work/results" <<'EOF' || fail "unexpected results"
@@ -58,7 +60,7 @@ assert bench["median"]["tokens_per_s"] > 0 and bench["kernels"], "no profile"
 torch = json.load(open(f"{d}/torch-tiny.json"))
 assert "skipped" in torch or torch["tokens_per_s"] > 0, torch
 rows = [l.split("\t") for l in open(f"{d}/sections.tsv").read().splitlines()]
-assert [r[1] for r in rows] == ["ok"] * 10, rows
+assert [r[1] for r in rows] == ["ok"] * 11, rows
 EOF
 
 # The CUDA library folders: the one with the newest cuBLASLt first, then
