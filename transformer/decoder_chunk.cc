@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "framework/kernels/accumulate.h"
+#include "framework/kernels/cross_entropy.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/embedding.h"
 #include "framework/kernels/layernorm.h"
@@ -325,19 +326,30 @@ void DecoderChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
     Tensor logits = head_logits_.Narrow(0, r);
     MatmulForward(lnf, ends_.head->value, Tensor(), logits,
                   WeightLayout::kOutIn);
-    // Statistics in the shared buffers; losses straight into the state.
-    VocabParallelLossState loss{head_row_max_.Narrow(0, r),
-                                head_sums_.Narrow(0, 2 * r).View({2, r}),
-                                s.losses.Narrow(start, r)};
-    VocabParallelCrossEntropyForward(tp_comm_, logits, targets, vocab_, loss);
     const Tensor weights =
         s.weighted ? s.loss_weight.Narrow(start, r) : Tensor();
-    if (s.weighted) ScaleRows(weights, loss.losses);
+    Tensor losses = s.losses.Narrow(start, r);
+    if (tp_comm_.size() == 1) {
+      // The whole vocabulary here: loss and logit gradients (over the
+      // logits), each row weighed, in one fused pass.
+      Tensor dlogits = s.has_dlnf ? logits : Tensor();
+      CrossEntropyFused(logits, targets, vocab_.valid, weights, scale, losses,
+                        dlogits);
+    } else {
+      // Statistics in the shared buffers; losses straight into the state.
+      VocabParallelLossState loss{head_row_max_.Narrow(0, r),
+                                  head_sums_.Narrow(0, 2 * r).View({2, r}),
+                                  losses};
+      VocabParallelCrossEntropyForward(tp_comm_, logits, targets, vocab_, loss);
+      if (s.weighted) ScaleRows(weights, loss.losses);
+      if (s.has_dlnf) {
+        VocabParallelCrossEntropyBackward(logits, targets, vocab_, loss, scale,
+                                          logits);
+        // Each row's gradient weighs as its loss does.
+        if (s.weighted) ScaleRows(weights, logits);
+      }
+    }
     if (!s.has_dlnf) continue;
-    VocabParallelCrossEntropyBackward(logits, targets, vocab_, loss, scale,
-                                      logits);
-    // Each row's gradient weighs as its loss does.
-    if (s.weighted) ScaleRows(weights, logits);
     // This rank's vocabulary rows' share of d(ln_f); summed over tp below.
     Tensor dlnf = dlnf_all.Narrow(start, r);
     MatmulBackwardInput(logits, ends_.head->value, dlnf, WeightLayout::kOutIn);

@@ -211,6 +211,10 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
                           int64_t vocab_start, int64_t valid,
                           const Tensor& row_max, const Tensor& sumexp,
                           double scale, Tensor& dlogits);
+// row_weights (optional) and losses float32; dlogits optional.
+void CrossEntropyFused(const Tensor& logits, const Tensor& targets,
+                       int64_t valid, const Tensor& row_weights, double scale,
+                       Tensor& losses, Tensor& dlogits);
 
 // ---- attention.h: qkv, out, dout, dqkv share a dtype; saved is the row
 // log-sum-exps (B, H, T), float32. Head width at most 128. `path` as in

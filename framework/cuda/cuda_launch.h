@@ -183,6 +183,13 @@ void CrossEntropyBackward(Elem t, const void* logits, const int32_t* targets,
                           int64_t N, int64_t Vl, int64_t vocab_start,
                           int64_t valid, const float* row_max,
                           const float* sumexp, float scale, void* dlogits);
+// The fused classifier over whole-vocabulary rows (cross_entropy.h):
+// row_weights may be null (weight 1), dlogits null (losses only) or equal
+// to logits.
+void CrossEntropyFused(Elem t, const void* logits, const int32_t* targets,
+                       int64_t N, int64_t Vl, int64_t valid,
+                       const float* row_weights, float scale, float* losses,
+                       void* dlogits);
 
 // ---- attention.cu ----
 

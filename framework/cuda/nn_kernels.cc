@@ -263,6 +263,27 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
       static_cast<float>(scale), dlogits.raw());
 }
 
+void CrossEntropyFused(const Tensor& logits, const Tensor& targets,
+                       int64_t valid, const Tensor& row_weights, double scale,
+                       Tensor& losses, Tensor& dlogits) {
+  const char* kernel = "CrossEntropyFused";
+  CudaDeviceGuard guard(CommonDevice(
+      kernel, {&logits, &targets, &row_weights, &losses, &dlogits}));
+  RequireDType(kernel, DType::kF32, {&row_weights, &losses});
+  RequireDType(kernel, logits.dtype(), {&dlogits});
+  CheckTargets(kernel, targets);
+  const LogitDims d = CheckLogits(kernel, logits, valid, {&targets, &losses});
+  if (row_weights.defined()) CheckLogits(kernel, logits, valid, {&row_weights});
+  TRELLIS_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape())
+      << kernel << ": dlogits " << ShapeString(dlogits.shape()) << ", logits "
+      << ShapeString(logits.shape());
+  cuda_launch::CrossEntropyFused(
+      ElemOf(kernel, logits), logits.raw(), targets.data<int32_t>(), d.N, d.Vl,
+      valid, row_weights.defined() ? row_weights.data<float>() : nullptr,
+      static_cast<float>(scale), losses.data<float>(),
+      dlogits.defined() ? dlogits.raw() : nullptr);
+}
+
 void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
                       Tensor& out, Tensor& saved, AttentionPath path) {
   const char* kernel = "AttentionForward";

@@ -85,6 +85,35 @@ void BackwardCpu(const T* logits, const int32_t* targets, int64_t vocab_start,
   }
 }
 
+// One row at a time, while it is in cache: max, sum of exponentials, loss,
+// then the gradient over the row (which dlogits may alias).
+template <typename T>
+void FusedCpu(const T* logits, const int32_t* targets, const Dims& d,
+              int64_t valid, const float* weights, T scale, T* losses,
+              T* dlogits) {
+  T buf[kChunk];
+  for (int64_t i = 0; i < d.N; ++i) {
+    const T* row = logits + i * d.Vl;
+    const T m = MaxLanes(row, valid);
+    T sum = 0;
+    for (int64_t j = 0; j < valid; j += kChunk) {
+      sum += ExpShiftSum(row + j, m, std::min(kChunk, valid - j), buf);
+    }
+    // (A target outside the columns adds no logit, as on a vocabulary
+    // shard that does not hold it.)
+    const int64_t target = LocalColumn(targets[i], 0, valid);
+    const T w = weights != nullptr ? static_cast<T>(weights[i]) : T{1};
+    const T z = target >= 0 ? row[target] : T{0};
+    losses[i] = (std::log(sum) + m - z) * w;
+    if (dlogits == nullptr) continue;
+    T* drow = dlogits + i * d.Vl;
+    const T g = scale * w;
+    ExpShiftScale(row, m, g / sum, valid, drow);
+    std::fill(drow + valid, drow + d.Vl, T{0});
+    if (target >= 0) drow[target] -= g;
+  }
+}
+
 }  // namespace
 
 void CrossEntropyRowMax(const Tensor& logits, int64_t valid, Tensor& row_max) {
@@ -187,6 +216,32 @@ void CrossEntropyBackward(const Tensor& logits, const Tensor& targets,
     BackwardCpu(logits.data<T>(), targets.data<int32_t>(), vocab_start, d,
                 valid, row_max.data<T>(), sumexp.data<T>(),
                 static_cast<T>(scale), dlogits.data<T>());
+  });
+}
+
+void CrossEntropyFused(const Tensor& logits, const Tensor& targets,
+                       int64_t valid, const Tensor& row_weights, double scale,
+                       Tensor& losses, Tensor& dlogits) {
+  const char* kernel = "CrossEntropyFused";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::CrossEntropyFused(logits, targets, valid, row_weights, scale,
+                              losses, dlogits),
+      &logits, &targets, &row_weights, &losses, &dlogits);
+  RequireCpu(kernel, {&logits, &targets, &row_weights, &losses, &dlogits});
+  RequireDType(kernel, logits.dtype(), {&losses, &dlogits});
+  RequireDType(kernel, DType::kF32, {&row_weights});
+  CheckTargets(kernel, targets);
+  const Dims d = CheckShapes(kernel, logits, valid, {&targets, &losses});
+  if (row_weights.defined()) CheckShapes(kernel, logits, valid, {&row_weights});
+  TRELLIS_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape())
+      << kernel << ": dlogits " << ShapeString(dlogits.shape()) << ", logits "
+      << ShapeString(logits.shape());
+  DispatchFloat(kernel, logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    FusedCpu(logits.data<T>(), targets.data<int32_t>(), d, valid,
+             row_weights.defined() ? row_weights.data<float>() : nullptr,
+             static_cast<T>(scale), losses.data<T>(),
+             dlogits.defined() ? dlogits.data<T>() : nullptr);
   });
 }
 

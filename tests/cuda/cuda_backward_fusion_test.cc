@@ -12,7 +12,8 @@
 //     applied on the unfused path, and once after on the fused one);
 //   LayerNormBackwardInputResidual: float32 1e-5; bfloat16 8e-3;
 //   cross-entropy row max 0 (exact), sum of exponentials 1e-5 (float32
-//     sums in another order), dlogits float32 1e-5, bfloat16 8e-3;
+//     sums in another order), dlogits float32 1e-5, bfloat16 8e-3; the
+//     fused classifier's losses 1e-5 (an online sum), its dlogits as above;
 //   ColumnSumsMany: 1e-5 (float32 sums in another order, of the same
 //     bfloat16 or float32 inputs);
 //   AdamWStepMany against a loop of the GPU's AdamWStep and Convert: 0;
@@ -160,6 +161,41 @@ TEST_P(CudaBackwardFusionTest, PackedCrossEntropyMatchesCpu) {
     ExpectClose(g_sumexp, sumexp, 1e-5, "sum of exponentials");
     ExpectClose(g_dlogits, dlogits, Tolerance(dtype(), 1e-5, kBf16Out),
                 "dlogits");
+  }
+}
+
+// The fused classifier on the device against the CPU's, with and without
+// row weights, the gradient over the logits (packed rows and the
+// one-element path), and losses alone.
+TEST_P(CudaBackwardFusionTest, FusedCrossEntropyMatchesCpu) {
+  for (const int64_t Vl : {1024, 1003}) {
+    SCOPED_TRACE(Vl);
+    const int64_t N = 12, valid = Vl - 9;
+    const Tensor logits = Input({N, Vl}, 81, -4, 4);
+    Tensor targets = Tensor::Empty({N}, DType::kI32);
+    Tensor weights = Tensor::Empty({N}, DType::kF32);
+    for (int64_t i = 0; i < N; ++i) {
+      targets.data<int32_t>()[i] = static_cast<int32_t>((i * 89) % valid);
+      weights.data<float>()[i] = static_cast<float>(i % 3) * 0.5f;
+    }
+    const Tensor g_targets = targets.To(Gpu()), g_weights = weights.To(Gpu());
+    for (const bool weighted : {false, true}) {
+      SCOPED_TRACE(weighted);
+      const Tensor w = weighted ? weights : Tensor();
+      const Tensor g_w = weighted ? g_weights : Tensor();
+      Tensor losses = Tensor::Empty({N}, DType::kF32);
+      Tensor dlogits = logits.Clone();
+      CrossEntropyFused(dlogits, targets, valid, w, 0.5, losses, dlogits);
+      Tensor g_losses = F32({N}), g_dlogits = Dev(logits);
+      CrossEntropyFused(g_dlogits, g_targets, valid, g_w, 0.5, g_losses,
+                        g_dlogits);
+      ExpectClose(g_losses, losses, 1e-5, "losses");
+      ExpectClose(g_dlogits, dlogits, Tolerance(dtype(), 1e-5, kBf16Out),
+                  "dlogits");
+      Tensor g_only = F32({N}), none;
+      CrossEntropyFused(Dev(logits), g_targets, valid, g_w, 0.5, g_only, none);
+      ExpectClose(g_only, losses, 1e-5, "losses without the gradient");
+    }
   }
 }
 

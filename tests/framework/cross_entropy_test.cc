@@ -174,12 +174,75 @@ TEST(CrossEntropyTest, Float32MatchesFloat64) {
   }
 }
 
+// The fused classifier equals the decomposition, each row weighed (a
+// weight of 0, as an end-of-document mask gives, among them), the gradient
+// written over the logits, padding columns zero; and its gradient is the
+// finite-difference gradient of the weighted, scaled loss.
+TEST(CrossEntropyTest, FusedEqualsTheDecomposition) {
+  const int64_t wide = 2500, valid = 2497;
+  const double scale = 0.3;
+  Tensor logits = Random({N, wide}, 3, DType::kF64, -8, 8);
+  Tensor targets = Targets({5, 2496, 1000, 0});
+  Tensor weights = Tensor::Empty({N}, DType::kF32);
+  const float w[N] = {1.f, 0.f, 0.5f, 2.f};
+  std::copy(w, w + N, weights.data<float>());
+  Result whole = OneShard(logits, targets, valid, scale);
+  for (const bool weighted : {false, true}) {
+    SCOPED_TRACE(weighted);
+    Tensor losses = Tensor::Empty({N}, DType::kF64);
+    Tensor over = logits.Clone();  // the gradient replaces the logits
+    CrossEntropyFused(over, targets, valid, weighted ? weights : Tensor(),
+                      scale, losses, over);
+    for (int64_t i = 0; i < N; ++i) {
+      const double wi = weighted ? w[i] : 1.0;
+      EXPECT_NEAR(Get(losses, i), wi * Get(whole.losses, i), 1e-13) << i;
+      for (int64_t j = 0; j < wide; ++j) {
+        ASSERT_NEAR(Get(over, i * wide + j),
+                    wi * Get(whole.dlogits, i * wide + j), 1e-15)
+            << i << " " << j;
+      }
+    }
+    // Losses only: the logits stay as they were.
+    Tensor kept = logits.Clone(), none;
+    CrossEntropyFused(kept, targets, valid, Tensor(), scale, losses, none);
+    EXPECT_EQ(RelError(kept, logits), 0.0);
+    EXPECT_NEAR(Get(losses, 2), Get(whole.losses, 2), 1e-13);
+  }
+}
+
+TEST(CrossEntropyTest, FusedGradientMatchesFiniteDifferences) {
+  Tensor logits = Random({N, V}, 4, DType::kF64, -3, 3);
+  Tensor targets = Targets({0, 10, 3, 7});
+  Tensor weights = Tensor::Empty({N}, DType::kF32);
+  const float w[N] = {1.f, 0.25f, 0.f, 3.f};
+  std::copy(w, w + N, weights.data<float>());
+  const double scale = 0.25;
+  Tensor losses = Tensor::Empty({N}, DType::kF64);
+  Tensor dlogits = Tensor::Empty({N, V}, DType::kF64);
+  CrossEntropyFused(logits, targets, V, weights, scale, losses, dlogits);
+  auto loss = [&] {
+    Tensor l = Tensor::Empty({N}, DType::kF64), none;
+    CrossEntropyFused(logits, targets, V, weights, scale, l, none);
+    double total = 0;
+    for (int64_t i = 0; i < N; ++i) total += scale * Get(l, i);
+    return total;
+  };
+  EXPECT_LT(RelError(dlogits, NumericGradient(loss, logits)), 1e-8);
+}
+
 TEST(CrossEntropyDeathTest, ChecksShapes) {
   Tensor logits = Random({N, V}, 1);
   Tensor row_max = Tensor::Empty({N + 1}, DType::kF64);
   EXPECT_DEATH(CrossEntropyRowMax(logits, V, row_max), "CrossEntropyRowMax");
   Tensor ok = Tensor::Empty({N}, DType::kF64);
   EXPECT_DEATH(CrossEntropyRowMax(logits, V + 1, ok), "valid columns");
+  Tensor targets = Targets({0, 1, 2, 3}), none;
+  Tensor small = Tensor::Empty({N, V - 1}, DType::kF64);
+  EXPECT_DEATH(CrossEntropyFused(logits, targets, V, none, 1.0, ok, small),
+               "CrossEntropyFused: dlogits");
+  Tensor f32 = Tensor::Empty({N}, DType::kF32);
+  EXPECT_DEATH(CrossEntropyFused(logits, targets, V, none, 1.0, f32, none),
+               "CrossEntropyFused");
 }
 
 }  // namespace
