@@ -182,34 +182,42 @@ void Block::BackwardInput(Communicator& tp, const Tensor& x, const Tensor& dy,
 
 void Block::WeightGradients(const Tensor& x, const Tensors& a) const {
   // The four weight GEMMs, then every bias and LayerNorm parameter gradient
-  // (column sums of the gradients above) in one ColumnSumsMany. The
-  // LayerNorms' sums run over this rank's rows (a share under sequence
-  // parallelism, which then takes a launch of its own); the biases' over
-  // the whole gathered gradients.
+  // (column sums of the gradients above) in one ColumnSumsMany; with
+  // bias_grad_epilogue the GEMMs form the bias gradients and the pass sums
+  // only the LayerNorms'. The LayerNorms' sums run over this rank's rows (a
+  // share under sequence parallelism, which then takes a launch of its
+  // own); the biases' over the whole gathered gradients.
   Tensor no_bias;
   const Tensor dln2 = rows_.Mine(a.dln2), dln1 = rows_.Mine(a.dln1);
-  MatmulBackwardWeight(a.dy, a.gelu, mlp_proj_w_->grad, no_bias);
-  MatmulBackwardWeight(a.dfc, a.ln2, c_fc_w_->grad, no_bias);
-  MatmulBackwardWeight(a.dx2, a.att, attn_proj_w_->grad, no_bias);
-  MatmulBackwardWeight(a.dqkv, a.ln1, c_attn_w_->grad, no_bias);
-  ColumnSumsMany({
-      {.dout = &a.dy, .db = &mlp_proj_b_->grad},
-      {.dout = &a.dfc, .db = &c_fc_b_->grad},
-      {.dout = &dln2,
-       .x = &a.x2,
-       .mean = &a.mean2,
-       .rstd = &a.rstd2,
-       .dw = &ln2_w_->grad,
-       .db = &ln2_b_->grad},
-      {.dout = &a.dx2, .db = &attn_proj_b_->grad},
-      {.dout = &a.dqkv, .db = &c_attn_b_->grad},
-      {.dout = &dln1,
-       .x = &x,
-       .mean = &a.mean1,
-       .rstd = &a.rstd1,
-       .dw = &ln1_w_->grad,
-       .db = &ln1_b_->grad},
-  });
+  const bool in_gemm = options_.bias_grad_epilogue;
+  MatmulBackwardWeight(a.dy, a.gelu, mlp_proj_w_->grad,
+                       in_gemm ? mlp_proj_b_->grad : no_bias);
+  MatmulBackwardWeight(a.dfc, a.ln2, c_fc_w_->grad,
+                       in_gemm ? c_fc_b_->grad : no_bias);
+  MatmulBackwardWeight(a.dx2, a.att, attn_proj_w_->grad,
+                       in_gemm ? attn_proj_b_->grad : no_bias);
+  MatmulBackwardWeight(a.dqkv, a.ln1, c_attn_w_->grad,
+                       in_gemm ? c_attn_b_->grad : no_bias);
+  std::vector<ColumnSumJob> jobs;
+  if (!in_gemm) {
+    jobs = {{.dout = &a.dy, .db = &mlp_proj_b_->grad},
+            {.dout = &a.dfc, .db = &c_fc_b_->grad},
+            {.dout = &a.dx2, .db = &attn_proj_b_->grad},
+            {.dout = &a.dqkv, .db = &c_attn_b_->grad}};
+  }
+  jobs.push_back({.dout = &dln2,
+                  .x = &a.x2,
+                  .mean = &a.mean2,
+                  .rstd = &a.rstd2,
+                  .dw = &ln2_w_->grad,
+                  .db = &ln2_b_->grad});
+  jobs.push_back({.dout = &dln1,
+                  .x = &x,
+                  .mean = &a.mean1,
+                  .rstd = &a.rstd1,
+                  .dw = &ln1_w_->grad,
+                  .db = &ln1_b_->grad});
+  ColumnSumsMany(jobs);
 }
 
 }  // namespace trellis

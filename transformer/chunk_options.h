@@ -47,6 +47,11 @@ struct BlockOptions {
   // Loss weights (--eod_mask_loss): a training Forward of the last chunk
   // gets a per-target loss weight (ChunkMasks).
   bool eod_mask_loss = false;
+  // Each linear layer's bias gradient formed in its weight-gradient GEMM
+  // (cuBLASLt's bias-gradient epilogue on CUDA) instead of in the one
+  // column-sum pass over all of a block's gradients, which then sums only
+  // the norms' parameters. The same sums (in another order).
+  bool bias_grad_epilogue = false;
   // Megatron's sequence parallelism (transformer/sequence_split.h): between
   // the tensor-parallel layers each tp rank holds 1/tp of the rows.
   // Nothing changes with one tp rank.

@@ -95,6 +95,7 @@ TrainOptions Unusual() {
   o.recompute = Recompute::kSelective;
   o.attention = AttentionPath::kSimt;
   o.loss_chunk_rows = 77;
+  o.bias_grad_epilogue = true;
   o.gpu_comm = DeviceTransport::kHostStaged;
   o.memory_budget_gb = 1.5;
   o.peak_tflops = 123.5;
@@ -117,7 +118,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 66);  // 17 model + 30 run + 19 layout and device options
+  EXPECT_EQ(lines, 67);  // 17 model + 30 run + 20 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -42,6 +42,34 @@ TEST(TrainOptionsTest, ResolvesDataParallelSizeFromWorld) {
                                       HasSubstr("--global_batch_size=16")));
 }
 
+// The LM head's chunk: as given, else 1024 rows on CPU and on CUDA the
+// whole 1024-row blocks of this rank's logits that fit in 2 GiB.
+TEST(TrainOptionsTest, HeadChunkRowsAreTheFlagsOrTheDevicesChoice) {
+  TrainOptions o = Valid();
+  o.model.vocab_size = 50257;  // padded to 50304
+  EXPECT_EQ(o.loss_chunk_rows, -1);
+  EXPECT_EQ(o.head_chunk_rows(), 1024);
+  o.device = DeviceType::kCUDA;
+  o.precision = Precision::kBf16;
+  EXPECT_EQ(o.head_chunk_rows(), 20480);  // 2^31 / (50304 · 2) = 21345
+  o.tp = 2;
+  // 50432 / 2 = 25216 columns a row: 2^31 / (25216 · 2) = 42581 rows
+  EXPECT_EQ(o.head_chunk_rows(), 41984);
+  o.tp = 1;
+  o.precision = Precision::kFp32;
+  EXPECT_EQ(o.head_chunk_rows(), 10240);
+  o.model.vocab_size = 600000000;  // a row over 2 GiB: one block still
+  EXPECT_EQ(o.head_chunk_rows(), 1024);
+  for (const int64_t given : {0, 1, 4096}) {
+    o.loss_chunk_rows = given;
+    EXPECT_EQ(o.head_chunk_rows(), given);
+  }
+  o = Valid();
+  o.loss_chunk_rows = -2;
+  EXPECT_THAT(o.Resolve(1, 257).message(),
+              AllOf(HasSubstr("--loss_chunk_rows=-2"), HasSubstr("-1")));
+}
+
 TEST(TrainOptionsTest, AcceptsEveryScheduleByItsDocumentedName) {
   for (const std::string name : {"gpipe", "1f1b", "zb-h1"}) {
     TrainOptions o = Valid();

@@ -190,7 +190,7 @@ TEST_F(ProgramsTest, BenchBadFlags) {
   ExpectError("bench", {"--preset=gpt2-124m", "--n_head=5"},
               {"--d_model=768", "--n_head=5"});
   ExpectError("bench", {"--global_batch_size=6"}, {"--global_batch_size=6"});
-  ExpectError("bench", {"--loss_chunk_rows=-1"}, {"--loss_chunk_rows=-1"});
+  ExpectError("bench", {"--loss_chunk_rows=-2"}, {"--loss_chunk_rows=-2"});
   ExpectError("bench", {"--json=" + dir_ + "/no/such/bench.json"},
               {"--json", dir_ + "/no/such"});
   ExpectError("bench", {"extra"}, {"'extra'"});

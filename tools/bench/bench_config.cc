@@ -14,16 +14,20 @@ absl::Status Bad(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
 
-// The shapes of configs/gpt2-*.flags.
+// The shapes of configs/gpt2-*.flags, with their micro batch on CPU and
+// the one that ran fastest on one 80 GB H100 (seq_len 1024, bf16,
+// recompute none; docs/performance.md, "The micro batch"): larger GEMMs and
+// fewer weight-gradient read-modify-writes. gpt2-1558m's is the largest
+// power of two whose memory plan fits 80 GB, not measured.
 struct Preset {
   const char* name;
-  int64_t n_layer, n_head, d_model, micro_batch_size;
+  int64_t n_layer, n_head, d_model, micro_batch_size, cuda_micro_batch_size;
 };
 constexpr Preset kPresets[] = {
-    {"gpt2-124m", 12, 12, 768, 8},
-    {"gpt2-350m", 24, 16, 1024, 8},
-    {"gpt2-774m", 36, 20, 1280, 4},
-    {"gpt2-1558m", 48, 25, 1600, 2},
+    {"gpt2-124m", 12, 12, 768, 8, 64},
+    {"gpt2-350m", 24, 16, 1024, 8, 64},
+    {"gpt2-774m", 36, 20, 1280, 4, 32},
+    {"gpt2-1558m", 48, 25, 1600, 2, 16},
 };
 constexpr int64_t kGpt2Vocab = 50257;
 
@@ -122,11 +126,14 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   o.model.d_model = f.d_model.value_or(preset ? preset->d_model : 384);
   o.model.seq_len = f.seq_len.value_or(cuda ? 1024 : 256);
   const int64_t vocab = f.vocab_size.value_or(preset ? kGpt2Vocab : 257);
-  o.micro_batch_size =
-      f.micro_batch_size.value_or(preset ? preset->micro_batch_size : 4);
+  const int64_t preset_micro_batch = preset == nullptr ? 4
+                                     : cuda ? preset->cuda_micro_batch_size
+                                            : preset->micro_batch_size;
+  o.micro_batch_size = f.micro_batch_size.value_or(preset_micro_batch);
   o.global_batch_size =
       f.global_batch_size.value_or(o.micro_batch_size * (cuda ? 4 : 2));
   if (f.loss_chunk_rows.has_value()) o.loss_chunk_rows = *f.loss_chunk_rows;
+  o.bias_grad_epilogue = f.bias_grad_epilogue;
   o.steps = c.timed_steps + c.warmup;
   o.warmup_steps = 1;
   o.eval_every = 0;

@@ -221,9 +221,8 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
              3 * 4 * s.rows * s.vocab / s.memory_rate;
     p.f.compute += head_f;
     const int64_t rows = static_cast<int64_t>(s.rows);
-    const int64_t r = o.loss_chunk_rows == 0
-                          ? rows
-                          : std::min<int64_t>(o.loss_chunk_rows, rows);
+    const int64_t chunk = o.head_chunk_rows();
+    const int64_t r = chunk == 0 ? rows : std::min<int64_t>(chunk, rows);
     if (s.tp > 1) {
       // d(ln_f): all-reduced, or ln_f gathered and d(ln_f) scattered.
       Append(p.f.tp, HiddenCalls(s, 1));

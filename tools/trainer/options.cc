@@ -1,5 +1,6 @@
 #include "tools/trainer/options.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <type_traits>
@@ -106,9 +107,10 @@ absl::Status CheckScalars(const TrainOptions& o) {
         "--document_mask runs on --device=cpu only for now (the CUDA "
         "attention kernels have no document mask); drop it on cuda");
   }
-  if (o.loss_chunk_rows < 0) {
+  if (o.loss_chunk_rows < -1) {
     return Bad(absl::StrCat("--loss_chunk_rows=", o.loss_chunk_rows,
-                            " must be ≥ 0 (0: a whole microbatch at once)"));
+                            " must be ≥ 0 (0: a whole microbatch at once), "
+                            "or -1 for the device's choice"));
   }
   // (CheckFinite has refused NaN and infinity already.)
   if (o.peak_tflops < 0) {
@@ -354,6 +356,15 @@ std::string ConfigReport(const TrainOptions& options) {
     absl::StrAppend(&out, " ", name, "=", value.empty() ? "''" : value);
   }
   return out + "\n";
+}
+
+int64_t TrainOptions::head_chunk_rows() const {
+  if (loss_chunk_rows >= 0) return loss_chunk_rows;
+  constexpr int64_t kBlock = 1024;
+  if (device != DeviceType::kCUDA) return kBlock;
+  const int64_t bytes = precision == Precision::kBf16 ? 2 : 4;
+  const int64_t row = PaddedVocab(model.vocab_size, tp) / tp * bytes;
+  return std::max<int64_t>(1, kHeadChunkBytes / row / kBlock) * kBlock;
 }
 
 std::vector<int64_t> StageLayers(int64_t n_layer, int64_t pp,

@@ -85,55 +85,61 @@ namespace trellis {
     "steps to trace, e.g. 5,6 (1-based, as logged)")
 
 // Where and how it runs: the layout of ranks and the device.
-#define TRELLIS_PARALLEL_OPTIONS(X)                                          \
-  X(Layout, int64_t, dp, 0, "data-parallel size (0: world / (tp * pp))")     \
-  X(Layout, int64_t, tp, 1, "tensor-parallel size")                          \
-  X(Layout, int64_t, pp, 1, "pipeline-parallel size")                        \
-  X(Layout, std::string, mesh_order, "tp-dp-pp",                             \
-    "mesh axes, fastest-varying first")                                      \
-  X(Layout, ScheduleKind, schedule, ScheduleKind::k1F1B,                     \
-    "pipeline schedule: gpipe, 1f1b, interleaved-1f1b or zb-h1")             \
-  X(Layout, int64_t, virtual_stages, 1,                                      \
-    "model chunks per pipeline stage (interleaved-1f1b)")                    \
-  X(Layout, IntList, pp_layers, IntList(),                                   \
-    "layers per pipeline stage, e.g. 3,5,5,3 (default: an even split)")      \
-  X(Layout, double, dp_bucket_mb, 25.0,                                      \
-    "data-parallel gradient bucket size in MiB")                             \
-  X(Layout, int64_t, zero, 0,                                                \
-    "ZeRO sharding over dp: 0 (none), 1 (AdamW moments sharded, "            \
-    "gradients reduce-scattered, weights all-gathered), 2 (gradients "       \
-    "sharded too: each microbatch's reduce-scattered into the owned block) " \
-    "or 3 (weights sharded too: each layer's gathered around its compute)")  \
-  X(Layout, bool, sequence_parallel, false,                                  \
-    "split the norm and residual rows over tp (Megatron's sequence "         \
-    "parallelism; needs --tp > 1): all-gathers and reduce-scatters replace " \
-    "the tp all-reduces, activations there shrink by tp")                    \
-  X(Layout, double, comm_timeout_s, 600,                                     \
-    "seconds a rank waits on one communication before it reports every "     \
-    "rank's recent operations and ends the job (0: no deadline)")            \
-  X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")             \
-  X(Device, Precision, precision, Precision::kFp32,                          \
-    "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "        \
-    "master weights, gradients and moments)")                                \
-  X(Device, Recompute, recompute, Recompute::kNone,                          \
-    "activation recomputation in backward: none, selective (attention "      \
-    "and GELU inputs) or full (each block from its input)")                  \
-  X(Device, AttentionPath, attention, kDefaultAttentionPath,                 \
-    "CUDA attention kernels: cudnn (cuDNN's fused attention where a plan "   \
-    "builds, else mma with a note), mma (tensor cores) or simt; ignored on " \
-    "cpu")                                                                   \
-  X(Device, int64_t, loss_chunk_rows, 1024,                                  \
-    "rows of the LM head's logits formed at once (0: a whole microbatch); "  \
-    "bounds the head's memory, not its result")                              \
-  X(Device, DeviceTransport, gpu_comm, DeviceTransport::kNccl,               \
-    "GPU collectives: nccl (one GPU per rank) or host (staged through "      \
-    "host memory over MPI; ranks may share a GPU)")                          \
-  X(Device, double, memory_budget_gb, 0,                                     \
-    "GiB the run may allocate on its device (0: the device's free memory, "  \
-    "or physical memory on CPU)")                                            \
-  X(Device, double, peak_tflops, 0,                                          \
-    "per-rank peak in TFLOP/s that MFU is measured against (0: the dense "   \
-    "bf16 peak of an H100, H200 or A100; on cpu a float32 GEMM measured at " \
+#define TRELLIS_PARALLEL_OPTIONS(X)                                           \
+  X(Layout, int64_t, dp, 0, "data-parallel size (0: world / (tp * pp))")      \
+  X(Layout, int64_t, tp, 1, "tensor-parallel size")                           \
+  X(Layout, int64_t, pp, 1, "pipeline-parallel size")                         \
+  X(Layout, std::string, mesh_order, "tp-dp-pp",                              \
+    "mesh axes, fastest-varying first")                                       \
+  X(Layout, ScheduleKind, schedule, ScheduleKind::k1F1B,                      \
+    "pipeline schedule: gpipe, 1f1b, interleaved-1f1b or zb-h1")              \
+  X(Layout, int64_t, virtual_stages, 1,                                       \
+    "model chunks per pipeline stage (interleaved-1f1b)")                     \
+  X(Layout, IntList, pp_layers, IntList(),                                    \
+    "layers per pipeline stage, e.g. 3,5,5,3 (default: an even split)")       \
+  X(Layout, double, dp_bucket_mb, 25.0,                                       \
+    "data-parallel gradient bucket size in MiB")                              \
+  X(Layout, int64_t, zero, 0,                                                 \
+    "ZeRO sharding over dp: 0 (none), 1 (AdamW moments sharded, "             \
+    "gradients reduce-scattered, weights all-gathered), 2 (gradients "        \
+    "sharded too: each microbatch's reduce-scattered into the owned block) "  \
+    "or 3 (weights sharded too: each layer's gathered around its compute)")   \
+  X(Layout, bool, sequence_parallel, false,                                   \
+    "split the norm and residual rows over tp (Megatron's sequence "          \
+    "parallelism; needs --tp > 1): all-gathers and reduce-scatters replace "  \
+    "the tp all-reduces, activations there shrink by tp")                     \
+  X(Layout, double, comm_timeout_s, 600,                                      \
+    "seconds a rank waits on one communication before it reports every "      \
+    "rank's recent operations and ends the job (0: no deadline)")             \
+  X(Device, DeviceType, device, DeviceType::kCPU, "cpu or cuda")              \
+  X(Device, Precision, precision, Precision::kFp32,                           \
+    "fp32, or bf16 (CUDA: bfloat16 weights and activations, float32 "         \
+    "master weights, gradients and moments)")                                 \
+  X(Device, Recompute, recompute, Recompute::kNone,                           \
+    "activation recomputation in backward: none, selective (attention "       \
+    "and GELU inputs) or full (each block from its input)")                   \
+  X(Device, AttentionPath, attention, kDefaultAttentionPath,                  \
+    "CUDA attention kernels: cudnn (cuDNN's fused attention where a plan "    \
+    "builds, else mma with a note), mma (tensor cores) or simt; ignored on "  \
+    "cpu")                                                                    \
+  X(Device, int64_t, loss_chunk_rows, -1,                                     \
+    "rows of the LM head's logits formed at once (0: a whole microbatch; "    \
+    "-1: chosen for the device: 1024 on cpu, on cuda as many 1024-row "       \
+    "blocks as fit in 2 GiB of logits); bounds the head's memory, not its "   \
+    "result")                                                                 \
+  X(Device, bool, bias_grad_epilogue, false,                                  \
+    "form each GPT-2 bias gradient in its weight-gradient GEMM (cuBLASLt's "  \
+    "bias-gradient epilogue on cuda) instead of a column-sum pass; the same " \
+    "sums in another order")                                                  \
+  X(Device, DeviceTransport, gpu_comm, DeviceTransport::kNccl,                \
+    "GPU collectives: nccl (one GPU per rank) or host (staged through "       \
+    "host memory over MPI; ranks may share a GPU)")                           \
+  X(Device, double, memory_budget_gb, 0,                                      \
+    "GiB the run may allocate on its device (0: the device's free memory, "   \
+    "or physical memory on CPU)")                                             \
+  X(Device, double, peak_tflops, 0,                                           \
+    "per-rank peak in TFLOP/s that MFU is measured against (0: the dense "    \
+    "bf16 peak of an H100, H200 or A100; on cpu a float32 GEMM measured at "  \
     "start)")
 
 struct TrainOptions {
@@ -149,6 +155,15 @@ struct TrainOptions {
   int64_t microbatches() const {
     return global_batch_size / (dp * micro_batch_size);
   }
+  // The LM head's rows per chunk (0: all of a microbatch): loss_chunk_rows,
+  // or for -1 the device's choice. On CUDA that is the most whole 1024-row
+  // blocks whose logits (this tp rank's padded vocabulary, in the run's
+  // precision) take at most kHeadChunkBytes: few chunks make the head's
+  // weight-gradient GEMMs long (each chunk reads and writes the float32
+  // gradient of the whole vocabulary once). On CPU 1024 rows, which keep
+  // a chunk's logits in cache.
+  static constexpr int64_t kHeadChunkBytes = int64_t{2} << 30;
+  int64_t head_chunk_rows() const;
   // Resolves dp from `world` and checks every flag and their combination:
   // layout against world size, heads and vocabulary against tp, layers
   // against stages, batch sizes against dp × micro batch. Messages name the

@@ -48,7 +48,8 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   block.recompute = options.recompute;
   block.attention = options.attention;
   block.defer_weight_grads = options.schedule == ScheduleKind::kZeroBubbleH1;
-  block.loss_chunk_rows = options.loss_chunk_rows;
+  block.loss_chunk_rows = options.head_chunk_rows();
+  block.bias_grad_epilogue = options.bias_grad_epilogue;
   block.document_mask = options.document_mask;
   block.eod_mask_loss = options.eod_mask_loss;
   block.sequence_parallel = options.sequence_parallel;

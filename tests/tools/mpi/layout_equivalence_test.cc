@@ -1,7 +1,7 @@
 // Layout equivalence (layout_equivalence_fixture.h) for GPT-2's dense
-// layouts and schedules on 1 to 8 ranks, many microbatches through the few
-// buffers between stages, a blend of two files, and document masking and
-// EOT loss masking.
+// layouts and schedules on 1 to 8 ranks, bias gradients in the GEMMs, many
+// microbatches through the few buffers between stages, a blend of two
+// files, and document masking and EOT loss masking.
 #include <array>
 #include <string>
 #include <vector>
@@ -45,6 +45,23 @@ TEST_F(LayoutEquivalenceTest, EightRankLayoutsMatchOneProcess) {
   layouts.push_back(L(2, 2, 2, "interleaved-1f1b", 2));
   layouts.push_back(L(2, 2, 2, "zb-h1"));
   RunAll(layouts);
+}
+
+// --bias_grad_epilogue: the linear layers' bias gradients formed beside
+// their weight gradients train to the losses of the column-sum pass (the
+// one-process reference runs without it), under tp (the row-parallel
+// biases replicated), sequence parallelism and the zero-bubble schedule's
+// deferred weight gradients.
+TEST_F(LayoutEquivalenceTest, BiasGradientsInTheGemmMatchOneProcess) {
+  TrainOptions in_gemm = *options_;
+  in_gemm.bias_grad_epilogue = true;
+  {
+    UseOptions use(in_gemm);
+    RunAll({L(1, 1, 1), L(1, 2, 1), L(2, 2, 2, "zb-h1")});
+  }
+  in_gemm.sequence_parallel = true;
+  UseOptions use(in_gemm);
+  RunAll({L(1, 2, 2, "1f1b")});
 }
 
 // Many microbatches through the few buffers between stages that the
