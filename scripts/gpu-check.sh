@@ -8,6 +8,8 @@
 #                      tests under mpirun: NCCL, host staging, the 8-rank
 #                      layout test on one GPU), each binary under its own
 #                      time limit
+#   memcheck           compute-sanitizer's memcheck over the hand-written
+#                      kernels' tests (MEMCHECK_FILTER)
 #   llama              a small Hugging Face Llama converted by
 #                      trellis-convert: trellis-eval's loss on the device
 #                      against scripts/torch_reference/hf_llama_loss.py's
@@ -47,7 +49,7 @@
 # the bundle): each section runs under the smaller of its own limit and
 # what is left (less 20 s kept for the goals), a section with too little
 # time left is skipped and counts as failed. --only runs only the listed
-# kinds of section (comma-separated: system, tests, llama, generate,
+# kinds of section (comma-separated: system, tests, memcheck, llama, generate,
 # bench, attention, torch-sdpa, variants, torch, llmc, goals), e.g. to repeat the
 # benchmarks alone.
 #
@@ -72,6 +74,7 @@
 # LLMC_MICRO_BATCH (llm.c's micro batch per preset, default "gpt2-124m=64
 # gpt2-350m=64 gpt2-774m=32", the ones its own scripts use), LLMC_STEPS
 # (llm.c's steps, default 12; the median is of the fourth on),
+# MEMCHECK_FILTER (the cuda_tests cases memcheck runs),
 # VARIANT_PRESETS and VARIANTS (the variants section), ATTENTION_PATHS (default: every
 # path the build offers), GTEST_FILTER, CUDA_TESTS_TIMEOUT (default 60 s),
 # LAYOUT_TEST_TIMEOUT (240 s, the 8-rank layout test) and MPI_TEST_TIMEOUT
@@ -183,6 +186,27 @@ run_tests() {
       "$GC_BIN/${t%_np*}" "${filter[@]}" || { echo "FAILED: ${t%_np*}"; failed=1; }
   done
   return $failed
+}
+
+# compute-sanitizer's memcheck over cuda_tests' cases of the hand-written
+# kernels (MEMCHECK_FILTER): any error fails the section.
+section_memcheck() {
+  if [ "$GC_DRY" = 1 ]; then
+    echo "skipped: compute-sanitizer runs only on a GPU"
+    return 0
+  fi
+  local cs
+  cs="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [ ! -x "$cs" ]; then
+    echo "FAIL: no compute-sanitizer on PATH or in /usr/local/cuda/bin"
+    return 1
+  fi
+  "$cs" --tool memcheck --error-exitcode 3 "$GC_BIN/cuda_tests" \
+    --gtest_filter="${MEMCHECK_FILTER:-CudaAttentionMma*:DTypes/CudaAttentionTest*:DTypes/CudaBackwardFusion*:DTypes/CudaElementwise*:DTypes/CudaLayers*:DTypes/CudaLlama*:Paths/CudaGqa*simt:Paths/CudaGqa*mma}" \
+    >"$GC_RESULTS/memcheck.txt" 2>&1
+  local rc=$?
+  grep -E '^(\[==========\]|\[  PASSED  \]|\[  FAILED  \]|=========)' "$GC_RESULTS/memcheck.txt" | tail -n 20
+  return "$rc"
 }
 
 # A small Hugging Face Llama (scripts/gpu_check_llama.py) converted to a
@@ -335,8 +359,9 @@ section_attention() {
 # settings, each run beside the preset as benched in this one section
 # (shared machines: compare ratios taken together): what a setting costs or
 # buys. VARIANTS: ';'-separated flag sets added to trellis-bench's; the
-# default sweeps the micro batch (the same tokens per step) and tries the
-# LM head in larger chunks and the tensor-core attention.
+# default tries smaller micro batches (the same tokens per step), the LM
+# head in 1024-row chunks, the bias gradients in the GEMMs' epilogue and
+# the tensor-core attention.
 section_variants() {
   local preset rc=0
   for preset in ${VARIANT_PRESETS:-${GC_PRESETS%% *}}; do
@@ -349,7 +374,7 @@ variants_of() {
   local preset="$1" bench_flags variant rc=0 ms="" line tps mfu mem
   local base_tps="" tag
   set_bench_flags "$preset"
-  local list="${VARIANTS---micro_batch_size=8;--micro_batch_size=16;--micro_batch_size=32;--micro_batch_size=64;--loss_chunk_rows=4096;--attention=mma}"
+  local list="${VARIANTS---micro_batch_size=16;--micro_batch_size=32;--loss_chunk_rows=1024;--bias_grad_epilogue;--attention=mma}"
   local variants=("")
   IFS=';' read -r -a more <<<"$list"
   variants+=("${more[@]}")
@@ -604,6 +629,7 @@ main() {
     return 1
   fi
   run_section tests tests 360 1
+  run_section memcheck memcheck 150 1
   run_section llama llama 90 1
   run_section generate generate 60 1
   # Each preset's PyTorch run right after its own, the largest preset

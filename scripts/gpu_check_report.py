@@ -210,7 +210,9 @@ def sections_goals(results, goals):
     for name, what in (("llama", "converted HF Llama's loss on the GPU "
                         "equals PyTorch's"),
                        ("generate", "greedy tokens on the GPU equal the "
-                        "CPU's")):
+                        "CPU's"),
+                       ("memcheck", "compute-sanitizer memcheck clean on "
+                        "the kernels' tests")):
         row = [r for r in rows if r[0] == name]
         if row:
             goals.append((what, row[0][1] == "ok", row[0][1]))

@@ -22,8 +22,8 @@ log="$work/logs/$(date -u +%Y-%m-%d)-cpu-dry-run.log"
 [ -f "$log" ] || { cat "$work/stdout"; fail "no log $log"; }
 cmp -s "$log" "$work/stdout" || fail "the log differs from what was printed"
 [ "$rc" -eq 0 ] || { cat "$log"; fail "the dry run exited $rc"; }
-for section in system tests llama generate bench:tiny torch:tiny llmc:tiny \
-    attention torch-sdpa variants goals; do
+for section in system tests memcheck llama generate bench:tiny torch:tiny \
+    llmc:tiny attention torch-sdpa variants goals; do
   grep -q "^==== $section (limit [0-9]* s)" "$log" || fail "no header of $section"
   grep -q "^---- $section: ok in [0-9]* s" "$log" || fail "$section did not pass"
 done
@@ -60,7 +60,7 @@ assert bench["median"]["tokens_per_s"] > 0 and bench["kernels"], "no profile"
 torch = json.load(open(f"{d}/torch-tiny.json"))
 assert "skipped" in torch or torch["tokens_per_s"] > 0, torch
 rows = [l.split("\t") for l in open(f"{d}/sections.tsv").read().splitlines()]
-assert [r[1] for r in rows] == ["ok"] * 11, rows
+assert [r[1] for r in rows] == ["ok"] * 12, rows
 EOF
 
 # The CUDA library folders: the one with the newest cuBLASLt first, then
@@ -111,7 +111,7 @@ grep -q '^---- torch-sdpa: skipped: the 45 s budget is spent' "$work/stdout2" ||
 grep -q '^---- goals: ok' "$work/stdout2" || fail "goals did not run after the failures"
 grep -q '^gpu-check: FAILED sections: bench:tiny attention torch-sdpa$' \
   "$work/stdout2" || fail "the failed sections are not named"
-! grep -q '^==== \(system\|tests\|torch:tiny\)' "$work/stdout2" || fail "--only ignored"
+! grep -q '^==== \(system\|tests\|memcheck\|torch:tiny\)' "$work/stdout2" || fail "--only ignored"
 [ "$took" -lt 75 ] || fail "the time-out took $took s (budget 45 s)"
 # Gone, or a zombie whose new parent has not reaped it yet.
 sleep 1
