@@ -27,6 +27,26 @@ absl::Status Malformed(const std::string& path, absl::string_view what) {
       absl::StrCat("tokenizer.json: ", path, ": ", what));
 }
 
+// A token id read from JSON: an unsigned number below kMaxTokenIds, never
+// truncated to 32 bits.
+absl::StatusOr<uint32_t> ParseTokenId(const json& value,
+                                      const std::string& path,
+                                      const std::string& token) {
+  if (!value.is_number_unsigned()) {
+    return Malformed(path, absl::StrCat("token '", token,
+                                        "' has no valid id (expected an "
+                                        "unsigned integer)"));
+  }
+  const uint64_t id = value.get<uint64_t>();
+  if (id >= HfTokenizer::kMaxTokenIds) {
+    return Malformed(
+        path, absl::StrCat("token '", token, "' has id ", id, ", not below ",
+                           HfTokenizer::kMaxTokenIds,
+                           " (the largest vocabulary trellis reads)"));
+  }
+  return static_cast<uint32_t>(id);
+}
+
 bool IsSpaceByte(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' ||
          c == '\v';
@@ -190,11 +210,8 @@ absl::Status HfTokenizer::ParseModel(const json& model) {
   std::vector<int> byte_of(0x144, -1);
   for (int b = 0; b < 256; ++b) byte_of[alphabet[b]] = b;
   for (const auto& [token, value] : model["vocab"].items()) {
-    if (!value.is_number_unsigned() || value.get<uint64_t>() >= (1u << 31)) {
-      return Malformed("model.vocab",
-                       absl::StrCat("token '", token, "' has no valid id"));
-    }
-    const auto id = value.get<uint32_t>();
+    TRELLIS_ASSIGN_OR_RETURN(const uint32_t id,
+                             ParseTokenId(value, "model.vocab", token));
     if (id >= id_token_.size()) {
       id_token_.resize(id + 1);
       id_known_.resize(id + 1, false);
@@ -278,16 +295,18 @@ absl::Status HfTokenizer::ParseAddedTokens(const json& added) {
   for (size_t i = 0; i < added.size(); ++i) {
     const std::string path = absl::StrCat("added_tokens[", i, "]");
     const json& a = added[i];
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_unsigned() ||
-        !a.contains("content") || !a["content"].is_string() ||
-        a["content"].get<std::string>().empty()) {
+    if (!a.is_object() || !a.contains("id") || !a.contains("content") ||
+        !a["content"].is_string() || a["content"].get<std::string>().empty()) {
       return Malformed(path, "expected an object with an id and a content");
     }
+    TRELLIS_ASSIGN_OR_RETURN(
+        const uint32_t id,
+        ParseTokenId(a["id"], path + ".id", a["content"].get<std::string>()));
     if (a.value("single_word", false)) {
       return hf::Unsupported("added token option", "single_word",
                              path + ".single_word");
     }
-    AddedToken token{a["content"].get<std::string>(), a["id"].get<uint32_t>(),
+    AddedToken token{a["content"].get<std::string>(), id,
                      a.value("lstrip", false), a.value("rstrip", false),
                      a.value("normalized", !a.value("special", false))};
     if (token.id >= id_token_.size()) {

@@ -64,6 +64,11 @@ class HfTokenizer final : public Tokenizer {
   static absl::StatusOr<std::unique_ptr<HfTokenizer>> Parse(
       std::string_view json_text, const std::string& origin);
   ~HfTokenizer() override;
+  // Token ids (of model.vocab and added_tokens) must be below this: 16
+  // times the largest vocabularies in use, and small enough that the
+  // id -> token table of a file naming a huge id is refused at once
+  // rather than allocated.
+  static constexpr uint64_t kMaxTokenIds = uint64_t{1} << 22;
 
   std::string name() const override { return "hf"; }
   int64_t vocab_size() const override { return vocab_size_; }

@@ -21,6 +21,7 @@ namespace trellis {
 namespace {
 
 using nlohmann::json;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
@@ -224,6 +225,43 @@ TEST(HfTokenizerTest, MalformedFieldsAreErrorsNotCrashes) {
   t = HfTokenizer::Parse(root.dump(), "test");
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(t.status().message(), HasSubstr("model.merges[0]"));
+}
+
+// Ids past the table trellis keeps are refused in one line, naming the
+// token and its id: 2^32 - 1 wrapped to 0 in `id + 1` and wrote out of
+// bounds, 2^32 + 5 was read as 5, and 5e7 took 1.6 GB.
+TEST(HfTokenizerTest, HugeTokenIdsAreRefusedNotWrappedOrAllocated) {
+  struct Case {
+    const char* where;
+    uint64_t id;
+    const char* path;
+  };
+  for (const Case& c :
+       {Case{"added", 4294967295u, "added_tokens[0].id"},
+        Case{"added", (uint64_t{1} << 32) + 5, "added_tokens[0].id"},
+        Case{"added", HfTokenizer::kMaxTokenIds, "added_tokens[0].id"},
+        Case{"vocab", 50000000, "model.vocab"},
+        Case{"vocab", uint64_t{1} << 31, "model.vocab"}}) {
+    SCOPED_TRACE(c.id);
+    json root = json::parse(hf_testing::Llama2StyleJson());
+    if (std::string(c.where) == "added") {
+      root["added_tokens"][0]["id"] = c.id;
+    } else {
+      root["model"]["vocab"]["huge"] = c.id;
+    }
+    absl::StatusOr<std::unique_ptr<HfTokenizer>> t =
+        HfTokenizer::Parse(root.dump(), "test");
+    ASSERT_FALSE(t.ok());
+    EXPECT_THAT(t.status().message(),
+                AllOf(HasSubstr(c.path), HasSubstr(std::to_string(c.id)),
+                      HasSubstr("not below 4194304")));
+  }
+  json root = json::parse(hf_testing::Llama2StyleJson());
+  root["added_tokens"][0]["id"] = -3;
+  absl::StatusOr<std::unique_ptr<HfTokenizer>> t =
+      HfTokenizer::Parse(root.dump(), "test");
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("added_tokens[0].id"));
 }
 
 TEST(HfTokenizerTest, MakeTokenizerReadsHfAndRejectsUnknownSpecs) {
