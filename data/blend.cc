@@ -134,15 +134,26 @@ absl::StatusOr<BlendSampler> BlendSampler::Make(
     return absl::InvalidArgumentError(absl::StrCat(
         "the global batch must be at least 1, not ", global_batch));
   }
-  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  for (const double w : weights) {
+    if (!(std::isfinite(w) && w > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("blend weight ", w, " is not positive and finite"));
+    }
+  }
+  // Scaled by the largest first, so that the sum cannot overflow
+  // (1e308 + 1e308 is infinite, and every share would be 0).
+  const double largest = *std::max_element(weights.begin(), weights.end());
+  double total = 0;
+  for (const double w : weights) total += w / largest;
   std::vector<double> normalized;
   std::vector<TrainSampler> sources;
   for (size_t k = 0; k < weights.size(); ++k) {
-    if (!(std::isfinite(weights[k]) && weights[k] > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("blend weight ", weights[k], " is not positive"));
+    normalized.push_back(weights[k] / largest / total);
+    if (!(normalized.back() > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "blend weight ", weights[k], " is too small beside ", largest,
+          " to ever be drawn; give weights within a factor of 1e300"));
     }
-    normalized.push_back(weights[k] / total);
     const uint64_t source_seed = Mix(seed ^ Mix(kSourceSalt + k));
     TRELLIS_ASSIGN_OR_RETURN(
         TrainSampler sampler,

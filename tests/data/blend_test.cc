@@ -102,6 +102,29 @@ TEST(BlendSamplerTest, ProportionsFollowTheWeights) {
   }
 }
 
+// Weights whose sum overflows a double (1e308 + 1e308) were normalized to
+// 0 and drawn equally: the shares must follow the weights; a weight too
+// small beside the largest to be drawn at all is refused.
+TEST(BlendSamplerTest, HugeWeightsKeepTheirProportions) {
+  BlendSampler sampler = MakeSampler({1e308, 1e308, 1}, {97, 97, 97}, 64, 3);
+  EXPECT_DOUBLE_EQ(sampler.weights()[0], 0.5);
+  EXPECT_DOUBLE_EQ(sampler.weights()[1], 0.5);
+  std::vector<int64_t> counts(3, 0);
+  for (int step = 0; step < 10; ++step) {
+    for (const BlendSampler::Draw& draw : sampler.NextBatch()) {
+      ++counts[draw.source];
+    }
+  }
+  EXPECT_EQ(counts[0], 320);
+  EXPECT_EQ(counts[1], 320);
+  EXPECT_EQ(counts[2], 0);
+  const absl::StatusOr<BlendSampler> extreme =
+      BlendSampler::Make({1e308, 1e-300}, {97, 97}, 64, 3);
+  ASSERT_FALSE(extreme.ok());
+  EXPECT_THAT(std::string(extreme.status().message()),
+              testing::HasSubstr("too small"));
+}
+
 // Each source's windows come in epochs: every train window once per epoch.
 TEST(BlendSamplerTest, EachSourceCoversItsWindowsEachEpoch) {
   BlendSampler sampler = MakeSampler({0.75, 0.25}, {30, 10}, 8, 1);
