@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -102,6 +103,15 @@ absl::Status Run() {
   SearchLimits limits;
   limits.max_micro_batch_size = absl::GetFlag(FLAGS_max_micro_batch_size);
   limits.max_virtual_stages = absl::GetFlag(FLAGS_max_virtual_stages);
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"max_micro_batch_size",
+                                        limits.max_micro_batch_size},
+        {"max_virtual_stages", limits.max_virtual_stages}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, "=", value, " must be at least 1 (the search's bound)"));
+    }
+  }
   const std::string explain = absl::GetFlag(FLAGS_explain);
   size_t explain_rank = 0;
   if (!explain.empty() && !absl::SimpleAtoi(explain, &explain_rank)) {

@@ -94,6 +94,18 @@ TEST(LayoutSpaceTest, SearchesZeroTwoAndSequenceParallelism) {
             ValidateLayout(probe, 4).ok() ? 1u : 0u);
 }
 
+// Virtual stages stop at a layer per chunk, whatever the limit.
+TEST(LayoutSpaceTest, VirtualStagesStopAtALayerPerChunk) {
+  SearchLimits limits;
+  limits.max_virtual_stages = 1000000000;
+  const std::vector<TrainOptions> layouts =
+      EnumerateLayouts(Small(), 4, limits);
+  ASSERT_FALSE(layouts.empty());
+  for (const TrainOptions& o : layouts) {
+    EXPECT_LE(o.virtual_stages * o.pp, Small().model.n_layer) << LayoutName(o);
+  }
+}
+
 // A brute force over a superset of the axes, asking the validator alone,
 // finds the same layouts (pp = 1 keeps only 1F1B, as documented).
 TEST(LayoutSpaceTest, EveryAcceptedLayoutAppears) {

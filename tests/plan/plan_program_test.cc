@@ -163,6 +163,24 @@ TEST(PlanProgramTest, BadClusterFileIsOneLineNamingTheField) {
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
 }
 
+// A search bound far past the model's size plans what the model allows, at
+// once; a bound under 1 is refused in one line.
+TEST(PlanProgramTest, SearchBoundsAreCheckedAndCapped) {
+  const std::string cluster = WriteCluster("bounds.json", SmallCluster(4));
+  Output o = Plan(absl::StrCat(kModel, " --cluster=", cluster,
+                               " --max_virtual_stages=1000000000"));
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("dp"));
+  for (const char* flag : {"--max_virtual_stages=0", "--max_micro_batch_size=0",
+                           "--max_micro_batch_size=-3"}) {
+    o = Plan(absl::StrCat(kModel, " --cluster=", cluster, " ", flag));
+    EXPECT_EQ(o.code, 1) << flag;
+    EXPECT_THAT(o.err, HasSubstr(flag)) << flag;
+    EXPECT_THAT(o.err, HasSubstr("must be at least 1")) << flag;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  }
+}
+
 TEST(PlanProgramTest, NothingFitsIsATable) {
   const std::string cluster = WriteCluster("tiny.json", SmallCluster(0.001));
   const Output o = Plan(absl::StrCat(kModel, " --cluster=", cluster));

@@ -1,5 +1,7 @@
 #include "tools/plan/layout_space.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "parallel/schedule.h"
@@ -52,10 +54,14 @@ std::vector<TrainOptions> Schedules(const TrainOptions& o, int,
                ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1});
 }
 
+// At most as many as give each chunk a layer: the limit alone, however
+// large, never makes more variants than the model has layers.
 std::vector<TrainOptions> VirtualStages(const TrainOptions& o, int,
                                         const SearchLimits& limits) {
   std::vector<int64_t> v;
-  for (int64_t i = 1; i <= limits.max_virtual_stages; ++i) v.push_back(i);
+  const int64_t most = std::min(limits.max_virtual_stages,
+                                o.model.n_layer / std::max<int64_t>(o.pp, 1));
+  for (int64_t i = 1; i <= most; ++i) v.push_back(i);
   return Vary(o, &TrainOptions::virtual_stages, v);
 }
 
