@@ -45,6 +45,13 @@ absl::StatusOr<std::string> JsonlText(std::string_view line,
     return absl::InvalidArgumentError(
         absl::StrCat("invalid UTF-8 at byte ", bad + 1));
   }
+  // (The JSON parser would take a NUL for the end of its input and drop
+  // the rest of the line; JSON has no raw NUL.)
+  const size_t nul = line.find('\0');
+  if (nul != std::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not valid JSON (a NUL byte at byte ", nul + 1, ")"));
+  }
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(line);
@@ -69,11 +76,44 @@ absl::StatusOr<std::string> JsonlText(std::string_view line,
 }
 
 JsonlReader::JsonlReader(std::unique_ptr<CompressedReader> input,
-                         std::string key)
-    : input_(std::move(input)), key_(std::move(key)), block_(kBlockBytes) {}
+                         std::string key, size_t max_line_bytes)
+    : input_(std::move(input)),
+      key_(std::move(key)),
+      block_(kBlockBytes),
+      max_line_bytes_(max_line_bytes) {}
+
+absl::StatusOr<bool> JsonlReader::SkipRestOfLine() {
+  while (true) {
+    if (block_pos_ == block_end_) {
+      if (at_end_) return false;
+      TRELLIS_ASSIGN_OR_RETURN(block_end_,
+                               input_->Read(block_.data(), block_.size()));
+      block_pos_ = 0;
+      if (block_end_ == 0) {
+        at_end_ = true;
+        return false;
+      }
+    }
+    const char* begin = block_.data() + block_pos_;
+    const size_t left = block_end_ - block_pos_;
+    const char* newline =
+        static_cast<const char*>(std::memchr(begin, '\n', left));
+    if (newline != nullptr) {
+      block_pos_ += newline - begin + 1;
+      return true;
+    }
+    block_pos_ = block_end_;
+  }
+}
 
 absl::StatusOr<bool> JsonlReader::NextLine() {
   line_.clear();
+  overlong_ = false;
+  if (skip_rest_) {
+    skip_rest_ = false;
+    TRELLIS_ASSIGN_OR_RETURN(const bool more, SkipRestOfLine());
+    if (!more) return false;
+  }
   bool any = false;
   while (true) {
     if (block_pos_ == block_end_) {
@@ -94,6 +134,18 @@ absl::StatusOr<bool> JsonlReader::NextLine() {
     const char* newline =
         static_cast<const char*>(std::memchr(begin, '\n', left));
     const size_t take = newline != nullptr ? newline - begin : left;
+    if (line_.size() + take > max_line_bytes_) {
+      // Refused now; the next call skips the rest of it.
+      block_pos_ += take;
+      if (newline != nullptr) {
+        ++block_pos_;
+      } else {
+        skip_rest_ = true;
+      }
+      line_.clear();
+      overlong_ = true;
+      return true;
+    }
     line_.append(begin, take);
     block_pos_ += take;
     if (newline != nullptr) {
@@ -109,6 +161,11 @@ absl::StatusOr<bool> JsonlReader::Next(std::string& text) {
     TRELLIS_ASSIGN_OR_RETURN(const bool more, NextLine());
     if (!more) return false;
     ++line_number_;
+    if (overlong_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          input_->path(), ":", line_number_, ": longer than ", max_line_bytes_,
+          " bytes (a JSON Lines record ends with a newline)"));
+    }
     if (IsBlankLine(line_)) continue;
     absl::StatusOr<std::string> value = JsonlText(line_, key_);
     if (!value.ok()) {

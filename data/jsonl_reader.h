@@ -35,7 +35,12 @@ absl::StatusOr<std::string> JsonlText(std::string_view line,
 
 class JsonlReader {
  public:
-  JsonlReader(std::unique_ptr<CompressedReader> input, std::string key);
+  // A line longer than max_line_bytes is refused as soon as it is (its
+  // rest is skipped by the next call), so a file without newlines is never
+  // held whole.
+  static constexpr size_t kMaxLineBytes = size_t{256} << 20;
+  JsonlReader(std::unique_ptr<CompressedReader> input, std::string key,
+              size_t max_line_bytes = kMaxLineBytes);
 
   // The next document's text into `text`: true, or false at the end of the
   // file. A bad line: InvalidArgument naming path and line (go on by calling
@@ -47,8 +52,11 @@ class JsonlReader {
   const CompressedReader& input() const { return *input_; }
 
  private:
-  // The next line without its "\n" into line_; false at the end.
+  // The next line without its "\n" into line_; false at the end. A line
+  // over max_line_bytes_ sets overlong_ and leaves its rest to skip.
   absl::StatusOr<bool> NextLine();
+  // Consumes input through the next "\n"; false at the end.
+  absl::StatusOr<bool> SkipRestOfLine();
 
   std::unique_ptr<CompressedReader> input_;
   std::string key_;
@@ -57,6 +65,8 @@ class JsonlReader {
   bool at_end_ = false;
   std::string line_;
   int64_t line_number_ = 0;
+  size_t max_line_bytes_;
+  bool overlong_ = false, skip_rest_ = false;
 };
 
 }  // namespace trellis

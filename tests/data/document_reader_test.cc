@@ -212,6 +212,49 @@ TEST_F(ReaderTest, EachBadLineFailsWithFileAndLine) {
   }
 }
 
+// A NUL byte ended the JSON parser's input, so the rest of its line was
+// dropped without a word; it is no valid JSON anywhere in a line.
+TEST_F(ReaderTest, NulByteInALineIsRefused) {
+  std::string line = "{\"text\": \"a\"}";  // 13 bytes
+  line += '\0';
+  line += "{\"more\": 1}";
+  const std::string path =
+      Write("nul.jsonl", absl::StrCat("{\"text\": \"fine\"}\n", line, "\n"));
+  const Documents got = ReadDocuments({path}, {});
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status.message(),
+              HasSubstr(absl::StrCat(path,
+                                     ":2: not valid JSON (a NUL byte at "
+                                     "byte 14)")));
+}
+
+// A line over the bound is refused as soon as it passes it (a file with no
+// newline is never held whole), and the next call goes on after it.
+TEST_F(ReaderTest, OverlongLineIsRefusedAndSkipped) {
+  const std::string long_text(300, 'x');
+  const std::string path =
+      Write("long.jsonl.zst",
+            absl::StrCat("{\"text\": \"a\"}\n{\"text\": \"", long_text,
+                         "\"}\n{\"text\": \"b\"}\n", long_text));
+  absl::StatusOr<std::unique_ptr<CompressedReader>> in =
+      CompressedReader::Open(path);
+  ASSERT_TRUE(in.ok()) << in.status();
+  JsonlReader reader(*std::move(in), "text", /*max_line_bytes=*/64);
+  std::string text;
+  ASSERT_TRUE(reader.Next(text).value());
+  EXPECT_EQ(text, "a");
+  absl::StatusOr<bool> next = reader.Next(text);
+  ASSERT_FALSE(next.ok());
+  EXPECT_THAT(next.status().message(),
+              HasSubstr(absl::StrCat(path, ":2: longer than 64 bytes")));
+  ASSERT_TRUE(reader.Next(text).value());
+  EXPECT_EQ(text, "b");
+  next = reader.Next(text);  // the last line, with no newline
+  ASSERT_FALSE(next.ok());
+  EXPECT_THAT(next.status().message(), HasSubstr(":4: longer than"));
+  EXPECT_FALSE(reader.Next(text).value());
+}
+
 TEST_F(ReaderTest, SkipCountsBadLinesAndKeepsTheGoodOnes) {
   const std::string a = Write("a.jsonl.zst",
                               "{\"text\": \"a1\"}\n{oops\n{\"text\": 1}\n"
