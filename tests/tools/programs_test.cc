@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,6 +22,20 @@ namespace trellis {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Every file under `dir` with its size, one per line, sorted.
+std::string DirListing(const std::string& dir) {
+  std::vector<std::string> lines;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    lines.push_back(e.path().string() + " " +
+                    (e.is_regular_file() ? std::to_string(e.file_size())
+                                         : std::string("dir")));
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
 using programs_test::Describe;
 using programs_test::ProgramResult;
 using programs_test::ProgramsTest;
@@ -113,6 +128,20 @@ TEST_F(ProgramsTest, StrayPositionalArguments) {
               {"--input=" + dir_ + "/in", "--to=hf", "--output=" + dir_ + "/o",
                "stray"},
               {"'stray'", "--flagfile="});
+}
+
+// Converting a model over itself removed the original before the new
+// files were whole (a full disk midway lost both): refused before reading,
+// however the same path is spelled, and the input is left as it was.
+TEST_F(ProgramsTest, ConvertRefusesToWriteOverItsInput) {
+  const std::string ckpt = MakeCheckpoint();
+  const std::string before = DirListing(ckpt);
+  for (const std::string& output :
+       {ckpt, ckpt + "/", ckpt + "/../" + fs::path(ckpt).filename().string()}) {
+    ExpectError("convert", {"--input=" + ckpt, "--to=hf", "--output=" + output},
+                {"--output=" + output, "is --input itself"});
+  }
+  EXPECT_EQ(DirListing(ckpt), before);
 }
 
 TEST_F(ProgramsTest, EvalSucceedsThenRefusesBadFiles) {

@@ -53,6 +53,16 @@ struct Input {
   int64_t optimizer_step = 0;
 };
 
+// `path` made absolute, with "." and ".." resolved (through symbolic links
+// where they exist) and no trailing separator.
+fs::path Resolved(const std::string& path) {
+  std::error_code error;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, error), error);
+  if (error) p = fs::absolute(path).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+  return p;
+}
+
 absl::StatusOr<Input> ReadHf(const ConvertOptions& o, TensorProgress& bar) {
   TRELLIS_ASSIGN_OR_RETURN(HfSafetensors files, HfSafetensors::Open(o.input));
   const std::string config_path =
@@ -339,14 +349,23 @@ absl::StatusOr<DType> ParseFloatDType(const std::string& name) {
 absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
   const auto start = Clock::now();
   ConvertSummary s;
+  if (o.output.empty()) {
+    return absl::InvalidArgumentError("--output is required");
+  }
+  // Writing over the input would remove or replace its files before the
+  // new ones are whole: a full disk midway would leave neither.
+  if (Resolved(o.input) == Resolved(o.output)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--output=", o.output,
+        " is --input itself; write the conversion "
+        "beside it (another --output) and replace the original once it is "
+        "done"));
+  }
   s.from = o.from;
   if (s.from.empty()) {
     TRELLIS_ASSIGN_OR_RETURN(s.from, DetectFormat(o.input));
   }
   s.to = o.to;
-  if (o.output.empty()) {
-    return absl::InvalidArgumentError("--output is required");
-  }
   TensorProgress read_bar("reading", o.progress);
   absl::StatusOr<Input> in;
   if (s.from == "hf") {
