@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -15,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/tools/programs_test_util.h"
 #include "tests/tools/tools_test_util.h"
+#include "tools/trainer/save_dir_lock.h"
 
 namespace trellis {
 namespace {
@@ -55,6 +59,41 @@ TEST_F(ProgramsTest, TrainSucceedsOnGoodInput) {
 
 // NaN gradients from step 2 on (a test hook): after --max_skipped_steps
 // skips the run saves step 1 and ends with one line saying what to do.
+// Two runs saving into one directory published a checkpoint with one run's
+// state beside the other's weights: while a process holds --save_dir, a
+// second run is refused before it trains, naming the holder.
+TEST_F(ProgramsTest, TrainRefusesASaveDirInUse) {
+  const std::string save = dir_ + "/shared_ckpt";
+  fs::create_directories(save);
+  int ready[2], release[2];
+  ASSERT_EQ(pipe(ready), 0);
+  ASSERT_EQ(pipe(release), 0);
+  const pid_t holder = fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {  // another run: holds the lock until told to go
+    auto lock = SaveDirLock::Acquire(save);
+    char c = lock.ok() ? 'y' : 'n';
+    if (write(ready[1], &c, 1) != 1 || read(release[0], &c, 1) != 1) _exit(2);
+    _exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  std::vector<std::string> args = TinyFlags(byte_data_);
+  args.push_back("--save_dir=" + save);
+  ExpectError("train", args,
+              {"--save_dir=" + save, "in use by another run",
+               absl::StrCat("pid ", holder)});
+  EXPECT_FALSE(fs::exists(save + "/step_00000002"));
+  ASSERT_EQ(write(release[1], &c, 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(holder, &status, 0), holder);
+  // Once the holder is gone the directory is free again.
+  const ProgramResult r = RunProgram("train", args, dir_);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << Describe("train", args, r);
+  EXPECT_TRUE(fs::exists(save + "/step_00000002/model.h5"));
+}
+
 TEST_F(ProgramsTest, TrainGivesUpAfterConsecutiveSkippedSteps) {
   setenv("TRELLIS_TEST_INJECT_NAN", "2+:0", 1);
   Train({"--steps=6", "--max_skipped_steps=2", "--save_dir=" + dir_ + "/ck"},

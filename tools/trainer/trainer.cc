@@ -56,12 +56,23 @@ absl::Status CheckSaveDir(const std::string& save_dir) {
 }
 
 // A run starting at `resume_dir` (or from scratch) must be able to save:
-// no checkpoint beyond its start may sit in --save_dir. Every rank looks
-// (so each fails with the same message) and they agree.
+// no other run may be using --save_dir (rank 0 takes its lock into `lock`)
+// and no checkpoint beyond its start may sit in it. Every rank looks (so
+// each fails with the same message) and they agree.
 absl::Status CheckStart(const TrainOptions& o, const std::string& resume_dir,
-                        Communicator& world) {
+                        Communicator& world,
+                        std::unique_ptr<SaveDirLock>& lock) {
   absl::Status mine;
-  if (!o.save_dir.empty()) {
+  if (!o.save_dir.empty() && world.rank() == 0) {
+    absl::StatusOr<std::unique_ptr<SaveDirLock>> taken =
+        SaveDirLock::Acquire(o.save_dir);
+    if (taken.ok()) {
+      lock = *std::move(taken);
+    } else {
+      mine = taken.status();
+    }
+  }
+  if (mine.ok() && !o.save_dir.empty()) {
     int64_t start = 0;
     if (!resume_dir.empty()) {
       absl::StatusOr<TrainingState> state = ReadTrainingState(resume_dir);
@@ -93,8 +104,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
   TRELLIS_RETURN_IF_ERROR(CheckSaveDir(options.save_dir));
   TRELLIS_ASSIGN_OR_RETURN(ResumePoint resume,
                            FindResumePoint(options.resume, options.save_dir));
-  TRELLIS_RETURN_IF_ERROR(CheckStart(options, resume.dir, *groups.world));
+  std::unique_ptr<SaveDirLock> save_lock;
+  TRELLIS_RETURN_IF_ERROR(
+      CheckStart(options, resume.dir, *groups.world, save_lock));
   std::unique_ptr<Trainer> trainer(new Trainer(options, groups, coord));
+  trainer->save_lock_ = std::move(save_lock);
   trainer->stop_check_ = std::move(stop_check);
   // A resumed run's weights all come from the checkpoint: no initializing.
   TRELLIS_RETURN_IF_ERROR(trainer->Build(dtype, resume.dir.empty()

@@ -35,6 +35,7 @@
 #include "tools/trainer/metrics.h"
 #include "tools/trainer/optimizer.h"
 #include "tools/trainer/options.h"
+#include "tools/trainer/save_dir_lock.h"
 #include "tools/trainer/stage_model.h"
 #include "tools/trainer/step_guard.h"
 #include "tools/trainer/step_tracer.h"
@@ -174,6 +175,8 @@ class Trainer {
   double largest_planned_bytes_ = 0;
   std::vector<double> losses_;
   std::function<bool()> stop_check_;
+  // Rank 0's hold on --save_dir for the run's life; null elsewhere.
+  std::unique_ptr<SaveDirLock> save_lock_;
 };
 
 }  // namespace trellis
