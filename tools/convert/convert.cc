@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -63,6 +65,47 @@ fs::path Resolved(const std::string& path) {
   return p;
 }
 
+// The layers the weights hold: one more than the largest i of a tensor
+// named "...h.<i>." (GPT-2) or "...layers.<i>." (Llama), 0 when none.
+int64_t LayersInWeights(const HfSafetensors& files) {
+  int64_t layers = 0;
+  for (const std::string& name : files.names()) {
+    for (const char* key : {"h.", "layers."}) {
+      size_t at = name.find(key);
+      while (at != std::string::npos && at != 0 && name[at - 1] != '.') {
+        at = name.find(key, at + 1);
+      }
+      if (at == std::string::npos) continue;
+      const size_t digits = at + std::string(key).size();
+      size_t end = digits;
+      while (end < name.size() &&
+             std::isdigit(static_cast<unsigned char>(name[end]))) {
+        ++end;
+      }
+      if (end == digits || end - digits > 9 || end >= name.size() ||
+          name[end] != '.') {
+        continue;
+      }
+      layers = std::max<int64_t>(
+          layers, std::stoll(name.substr(digits, end - digits)) + 1);
+    }
+  }
+  return layers;
+}
+
+// A config.json that names more layers than the weights hold is refused
+// before anything is laid out for them (n_layer 10^9 grew memory without
+// bound).
+absl::Status CheckLayers(const HfSafetensors& files, const ModelConfig& c,
+                         const std::string& config_path) {
+  const int64_t held = LayersInWeights(files);
+  if (c.n_layer <= held) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(config_path, " says the model has ", c.n_layer,
+                   " layers, but ", files.path(), " holds weights of ", held,
+                   "; the config and the weights must come from one model"));
+}
+
 absl::StatusOr<Input> ReadHf(const ConvertOptions& o, TensorProgress& bar) {
   TRELLIS_ASSIGN_OR_RETURN(HfSafetensors files, HfSafetensors::Open(o.input));
   const std::string config_path =
@@ -72,11 +115,13 @@ absl::StatusOr<Input> ReadHf(const ConvertOptions& o, TensorProgress& bar) {
   if (family == ModelFamilyKind::kLlama) {
     TRELLIS_ASSIGN_OR_RETURN(ModelConfig config,
                              ReadHfLlamaConfig(config_path));
+    TRELLIS_RETURN_IF_ERROR(CheckLayers(files, config, config_path));
     TRELLIS_ASSIGN_OR_RETURN(in.model,
                              ReadHfLlamaModel(files, config, bar.Fn()));
     return in;
   }
   TRELLIS_ASSIGN_OR_RETURN(ModelConfig config, ReadHfConfig(config_path));
+  TRELLIS_RETURN_IF_ERROR(CheckLayers(files, config, config_path));
   TRELLIS_ASSIGN_OR_RETURN(in.model, ReadHfModel(files, config, bar.Fn()));
   return in;
 }
