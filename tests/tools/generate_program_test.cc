@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -137,6 +139,29 @@ TEST_F(GenerateProgramTest, BadFlagsGiveOneLineAndExitOne) {
     EXPECT_THAT(out, HasSubstr(message));
     EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   }
+}
+
+// A state.json describing a model far past the device (100,000 layers of
+// width 4096) grew memory without bound: it is refused from the model's
+// size before a parameter is declared, in one line, at once.
+TEST_F(GenerateProgramTest, AModelTooLargeForTheDeviceIsRefusedAtOnce) {
+  const std::string source = test::TinyCheckpoint("gpt2");
+  const std::string copy = dir_ + "/huge";
+  std::filesystem::copy(source, copy, std::filesystem::copy_options::recursive);
+  std::string latest;
+  std::ifstream(copy + "/latest") >> latest;
+  const std::string state_path = copy + "/" + latest + "/state.json";
+  nlohmann::json state = nlohmann::json::parse(test::ReadFile(state_path));
+  state["model"]["n_layer"] = 100000;
+  state["model"]["d_model"] = 4096;
+  std::ofstream(state_path, std::ios::trunc) << state.dump(2);
+  std::string out;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Generate(copy, {"--prompt=abc"}, 1, &out), 1) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_THAT(out, HasSubstr("trellis-generate: error: "));
+  EXPECT_THAT(out, HasSubstr("100000 layers, width 4096) needs at least"));
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "framework/status.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/checkpoint_dir.h"
@@ -77,6 +78,34 @@ double Generation::TokensPerSecond() const {
   return seconds > 0 ? static_cast<double>(tokens.size()) / seconds : 0;
 }
 
+namespace {
+
+// A model whose weights and key/value cache cannot fit is refused before
+// a parameter is declared (a state.json of 100,000 layers grew memory
+// without bound).
+absl::Status CheckFits(const ModelConfig& c, int64_t tp, DType dtype,
+                       size_t available, Device device) {
+  const double bytes = static_cast<double>(DTypeSize(dtype));
+  const double weights = static_cast<double>(c.NumParameters()) / tp * bytes;
+  const double cache =
+      2.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.seq_len) *
+      static_cast<double>(c.kv_heads() * c.head_dim()) / tp * bytes;
+  if (weights + cache <= static_cast<double>(available)) {
+    return absl::OkStatus();
+  }
+  auto gib = [](double b) {
+    return absl::StrFormat("%.1f GiB", b / (1 << 30));
+  };
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the checkpoint's model (", c.n_layer, " layers, width ", c.d_model,
+      ") needs at least ", gib(weights + cache), " per rank (weights ",
+      gib(weights), ", key/value cache ", gib(cache), ") and ",
+      DeviceName(device), " has ", gib(static_cast<double>(available)),
+      "; split it over more --tp ranks or use a larger device"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
     const GenerateOptions& o, const ProcessGroups& groups) {
   std::unique_ptr<Generator> g(new Generator());
@@ -106,6 +135,10 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
   g->device_groups_ = std::move(rank.device_groups);
   g->device_ = rank.device;
   g->dtype_ = rank.dtype;
+  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
+      *g->groups_.world,
+      CheckFits(g->config_, g->groups_.tp->size(), g->dtype_,
+                AvailableMemory(o.layout, g->device_), g->device_)));
   const TpPlace tp{g->groups_.tp->size(), g->groups_.tp->rank()};
   const ModelFamily& family = FamilyOf(g->config_);
   family.DeclareParameters(g->config_,
