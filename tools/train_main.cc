@@ -199,6 +199,12 @@ int Main(int argc, char** argv) {
                 StopSignalReceived(),
                 static_cast<long long>((*trainer)->step()));
   }
+  if (!(*trainer)->metrics_failure().empty()) {
+    return fail(
+        absl::DataLossError(absl::StrCat("the run trained to the end, but ",
+                                         (*trainer)->metrics_failure())),
+        false);
+  }
   return 0;
 }
 

@@ -94,6 +94,29 @@ TEST_F(ProgramsTest, TrainRefusesASaveDirInUse) {
   EXPECT_TRUE(fs::exists(save + "/step_00000002/model.h5"));
 }
 
+// A metrics file on a full disk was cut mid-line with exit 0: the failed
+// write is said once while training goes on, and the run's exit says what
+// was lost.
+TEST_F(ProgramsTest, TrainSaysAMetricsFileItCouldNotWrite) {
+  std::vector<std::string> args = TinyFlags(byte_data_);
+  args.push_back("--metrics_file=/dev/full");
+  const ProgramResult r = RunProgram("train", args, dir_);
+  const std::string what = Describe("train", args, r);
+  EXPECT_TRUE(r.exited) << what;
+  EXPECT_EQ(r.exit_code, 1) << what;
+  const std::string said =
+      "error: --metrics_file=/dev/full: writing step 1 failed (No space left "
+      "on device)";
+  ASSERT_NE(r.err.find(said), std::string::npos) << what;
+  EXPECT_EQ(r.err.find(said, r.err.find(said) + 1), std::string::npos)
+      << "said more than once: " << what;
+  EXPECT_THAT(r.err, HasSubstr("trellis-train: error: the run trained to the "
+                               "end, but --metrics_file=/dev/full holds no "
+                               "step from 1 on"))
+      << what;
+  EXPECT_THAT(r.out, HasSubstr("2/2 | loss")) << what;
+}
+
 TEST_F(ProgramsTest, TrainGivesUpAfterConsecutiveSkippedSteps) {
   setenv("TRELLIS_TEST_INJECT_NAN", "2+:0", 1);
   Train({"--steps=6", "--max_skipped_steps=2", "--save_dir=" + dir_ + "/ck"},

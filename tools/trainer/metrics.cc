@@ -1,6 +1,9 @@
 #include "tools/trainer/metrics.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -93,6 +96,9 @@ absl::Status MetricsWriter::Open(const std::string& path,
     return absl::FailedPreconditionError(
         absl::StrCat("cannot open --metrics_file=", path, " for writing"));
   }
+  path_ = path;
+  out_.seekp(0, std::ios::end);
+  whole_bytes_ = std::max<std::streamoff>(0, out_.tellp());
   return absl::OkStatus();
 }
 
@@ -131,8 +137,28 @@ void MetricsWriter::Write(const StepMetrics& m) {
   for (const auto& [source, loss] : m.val_loss_by_source) {
     j["val_loss_by_source"][source] = loss;
   }
+  errno = 0;
   out_ << j.dump() << "\n";
   out_.flush();
+  if (out_) {
+    whole_bytes_ = out_.tellp();
+    return;
+  }
+  const std::string cause = errno != 0 ? std::strerror(errno) : "write failed";
+  out_.close();
+  // No half line: the file ends with the last step written whole.
+  std::error_code ignored;
+  if (std::filesystem::is_regular_file(path_, ignored)) {
+    std::filesystem::resize_file(path_, static_cast<uintmax_t>(whole_bytes_),
+                                 ignored);
+  }
+  failure_ = absl::StrCat("--metrics_file=", path_, " holds no step from ",
+                          m.step, " on (", cause, ")");
+  std::fprintf(stderr,
+               "error: --metrics_file=%s: writing step %lld failed (%s); the "
+               "file keeps the steps before it, training goes on, and the run "
+               "will exit nonzero\n",
+               path_.c_str(), static_cast<long long>(m.step), cause.c_str());
 }
 
 }  // namespace trellis

@@ -69,11 +69,19 @@ class MetricsWriter {
   absl::Status Open(const std::string& path,
                     const std::string& tensorboard_dir = "");
   // A TensorBoard write that fails is reported once on stderr and ends the
-  // event file; training goes on.
+  // event file; training goes on. So does a metrics-file write that fails
+  // (a full disk): said once on stderr, the file cut back to its last whole
+  // line and written no more, and failure() says so for the run's exit.
   void Write(const StepMetrics& m);
+  // Empty while every metrics line was written; else what was lost, for
+  // the run's closing error.
+  const std::string& failure() const { return failure_; }
 
  private:
   std::ofstream out_;
+  std::string path_, failure_;
+  // The file's size after the last whole line written.
+  std::streamoff whole_bytes_ = 0;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 

@@ -72,6 +72,8 @@ class Trainer {
   // every rank saves (when --save_dir is set) and returns kGaveUp, with
   // give_up_message() saying why and what to do.
   absl::StatusOr<Outcome> Run();
+  // Empty unless a --metrics_file write failed (rank 0): what was lost.
+  const std::string& metrics_failure() const { return metrics_.failure(); }
   const std::string& give_up_message() const { return give_up_message_; }
   void set_stop_check(std::function<bool()> check) {
     stop_check_ = std::move(check);
