@@ -151,6 +151,18 @@ TEST_F(BlendTrainerTest, ResumeWithAnotherDataFailsClearly) {
     EXPECT_THAT(resumed.status().message(),
                 HasSubstr("resume with the --data the run started with"));
   }
+  // The same files and weights in another order took each other's
+  // positions, and trained to other losses with exit 0.
+  TrainOptions r =
+      test::TinyOptions(absl::StrCat("0.3:", code_, ",0.7:", web_));
+  r.resume = ckpt;
+  absl::StatusOr<std::unique_ptr<Trainer>> reordered =
+      Trainer::Create(r, context_.groups(), context_.coord());
+  ASSERT_FALSE(reordered.ok());
+  EXPECT_THAT(
+      reordered.status().message(),
+      AllOf(HasSubstr(absl::StrCat(web_, ", ", code_, " in that order")),
+            HasSubstr("in the checkpoint's order")));
 }
 
 TEST_F(BlendTrainerTest, OneSourceWithAWeightKeepsTheSingleFileOrder) {

@@ -176,6 +176,10 @@ class Trainer {
   // The plan total of the rank that needs the most (PlanMemory).
   double largest_planned_bytes_ = 0;
   std::vector<double> losses_;
+  // Refuses a resume whose --data blend lists the checkpoint's files in
+  // another order.
+  absl::Status CheckBlendOrder(const std::string& dir,
+                               const TrainingState& state) const;
   std::function<bool()> stop_check_;
   // Rank 0's hold on --save_dir for the run's life; null elsewhere.
   std::unique_ptr<SaveDirLock> save_lock_;

@@ -2,10 +2,12 @@
 // loading weights, resuming (weights, optimizer state and data position)
 // and saving. Under --zero=3 the weights are saved and loaded one group
 // of whole weights at a time (ShardedParameters::IoGroups), never all.
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/checkpoint_dir.h"
 #include "tools/trainer/evaluator.h"
@@ -89,6 +91,31 @@ absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::CheckBlendOrder(const std::string& dir,
+                                      const TrainingState& state) const {
+  // Positions are restored source by source, and the sampler's draws
+  // follow each source's place: the same files in another order would take
+  // each other's positions (and another data order) without a word.
+  std::vector<std::string> saved, given;
+  for (const DataSourceState& d : state.data_sources) saved.push_back(d.path);
+  if (saved.size() != static_cast<size_t>(loader_->num_sources())) {
+    return absl::OkStatus();  // Restore says what differs
+  }
+  for (int k = 0; k < loader_->num_sources(); ++k) {
+    given.push_back(loader_->dataset(k).path());
+  }
+  if (saved == given) return absl::OkStatus();
+  std::vector<std::string> a = saved, b = given;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b) return absl::OkStatus();  // other files (moved): by place
+  return absl::InvalidArgumentError(absl::StrCat(
+      dir, " was written by a run on the blend ", absl::StrJoin(saved, ", "),
+      " in that order, and --data gives ", absl::StrJoin(given, ", "),
+      "; give the files in the checkpoint's order (each keeps its place and "
+      "position)"));
+}
+
 absl::Status Trainer::Resume(const std::string& dir) {
   TRELLIS_ASSIGN_OR_RETURN(TrainingState state, CheckCheckpoint(dir));
   TRELLIS_RETURN_IF_ERROR(CheckSameRun(dir, state, options_));
@@ -96,6 +123,7 @@ absl::Status Trainer::Resume(const std::string& dir) {
   const absl::Status loaded = LoadModel(dir, optimizer_.get());
   optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
   TRELLIS_RETURN_IF_ERROR(loaded);
+  TRELLIS_RETURN_IF_ERROR(CheckBlendOrder(dir, state));
   std::vector<int64_t> source_samples;
   for (const DataSourceState& d : state.data_sources) {
     source_samples.push_back(d.samples_consumed);
