@@ -59,6 +59,11 @@ absl::StatusOr<StreamEval> Evaluate(const MpiRuntime& runtime) {
   if (load.empty()) {
     return absl::InvalidArgumentError("--load is required: a checkpoint");
   }
+  if (absl::GetFlag(FLAGS_max_windows) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_windows=", absl::GetFlag(FLAGS_max_windows),
+                     " must be at least 0 (0: every window)"));
+  }
   TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(load, ""));
   TrainOptions o;
   ReadParallelFlags(o);

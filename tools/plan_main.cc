@@ -90,6 +90,11 @@ absl::Status Run() {
     }
     TRELLIS_RETURN_IF_ERROR(ApplyBenchProfile(j, profile, cluster));
   }
+  if (absl::GetFlag(FLAGS_world) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--world=", absl::GetFlag(FLAGS_world),
+                     " must be at least 0 (0: every device of the cluster)"));
+  }
   TRELLIS_ASSIGN_OR_RETURN(TrainOptions base, BaseOptions(cluster));
   const int64_t world = absl::GetFlag(FLAGS_world) > 0
                             ? absl::GetFlag(FLAGS_world)

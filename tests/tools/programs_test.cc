@@ -229,6 +229,9 @@ TEST_F(ProgramsTest, EvalSucceedsThenRefusesBadFiles) {
   ExpectError("eval", {"--load=" + dir_ + "/nothing", "--data=" + byte_data_},
               {dir_ + "/nothing"});
   ExpectError("eval", {"--data=" + byte_data_}, {"--load"});
+  ExpectError("eval",
+              {"--load=" + ckpt, "--data=" + byte_data_, "--max_windows=-1"},
+              {"--max_windows=-1", "at least 0"});
   const std::string text = dir_ + "/text.h5";
   std::ofstream(text) << "plain text\n";
   ExpectError("eval", {"--load=" + ckpt, "--data=" + text}, {text});
