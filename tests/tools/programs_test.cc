@@ -117,6 +117,30 @@ TEST_F(ProgramsTest, TrainSaysAMetricsFileItCouldNotWrite) {
   EXPECT_THAT(r.out, HasSubstr("2/2 | loss")) << what;
 }
 
+// --eod_mask_loss over data that is all end-of-text logged loss 0 and
+// gradient norm 0 every step without a word: it is said once.
+TEST_F(ProgramsTest, TrainSaysOnceWhenNoPositionCountsTowardTheLoss) {
+  const std::string data = dir_ + "/all_eot.h5";
+  {
+    auto writer = TokenDatasetWriter::Create(data, test::kByteVocab);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    for (int i = 0; i < 2000; ++i) {
+      ASSERT_TRUE((*writer)->AppendDocument({}).ok());
+    }
+    ASSERT_TRUE((*writer)->Finish().ok());
+  }
+  std::vector<std::string> args = TinyFlags(data);
+  args.push_back("--eod_mask_loss");
+  const ProgramResult r = RunProgram("train", args, dir_);
+  const std::string what = Describe("train", args, r);
+  EXPECT_TRUE(r.exited && r.exit_code == 0) << what;
+  const std::string said = "warning: --eod_mask_loss: a global batch";
+  ASSERT_NE(r.err.find(said), std::string::npos) << what;
+  EXPECT_EQ(r.err.find(said, r.err.find(said) + 1), std::string::npos)
+      << "said more than once: " << what;
+  EXPECT_THAT(r.err, HasSubstr("no position counts toward its loss")) << what;
+}
+
 TEST_F(ProgramsTest, TrainGivesUpAfterConsecutiveSkippedSteps) {
   setenv("TRELLIS_TEST_INJECT_NAN", "2+:0", 1);
   Train({"--steps=6", "--max_skipped_steps=2", "--save_dir=" + dir_ + "/ck"},

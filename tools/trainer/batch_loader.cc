@@ -146,6 +146,7 @@ absl::StatusOr<std::vector<MicroBatch>> BatchLoader::ReadStep(
   const double positions =
       static_cast<double>(all.size()) * static_cast<double>(config_.seq_len);
   // Every input EOT: nothing counts (weights 0; loss and gradients 0).
+  if (counted == 0) uncounted_batches_.fetch_add(1);
   const double weight = counted > 0 ? positions / counted : 0.0;
   return Build(tokens.data() + first * w, count, static_cast<float>(weight));
 }

@@ -35,6 +35,7 @@
 #ifndef TRELLIS_TOOLS_TRAINER_BATCH_LOADER_H_
 #define TRELLIS_TOOLS_TRAINER_BATCH_LOADER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <future>
 #include <memory>
@@ -106,6 +107,9 @@ class BatchLoader {
   // This rank's microbatches of the next step (empty tensors when the rank
   // reads no tokens). Advances the sampler.
   absl::StatusOr<std::vector<MicroBatch>> NextStep();
+  // Global batches read so far in which no position counts toward the loss
+  // (--eod_mask_loss over inputs that are all end-of-text).
+  int64_t uncounted_batches() const { return uncounted_batches_.load(); }
   // Microbatches of windows of `source` starting at the given token
   // offsets, each of `window` = T + 1 tokens; the last microbatch may be
   // short of B windows only if `starts` is (callers pass multiples of B).
@@ -134,6 +138,8 @@ class BatchLoader {
   };
   BatchLoader(Config config, std::vector<Source> sources)
       : config_(config), sources_(std::move(sources)) {}
+  // Counted by ReadStep, which may run on the prefetch thread.
+  mutable std::atomic<int64_t> uncounted_batches_{0};
   Consumed SamplerState() const;
   // Draws the next global batch and starts reading this rank's share
   // (in the background when config_.prefetch).

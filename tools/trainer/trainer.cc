@@ -514,6 +514,15 @@ absl::StatusOr<Trainer::Outcome> Trainer::Run() {
       std::fflush(stdout);
       metrics_.Write(m);
     }
+    if (root && !said_uncounted_ && loader_->uncounted_batches() > 0) {
+      said_uncounted_ = true;
+      std::fprintf(stderr,
+                   "warning: --eod_mask_loss: a global batch (by step %lld) "
+                   "holds only end-of-text inputs, so no position counts "
+                   "toward its loss and the step trains nothing (loss and "
+                   "gradients 0); check --data\n",
+                   static_cast<long long>(m.step + 1));
+    }
     if (skipped && guard_->GaveUp()) {
       TRELLIS_RETURN_IF_ERROR(GiveUp(m));
       return Outcome::kGaveUp;

@@ -181,6 +181,8 @@ class Trainer {
   absl::Status CheckBlendOrder(const std::string& dir,
                                const TrainingState& state) const;
   std::function<bool()> stop_check_;
+  // Whether rank 0 said that a batch had no loss-bearing position.
+  bool said_uncounted_ = false;
   // Rank 0's hold on --save_dir for the run's life; null elsewhere.
   std::unique_ptr<SaveDirLock> save_lock_;
 };
