@@ -121,6 +121,7 @@ TEST_F(ResumeTest, ResumeAutoAfterStopEqualsUninterrupted) {
     EXPECT_EQ(first->losses()[i], full_->losses()[i]);
   }
   EXPECT_TRUE(fs::exists(o.save_dir + "/" + CheckpointName(5)));
+  first.reset();  // the stopped run ends, and --save_dir is free again
 
   o.resume = "auto";
   std::unique_ptr<Trainer> resumed = MakeTrainer(o, context_);
