@@ -1,5 +1,6 @@
 #include "data/hf_components.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -323,6 +324,16 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(
 
 namespace {
 
+// A post-processor's token id: an unsigned JSON integer of 32 bits, never
+// a float or a wider number cast into one.
+absl::StatusOr<uint32_t> TokenId(const json& j, const std::string& path) {
+  if (!j.is_number_unsigned() || j.get<uint64_t>() > UINT32_MAX) {
+    return Malformed(path, absl::StrCat("token id ", j.dump(),
+                                        " is not an unsigned 32-bit integer"));
+  }
+  return static_cast<uint32_t>(j.get<uint64_t>());
+}
+
 absl::StatusOr<std::vector<uint32_t>> TemplateIds(const json& j,
                                                   const json& special,
                                                   const std::string& path) {
@@ -332,11 +343,12 @@ absl::StatusOr<std::vector<uint32_t>> TemplateIds(const json& j,
     return Malformed(path, absl::StrCat("special token '", name,
                                         "' is not in special_tokens"));
   }
-  try {
-    return special[name]["ids"].get<std::vector<uint32_t>>();
-  } catch (const json::exception&) {
-    return Malformed(path, absl::StrCat("ids of '", name, "' are not ids"));
+  std::vector<uint32_t> ids;
+  for (const json& id : special[name]["ids"]) {
+    TRELLIS_ASSIGN_OR_RETURN(const uint32_t value, TokenId(id, path));
+    ids.push_back(value);
   }
+  return ids;
 }
 
 absl::StatusOr<SpecialTokenTemplate> ParseTemplate(const json& j,
@@ -372,12 +384,16 @@ absl::StatusOr<SpecialTokenTemplate> ParsePostProcessor(
   if (type == "ByteLevel") return SpecialTokenTemplate();
   if (type == "TemplateProcessing") return ParseTemplate(j, path);
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    try {
-      return SpecialTokenTemplate{{j.at("cls").at(1).get<uint32_t>()},
-                                  {j.at("sep").at(1).get<uint32_t>()}};
-    } catch (const json::exception&) {
-      return Malformed(path, "expected \"cls\" and \"sep\" as [token, id]");
+    for (const char* key : {"cls", "sep"}) {
+      if (!j.contains(key) || !j[key].is_array() || j[key].size() != 2) {
+        return Malformed(path, "expected \"cls\" and \"sep\" as [token, id]");
+      }
     }
+    TRELLIS_ASSIGN_OR_RETURN(const uint32_t cls,
+                             TokenId(j["cls"][1], path + ".cls"));
+    TRELLIS_ASSIGN_OR_RETURN(const uint32_t sep,
+                             TokenId(j["sep"][1], path + ".sep"));
+    return SpecialTokenTemplate{{cls}, {sep}};
   }
   if (type == "Sequence") {
     if (!j.contains("processors") || !j["processors"].is_array()) {

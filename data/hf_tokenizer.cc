@@ -179,6 +179,18 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(
   TRELLIS_RETURN_IF_ERROR(t->ParseModel(root["model"]));
   TRELLIS_RETURN_IF_ERROR(
       t->ParseAddedTokens(root.value("added_tokens", json::array())));
+  // The post-processor's ids go into encoded text: each must be a token.
+  for (const auto* ids :
+       {&t->post_processor_.prefix, &t->post_processor_.suffix}) {
+    for (const uint32_t id : *ids) {
+      if (id >= t->id_token_.size() || !t->id_known_[id]) {
+        return Malformed(
+            "post_processor",
+            absl::StrCat("token id ", id, " is not in the vocabulary of ",
+                         t->id_token_.size(), " ids"));
+      }
+    }
+  }
   return t;
 }
 
