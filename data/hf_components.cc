@@ -23,6 +23,9 @@ using internal::Pattern;
 using internal::ReplaceAll;
 using internal::TypeOf;
 
+// Files have a few; 10,000 steps overflowed the stack.
+constexpr size_t kMaxPreTokenizerSteps = 64;
+
 std::string Gpt2Pattern() {
   const std::string ws = kUnicodeWhiteSpaceClass;
   return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws +
@@ -82,6 +85,9 @@ class PreTokenizerSequence final : public PreTokenizer {
       if (step->byte_level()) return true;
     }
     return false;
+  }
+  std::vector<std::unique_ptr<PreTokenizer>> TakeSteps() && {
+    return std::move(steps_);
   }
 
  private:
@@ -273,8 +279,26 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(
   TRELLIS_ASSIGN_OR_RETURN(const std::string type, TypeOf(j, path));
   if (type == "Sequence") {
     TRELLIS_ASSIGN_OR_RETURN(
-        auto steps,
+        auto parsed,
         ParseList<PreTokenizer>(j, "pretokenizers", path, ParsePreTokenizer));
+    // A Sequence runs its steps by recursion, a level each; one inside it
+    // runs as its own steps in its place (already flattened when parsed).
+    std::vector<std::unique_ptr<PreTokenizer>> steps;
+    for (std::unique_ptr<PreTokenizer>& step : parsed) {
+      if (auto* inner = dynamic_cast<PreTokenizerSequence*>(step.get())) {
+        for (auto& inner_step : std::move(*inner).TakeSteps()) {
+          steps.push_back(std::move(inner_step));
+        }
+      } else {
+        steps.push_back(std::move(step));
+      }
+    }
+    if (steps.size() > kMaxPreTokenizerSteps) {
+      return Malformed(path, absl::StrCat("runs ", steps.size(),
+                                          " pre-tokenizers; trellis runs at "
+                                          "most ",
+                                          kMaxPreTokenizerSteps));
+    }
     return std::make_unique<PreTokenizerSequence>(std::move(steps));
   }
   if (type == "ByteLevel") {

@@ -2,7 +2,8 @@
 // model: normalizers, pre-tokenizers, post-processors and decoders, parsed
 // from their JSON objects (https://huggingface.co/docs/tokenizers).
 //
-// Supported types:
+// Supported types (a Sequence of pre-tokenizers runs at most 64 steps in
+// all, counting those of Sequences inside it):
 //   normalizer:     Sequence, Prepend, Replace (String or Regex pattern)
 //   pre_tokenizer:  Sequence, ByteLevel, Split (String or Regex pattern;
 //                   behavior Isolated, Removed, MergedWithPrevious,

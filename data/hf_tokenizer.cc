@@ -22,9 +22,39 @@ using nlohmann::json;
 constexpr const char* kEotCandidates[] = {"<|endoftext|>", "<|end_of_text|>",
                                           "</s>", "<eos>"};
 
+// tokenizer.json files nest a few levels (a Sequence holding a Split
+// holding its pattern). A deeper file is refused before it is parsed: the
+// components (and copies of their JSON) are made recursively, and a
+// Sequence nested 100,000 deep overflowed the stack.
+constexpr int kMaxJsonDepth = 64;
+
 absl::Status Malformed(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat("tokenizer.json: ", path, ": ", what));
+}
+
+// The deepest nesting of arrays and objects in JSON text, brackets inside
+// strings not counted (exact for valid JSON; the parser judges the rest).
+int JsonDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 // A token id read from JSON: an unsigned number below kMaxTokenIds, never
@@ -138,6 +168,11 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(
     std::string_view json_text, const std::string& origin) {
+  if (JsonDepth(json_text) > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, " nests JSON deeper than ", kMaxJsonDepth,
+                     " levels; a tokenizer.json nests a few"));
+  }
   json root;
   try {
     root = json::parse(json_text);

@@ -56,5 +56,64 @@ TEST(HfTokenizerHostileTest, PostProcessorIdsAreUnsigned32BitIntegers) {
   }
 }
 
+// The components are parsed recursively: a Sequence nested 100,000 deep
+// overflowed the stack before any check.
+TEST(HfTokenizerHostileTest, DeepNestingIsRefusedBeforeParsing) {
+  json root = json::parse(hf_testing::Llama2StyleJson());
+  root.erase("normalizer");
+  std::string nested;
+  for (int i = 0; i < 100000; ++i) {
+    nested += R"({"type": "Sequence", "normalizers": [)";
+  }
+  nested += R"({"type": "Prepend", "prepend": "x"})";
+  for (int i = 0; i < 100000; ++i) nested += "]}";
+  const std::string text =
+      R"({"normalizer": )" + nested + "," + root.dump().substr(1);
+  EXPECT_THAT(HfTokenizer::Parse(text, "deep.json").status().message(),
+              HasSubstr("deep.json nests JSON deeper than 64 levels"));
+}
+
+// A Sequence runs its steps by recursion: 20,000 of them overflowed the
+// stack on the first encode. Nested Sequences count their steps too, and
+// run as if flattened.
+TEST(HfTokenizerHostileTest, PreTokenizerSequencesAreFlatAndBounded) {
+  const json split = {{"type", "Split"},
+                      {"pattern", {{"String", "zz"}}},
+                      {"behavior", "Isolated"}};
+  json root = json::parse(hf_testing::Llama3StyleJson());
+  root["pre_tokenizer"]["pretokenizers"] = json::array();
+  for (int i = 0; i < 20000; ++i) {
+    root["pre_tokenizer"]["pretokenizers"].push_back(split);
+  }
+  EXPECT_THAT(ParseStatus(root).message(),
+              AllOf(HasSubstr("pre_tokenizer: runs 20000 pre-tokenizers"),
+                    HasSubstr("at most 64")));
+
+  json inner = {{"type", "Sequence"},
+                {"pretokenizers", json::array({split, split, split})}};
+  for (int i = 0; i < 22; ++i) {
+    inner["pretokenizers"].push_back(split);
+  }
+  root["pre_tokenizer"]["pretokenizers"] = {inner, inner, inner};
+  EXPECT_THAT(ParseStatus(root).message(), HasSubstr("runs 75"));
+
+  // Llama 3's [Split, ByteLevel] as [[Split], [ByteLevel]]: the same ids.
+  const json flat = json::parse(hf_testing::Llama3StyleJson());
+  json nested = flat;
+  for (json& step : nested["pre_tokenizer"]["pretokenizers"]) {
+    step = {{"type", "Sequence"}, {"pretokenizers", json::array({step})}};
+  }
+  const std::unique_ptr<HfTokenizer> a =
+      HfTokenizer::Parse(flat.dump(), "flat").value();
+  const std::unique_ptr<HfTokenizer> b =
+      HfTokenizer::Parse(nested.dump(), "nested").value();
+  for (const std::string& text : hf_testing::MixedTexts(50, {})) {
+    std::vector<uint32_t> ids_a, ids_b;
+    a->Encode(text, ids_a);
+    b->Encode(text, ids_b);
+    EXPECT_EQ(ids_a, ids_b) << text;
+  }
+}
+
 }  // namespace
 }  // namespace trellis
