@@ -41,6 +41,10 @@ class NormalizerSequence final : public Normalizer {
   void Apply(std::string& text) const override {
     for (const auto& step : steps_) step->Apply(text);
   }
+  double MaxOutputBytes(double bytes) const override {
+    for (const auto& step : steps_) bytes = step->MaxOutputBytes(bytes);
+    return bytes;
+  }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> steps_;
@@ -51,6 +55,9 @@ class Prepend final : public Normalizer {
   explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
   void Apply(std::string& text) const override {
     if (!text.empty()) text.insert(0, prefix_);
+  }
+  double MaxOutputBytes(double bytes) const override {
+    return bytes + static_cast<double>(prefix_.size());
   }
 
  private:
@@ -63,6 +70,9 @@ class ReplaceNormalizer final : public Normalizer {
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void Apply(std::string& text) const override {
     text = ReplaceAll(text, pattern_, content_);
+  }
+  double MaxOutputBytes(double bytes) const override {
+    return bytes * pattern_.ReplaceGrowth(content_.size());
   }
 
  private:

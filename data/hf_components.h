@@ -47,6 +47,10 @@ class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual void Apply(std::string& text) const = 0;
+  // The most bytes Apply can make of a text of `bytes` bytes: a bound the
+  // tokenizer checks when it loads, so that no file makes an encode run
+  // out of memory.
+  virtual double MaxOutputBytes(double bytes) const = 0;
 };
 
 // Cuts a text into pieces; emit(piece) is called for each piece in order.
@@ -67,6 +71,9 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void Apply(std::vector<std::string>& tokens) const = 0;
+  // The most bytes Apply can make of tokens of `bytes` bytes in all (see
+  // Normalizer::MaxOutputBytes).
+  virtual double MaxOutputBytes(double bytes) const = 0;
 };
 
 // The ids a post-processor puts around one sequence.

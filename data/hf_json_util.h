@@ -6,6 +6,7 @@
 #ifndef TRELLIS_DATA_HF_JSON_UTIL_H_
 #define TRELLIS_DATA_HF_JSON_UTIL_H_
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -68,6 +69,13 @@ class Pattern {
       return p;
     }
     return Malformed(path, "expected {\"String\": ...} or {\"Regex\": ...}");
+  }
+
+  // At most how many bytes replacing each match with `content_bytes` bytes
+  // makes of each byte of text (matches span at least one byte).
+  double ReplaceGrowth(size_t content_bytes) const {
+    const double match_bytes = regex_ != nullptr ? 1.0 : literal_.size();
+    return std::max(1.0, static_cast<double>(content_bytes) / match_bytes);
   }
 
   // Calls on_match(start, end) for each match, left to right.

@@ -28,6 +28,13 @@ constexpr const char* kEotCandidates[] = {"<|endoftext|>", "<|end_of_text|>",
 // Sequence nested 100,000 deep overflowed the stack.
 constexpr int kMaxJsonDepth = 64;
 
+// Encoding may lengthen a text (Llama 2's normalizer makes each space 3
+// bytes), and so may decoding; a file whose steps could grow one by more
+// than this factor, such as Replace steps each multiplying the text, is
+// refused before an encode or decode runs out of memory.
+constexpr double kMaxGrowth = 64;
+constexpr double kGrowthProbeBytes = 1 << 20;
+
 absl::Status Malformed(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat("tokenizer.json: ", path, ": ", what));
@@ -75,6 +82,17 @@ absl::StatusOr<uint32_t> ParseTokenId(const json& value,
                            " (the largest vocabulary trellis reads)"));
   }
   return static_cast<uint32_t>(id);
+}
+
+// InvalidArgument when a stage's steps could grow a text more than
+// kMaxGrowth-fold: `grown` is what they make of kGrowthProbeBytes bytes.
+absl::Status CheckGrowth(const std::string& stage, double grown) {
+  const double factor = grown / kGrowthProbeBytes;
+  if (factor <= kMaxGrowth) return absl::OkStatus();
+  return Malformed(stage, absl::StrCat("its steps could make ", factor,
+                                       " bytes of each byte of text; trellis "
+                                       "accepts at most ",
+                                       kMaxGrowth));
 }
 
 bool IsSpaceByte(char c) {
@@ -205,6 +223,14 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(
                             "pre_tokenizer"));
   TRELLIS_ASSIGN_OR_RETURN(
       t->decoder_, hf::ParseDecoder(root.value("decoder", json()), "decoder"));
+  if (t->normalizer_ != nullptr) {
+    TRELLIS_RETURN_IF_ERROR(CheckGrowth(
+        "normalizer", t->normalizer_->MaxOutputBytes(kGrowthProbeBytes)));
+  }
+  if (t->decoder_ != nullptr) {
+    TRELLIS_RETURN_IF_ERROR(
+        CheckGrowth("decoder", t->decoder_->MaxOutputBytes(kGrowthProbeBytes)));
+  }
   TRELLIS_ASSIGN_OR_RETURN(
       t->post_processor_,
       hf::ParsePostProcessor(root.value("post_processor", json()),

@@ -115,5 +115,30 @@ TEST(HfTokenizerHostileTest, PreTokenizerSequencesAreFlatAndBounded) {
   }
 }
 
+// Replace steps each multiplying the text: six of "." -> 64 bytes made
+// 2^36 bytes of each byte of input, at the first encode (or, in the
+// decoder, the first decode).
+TEST(HfTokenizerHostileTest, StepsThatCouldGrowTextWithoutBoundAreRefused) {
+  const json grow = {{"type", "Replace"},
+                     {"pattern", {{"Regex", "."}}},
+                     {"content", std::string(64, 'x')}};
+  json root = json::parse(hf_testing::Llama2StyleJson());
+  root["normalizer"]["normalizers"] = json::array();
+  for (int i = 0; i < 6; ++i) root["normalizer"]["normalizers"].push_back(grow);
+  EXPECT_THAT(ParseStatus(root).message(),
+              AllOf(HasSubstr("normalizer: its steps could make 6.87195e+10 "
+                              "bytes of each byte"),
+                    HasSubstr("at most 64")));
+
+  root = json::parse(hf_testing::Llama2StyleJson());
+  root["decoder"]["decoders"].push_back(grow);
+  root["decoder"]["decoders"].push_back(grow);
+  EXPECT_THAT(ParseStatus(root).message(),
+              HasSubstr("decoder: its steps could make 4096 bytes"));
+  // One such step is within the bound.
+  root["decoder"]["decoders"].erase(root["decoder"]["decoders"].size() - 1);
+  EXPECT_TRUE(ParseStatus(root).ok());
+}
+
 }  // namespace
 }  // namespace trellis
