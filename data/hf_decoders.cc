@@ -199,6 +199,12 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j,
   if (type == "Strip") {
     TRELLIS_ASSIGN_OR_RETURN(std::string content,
                              Field<std::string>(j, "content", path, " "));
+    // Each removal of "" removed nothing: a start of 2^31 - 1 spun that
+    // many times for every token.
+    if (content.empty()) {
+      return Malformed(path + ".content",
+                       "is empty; Strip removes a character");
+    }
     TRELLIS_ASSIGN_OR_RETURN(const int start, Field<int>(j, "start", path, 0));
     TRELLIS_ASSIGN_OR_RETURN(const int stop, Field<int>(j, "stop", path, 0));
     return std::make_unique<StripDecoder>(std::move(content), start, stop);

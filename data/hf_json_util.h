@@ -7,11 +7,14 @@
 #define TRELLIS_DATA_HF_JSON_UTIL_H_
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,10 +45,29 @@ template <typename T>
 inline absl::StatusOr<T> Field(const json& j, const char* key,
                                const std::string& path, T fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    return Malformed(absl::StrCat(path, ".", key), "has the wrong JSON type");
+  const json& v = j[key];
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // get<T>() would cast a float (undefined past T's range) or wrap a
+    // wider integer.
+    using Limits = std::numeric_limits<T>;
+    const bool fits =
+        v.is_number_unsigned()
+            ? v.get<uint64_t>() <= static_cast<uint64_t>(Limits::max())
+            : v.is_number_integer() && v.get<int64_t>() >= Limits::min() &&
+                  v.get<int64_t>() <= Limits::max();
+    if (!fits) {
+      return Malformed(absl::StrCat(path, ".", key),
+                       absl::StrCat("is ", v.dump(), ", not an integer in [",
+                                    Limits::min(), ", ", Limits::max(), "]"));
+    }
+    return static_cast<T>(v.is_number_unsigned() ? v.get<uint64_t>()
+                                                 : v.get<int64_t>());
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      return Malformed(absl::StrCat(path, ".", key), "has the wrong JSON type");
+    }
   }
 }
 

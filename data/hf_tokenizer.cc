@@ -390,6 +390,11 @@ absl::Status HfTokenizer::ParseAddedTokens(const json& added) {
     id_known_[token.id] = true;
     if (token.normalized && normalizer_ != nullptr) {
       normalizer_->Apply(token.content);
+      // An empty token would match everywhere without moving on: encoding
+      // a NUL byte spun forever.
+      if (token.content.empty()) {
+        return Malformed(path, "content is empty after the normalizer");
+      }
       normalized.push_back(std::move(token));
     } else {
       raw.push_back(std::move(token));

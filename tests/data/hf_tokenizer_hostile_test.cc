@@ -140,5 +140,36 @@ TEST(HfTokenizerHostileTest, StepsThatCouldGrowTextWithoutBoundAreRefused) {
   EXPECT_TRUE(ParseStatus(root).ok());
 }
 
+// An empty Strip content matched every time: a start of 2^31 - 1 spun that
+// many times for every decoded token. A float start was cast to int.
+TEST(HfTokenizerHostileTest, StripNeedsACharacterAndAnIntegerCount) {
+  json root = json::parse(hf_testing::Llama2StyleJson());
+  json& strip = root["decoder"]["decoders"][3];
+  strip["content"] = "";
+  strip["start"] = 2147483647;
+  EXPECT_THAT(ParseStatus(root).message(),
+              HasSubstr("decoder.decoders[3].content: is empty"));
+  strip["content"] = " ";
+  strip["start"] = 1e30;
+  EXPECT_THAT(ParseStatus(root).message(),
+              AllOf(HasSubstr("decoder.decoders[3].start: is 1e+30, not an "
+                              "integer in [-2147483648, 2147483647]")));
+}
+
+// An added token that the normalizer empties matched at every NUL byte
+// without moving on: encoding "a\0b" never returned.
+TEST(HfTokenizerHostileTest, AddedTokenEmptiedByTheNormalizerIsRefused) {
+  json root = json::parse(hf_testing::Llama2StyleJson());
+  root["normalizer"] = {
+      {"type", "Replace"}, {"pattern", {{"String", "<pad>"}}}, {"content", ""}};
+  root["added_tokens"].push_back({{"id", 3},
+                                  {"content", "<pad>"},
+                                  {"special", false},
+                                  {"normalized", true}});
+  EXPECT_THAT(ParseStatus(root).message(),
+              HasSubstr("added_tokens[3]: content is empty after the "
+                        "normalizer"));
+}
+
 }  // namespace
 }  // namespace trellis
