@@ -171,5 +171,21 @@ TEST(HfTokenizerHostileTest, AddedTokenEmptiedByTheNormalizerIsRefused) {
                         "normalizer"));
 }
 
+// (a+)+$ on a run of a's backtracks past PCRE2's match limit: the error
+// stopped the program. Matching now ends there and the text still encodes
+// and decodes whole.
+TEST(HfTokenizerHostileTest, CatastrophicSplitRegexEndsMatching) {
+  json root = json::parse(hf_testing::Llama3StyleJson());
+  root["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(a+)+$"}};
+  const std::unique_ptr<HfTokenizer> t =
+      HfTokenizer::Parse(root.dump(), "test").value();
+  const std::string text = std::string(40, 'a') + "! and more text";
+  std::vector<uint32_t> ids;
+  t->Encode(text, ids);
+  const absl::StatusOr<std::string> decoded = t->Decode(ids);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, text);
+}
+
 }  // namespace
 }  // namespace trellis
