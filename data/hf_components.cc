@@ -1,5 +1,6 @@
 #include "data/hf_components.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -22,6 +23,9 @@ using internal::Pattern;
 using internal::ReplaceAll;
 using internal::TypeOf;
 
+// Files have a few; 10,000 steps overflowed the stack.
+constexpr size_t kMaxPreTokenizerSteps = 64;
+
 std::string Gpt2Pattern() {
   const std::string ws = kUnicodeWhiteSpaceClass;
   return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws +
@@ -37,6 +41,10 @@ class NormalizerSequence final : public Normalizer {
   void Apply(std::string& text) const override {
     for (const auto& step : steps_) step->Apply(text);
   }
+  double MaxOutputBytes(double bytes) const override {
+    for (const auto& step : steps_) bytes = step->MaxOutputBytes(bytes);
+    return bytes;
+  }
 
  private:
   std::vector<std::unique_ptr<Normalizer>> steps_;
@@ -47,6 +55,9 @@ class Prepend final : public Normalizer {
   explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
   void Apply(std::string& text) const override {
     if (!text.empty()) text.insert(0, prefix_);
+  }
+  double MaxOutputBytes(double bytes) const override {
+    return bytes + static_cast<double>(prefix_.size());
   }
 
  private:
@@ -59,6 +70,9 @@ class ReplaceNormalizer final : public Normalizer {
       : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void Apply(std::string& text) const override {
     text = ReplaceAll(text, pattern_, content_);
+  }
+  double MaxOutputBytes(double bytes) const override {
+    return bytes * pattern_.ReplaceGrowth(content_.size());
   }
 
  private:
@@ -81,6 +95,9 @@ class PreTokenizerSequence final : public PreTokenizer {
       if (step->byte_level()) return true;
     }
     return false;
+  }
+  std::vector<std::unique_ptr<PreTokenizer>> TakeSteps() && {
+    return std::move(steps_);
   }
 
  private:
@@ -272,8 +289,26 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(
   TRELLIS_ASSIGN_OR_RETURN(const std::string type, TypeOf(j, path));
   if (type == "Sequence") {
     TRELLIS_ASSIGN_OR_RETURN(
-        auto steps,
+        auto parsed,
         ParseList<PreTokenizer>(j, "pretokenizers", path, ParsePreTokenizer));
+    // A Sequence runs its steps by recursion, a level each; one inside it
+    // runs as its own steps in its place (already flattened when parsed).
+    std::vector<std::unique_ptr<PreTokenizer>> steps;
+    for (std::unique_ptr<PreTokenizer>& step : parsed) {
+      if (auto* inner = dynamic_cast<PreTokenizerSequence*>(step.get())) {
+        for (auto& inner_step : std::move(*inner).TakeSteps()) {
+          steps.push_back(std::move(inner_step));
+        }
+      } else {
+        steps.push_back(std::move(step));
+      }
+    }
+    if (steps.size() > kMaxPreTokenizerSteps) {
+      return Malformed(path, absl::StrCat("runs ", steps.size(),
+                                          " pre-tokenizers; trellis runs at "
+                                          "most ",
+                                          kMaxPreTokenizerSteps));
+    }
     return std::make_unique<PreTokenizerSequence>(std::move(steps));
   }
   if (type == "ByteLevel") {
@@ -323,6 +358,16 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(
 
 namespace {
 
+// A post-processor's token id: an unsigned JSON integer of 32 bits, never
+// a float or a wider number cast into one.
+absl::StatusOr<uint32_t> TokenId(const json& j, const std::string& path) {
+  if (!j.is_number_unsigned() || j.get<uint64_t>() > UINT32_MAX) {
+    return Malformed(path, absl::StrCat("token id ", j.dump(),
+                                        " is not an unsigned 32-bit integer"));
+  }
+  return static_cast<uint32_t>(j.get<uint64_t>());
+}
+
 absl::StatusOr<std::vector<uint32_t>> TemplateIds(const json& j,
                                                   const json& special,
                                                   const std::string& path) {
@@ -332,11 +377,12 @@ absl::StatusOr<std::vector<uint32_t>> TemplateIds(const json& j,
     return Malformed(path, absl::StrCat("special token '", name,
                                         "' is not in special_tokens"));
   }
-  try {
-    return special[name]["ids"].get<std::vector<uint32_t>>();
-  } catch (const json::exception&) {
-    return Malformed(path, absl::StrCat("ids of '", name, "' are not ids"));
+  std::vector<uint32_t> ids;
+  for (const json& id : special[name]["ids"]) {
+    TRELLIS_ASSIGN_OR_RETURN(const uint32_t value, TokenId(id, path));
+    ids.push_back(value);
   }
+  return ids;
 }
 
 absl::StatusOr<SpecialTokenTemplate> ParseTemplate(const json& j,
@@ -372,12 +418,16 @@ absl::StatusOr<SpecialTokenTemplate> ParsePostProcessor(
   if (type == "ByteLevel") return SpecialTokenTemplate();
   if (type == "TemplateProcessing") return ParseTemplate(j, path);
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    try {
-      return SpecialTokenTemplate{{j.at("cls").at(1).get<uint32_t>()},
-                                  {j.at("sep").at(1).get<uint32_t>()}};
-    } catch (const json::exception&) {
-      return Malformed(path, "expected \"cls\" and \"sep\" as [token, id]");
+    for (const char* key : {"cls", "sep"}) {
+      if (!j.contains(key) || !j[key].is_array() || j[key].size() != 2) {
+        return Malformed(path, "expected \"cls\" and \"sep\" as [token, id]");
+      }
     }
+    TRELLIS_ASSIGN_OR_RETURN(const uint32_t cls,
+                             TokenId(j["cls"][1], path + ".cls"));
+    TRELLIS_ASSIGN_OR_RETURN(const uint32_t sep,
+                             TokenId(j["sep"][1], path + ".sep"));
+    return SpecialTokenTemplate{{cls}, {sep}};
   }
   if (type == "Sequence") {
     if (!j.contains("processors") || !j["processors"].is_array()) {

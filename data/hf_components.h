@@ -2,7 +2,8 @@
 // model: normalizers, pre-tokenizers, post-processors and decoders, parsed
 // from their JSON objects (https://huggingface.co/docs/tokenizers).
 //
-// Supported types:
+// Supported types (a Sequence of pre-tokenizers runs at most 64 steps in
+// all, counting those of Sequences inside it):
 //   normalizer:     Sequence, Prepend, Replace (String or Regex pattern)
 //   pre_tokenizer:  Sequence, ByteLevel, Split (String or Regex pattern;
 //                   behavior Isolated, Removed, MergedWithPrevious,
@@ -46,6 +47,10 @@ class Normalizer {
  public:
   virtual ~Normalizer() = default;
   virtual void Apply(std::string& text) const = 0;
+  // The most bytes Apply can make of a text of `bytes` bytes: a bound the
+  // tokenizer checks when it loads, so that no file makes an encode run
+  // out of memory.
+  virtual double MaxOutputBytes(double bytes) const = 0;
 };
 
 // Cuts a text into pieces; emit(piece) is called for each piece in order.
@@ -66,6 +71,9 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void Apply(std::vector<std::string>& tokens) const = 0;
+  // The most bytes Apply can make of tokens of `bytes` bytes in all (see
+  // Normalizer::MaxOutputBytes).
+  virtual double MaxOutputBytes(double bytes) const = 0;
 };
 
 // The ids a post-processor puts around one sequence.

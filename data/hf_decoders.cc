@@ -30,6 +30,10 @@ class DecoderSequence final : public Decoder {
   void Apply(std::vector<std::string>& tokens) const override {
     for (const auto& step : steps_) step->Apply(tokens);
   }
+  double MaxOutputBytes(double bytes) const override {
+    for (const auto& step : steps_) bytes = step->MaxOutputBytes(bytes);
+    return bytes;
+  }
 
  private:
   std::vector<std::unique_ptr<Decoder>> steps_;
@@ -52,6 +56,8 @@ class ByteLevelDecoder final : public Decoder {
       if (ok) token = std::move(bytes);  // else: kept as it is, like HF
     }
   }
+  // Each character becomes at most one byte.
+  double MaxOutputBytes(double bytes) const override { return bytes; }
 };
 
 class ByteFallbackDecoder final : public Decoder {
@@ -85,6 +91,8 @@ class ByteFallbackDecoder final : public Decoder {
     flush();
     tokens = std::move(out);
   }
+  // A 6-byte <0xXX> becomes its byte or a 3-byte U+FFFD.
+  double MaxOutputBytes(double bytes) const override { return bytes; }
 };
 
 class FuseDecoder final : public Decoder {
@@ -94,6 +102,7 @@ class FuseDecoder final : public Decoder {
     for (const std::string& token : tokens) all += token;
     tokens.assign(1, std::move(all));
   }
+  double MaxOutputBytes(double bytes) const override { return bytes; }
 };
 
 class StripDecoder final : public Decoder {
@@ -112,6 +121,7 @@ class StripDecoder final : public Decoder {
       token = std::string(t);
     }
   }
+  double MaxOutputBytes(double bytes) const override { return bytes; }
 
  private:
   std::string content_;
@@ -126,6 +136,9 @@ class ReplaceDecoder final : public Decoder {
     for (std::string& token : tokens) {
       token = ReplaceAll(token, pattern_, content_);
     }
+  }
+  double MaxOutputBytes(double bytes) const override {
+    return bytes * pattern_.ReplaceGrowth(content_.size());
   }
 
  private:
@@ -145,6 +158,8 @@ class MetaspaceDecoder final : public Decoder {
       }
     }
   }
+  // Each replacement (never empty: absl skips an empty one) becomes a space.
+  double MaxOutputBytes(double bytes) const override { return bytes; }
 
  private:
   std::string replacement_;
@@ -184,6 +199,12 @@ absl::StatusOr<std::unique_ptr<Decoder>> ParseDecoder(const json& j,
   if (type == "Strip") {
     TRELLIS_ASSIGN_OR_RETURN(std::string content,
                              Field<std::string>(j, "content", path, " "));
+    // Each removal of "" removed nothing: a start of 2^31 - 1 spun that
+    // many times for every token.
+    if (content.empty()) {
+      return Malformed(path + ".content",
+                       "is empty; Strip removes a character");
+    }
     TRELLIS_ASSIGN_OR_RETURN(const int start, Field<int>(j, "start", path, 0));
     TRELLIS_ASSIGN_OR_RETURN(const int stop, Field<int>(j, "stop", path, 0));
     return std::make_unique<StripDecoder>(std::move(content), start, stop);

@@ -6,11 +6,15 @@
 #ifndef TRELLIS_DATA_HF_JSON_UTIL_H_
 #define TRELLIS_DATA_HF_JSON_UTIL_H_
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -41,10 +45,29 @@ template <typename T>
 inline absl::StatusOr<T> Field(const json& j, const char* key,
                                const std::string& path, T fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const json::exception&) {
-    return Malformed(absl::StrCat(path, ".", key), "has the wrong JSON type");
+  const json& v = j[key];
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // get<T>() would cast a float (undefined past T's range) or wrap a
+    // wider integer.
+    using Limits = std::numeric_limits<T>;
+    const bool fits =
+        v.is_number_unsigned()
+            ? v.get<uint64_t>() <= static_cast<uint64_t>(Limits::max())
+            : v.is_number_integer() && v.get<int64_t>() >= Limits::min() &&
+                  v.get<int64_t>() <= Limits::max();
+    if (!fits) {
+      return Malformed(absl::StrCat(path, ".", key),
+                       absl::StrCat("is ", v.dump(), ", not an integer in [",
+                                    Limits::min(), ", ", Limits::max(), "]"));
+    }
+    return static_cast<T>(v.is_number_unsigned() ? v.get<uint64_t>()
+                                                 : v.get<int64_t>());
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      return Malformed(absl::StrCat(path, ".", key), "has the wrong JSON type");
+    }
   }
 }
 
@@ -68,6 +91,13 @@ class Pattern {
       return p;
     }
     return Malformed(path, "expected {\"String\": ...} or {\"Regex\": ...}");
+  }
+
+  // At most how many bytes replacing each match with `content_bytes` bytes
+  // makes of each byte of text (matches span at least one byte).
+  double ReplaceGrowth(size_t content_bytes) const {
+    const double match_bytes = regex_ != nullptr ? 1.0 : literal_.size();
+    return std::max(1.0, static_cast<double>(content_bytes) / match_bytes);
   }
 
   // Calls on_match(start, end) for each match, left to right.

@@ -22,9 +22,46 @@ using nlohmann::json;
 constexpr const char* kEotCandidates[] = {"<|endoftext|>", "<|end_of_text|>",
                                           "</s>", "<eos>"};
 
+// tokenizer.json files nest a few levels (a Sequence holding a Split
+// holding its pattern). A deeper file is refused before it is parsed: the
+// components (and copies of their JSON) are made recursively, and a
+// Sequence nested 100,000 deep overflowed the stack.
+constexpr int kMaxJsonDepth = 64;
+
+// Encoding may lengthen a text (Llama 2's normalizer makes each space 3
+// bytes), and so may decoding; a file whose steps could grow one by more
+// than this factor, such as Replace steps each multiplying the text, is
+// refused before an encode or decode runs out of memory.
+constexpr double kMaxGrowth = 64;
+constexpr double kGrowthProbeBytes = 1 << 20;
+
 absl::Status Malformed(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat("tokenizer.json: ", path, ": ", what));
+}
+
+// The deepest nesting of arrays and objects in JSON text, brackets inside
+// strings not counted (exact for valid JSON; the parser judges the rest).
+int JsonDepth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 // A token id read from JSON: an unsigned number below kMaxTokenIds, never
@@ -45,6 +82,17 @@ absl::StatusOr<uint32_t> ParseTokenId(const json& value,
                            " (the largest vocabulary trellis reads)"));
   }
   return static_cast<uint32_t>(id);
+}
+
+// InvalidArgument when a stage's steps could grow a text more than
+// kMaxGrowth-fold: `grown` is what they make of kGrowthProbeBytes bytes.
+absl::Status CheckGrowth(const std::string& stage, double grown) {
+  const double factor = grown / kGrowthProbeBytes;
+  if (factor <= kMaxGrowth) return absl::OkStatus();
+  return Malformed(stage, absl::StrCat("its steps could make ", factor,
+                                       " bytes of each byte of text; trellis "
+                                       "accepts at most ",
+                                       kMaxGrowth));
 }
 
 bool IsSpaceByte(char c) {
@@ -138,6 +186,11 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Parse(
     std::string_view json_text, const std::string& origin) {
+  if (JsonDepth(json_text) > kMaxJsonDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, " nests JSON deeper than ", kMaxJsonDepth,
+                     " levels; a tokenizer.json nests a few"));
+  }
   json root;
   try {
     root = json::parse(json_text);
@@ -170,6 +223,14 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(
                             "pre_tokenizer"));
   TRELLIS_ASSIGN_OR_RETURN(
       t->decoder_, hf::ParseDecoder(root.value("decoder", json()), "decoder"));
+  if (t->normalizer_ != nullptr) {
+    TRELLIS_RETURN_IF_ERROR(CheckGrowth(
+        "normalizer", t->normalizer_->MaxOutputBytes(kGrowthProbeBytes)));
+  }
+  if (t->decoder_ != nullptr) {
+    TRELLIS_RETURN_IF_ERROR(
+        CheckGrowth("decoder", t->decoder_->MaxOutputBytes(kGrowthProbeBytes)));
+  }
   TRELLIS_ASSIGN_OR_RETURN(
       t->post_processor_,
       hf::ParsePostProcessor(root.value("post_processor", json()),
@@ -179,6 +240,18 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(
   TRELLIS_RETURN_IF_ERROR(t->ParseModel(root["model"]));
   TRELLIS_RETURN_IF_ERROR(
       t->ParseAddedTokens(root.value("added_tokens", json::array())));
+  // The post-processor's ids go into encoded text: each must be a token.
+  for (const auto* ids :
+       {&t->post_processor_.prefix, &t->post_processor_.suffix}) {
+    for (const uint32_t id : *ids) {
+      if (id >= t->id_token_.size() || !t->id_known_[id]) {
+        return Malformed(
+            "post_processor",
+            absl::StrCat("token id ", id, " is not in the vocabulary of ",
+                         t->id_token_.size(), " ids"));
+      }
+    }
+  }
   return t;
 }
 
@@ -317,6 +390,11 @@ absl::Status HfTokenizer::ParseAddedTokens(const json& added) {
     id_known_[token.id] = true;
     if (token.normalized && normalizer_ != nullptr) {
       normalizer_->Apply(token.content);
+      // An empty token would match everywhere without moving on: encoding
+      // a NUL byte spun forever.
+      if (token.content.empty()) {
+        return Malformed(path, "content is empty after the normalizer");
+      }
       normalized.push_back(std::move(token));
     } else {
       raw.push_back(std::move(token));

@@ -3,6 +3,9 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <atomic>
+#include <cstdio>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "framework/status.h"
@@ -59,6 +62,8 @@ absl::StatusOr<std::string> FromOniguruma(std::string_view pattern) {
 struct Regex::Code {
   pcre2_code* code = nullptr;
   bool jit = false;
+  std::string pattern;
+  std::atomic<bool> gave_up{false};  // said once per pattern
   ~Code() { pcre2_code_free(code); }
 };
 
@@ -82,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Regex>> Regex::Compile(
         offset, ": ", reinterpret_cast<const char*>(message)));
   }
   code->jit = pcre2_jit_compile(code->code, PCRE2_JIT_COMPLETE) == 0;
+  code->pattern = std::string(pattern);
   return std::unique_ptr<Regex>(new Regex(std::move(code)));
 }
 
@@ -105,7 +111,22 @@ void Regex::ForEachMatch(
                        data.get(), nullptr);
     }
     if (rc == PCRE2_ERROR_NOMATCH) return;
-    TRELLIS_CHECK(rc > 0) << "PCRE2 match failed with error " << rc;
+    if (rc < 0) {
+      // A pattern that backtracks catastrophically, such as (a+)+$ on a
+      // run of a's, hits PCRE2's match, depth or heap limit: the rest of
+      // the text is left unmatched, said once, rather than stopping the
+      // program (which one such pattern in a tokenizer.json did).
+      if (!code_->gave_up.exchange(true)) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(rc, message, sizeof(message));
+        std::fprintf(stderr,
+                     "trellis: regex '%s' gave up at byte %zu of a %zu-byte "
+                     "text (%s); the rest of it is left unmatched\n",
+                     code_->pattern.c_str(), pos, text.size(),
+                     reinterpret_cast<const char*>(message));
+      }
+      return;
+    }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const size_t start = ovector[0], end = ovector[1];
     TRELLIS_CHECK(start >= pos && end >= start && end <= text.size());

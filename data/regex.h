@@ -8,7 +8,8 @@
 // `\s` is Unicode White_Space; FromOniguruma rewrites `\s` and `\S` into that
 // explicit class so PCRE2 agrees with it.
 //
-// Thread safety: immutable after construction; ForEachMatch may run on many
+// Thread safety: immutable after construction (but for the flag that the
+// limit warning was printed, which is atomic); ForEachMatch may run on many
 // threads at once (match data is per call).
 #ifndef TRELLIS_DATA_REGEX_H_
 #define TRELLIS_DATA_REGEX_H_
@@ -44,7 +45,9 @@ class Regex {
 
   // Calls on_match(start, end) for each non-empty, non-overlapping match of
   // the pattern in `text`, left to right (byte offsets). Invalid UTF-8 bytes
-  // are never inside a match.
+  // are never inside a match. A pattern that backtracks past PCRE2's match
+  // limits (catastrophically) ends the matches there, with a line to
+  // stderr the first time.
   void ForEachMatch(std::string_view text,
                     const std::function<void(size_t, size_t)>& on_match) const;
 

@@ -15,6 +15,8 @@ packages=(
   libsentencepiece-dev sentencepiece
   bible-kjv
   clang-format
+  # clang++ and its libFuzzer and sanitizer runtimes build tests/fuzz/.
+  clang libclang-rt-14-dev
   python3-protobuf protobuf-compiler
   python3-torch
   slurm-wlm munge libpmix2

@@ -10,6 +10,16 @@
 namespace trellis {
 namespace {
 
+// The largest sizes ModelConfig::Validate accepts: far beyond the models in
+// use (d_model 16384, 126 layers, 128256 tokens, 131072 positions), and
+// small enough that every shape, the parameter count and the FLOPs stay
+// well inside int64 and a model's tensors are listed in moments. Past them
+// a size is a typo or a corrupt file.
+constexpr int64_t kMaxLayers = int64_t{1} << 17;
+constexpr int64_t kMaxWidth = int64_t{1} << 20;  // also of heads, the MLP
+constexpr int64_t kMaxPositions = int64_t{1} << 24;
+constexpr int64_t kMaxVocab = int64_t{1} << 24;
+
 std::string OptionText(int64_t value) { return absl::StrCat(value); }
 std::string OptionText(double value) { return absl::StrCat(value); }
 std::string OptionText(bool value) { return value ? "true" : "false"; }
@@ -88,6 +98,25 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "model sizes must be positive: ", DebugString(),
         "; set --n_layer, --n_head, --d_model, --seq_len to positive values"));
+  }
+  const struct {
+    const char* flag;
+    int64_t value, max;
+  } sizes[] = {{"--n_layer", n_layer, kMaxLayers},
+               {"--d_model", d_model, kMaxWidth},
+               {"--n_kv_heads", n_kv_heads, kMaxWidth},
+               {"--ffn_hidden", ffn_hidden, kMaxWidth},
+               {"--ffn_multiple_of", ffn_multiple_of, kMaxWidth},
+               {"--seq_len", seq_len, kMaxPositions},
+               {"--rope_original_max_positions", rope_original_max_positions,
+                kMaxPositions},
+               {"vocab_size", vocab_size, kMaxVocab}};
+  for (const auto& size : sizes) {
+    if (size.value > size.max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(size.flag, "=", size.value, " is beyond the ", size.max,
+                       " trellis builds; choose smaller sizes"));
+    }
   }
   return FamilyOf(*this).Validate(*this);
 }

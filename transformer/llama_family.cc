@@ -11,6 +11,9 @@
 namespace trellis {
 namespace {
 
+// The widest MLP: ModelConfig::Validate's bound on widths (config.cc).
+constexpr int64_t kMaxFfnWidth = int64_t{1} << 20;
+
 absl::Status Bad(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
@@ -30,12 +33,16 @@ class Llama : public ModelFamily {
                               " does not divide --n_head=", c.n_head,
                               "; choose a divisor of the head count (0: all)"));
     }
+    // (The multiplier is bounded before LlamaFfnHidden converts its
+    // product to an integer.)
     if (c.ffn_hidden < 0 || c.ffn_multiple_of < 1 ||
-        c.ffn_dim_multiplier <= 0 || c.LlamaFfnHidden() < 1) {
-      return Bad(absl::StrCat(
-          "the MLP width is not positive (--ffn_hidden=", c.ffn_hidden,
-          " --ffn_multiple_of=", c.ffn_multiple_of, " --ffn_dim_multiplier=",
-          c.ffn_dim_multiplier, "); set --ffn_hidden to a positive width"));
+        !(c.ffn_dim_multiplier > 0 && c.ffn_dim_multiplier <= 64) ||
+        c.LlamaFfnHidden() < 1 || c.LlamaFfnHidden() > kMaxFfnWidth) {
+      return Bad(absl::StrCat("the MLP width is not between 1 and ",
+                              kMaxFfnWidth, " (--ffn_hidden=", c.ffn_hidden,
+                              " --ffn_multiple_of=", c.ffn_multiple_of,
+                              " --ffn_dim_multiplier=", c.ffn_dim_multiplier,
+                              "); set --ffn_hidden to a positive width"));
     }
     if (c.norm_eps <= 0) {
       return Bad(absl::StrCat("--norm_eps=", c.norm_eps,

@@ -86,6 +86,35 @@ TEST(ClusterTest, NegativeOrOutOfRangeFieldsAreNamed) {
               HasSubstr("must be positive"));
 }
 
+// A string field of another JSON type threw nlohmann's type_error out of
+// trellis-plan; absurd counts overflowed int64 (1e19 nodes in the cast,
+// 2^40 × 2^40 in world()) and absurd figures became infinite rates that
+// ClusterToJson could not write back.
+TEST(ClusterTest, WrongTypesAndAbsurdValuesAreNamedInOneLine) {
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+    const char* what;
+  };
+  for (const Case& k :
+       {Case{"name", 3, "\"name\" must be a string, not 3"},
+        Case{"device", {{"kind", "cuda"}}, "\"device\""},
+        Case{"source", nullptr, "\"source\""}, Case{"nodes", 1e19, "\"nodes\""},
+        Case{"gpus_per_node", int64_t{1} << 40, "at most"},
+        Case{"memory_gib", 1e300, "at most 1e15"},
+        Case{"intra_node_latency_us", 1e300, "at most 1e15"}}) {
+    nlohmann::json j = GoodCluster();
+    j[k.field] = k.value;
+    const absl::StatusOr<ClusterSpec> c = ClusterFromJson(j, "x.json");
+    ASSERT_FALSE(c.ok()) << k.field;
+    const std::string message(c.status().message());
+    EXPECT_THAT(message, HasSubstr(k.what)) << k.field;
+    EXPECT_THAT(message, HasSubstr("x.json"));
+    EXPECT_THAT(message, Not(HasSubstr("\n")));
+  }
+  EXPECT_FALSE(LoadCluster("h200-8x99999999999").ok());
+}
+
 TEST(ClusterTest, GpuPresetsScaleWithNodes) {
   absl::StatusOr<ClusterSpec> h100 = LoadCluster("h100-sxm-8x16");
   ASSERT_TRUE(h100.ok()) << h100.status();

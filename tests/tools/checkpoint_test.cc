@@ -224,6 +224,58 @@ TEST(ReadTrainingStateTest, CorruptStateNamesTheFile) {
               AllOf(HasSubstr(dir + "/state.json"), HasSubstr("missing")));
 }
 
+// A state.json whose fields parse but make no model or run: refused in
+// one line naming the field. The model was used unchecked (a Llama's
+// n_head 0 divided by zero when trellis-convert listed the model's
+// tensors, and n_layer 10^12 listed them until memory ran out), and
+// integers were read from floats (found with tests/fuzz/state_json_fuzz.cc).
+TEST(ReadTrainingStateTest, ImpossibleModelOrCountsAreRefused) {
+  const std::string dir = test::ScratchDir();
+  const std::string model =
+      R"({"n_layer": 2, "n_head": 2, "d_model": 8, "seq_len": 16,
+          "vocab_size": 10)";
+  struct Case {
+    std::string model, rest;
+    const char* what;
+  };
+  for (const Case& c : {
+           Case{model + R"(, "family": "llama", "n_head": 0})", "",
+                "model is invalid"},
+           Case{model + R"(, "n_layer": 1000000000000})", "",
+                "--n_layer=1000000000000"},
+           Case{model + "}", R"(, "step": -5)", "step -5"},
+           // Floats were cast to int64_t: undefined past its range.
+           Case{model + "}", R"(, "step": 2.5)",
+                R"("step" is 2.5, not a 64-bit integer)"},
+           Case{model + "}", R"(, "layout": {"dp": 1e30, "tp": 1, "pp": 1})",
+                R"("dp" is 1e+30, not a 64-bit integer)"},
+           Case{model + "}", R"(, "seed": -1)", R"("seed" is -1)"},
+           Case{model + "}", R"(, "layout": {"dp": 0, "tp": 1, "pp": 1})",
+                "layout dp 0"},
+           Case{model + "}",
+                R"(, "data_sources": [{"path": "a", "weight": 2,
+                                        "samples_consumed": 1}])",
+                "data source a has weight 2"},
+       }) {
+    SCOPED_TRACE(c.what);
+    // Later keys win in nlohmann::json: `rest` overrides the defaults.
+    WriteText(fs::path(dir) / "state.json",
+              R"({"step": 1, "samples_consumed": 8, "seed": 3,
+                  "layout": {"dp": 1, "tp": 1, "pp": 1}, "model": )" +
+                  c.model + c.rest + "}");
+    const absl::StatusOr<TrainingState> s = ReadTrainingState(dir);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(s.status().message()),
+                AllOf(HasSubstr(dir + "/state.json"), HasSubstr(c.what)));
+    EXPECT_EQ(s.status().message().find('\n'), std::string::npos);
+  }
+  WriteText(fs::path(dir) / "state.json",
+            R"({"step": 1, "samples_consumed": 8, "seed": 3,
+                "layout": {"dp": 1, "tp": 1, "pp": 1}, "model": )" +
+                model + "}}");
+  EXPECT_TRUE(ReadTrainingState(dir).ok());
+}
+
 TEST(PruneCheckpointsTest, KeepsTheNewest) {
   const std::string dir = test::ScratchDir();
   ParameterSet params;

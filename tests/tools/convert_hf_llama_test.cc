@@ -333,6 +333,11 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{"heads_not_divisible",
                 {.config_patch = {{"num_key_value_heads", 3}}},
                 {"num_key_value_heads 3", "num_attention_heads 4"}},
+        // 10^12 layers: their tensors were listed until memory ran out.
+        Refusal{
+            "absurd_layer_count",
+            {.config_patch = {{"num_hidden_layers", 1000000000000}}},
+            {"config.json", "--n_layer=1000000000000 is beyond the 131072"}},
         Refusal{"missing_tensor",
                 {.drop = {"model.layers.1.mlp.up_proj.weight"}},
                 {"model.safetensors", "model.layers.1.mlp.up_proj.weight"}},

@@ -158,6 +158,47 @@ TEST(ModelFamilyTest, Gpt2RefusesLlamaOptionsNamingTheFlag) {
   }
 }
 
+// Sizes from a corrupt state.json or config.json: each is refused naming
+// its flag, before a shape overflows or a table of that size is built
+// (found by tests/fuzz/state_json_fuzz.cc).
+TEST(ModelFamilyTest, AbsurdSizesAreRefusedNamingTheFlag) {
+  struct Case {
+    void (*set)(ModelConfig&);
+    const char* flag;
+  };
+  for (const Case& k : {
+           Case{[](ModelConfig& c) { c.n_layer = int64_t{1} << 40; },
+                "--n_layer=1099511627776"},
+           Case{[](ModelConfig& c) {
+                  c.d_model = int64_t{1} << 62;
+                  c.n_head = 2;
+                },
+                "--d_model=4611686018427387904"},
+           Case{[](ModelConfig& c) { c.seq_len = int64_t{1} << 50; },
+                "--seq_len"},
+           Case{[](ModelConfig& c) { c.vocab_size = int64_t{1} << 33; },
+                "vocab_size=8589934592"},
+           Case{[](ModelConfig& c) { c.ffn_hidden = int64_t{1} << 45; },
+                "--ffn_hidden"},
+           Case{[](ModelConfig& c) {
+                  c.ffn_hidden = 0;
+                  c.ffn_dim_multiplier = 1e300;
+                },
+                "--ffn_dim_multiplier=1e+300"},
+       }) {
+    ModelConfig c = SmallLlama();
+    k.set(c);
+    const absl::Status status = c.Validate();
+    EXPECT_FALSE(status.ok()) << k.flag;
+    EXPECT_NE(status.message().find(k.flag), std::string::npos) << status;
+    EXPECT_EQ(status.message().find('\n'), std::string::npos);
+  }
+  ModelConfig c = SmallLlama();
+  c.n_layer = 131072;  // the bounds themselves pass
+  c.seq_len = 16777216;
+  EXPECT_TRUE(c.Validate().ok()) << c.Validate();
+}
+
 TEST(ModelFamilyTest, LlamaRulesNameTheFlags) {
   ModelConfig c = SmallLlama();
   c.n_kv_heads = 3;

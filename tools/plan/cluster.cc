@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -30,6 +29,11 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kGB = 1e9;
 constexpr double kMicro = 1e-6;
+// Beyond these a field is a typo: every figure (GiB, TFLOP/s, GB/s, µs)
+// stays far below kMaxNumber, so its value in bytes, FLOP/s or seconds is
+// finite; every count stays at most kMaxCount, so world() fits in int64.
+constexpr double kMaxNumber = 1e15;
+constexpr int64_t kMaxCount = int64_t{1} << 20;
 
 absl::Status Bad(const std::string& where, const std::string& message) {
   return absl::InvalidArgumentError(
@@ -50,9 +54,10 @@ absl::StatusOr<double> Number(const nlohmann::json& json,
                                    what, "), not ", v.dump()));
   }
   const double d = v.get<double>();
-  if (!(d >= 0) || !std::isfinite(d)) {
-    return Bad(where, absl::StrCat("field \"", field, "\" is ", v.dump(),
-                                   "; it must be ≥ 0 (", what, ")"));
+  if (!(d >= 0) || !(d <= kMaxNumber)) {
+    return Bad(where,
+               absl::StrCat("field \"", field, "\" is ", v.dump(),
+                            "; it must be ≥ 0 and at most 1e15 (", what, ")"));
   }
   return d;
 }
@@ -84,11 +89,29 @@ absl::StatusOr<int64_t> Count(const nlohmann::json& json,
                               const std::string& where, const char* field,
                               const char* what) {
   TRELLIS_ASSIGN_OR_RETURN(double d, Positive(json, where, field, what));
+  if (d > static_cast<double>(kMaxCount)) {
+    return Bad(where, absl::StrCat("field \"", field, "\" is ", d,
+                                   "; it must be at most ", kMaxCount, " (",
+                                   what, ")"));
+  }
   if (d != static_cast<double>(static_cast<int64_t>(d))) {
     return Bad(where, absl::StrCat("field \"", field, "\" is ", d,
                                    "; it must be a whole number (", what, ")"));
   }
   return static_cast<int64_t>(d);
+}
+
+// The string in `json[field]`, or `fallback` when it is absent.
+absl::StatusOr<std::string> Text(const nlohmann::json& json,
+                                 const std::string& where, const char* field,
+                                 const std::string& fallback) {
+  if (!json.contains(field)) return fallback;
+  const nlohmann::json& v = json.at(field);
+  if (!v.is_string()) {
+    return Bad(where, absl::StrCat("field \"", field,
+                                   "\" must be a string, not ", v.dump()));
+  }
+  return v.get<std::string>();
 }
 
 // The GPU presets: per GPU figures, nodes of 8 with NVLink, one 400 Gb/s
@@ -122,10 +145,11 @@ absl::StatusOr<ClusterSpec> Preset(const std::string& name) {
     absl::string_view rest = name;
     if (!absl::ConsumePrefix(&rest, prefix)) continue;
     int64_t nodes = 0;
-    if (!absl::SimpleAtoi(rest, &nodes) || nodes < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--cluster=", name, ": the number of nodes after '", prefix,
-          "' must be a positive integer, e.g. ", prefix, "4"));
+    if (!absl::SimpleAtoi(rest, &nodes) || nodes < 1 || nodes > kMaxCount) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cluster=", name, ": the number of nodes after '",
+                       prefix, "' must be a positive integer up to ", kMaxCount,
+                       ", e.g. ", prefix, "4"));
     }
     return GpuNode(name, nodes, memory_gib, hbm);
   }
@@ -140,8 +164,9 @@ absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& j,
                                             const std::string& where) {
   if (!j.is_object()) return Bad(where, "must be a JSON object");
   ClusterSpec c;
-  c.name = j.value("name", where);
-  const std::string device = j.value("device", "cuda");
+  TRELLIS_ASSIGN_OR_RETURN(c.name, Text(j, where, "name", where));
+  TRELLIS_ASSIGN_OR_RETURN(const std::string device,
+                           Text(j, where, "device", "cuda"));
   if (device != "cuda" && device != "cpu") {
     return Bad(where, absl::StrCat("field \"device\" is \"", device,
                                    "\"; it must be \"cuda\" or \"cpu\""));
@@ -206,7 +231,8 @@ absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& j,
         Positive(j, where, "split_backward_ratio",
                  "zero-bubble B + W over the fused backward, e.g. 1.05"));
   }
-  c.source = j.value("source", absl::StrCat("file ", where));
+  TRELLIS_ASSIGN_OR_RETURN(
+      c.source, Text(j, where, "source", absl::StrCat("file ", where)));
   return c;
 }
 

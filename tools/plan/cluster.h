@@ -9,8 +9,8 @@
 // a node, 8×400 Gb/s InfiniBand between nodes) and "cpu" (this machine: one
 // device per core, rates measured when the preset is loaded).
 //
-// Invariants of a loaded spec: every count ≥ 1, every rate and size > 0,
-// efficiencies in (0, 1], latencies ≥ 0.
+// Invariants of a loaded spec: every count in [1, 2^20], every rate and
+// size > 0 and finite, efficiencies in (0, 1], latencies ≥ 0 and finite.
 // Thread safety: the functions are safe to call from any thread ("cpu"
 // measures on the calling thread).
 #ifndef TRELLIS_TOOLS_PLAN_CLUSTER_H_

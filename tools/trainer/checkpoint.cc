@@ -117,6 +117,90 @@ absl::Status ReadShardsOf(const TensorFileReader& file,
   });
 }
 
+// The integer j.at(key): a JSON integer that int64_t holds. (get<int64_t>()
+// would cast a float, undefined beyond int64's range, or wrap a larger
+// unsigned one.)
+absl::StatusOr<int64_t> Int64At(const nlohmann::json& j, const char* key) {
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer() ||
+      (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})) {
+    return absl::DataLossError(
+        absl::StrCat("\"", key, "\" is ", v.dump(), ", not a 64-bit integer"));
+  }
+  return v.get<int64_t>();
+}
+
+// What a state.json read in full must hold: a model trellis can build and
+// counts in range.
+absl::Status CheckState(const TrainingState& s) {
+  if (const absl::Status valid = s.model.Validate(); !valid.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("the model is invalid: ", valid.message()));
+  }
+  if (s.step < 0 || s.samples_consumed < 0) {
+    return absl::DataLossError(
+        absl::StrCat("step ", s.step, " or samples_consumed ",
+                     s.samples_consumed, " is negative"));
+  }
+  if (s.dp < 1 || s.tp < 1 || s.pp < 1) {
+    return absl::DataLossError(absl::StrCat("layout dp ", s.dp, ", tp ", s.tp,
+                                            ", pp ", s.pp,
+                                            " is not of positive sizes"));
+  }
+  for (const DataSourceState& d : s.data_sources) {
+    if (!(d.weight >= 0 && d.weight <= 1) || d.samples_consumed < 0) {
+      return absl::DataLossError(
+          absl::StrCat("data source ", d.path, " has weight ", d.weight,
+                       " (not in [0, 1]) or samples_consumed ",
+                       d.samples_consumed, " (negative)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The state in `j`, an object. Errors name the field, not the file; a
+// missing field or one of another JSON type throws nlohmann's exception.
+absl::StatusOr<TrainingState> StateFromJson(const nlohmann::json& j) {
+  TrainingState s;
+  TRELLIS_ASSIGN_OR_RETURN(s.step, Int64At(j, "step"));
+  TRELLIS_ASSIGN_OR_RETURN(s.samples_consumed, Int64At(j, "samples_consumed"));
+  if (!j.at("seed").is_number_unsigned()) {
+    return absl::DataLossError(absl::StrCat("\"seed\" is ", j.at("seed").dump(),
+                                            ", not an unsigned integer"));
+  }
+  s.seed = j.at("seed").get<uint64_t>();
+  TRELLIS_ASSIGN_OR_RETURN(s.model, ModelConfigFromJson(j.at("model")));
+  s.tokenizer = j.value("tokenizer", "");
+  if (j.contains("tokenizer_identity")) {
+    const nlohmann::json& t = j.at("tokenizer_identity");
+    s.tokenizer_identity.kind = t.at("kind").get<std::string>();
+    TRELLIS_ASSIGN_OR_RETURN(s.tokenizer_identity.vocab_size,
+                             Int64At(t, "vocab_size"));
+    TRELLIS_ASSIGN_OR_RETURN(s.tokenizer_identity.eot_token,
+                             Int64At(t, "eot_token"));
+    s.tokenizer_identity.sha256 = t.at("sha256").get<std::string>();
+  }
+  const nlohmann::json& layout = j.at("layout");
+  TRELLIS_ASSIGN_OR_RETURN(s.dp, Int64At(layout, "dp"));
+  TRELLIS_ASSIGN_OR_RETURN(s.tp, Int64At(layout, "tp"));
+  TRELLIS_ASSIGN_OR_RETURN(s.pp, Int64At(layout, "pp"));
+  s.flags = j.value("flags", "");
+  if (j.contains("source")) {
+    s.source = j.at("source").get<std::map<std::string, std::string>>();
+  }
+  if (j.contains("data_sources")) {
+    for (const nlohmann::json& d : j.at("data_sources")) {
+      DataSourceState& source = s.data_sources.emplace_back();
+      source.path = d.at("path").get<std::string>();
+      source.weight = d.at("weight").get<double>();
+      TRELLIS_ASSIGN_OR_RETURN(source.samples_consumed,
+                               Int64At(d, "samples_consumed"));
+    }
+  }
+  TRELLIS_RETURN_IF_ERROR(CheckState(s));
+  return s;
+}
+
 }  // namespace
 
 std::string CheckpointName(int64_t step) {
@@ -134,44 +218,18 @@ absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir) {
   if (j.is_discarded() || !j.is_object()) {
     return absl::DataLossError(absl::StrCat(path.string(), " is not JSON"));
   }
+  absl::StatusOr<TrainingState> state;
   try {
-    TrainingState s;
-    s.step = j.at("step").get<int64_t>();
-    s.samples_consumed = j.at("samples_consumed").get<int64_t>();
-    s.seed = j.at("seed").get<uint64_t>();
-    absl::StatusOr<ModelConfig> model = ModelConfigFromJson(j.at("model"));
-    if (!model.ok()) {
-      return absl::DataLossError(
-          absl::StrCat(path.string(), ": ", model.status().message()));
-    }
-    s.model = *model;
-    s.tokenizer = j.value("tokenizer", "");
-    if (j.contains("tokenizer_identity")) {
-      const nlohmann::json& t = j.at("tokenizer_identity");
-      s.tokenizer_identity = {
-          t.at("kind").get<std::string>(), t.at("vocab_size").get<int64_t>(),
-          t.at("eot_token").get<int64_t>(), t.at("sha256").get<std::string>()};
-    }
-    const nlohmann::json& layout = j.at("layout");
-    s.dp = layout.at("dp").get<int64_t>();
-    s.tp = layout.at("tp").get<int64_t>();
-    s.pp = layout.at("pp").get<int64_t>();
-    s.flags = j.value("flags", "");
-    if (j.contains("source")) {
-      s.source = j.at("source").get<std::map<std::string, std::string>>();
-    }
-    if (j.contains("data_sources")) {
-      for (const nlohmann::json& d : j.at("data_sources")) {
-        s.data_sources.push_back({d.at("path").get<std::string>(),
-                                  d.at("weight").get<double>(),
-                                  d.at("samples_consumed").get<int64_t>()});
-      }
-    }
-    return s;
+    state = StateFromJson(j);
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(absl::StrCat(
         path.string(), " is missing a field or has a wrong one: ", e.what()));
   }
+  if (!state.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(path.string(), ": ", state.status().message()));
+  }
+  return state;
 }
 
 absl::Status LoadCheckpoint(const std::string& dir, ParameterSet& params,
