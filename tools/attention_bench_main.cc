@@ -61,7 +61,7 @@
 
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
-#include "tools/trainer/program_help.h"
+#include "tools/options/program_help.h"
 #endif
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");

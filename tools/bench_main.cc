@@ -32,7 +32,7 @@
 #include "tools/bench/bench_config.h"
 #include "tools/bench/bench_device.h"
 #include "tools/bench/bench_report.h"
-#include "tools/trainer/program_help.h"
+#include "tools/options/program_help.h"
 #include "tools/trainer/trainer.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");

@@ -26,7 +26,7 @@
 #include "tools/bubbles/analysis.h"
 #include "tools/bubbles/report.h"
 #include "tools/bubbles/trace_file.h"
-#include "tools/trainer/program_help.h"
+#include "tools/options/program_help.h"
 
 ABSL_FLAG(bool, json, false, "print the figures as JSON");
 ABSL_FLAG(std::string, svg, "",

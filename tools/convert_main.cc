@@ -23,7 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/convert/convert.h"
-#include "tools/trainer/program_help.h"
+#include "tools/options/program_help.h"
 
 ABSL_FLAG(std::string, input, "",
           "a Hugging Face directory (config.json + model.safetensors or "

@@ -32,9 +32,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "parallel/bootstrap.h"
+#include "tools/options/option_flags.h"
+#include "tools/options/program_help.h"
 #include "tools/trainer/evaluator.h"
-#include "tools/trainer/option_flags.h"
-#include "tools/trainer/program_help.h"
 
 ABSL_FLAG(std::string, load, "",
           "checkpoint directory (a step_* directory, or a save directory "

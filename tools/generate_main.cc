@@ -25,8 +25,8 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/bootstrap.h"
 #include "tools/generate/generator.h"
-#include "tools/trainer/option_flags.h"
-#include "tools/trainer/program_help.h"
+#include "tools/options/option_flags.h"
+#include "tools/options/program_help.h"
 
 ABSL_FLAG(std::string, load, "",
           "checkpoint directory (a step_* directory, or a save directory "

@@ -19,12 +19,12 @@
 #include "data/blend.h"
 #include "framework/progress_bar.h"
 #include "parallel/schedule.h"
+#include "tools/options/option_flags.h"
+#include "tools/options/program_help.h"
 #include "tools/plan/bench_profile.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/plan_report.h"
 #include "tools/plan/planner.h"
-#include "tools/trainer/option_flags.h"
-#include "tools/trainer/program_help.h"
 
 ABSL_FLAG(std::string, cluster, "cpu",
           "h100-sxm-8xN, h200-8xN (N nodes of 8 GPUs), cpu (this machine, "

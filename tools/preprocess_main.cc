@@ -48,7 +48,7 @@
 #include "data/tokenizer.h"
 #include "framework/progress_bar.h"
 #include "framework/status.h"
-#include "tools/trainer/program_help.h"
+#include "tools/options/program_help.h"
 
 ABSL_FLAG(std::string, input, "",
           "comma-separated files or glob patterns to tokenize, in order: "

@@ -28,7 +28,7 @@
 #include "data/gpt2_tokenizer_json.h"
 #include "data/tokenizer.h"
 #include "framework/status.h"
-#include "tools/trainer/program_help.h"
+#include "tools/options/program_help.h"
 
 ABSL_FLAG(std::string, tokenizer, "gpt2",
           "byte, gpt2, hf:PATH/tokenizer.json or sentencepiece:PATH.model");

@@ -15,13 +15,13 @@
 #include "absl/strings/str_cat.h"
 #include "data/blend.h"
 #include "parallel/bootstrap.h"
+#include "tools/options/option_flags.h"
+#include "tools/options/program_help.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/plan_report.h"
 #include "tools/plan/planner.h"
+#include "tools/trainer/health/stop_signals.h"
 #include "tools/trainer/layout_report.h"
-#include "tools/trainer/option_flags.h"
-#include "tools/trainer/program_help.h"
-#include "tools/trainer/stop_signals.h"
 #include "tools/trainer/trainer.h"
 
 ABSL_FLAG(std::string, stop_signals, "USR1,TERM",

@@ -37,7 +37,7 @@
 
 namespace trellis {
 
-// A microbatch's document masks (tools/trainer/batch_loader.h), on the host
+// A microbatch's document masks (data/batch_loader.h), on the host
 // or the chunk's device; each undefined unless its option is on.
 struct ChunkMasks {
   Tensor doc_start;    // (B, T) int32: where each token's document starts

@@ -59,7 +59,8 @@ if(NOT TRELLIS_FUZZ_CXX_WORKS)
 endif()
 message(STATUS "Fuzz targets: built with ${TRELLIS_FUZZ_CXX}")
 
-set(fuzz_libraries framework parallel transformer data trainer plan)
+set(fuzz_libraries framework parallel transformer data options bubbles optim
+                   checkpoint health trainer convert plan)
 set(fuzz_exports ${CMAKE_BINARY_DIR}/fuzz-libraries.cmake)
 export(TARGETS ${fuzz_libraries} NAMESPACE trellis:: FILE ${fuzz_exports})
 

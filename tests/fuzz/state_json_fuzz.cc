@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "tests/fuzz/fuzz_util.h"
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "transformer/model_family.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,7 +1,7 @@
 // BatchLoader: document masks (doc_start, loss weights normalized over the
 // global batch) and the background read of the next step, which must give
 // the batches, counts and resumes of reading each step in turn.
-#include "tools/trainer/batch_loader.h"
+#include "data/batch_loader.h"
 
 #include <gtest/gtest.h>
 

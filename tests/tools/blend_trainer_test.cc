@@ -15,8 +15,8 @@
 #include "nlohmann/json.hpp"
 #include "parallel/bootstrap.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/metrics.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/trainer/health/metrics.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {

@@ -21,7 +21,7 @@
 #include "parallel/bootstrap.h"
 #include "tests/tools/checkpoint_test_util.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {

@@ -19,9 +19,9 @@
 #include "framework/hdf5.h"
 #include "parallel/communicator.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/shard_io.h"
-#include "tools/trainer/tensor_checksum.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/shard_io.h"
+#include "tools/checkpoint/tensor_checksum.h"
 
 namespace trellis {
 namespace {

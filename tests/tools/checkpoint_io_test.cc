@@ -14,8 +14,8 @@
 #include "framework/float16.h"
 #include "framework/hdf5.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/direct_writer.h"
-#include "tools/trainer/shard_io.h"
+#include "tools/checkpoint/direct_writer.h"
+#include "tools/checkpoint/shard_io.h"
 
 namespace trellis {
 namespace {

@@ -1,6 +1,6 @@
 // Checkpoints: what --resume resolves to, pruning, crashed saves, and the
 // errors of loading a checkpoint into a model it does not fit.
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/checkpoint_files.h"
-#include "tools/trainer/shard_io.h"
+#include "tools/checkpoint/checkpoint_files.h"
+#include "tools/checkpoint/shard_io.h"
 
 namespace trellis {
 namespace {

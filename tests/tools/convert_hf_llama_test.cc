@@ -21,9 +21,9 @@
 #include "parallel/communicator.h"
 #include "tests/tools/checkpoint_test_util.h"
 #include "tests/tools/hf_llama_test_util.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/convert/convert.h"
 #include "tools/convert/hf_files.h"
-#include "tools/trainer/checkpoint.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

@@ -19,8 +19,8 @@
 #include "framework/safetensors.h"
 #include "tests/tools/convert_roundtrip_test_util.h"
 #include "tests/tools/convert_test_util.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/convert/convert.h"
-#include "tools/trainer/checkpoint.h"
 
 namespace trellis {
 namespace {

@@ -16,10 +16,10 @@
 #include "framework/hdf5.h"
 #include "tests/tools/convert_roundtrip_test_util.h"
 #include "tests/tools/convert_test_util.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/convert/convert.h"
 #include "tools/convert/gpt2_tensors.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/optimizer.h"
+#include "tools/trainer/optim/optimizer.h"
 #include "transformer/gpt_parameters.h"
 #include "transformer/model_family.h"
 

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/checkpoint_dir.h"
+#include "tools/checkpoint/checkpoint_dir.h"
 
 namespace trellis {
 namespace {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "tests/tools/generate_test_util.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/checkpoint_dir.h"
 #include "tools/generate/generator.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/checkpoint_dir.h"
 #include "transformer/llama_parameters.h"
 #include "transformer/model_family.h"
 

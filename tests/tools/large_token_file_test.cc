@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "data/batch_loader.h"
 #include "data/sampler.h"
 #include "data/token_dataset.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/batch_loader.h"
 
 namespace trellis {
 namespace {

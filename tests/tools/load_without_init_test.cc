@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "parallel/communicator.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

@@ -1,6 +1,6 @@
 // ModelConfig as JSON: every option round-trips, files from before an
 // option existed read with its default, and bad values name their key.
-#include "tools/trainer/model_config_json.h"
+#include "tools/checkpoint/model_config_json.h"
 
 #include <gtest/gtest.h>
 

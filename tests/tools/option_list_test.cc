@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 
 namespace trellis {
 namespace {

@@ -1,6 +1,6 @@
 // TrainOptions::Resolve: every invalid combination is refused with a
 // message that names the flags to change.
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "tests/tools/programs_test_util.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/shard_io.h"
+#include "tools/checkpoint/shard_io.h"
 
 namespace trellis {
 namespace {

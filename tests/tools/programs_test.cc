@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/tools/programs_test_util.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/save_dir_lock.h"
+#include "tools/checkpoint/save_dir_lock.h"
 
 namespace trellis {
 namespace {

@@ -1,6 +1,6 @@
 // One run per --save_dir: a second holder is refused naming the first, and
 // the lock goes with its holder.
-#include "tools/trainer/save_dir_lock.h"
+#include "tools/checkpoint/save_dir_lock.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

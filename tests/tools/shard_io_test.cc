@@ -2,7 +2,7 @@
 // checkpoints' raw tensor files: every kind of shard written by the parts of
 // one tensor-parallel size and read back by those of another, in one
 // process, with padding never reaching the file.
-#include "tools/trainer/shard_io.h"
+#include "tools/checkpoint/shard_io.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

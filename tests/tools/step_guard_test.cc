@@ -2,7 +2,7 @@
 // their formulas; verdicts and skip counts; the test hook's syntax; and a
 // one-rank run whose NaN steps are skipped until --max_skipped_steps ends
 // it with a checkpoint of the last good step.
-#include "tools/trainer/step_guard.h"
+#include "tools/trainer/health/step_guard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 
 #include "parallel/bootstrap.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {

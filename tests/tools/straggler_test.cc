@@ -1,6 +1,6 @@
 // The straggler arithmetic: the median, who counts as a straggler against
 // a threshold, and the line that names one.
-#include "tools/trainer/straggler.h"
+#include "tools/trainer/health/straggler.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 // CRC-32C's check value, TFRecord framing, and the protobuf bytes of a
 // file-version event and of a scalar event. (The end-to-end reading with
 // protobuf's own parser is tests/tools/mpi/tensorboard_events_test.py.)
-#include "tools/trainer/tensorboard_writer.h"
+#include "tools/trainer/health/tensorboard_writer.h"
 
 #include <gtest/gtest.h>
 

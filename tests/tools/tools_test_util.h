@@ -19,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
 #include "parallel/bootstrap.h"
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis::test {

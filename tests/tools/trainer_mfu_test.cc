@@ -10,8 +10,8 @@
 
 #include "parallel/bootstrap.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/metrics.h"
-#include "tools/trainer/peak_flops.h"
+#include "tools/trainer/health/metrics.h"
+#include "tools/trainer/health/peak_flops.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tools/trainer/options.h"
-#include "tools/trainer/peak_flops.h"
+#include "tools/options/options.h"
+#include "tools/trainer/health/peak_flops.h"
 
 namespace trellis {
 

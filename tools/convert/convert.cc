@@ -15,13 +15,13 @@
 #include "framework/float16.h"
 #include "framework/progress_bar.h"
 #include "parallel/communicator.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/shard_io.h"
 #include "tools/convert/gpt2_tensors.h"
 #include "tools/convert/hf_files.h"
 #include "tools/convert/llama_tensors.h"
 #include "tools/convert/llmc.h"
 #include "tools/convert/shard_export.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/shard_io.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

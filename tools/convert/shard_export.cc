@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "framework/hdf5.h"
-#include "tools/trainer/model_config_json.h"
-#include "tools/trainer/options.h"
-#include "tools/trainer/shard_io.h"
+#include "tools/checkpoint/model_config_json.h"
+#include "tools/checkpoint/shard_io.h"
+#include "tools/options/options.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

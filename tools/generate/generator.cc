@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "framework/status.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/checkpoint_dir.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/checkpoint_dir.h"
 #include "tools/trainer/rank_device.h"
 #include "transformer/model_family.h"
 

@@ -28,7 +28,7 @@
 #include "parallel/device_groups.h"
 #include "parallel/parameter.h"
 #include "tools/generate/sampler.h"
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 #include "transformer/config.h"
 #include "transformer/model_decoder.h"
 

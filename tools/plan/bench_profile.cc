@@ -4,8 +4,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tools/options/options.h"
 #include "tools/plan/stage_facts.h"
-#include "tools/trainer/options.h"
 
 namespace trellis {
 namespace {

@@ -21,7 +21,7 @@
 #include "framework/kernels/attention.h"
 #include "framework/status.h"
 #include "tools/plan/pass_measure.h"
-#include "tools/trainer/peak_flops.h"
+#include "tools/trainer/health/peak_flops.h"
 
 namespace trellis {
 namespace {

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "tools/trainer/option_types.h"
+#include "tools/options/option_types.h"
 
 namespace trellis {
 

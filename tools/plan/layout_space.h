@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 
 namespace trellis {
 

@@ -17,7 +17,7 @@
 
 #include <cstdint>
 
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 
 namespace trellis {
 

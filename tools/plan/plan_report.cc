@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "parallel/schedule.h"
-#include "tools/trainer/option_types.h"
+#include "tools/options/option_types.h"
 
 namespace trellis {
 namespace {

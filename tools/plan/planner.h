@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tools/options/options.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/step_cost.h"
 #include "tools/plan/step_work.h"
 #include "tools/trainer/memory_plan.h"
-#include "tools/trainer/options.h"
 
 namespace trellis {
 

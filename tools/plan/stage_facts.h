@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tools/options/options.h"
 #include "tools/trainer/memory_plan.h"
-#include "tools/trainer/options.h"
 #include "tools/trainer/stage_schedules.h"
 #include "transformer/chunk_options.h"
 

@@ -39,9 +39,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tools/options/options.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/stage_facts.h"
-#include "tools/trainer/options.h"
 
 namespace trellis {
 

@@ -48,9 +48,9 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "tools/options/options.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/stage_facts.h"
-#include "tools/trainer/options.h"
 
 namespace trellis {
 

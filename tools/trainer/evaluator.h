@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/batch_loader.h"
 #include "framework/memory_arena.h"
 #include "parallel/bootstrap.h"
 #include "parallel/device_groups.h"
-#include "tools/trainer/batch_loader.h"
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/options/options.h"
 #include "tools/trainer/memory_plan.h"
-#include "tools/trainer/options.h"
 #include "tools/trainer/stage_model.h"
 
 namespace trellis {

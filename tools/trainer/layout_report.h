@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "parallel/mesh.h"
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 
 namespace trellis {
 

@@ -16,7 +16,7 @@
 #include "framework/tensor.h"
 #include "parallel/bootstrap.h"
 #include "parallel/device_groups.h"
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 
 namespace trellis {
 

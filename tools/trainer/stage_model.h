@@ -32,13 +32,13 @@
 #include <utility>
 #include <vector>
 
+#include "data/batch_loader.h"
 #include "framework/staged_upload.h"
 #include "parallel/bootstrap.h"
 #include "parallel/pipeline_buffers.h"
 #include "parallel/pipeline_executor.h"
-#include "tools/trainer/batch_loader.h"
+#include "tools/options/options.h"
 #include "tools/trainer/memory_plan.h"
-#include "tools/trainer/options.h"
 #include "tools/trainer/stage_schedules.h"
 #include "transformer/model_family.h"
 

@@ -21,7 +21,7 @@
 
 #include "parallel/pipeline_buffers.h"
 #include "parallel/schedule.h"
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 
 namespace trellis {
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -13,11 +14,9 @@
 #include "framework/memory_arena.h"
 #include "parallel/replicas.h"
 #include "parallel/schedule.h"
-#include "parallel/tp_gradient_sums.h"
 #include "tools/trainer/evaluator.h"
-#include "tools/trainer/peak_flops.h"
+#include "tools/trainer/health/peak_flops.h"
 #include "tools/trainer/rank_device.h"
-#include "tools/trainer/sharded_optimizer.h"
 #include "tools/trainer/zero_memory.h"
 #include "transformer/model_family.h"
 
@@ -84,6 +83,16 @@ absl::Status CheckStart(const TrainOptions& o, const std::string& resume_dir,
   return AgreeOnStatus(world, mine);
 }
 
+OptimizerConfig OptimizerConfigOf(const TrainOptions& o) {
+  OptimizerConfig opt;
+  opt.schedule = {o.lr, o.min_lr, o.warmup_steps, o.steps};
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.weight_decay = o.weight_decay;
+  opt.grad_clip = o.grad_clip;
+  return opt;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
@@ -124,12 +133,44 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
 
 absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   const TrainOptions& o = options_;
+  TRELLIS_ASSIGN_OR_RETURN(dtype, SetUpDevice(dtype));
+  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("before declaring the model"));
+  model_ = std::make_unique<StageModel>(o, groups_, coord_, device_, dtype);
+  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after declaring the model"));
+  // The model's buffers between stages are laid out for this list.
+  std::vector<Action> schedule = model_->schedule();
+  // NCCL's buffers are taken already (SetUpRankDevice warmed the groups).
+  const size_t available = AvailableMemory(o, device_);
+  TRELLIS_RETURN_IF_ERROR(PlanMemory(available));
+  // Everything the plan counts comes from one arena, allocated now: the
+  // parameters, then the gradient buckets and the optimizer's moments, and
+  // during the first step the activations and pipeline buffers.
+  arena_scope_ = std::make_unique<ArenaScope>(
+      MemoryArena::Create(ArenaCapacity(memory_plan_, available), device_));
+  // ZeRO-3 never makes the weights whole: GradientSync fills its blocks of
+  // them from the declarations.
+  std::vector<ParameterDeclaration> declared;
+  if (o.zero == 3) declared = model_->params().TakeDeclarations();
+  model_->Allocate(fill);
+  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after initializing the weights"));
+  TRELLIS_RETURN_IF_ERROR(OpenData());
+  executor_ = std::make_unique<PipelineExecutor>(
+      *groups_.pp, std::move(schedule), static_cast<int>(o.virtual_stages));
+  executor_->set_device_clock(device_clock_);
+  if (tracer_ != nullptr) tracer_->Observe(*executor_);
+  gradients_ =
+      std::make_unique<GradientSync>(*model_, o, groups_, declared, fill);
+  optimizer_ = gradients_->NewOptimizer(OptimizerConfigOf(o));
+  return SetUpHealth();
+}
+
+absl::StatusOr<DType> Trainer::SetUpDevice(DType dtype) {
+  const TrainOptions& o = options_;
   // A rank without a usable device fails on every rank, before any
   // collective setup.
   TRELLIS_ASSIGN_OR_RETURN(RankDevice rank_device,
                            SetUpRankDevice(o, groups_, dtype));
   device_ = rank_device.device;
-  dtype = rank_device.dtype;
   groups_ = rank_device.groups;
   device_groups_ = std::move(rank_device.device_groups);
   if (o.comm_timeout_s > 0) {  // the tracer, if any, wraps these
@@ -147,25 +188,11 @@ absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
     tracer_ = std::make_unique<StepTracer>(o, groups_, coord_, device_clock_);
     groups_ = tracer_->groups();
   }
-  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("before declaring the model"));
-  model_ = std::make_unique<StageModel>(o, groups_, coord_, device_, dtype);
-  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after declaring the model"));
-  // The model's buffers between stages are laid out for this list.
-  std::vector<Action> schedule = model_->schedule();
-  // NCCL's buffers are taken already (SetUpRankDevice warmed the groups).
-  const size_t available = AvailableMemory(o, device_);
-  TRELLIS_RETURN_IF_ERROR(PlanMemory(available));
-  // Everything the plan counts comes from one arena, allocated now: the
-  // parameters, then the gradient buckets and the optimizer's moments, and
-  // during the first step the activations and pipeline buffers.
-  arena_scope_ = std::make_unique<ArenaScope>(
-      MemoryArena::Create(ArenaCapacity(memory_plan_, available), device_));
-  // ZeRO-3 never makes the weights whole: ShardedParameters (below) fills
-  // its blocks of them from the declarations.
-  std::vector<ParameterDeclaration> declared;
-  if (o.zero == 3) declared = model_->params().TakeDeclarations();
-  model_->Allocate(fill);
-  TRELLIS_RETURN_IF_ERROR(CheckStartupStop("after initializing the weights"));
+  return rank_device.dtype;
+}
+
+absl::Status Trainer::OpenData() {
+  const TrainOptions& o = options_;
   BatchLoader::Config data;
   data.seq_len = o.model.seq_len;
   data.val_fraction = o.val_fraction;
@@ -178,74 +205,18 @@ absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   data.document_mask = o.document_mask;
   data.eod_mask_loss = o.eod_mask_loss;
   TRELLIS_ASSIGN_OR_RETURN(loader_, BatchLoader::Open(o.data, data));
-  executor_ = std::make_unique<PipelineExecutor>(
-      *groups_.pp, std::move(schedule), static_cast<int>(o.virtual_stages));
-  executor_->set_device_clock(device_clock_);
-  if (tracer_ != nullptr) tracer_->Observe(*executor_);
-  // ZeRO reduce-scatters the buckets; the tied embedding gets a bucket of
-  // its own so the first and last stage own the same elements of it.
-  const bool zero = o.zero > 0;
-  std::vector<const Parameter*> alone;
-  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
-  if (zero && !tied.empty()) alone.push_back(model_->params().Find(tied));
-  const GradSync sync = o.zero == 0   ? GradSync::kAllReduce
-                        : o.zero == 1 ? GradSync::kReduceScatter
-                                      : GradSync::kShardGradients;
-  // ZeRO-3 gathers weights bucket by bucket: no bucket spans two groups.
-  const std::vector<const Parameter*> starts =
-      o.zero == 3 ? model_->WeightGroupStarts()
-                  : std::vector<const Parameter*>();
-  buckets_ = std::make_unique<GradientBuckets>(
-      model_->GradientReadyOrder(),
-      static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024), *groups_.dp, sync,
-      alone, starts, declared);
-  model_->set_on_gradient_final(
-      [this](const Parameter* p) { buckets_->MarkReady(p); });
-  if (zero) {
-    // The tp sums run on the owned blocks: the tp ranks must own the same
-    // elements.
-    CheckRangesMatchOverTp(*groups_.tp, model_->params().all(),
-                           OwnedGradientRanges(*buckets_));
-  }
-  if (sync == GradSync::kShardGradients) {
-    // ZeRO-2 holds a bucket only while its gradients are written.
-    model_->set_gradient_writes(ModelChunk::GradientWrites{
-        [this](const std::vector<Parameter*>& g) { buckets_->BeforeWrite(g); },
-        [this](const std::vector<Parameter*>& g) { buckets_->AfterWrite(g); }});
-  }
-  if (o.zero == 3) {
-    // ZeRO-3 keeps only the owned blocks of the weights and gathers a
-    // unit's whole weights around each compute that reads them.
-    sharded_ = std::make_unique<ShardedParameters>(*buckets_, declared, fill);
-    model_->set_weight_gathers(
-        ModelChunk::WeightGathers{[this](const std::vector<Parameter*>& unit,
-                                         const std::vector<Parameter*>& next) {
-                                    sharded_->Acquire(unit, next);
-                                  },
-                                  [this](const std::vector<Parameter*>& unit) {
-                                    sharded_->Release(unit);
-                                  }});
-  }
-  OptimizerConfig opt;
-  opt.schedule = {o.lr, o.min_lr, o.warmup_steps, o.steps};
-  opt.beta1 = o.beta1;
-  opt.beta2 = o.beta2;
-  opt.weight_decay = o.weight_decay;
-  opt.grad_clip = o.grad_clip;
-  optimizer_ = o.zero > 0
-                   ? std::make_unique<ShardedOptimizer>(
-                         opt, model_->params(), *buckets_, sharded_.get())
-                   : std::make_unique<Optimizer>(opt, model_->params());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SetUpHealth() {
+  const TrainOptions& o = options_;
   StepGuardConfig guard{o.max_skipped_steps, o.skip_spike_zscore};
-  const char* inject = std::getenv("TRELLIS_TEST_INJECT_NAN");
-  TRELLIS_RETURN_IF_ERROR(
-      ParseInjectNan(inject != nullptr ? inject : "", guard));
+  TRELLIS_RETURN_IF_ERROR(guard.ReadTestFaults());
   guard_ = std::make_unique<StepGuard>(guard, groups_.world->rank());
-  const char* slow = std::getenv("TRELLIS_TEST_SLOW_RANK");
   TRELLIS_ASSIGN_OR_RETURN(
-      stragglers_, StragglerMonitor::Create(
-                       *groups_.world, coord_, o.straggler_every,
-                       o.straggler_threshold, slow != nullptr ? slow : ""));
+      stragglers_,
+      StragglerMonitor::Create(*groups_.world, coord_, o.straggler_every,
+                               o.straggler_threshold, SlowRankTestHook()));
   if (groups_.world->rank() == 0) {
     TRELLIS_RETURN_IF_ERROR(metrics_.Open(o.metrics_file, o.tensorboard_dir));
   }
@@ -308,36 +279,6 @@ absl::Status Trainer::PlanMemory(size_t available) {
   return absl::OkStatus();
 }
 
-void Trainer::SumGradientsOverTp(TraceRecorder* trace) {
-  if (groups_.tp->size() == 1) return;
-  // The gradient elements the data-parallel sync left: whole gradients, or
-  // under ZeRO the owned block of each bucket, the same elements on every
-  // tp rank (parallel/tp_gradient_sums.h). The dp average (already done)
-  // and these sums commute.
-  const std::vector<GradRange> ranges =
-      buckets_->sync() == GradSync::kAllReduce
-          ? WholeGradientRanges(model_->params().all())
-          : OwnedGradientRanges(*buckets_);
-  // Pieces replicated over sub-groups of tp (key/value heads fewer than tp
-  // ranks): every replica takes the sum of their gradients, so they stay
-  // identical.
-  SumReplicatedGradients(*groups_.tp, ranges);
-  // Under --sequence_parallel each tp rank's norm gradients cover its own
-  // rows.
-  const std::vector<Parameter*> partial = model_->TpPartialGradients();
-  if (partial.empty()) return;
-  const ScopedTraceSpan span(trace, "tp sync", kTraceCategoryStep,
-                             StepTracer::kStepLane);
-  SumPartialGradients(*groups_.tp, partial, ranges);
-}
-
-double Trainer::ReduceLoss(double local) const {
-  const double last = model_->last_stage() ? local : 0.0;
-  return AllReduceScalar(*groups_.dp,
-                         AllReduceScalar(*groups_.pp, last, ReduceOp::kSum),
-                         ReduceOp::kAvg);
-}
-
 absl::StatusOr<StepMetrics> Trainer::Step() {
   // A traced step starts on all ranks together; `trace` is null otherwise.
   TraceRecorder* trace =
@@ -351,10 +292,9 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   if (device_clock_ != nullptr) device_clock_->BeginStep(trace != nullptr);
   {
     const ScopedTraceSpan span = phase("data");
-    stragglers_->MaybeSleep();
     TRELLIS_ASSIGN_OR_RETURN(std::vector<MicroBatch> microbatches,
                              loader_->NextStep());
-    buckets_->StartStep();
+    gradients_->StartStep();
     model_->BeginStep(microbatches);
   }
   // This rank's own work, not its waits: data, then the pipeline's busy.
@@ -365,56 +305,16 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     pipeline = executor_->Run(*model_);
   }
   StepMetrics m;
-  {
-    const ScopedTraceSpan span = phase("grad sync");
-    const double dp_wait_s = buckets_->Wait();
-    // Reported only when there is data parallelism to wait on.
-    m.dp_wait_ms = options_.dp > 1 ? 1e3 * dp_wait_s : 0.0;
-  }
-  SumGradientsOverTp(trace);
-  // The tied embedding: the first and last stage sum their gradients.
-  const std::string tied =
-      FamilyOf(options_.model).TiedEmbedding(options_.model);
-  if (groups_.embed != nullptr && groups_.embed->size() > 1 && !tied.empty()) {
-    const ScopedTraceSpan span = phase("embed sync");
-    const Parameter* embedding = model_->params().Find(tied);
-    // ZeRO-2 keeps only this rank's block of it (its bucket's, alone).
-    Tensor grad = buckets_->sync() == GradSync::kShardGradients
-                      ? buckets_->Shard(buckets_->BucketOf(embedding))
-                      : embedding->grad;
-    groups_.embed->AllReduce(grad, ReduceOp::kSum);
-  }
+  const double dp_wait_s = gradients_->Finish(trace);
+  // Reported only when there is data parallelism to wait on.
+  m.dp_wait_ms = options_.dp > 1 ? 1e3 * dp_wait_s : 0.0;
   {
     const ScopedTraceSpan span = phase("optimizer");
     GuardedUpdate(m);
   }
-  // Waits for the device to finish the pipeline (the optimizer's kernels
-  // may still be running).
-  if (device_clock_ != nullptr) pipeline.ResolveDeviceTime(*device_clock_);
-  m.bubble =
-      AllReduceScalar(*groups_.pp, pipeline.BubbleFraction(), ReduceOp::kMax);
-  m.bubble_theory =
-      options_.pp > 1
-          ? TheoreticalBubble(options_.schedule, static_cast<int>(options_.pp),
-                              static_cast<int>(options_.microbatches()),
-                              static_cast<int>(options_.virtual_stages))
-          : 0.0;
-  m.ms = 1e3 * Seconds(start);
-  m.memory_peak_bytes = AllReduceScalar(
-      *groups_.world, static_cast<double>(arena().stats().peak_in_use),
-      ReduceOp::kMax);
-  m.memory_planned_bytes = largest_planned_bytes_;
-  m.tokens_per_s =
-      static_cast<double>(options_.global_batch_size * options_.model.seq_len) /
-      (m.ms / 1e3);
-  const double model_flops =
-      options_.model.TrainingFlopsPerToken() *
-      static_cast<double>(options_.global_batch_size * options_.model.seq_len);
-  m.model_tflops = model_flops / (m.ms / 1e3) / 1e12;
-  m.mfu = peak_flops_per_rank_ > 0
-              ? model_flops / (m.ms / 1e3) /
-                    (peak_flops_per_rank_ * groups_.world->size())
-              : 0.0;
+  MeasureStep(pipeline, start, m);
+  // After the update, which may gather (ZeRO), the world's maxima.
+  AgreeOnMaxima(pipeline, m);
   std::optional<Straggler> slow =
       stragglers_->EndStep(data_s + pipeline.busy_seconds, &m.straggler_ratio);
   if (slow) {
@@ -430,15 +330,23 @@ void Trainer::GuardedUpdate(StepMetrics& m) {
   if (guard_->InjectNanDue(optimizer_->step() + 1)) {
     optimizer_->PoisonGradient();
   }
-  // Both agreed by every rank (the norm over tp and pp of dp-averaged
-  // gradients, with --zero=1 over dp too; the loss over pp and dp); the
-  // guard agrees on the verdict.
-  const double norm = optimizer_->GlobalGradNorm(*groups_.tp, *groups_.pp);
-  m.loss = ReduceLoss(model_->StepLoss());
-  const SkipReason skip = guard_->Judge(m.loss, norm, *groups_.world);
-  m.grad_norm = norm;
+  // The stages' gradient squares (each reduced over tp, and dp where
+  // sharded) and the last stage's loss: one sum over pp; then the loss's
+  // mean over dp.
+  Tensor stage = Tensor::Empty({2}, DType::kF64);
+  stage.data<double>()[0] = optimizer_->StageGradSquares(*groups_.tp);
+  stage.data<double>()[1] = model_->last_stage() ? model_->StepLoss() : 0.0;
+  if (groups_.pp->size() > 1) groups_.pp->AllReduce(stage, ReduceOp::kSum);
+  m.grad_norm = std::sqrt(stage.data<double>()[0]);
+  m.loss =
+      AllReduceScalar(*groups_.dp, stage.data<double>()[1], ReduceOp::kAvg);
+  // The guard's verdict, agreed by the world (if any rank skips, all do).
+  const SkipReason mine = guard_->Assess(m.loss, m.grad_norm);
+  const auto skip = static_cast<SkipReason>(static_cast<int>(AllReduceScalar(
+      *groups_.world, static_cast<double>(mine), ReduceOp::kMax)));
+  guard_->Record(skip, m.loss, m.grad_norm);
   if (skip == SkipReason::kNone) {
-    m.lr = optimizer_->Apply(norm).lr;
+    m.lr = optimizer_->Apply(m.grad_norm).lr;
     m.step = optimizer_->step();
   } else {
     m.lr = optimizer_->next_lr();
@@ -447,6 +355,49 @@ void Trainer::GuardedUpdate(StepMetrics& m) {
   }
   m.skipped_steps = guard_->skipped_total();
   m.consecutive_skips = guard_->consecutive_skips();
+}
+
+void Trainer::MeasureStep(PipelineStepStats& pipeline,
+                          std::chrono::steady_clock::time_point start,
+                          StepMetrics& m) const {
+  // Waits for the device to finish the pipeline (the optimizer's kernels
+  // may still be running).
+  if (device_clock_ != nullptr) pipeline.ResolveDeviceTime(*device_clock_);
+  m.bubble_theory =
+      options_.pp > 1
+          ? TheoreticalBubble(options_.schedule, static_cast<int>(options_.pp),
+                              static_cast<int>(options_.microbatches()),
+                              static_cast<int>(options_.virtual_stages))
+          : 0.0;
+  const double seconds = Seconds(start);
+  m.ms = 1e3 * seconds;
+  m.memory_planned_bytes = largest_planned_bytes_;
+  const double tokens =
+      static_cast<double>(options_.global_batch_size * options_.model.seq_len);
+  m.tokens_per_s = tokens / seconds;
+  const double model_flops = options_.model.TrainingFlopsPerToken() * tokens;
+  m.model_tflops = model_flops / seconds / 1e12;
+  m.mfu = peak_flops_per_rank_ > 0
+              ? model_flops / seconds /
+                    (peak_flops_per_rank_ * groups_.world->size())
+              : 0.0;
+}
+
+void Trainer::AgreeOnMaxima(const PipelineStepStats& pipeline, StepMetrics& m) {
+  // One reduction for all: the largest bubble of any pipeline, the memory
+  // high-water mark of the rank that uses the most, and whether any rank's
+  // stop check fired.
+  Tensor maxima = Tensor::Empty({3}, DType::kF64);
+  double* v = maxima.data<double>();
+  v[0] = pipeline.BubbleFraction();
+  v[1] = static_cast<double>(arena().stats().peak_in_use);
+  v[2] = stop_check_ && stop_check_() ? 1.0 : 0.0;
+  if (groups_.world->size() > 1) {
+    groups_.world->AllReduce(maxima, ReduceOp::kMax);
+  }
+  m.bubble = v[0];
+  m.memory_peak_bytes = v[1];
+  m.stop_requested = v[2] > 0;
 }
 
 absl::Status Trainer::GiveUp(const StepMetrics& m) {
@@ -531,9 +482,7 @@ absl::StatusOr<Trainer::Outcome> Trainer::Run() {
         m.step % options_.save_every == 0) {
       TRELLIS_RETURN_IF_ERROR(Save());
     }
-    if (stop_check_ &&
-        AllReduceScalar(*groups_.world, stop_check_() ? 1.0 : 0.0,
-                        ReduceOp::kMax) > 0) {
+    if (m.stop_requested) {
       if (root) {
         std::printf("stop requested: stopping after step %lld\n",
                     static_cast<long long>(m.step));

@@ -17,12 +17,14 @@
 #ifndef TRELLIS_TOOLS_TRAINER_TRAINER_H_
 #define TRELLIS_TOOLS_TRAINER_TRAINER_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "data/batch_loader.h"
 #include "framework/memory_arena.h"
 #include "parallel/bootstrap.h"
 #include "parallel/data_parallel.h"
@@ -30,16 +32,16 @@
 #include "parallel/pipeline_executor.h"
 #include "parallel/sharded_parameters.h"
 #include "parallel/watchdog_communicator.h"
-#include "tools/trainer/batch_loader.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/metrics.h"
-#include "tools/trainer/optimizer.h"
-#include "tools/trainer/options.h"
-#include "tools/trainer/save_dir_lock.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/save_dir_lock.h"
+#include "tools/options/options.h"
+#include "tools/trainer/gradient_sync.h"
+#include "tools/trainer/health/metrics.h"
+#include "tools/trainer/health/step_guard.h"
+#include "tools/trainer/health/step_tracer.h"
+#include "tools/trainer/health/straggler.h"
+#include "tools/trainer/optim/optimizer.h"
 #include "tools/trainer/stage_model.h"
-#include "tools/trainer/step_guard.h"
-#include "tools/trainer/step_tracer.h"
-#include "tools/trainer/straggler.h"
 
 namespace trellis {
 
@@ -101,11 +103,13 @@ class Trainer {
   Device device() const { return device_; }
   const MemoryPlan& memory_plan() const { return memory_plan_; }
   // The data-parallel gradient buckets.
-  const GradientBuckets& buckets() const { return *buckets_; }
+  const GradientBuckets& buckets() const { return gradients_->buckets(); }
   // The optimizer (a ShardedOptimizer under --zero 1 to 3).
   const Optimizer& optimizer() const { return *optimizer_; }
   // --zero=3's sharded weights, or null.
-  const ShardedParameters* sharded_parameters() const { return sharded_.get(); }
+  const ShardedParameters* sharded_parameters() const {
+    return gradients_->sharded();
+  }
   // The arena that holds the plan's tensors.
   const MemoryArena& arena() const { return *arena_scope_->arena(); }
   // Loads the weights (not the optimizer) of checkpoint `dir`, checking
@@ -117,27 +121,33 @@ class Trainer {
       : options_(std::move(options)), groups_(groups), coord_(coord) {}
   // Builds the run; `fill` kZero when a checkpoint load follows.
   absl::Status Build(DType dtype, ParameterFill fill);
+  // The rank's device and groups (with --comm_timeout_s watched, with
+  // --trace_dir traced); returns the dtype the device computes in.
+  absl::StatusOr<DType> SetUpDevice(DType dtype);
+  // The loader of this rank's microbatches.
+  absl::Status OpenData();
+  // The step guard, the straggler monitor and (rank 0) the metrics files.
+  absl::Status SetUpHealth();
   // Cancelled on every rank when stop_check_ fired on any (collective).
   absl::Status CheckStartupStop(const char* phase);
   absl::Status PlanMemory(size_t available);
   absl::Status Resume(const std::string& dir);
   // Reads the model's weights (and, with `optimizer`, its moments) from
-  // `dir`; under ZeRO one group at a time (CheckpointGroups): its whole
-  // moments, and under ZeRO-3 its whole weights.
+  // `dir`; under ZeRO one group at a time (GradientSync::CheckpointGroups): its
+  // whole moments, and under ZeRO-3 its whole weights.
   absl::Status LoadModel(const std::string& dir, Optimizer* optimizer);
-  // The groups ZeRO's checkpoint I/O walks: ZeRO-3's IoGroups, else each
-  // gradient bucket's parameters (no bucket in two groups).
-  std::vector<std::vector<Parameter*>> CheckpointGroups() const;
   absl::StatusOr<TrainingState> CheckCheckpoint(const std::string& dir) const;
-  double ReduceLoss(double local) const;
-  // After the data-parallel sync, sums over tp the gradients the model
-  // leaves partial (StageModel::TpPartialGradients) and those of pieces
-  // replicated over sub-groups of tp, on the elements the sync left
-  // (under ZeRO the owned blocks).
-  void SumGradientsOverTp(TraceRecorder* trace);
-  // The guard's verdict on the step's gradients and loss (into `m`), and
-  // the update unless it skips.
+  // The step's time since `start` (once the device is done), throughput
+  // and MFU into `m`.
+  void MeasureStep(PipelineStepStats& pipeline,
+                   std::chrono::steady_clock::time_point start,
+                   StepMetrics& m) const;
+  // The step's gradient norm and loss (into `m`), the guard's verdict on
+  // them, and the update unless it skips.
   void GuardedUpdate(StepMetrics& m);
+  // What the world agrees on by its maximum, in one reduction: the bubble,
+  // the memory high-water mark and the stop check (into `m`).
+  void AgreeOnMaxima(const PipelineStepStats& pipeline, StepMetrics& m);
   // Saves (with --save_dir) and sets give_up_message_ after too many skips.
   absl::Status GiveUp(const StepMetrics& m);
   // Sets peak_flops_per_rank_ (PeakFlopsOf, agreed over the ranks) and
@@ -163,9 +173,8 @@ class Trainer {
   std::unique_ptr<BatchLoader> loader_;
   std::unique_ptr<StageModel> model_;
   std::unique_ptr<PipelineExecutor> executor_;
-  std::unique_ptr<GradientBuckets> buckets_;
-  // --zero=3: the owned blocks of the weights; null otherwise.
-  std::unique_ptr<ShardedParameters> sharded_;
+  // The gradients after the backward: dp buckets, ZeRO, tp and tied sums.
+  std::unique_ptr<GradientSync> gradients_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepGuard> guard_;
   std::unique_ptr<StragglerMonitor> stragglers_;

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/checkpoint_dir.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/checkpoint_dir.h"
 #include "tools/trainer/evaluator.h"
 #include "tools/trainer/trainer.h"
 
@@ -54,28 +54,19 @@ absl::Status Trainer::LoadWeights(const std::string& dir) {
   return LoadModel(dir, nullptr);
 }
 
-std::vector<std::vector<Parameter*>> Trainer::CheckpointGroups() const {
-  if (sharded_ != nullptr) return sharded_->IoGroups(model_->GatherUnits());
-  // ZeRO-1/2: each gradient bucket's parameters (whole weights already).
-  std::vector<std::vector<Parameter*>> groups;
-  for (int b = 0; b < buckets_->num_buckets(); ++b) {
-    groups.push_back(buckets_->BucketParameters(b));
-  }
-  return groups;
-}
-
 absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
+  ShardedParameters* sharded = gradients_->sharded();
   const bool moments_in_parts =
       optimizer != nullptr && optimizer->MomentsInParts();
-  if (sharded_ == nullptr && !moments_in_parts) {
+  if (sharded == nullptr && !moments_in_parts) {
     return LoadCheckpoint(dir, model_->params(), optimizer);
   }
   // ZeRO loads one group at a time: ZeRO-3 its whole weights, keeping its
   // blocks of them; every level its moments, keeping the owned segments.
   // No collective: every rank reads its own.
   bool first = true;
-  for (const std::vector<Parameter*>& group : CheckpointGroups()) {
-    if (sharded_ != nullptr) sharded_->GatherUnit(group, /*gather=*/false);
+  for (const std::vector<Parameter*>& group : gradients_->CheckpointGroups()) {
+    if (sharded != nullptr) sharded->GatherUnit(group, /*gather=*/false);
     if (optimizer != nullptr) {
       optimizer->BeginCheckpointPart(CheckpointIo::kLoad, group);
     }
@@ -84,7 +75,7 @@ absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
     if (optimizer != nullptr) {
       optimizer->EndCheckpointPart(CheckpointIo::kLoad, group);
     }
-    if (sharded_ != nullptr) sharded_->ShardUnit(group, /*keep=*/loaded.ok());
+    if (sharded != nullptr) sharded->ShardUnit(group, /*keep=*/loaded.ok());
     TRELLIS_RETURN_IF_ERROR(loaded);
     first = false;
   }
@@ -171,17 +162,18 @@ absl::Status Trainer::Save() {
   // ZeRO gathers one group at a time, and drops it before the next: its
   // moments (for their savers) and, under ZeRO-3, its whole weights (for
   // the writers, replica 0).
-  const bool walked = sharded_ != nullptr || optimizer_->MomentsInParts();
+  ShardedParameters* sharded = gradients_->sharded();
+  const bool walked = sharded != nullptr || optimizer_->MomentsInParts();
   WeightGroups walk;
   if (walked) {
-    walk.groups = CheckpointGroups();
-    walk.open = [this](const std::vector<Parameter*>& group) {
-      if (sharded_ != nullptr) sharded_->GatherUnit(group, /*gather=*/true);
+    walk.groups = gradients_->CheckpointGroups();
+    walk.open = [this, sharded](const std::vector<Parameter*>& group) {
+      if (sharded != nullptr) sharded->GatherUnit(group, /*gather=*/true);
       optimizer_->BeginCheckpointPart(CheckpointIo::kSave, group);
     };
-    walk.close = [this](const std::vector<Parameter*>& group) {
+    walk.close = [this, sharded](const std::vector<Parameter*>& group) {
       optimizer_->EndCheckpointPart(CheckpointIo::kSave, group);
-      if (sharded_ != nullptr) sharded_->ShardUnit(group, /*keep=*/false);
+      if (sharded != nullptr) sharded->ShardUnit(group, /*keep=*/false);
     };
   }
   optimizer_->BeginCheckpointIo(CheckpointIo::kSave);

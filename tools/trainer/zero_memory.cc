@@ -149,7 +149,7 @@ size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
       bucket_elements[b] += items[i].elements;
     }
   }
-  // The I/O groups (Trainer::CheckpointGroups): each bucket under levels 1
+  // The I/O groups (GradientSync::CheckpointGroups): each bucket under levels 1
   // and 2; under 3 the gather units' buckets (ShardedParameters::IoGroups).
   std::vector<std::vector<int>> unit_buckets;
   if (o.zero >= 3) {

@@ -20,8 +20,8 @@
 
 #include <cstddef>
 
+#include "tools/options/options.h"
 #include "tools/trainer/memory_plan.h"
-#include "tools/trainer/options.h"
 #include "tools/trainer/stage_model.h"
 
 namespace trellis {
@@ -39,7 +39,7 @@ size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
 
 // Checkpoint I/O's whole bytes at once under levels 1 to 3 (0 at level 0,
 // whose moments are whole anyway): the largest I/O group's moments, both
-// kinds, in the moments' dtype (the groups as Trainer::CheckpointGroups
+// kinds, in the moments' dtype (the groups as GradientSync::CheckpointGroups
 // walks them: each gradient bucket, or under level 3 the buckets of each
 // gather unit), plus under levels 2 and 3 one bucket-sized gather buffer.
 // Level 3's weights gathered for I/O use the planned gather units.

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/mpi/mpi_test_util.h"
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/trainer/trainer.h"
 #include "transformer/gpt_parameters.h"
 #include "transformer/model_family.h"

@@ -16,12 +16,15 @@
 //   pp (pp > 1):  per chunk on this stage, m activation sends and gradient
 //                 receives unless it is the last chunk, m activation
 //                 receives and gradient sends unless it is the first, all of
-//                 N·C floats; and three one-double all-reduces (norm, loss,
-//                 bubble);
+//                 N·C floats; and one all-reduce of two doubles (the
+//                 stage's gradient squares and the loss, both sums);
 //   embed (pp > 1, first or last stage): one all-reduce of the local `wte`
 //                 gradient.
-// The world group carries one one-double all-reduce per step (the step
-// guard's verdict, none for a world of one), and every --straggler_every
+// The world group carries two all-reduces per step, none for a world of
+// one: the step guard's verdict (one double), then the maxima (three
+// doubles: the bubble, the memory high-water mark, the stop check). The
+// step's scalars ride on as few collectives as their operators and order
+// allow: five in all, where one each took eight. Every --straggler_every
 // steps (10 by default: not within the steps counted here) one all-gather
 // of each rank's compute time.
 #include <algorithm>
@@ -125,9 +128,9 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
   const int64_t nc = n * o.model.d_model;
   Traffic t;
   CommStats& world = t.stats["world"];
-  // The step guard's verdict and the largest rank's memory high-water mark:
-  // one float64 each.
-  if (o.dp * o.tp * o.pp > 1) Add(world, CommOp::kAllReduce, 2, 16);
+  // The step guard's verdict (one float64), then the maxima: bubble,
+  // memory high-water mark, stop check (three).
+  if (o.dp * o.tp * o.pp > 1) Add(world, CommOp::kAllReduce, 2, 4 * kDouble);
   CommStats& tp = t.stats["tp"];
   if (o.tp > 1) {
     const int64_t big = m * (4 * plan.layers + plan.first + plan.last);
@@ -153,8 +156,8 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
     const int64_t messages = m * (plan.nonlast + plan.nonfirst);
     Add(pp, CommOp::kSend, messages, kFloat * messages * nc);
     Add(pp, CommOp::kRecv, messages, kFloat * messages * nc);
-    Add(pp, CommOp::kAllReduce, 3, 3 * kDouble);
-    t.volume["pp"] = {2 * kFloat * messages * nc, 3 * kDouble};
+    Add(pp, CommOp::kAllReduce, 1, 2 * kDouble);
+    t.volume["pp"] = {2 * kFloat * messages * nc, 2 * kDouble};
   }
   if (plan.first || plan.last) {
     CommStats& embed = t.stats["embed"];

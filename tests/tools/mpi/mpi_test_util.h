@@ -32,7 +32,7 @@
 #include "parallel/mesh.h"
 #include "parallel/mpi_communicator.h"
 #include "tests/tools/tools_test_util.h"
-#include "tools/trainer/options.h"
+#include "tools/options/options.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis::mpitest {

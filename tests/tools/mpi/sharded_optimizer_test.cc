@@ -4,7 +4,7 @@
 // moments gathered for a checkpoint agree with the replicated ones. Also:
 // each rank keeps 1/dp of the moments (to padding), and the reduce-scatter
 // plus all-gather of the buckets counts as the all-reduce it replaces.
-#include "tools/trainer/sharded_optimizer.h"
+#include "tools/trainer/optim/sharded_optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +17,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/mpi_communicator.h"
 #include "tools/trainer/memory_plan.h"
-#include "tools/trainer/optimizer.h"
+#include "tools/trainer/optim/optimizer.h"
 
 namespace trellis {
 namespace {

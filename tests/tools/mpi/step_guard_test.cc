@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/mpi/mpi_test_util.h"
-#include "tools/trainer/checkpoint.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {

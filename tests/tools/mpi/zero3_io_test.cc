@@ -29,9 +29,9 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/mpi/mpi_test_util.h"
-#include "tools/trainer/checkpoint.h"
-#include "tools/trainer/checkpoint_files.h"
-#include "tools/trainer/shard_io.h"
+#include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/checkpoint_files.h"
+#include "tools/checkpoint/shard_io.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "parallel/bootstrap.h"
 #include "tests/tools/mpi/mpi_test_util.h"
-#include "tools/trainer/sharded_optimizer.h"
+#include "tools/trainer/optim/sharded_optimizer.h"
 #include "tools/trainer/trainer.h"
 
 namespace trellis {

@@ -1,0 +1,146 @@
+#include "tools/trainer/gradient_sync.h"
+
+#include <cstdint>
+
+#include "parallel/tp_gradient_sums.h"
+#include "tools/trainer/optim/sharded_optimizer.h"
+#include "transformer/model_family.h"
+
+namespace trellis {
+namespace {
+
+GradSync SyncOfLevel(int64_t zero) {
+  return zero == 0   ? GradSync::kAllReduce
+         : zero == 1 ? GradSync::kReduceScatter
+                     : GradSync::kShardGradients;
+}
+
+ScopedTraceSpan Phase(TraceRecorder* trace, const char* name) {
+  return ScopedTraceSpan(trace, name, kTraceCategoryStep,
+                         StepTracer::kStepLane);
+}
+
+}  // namespace
+
+GradientSync::GradientSync(StageModel& model, const TrainOptions& options,
+                           const ProcessGroups& groups,
+                           const std::vector<ParameterDeclaration>& declared,
+                           ParameterFill fill)
+    : model_(model),
+      groups_(groups),
+      tied_(FamilyOf(options.model).TiedEmbedding(options.model)) {
+  const bool zero = options.zero > 0;
+  // ZeRO reduce-scatters the buckets; the tied embedding gets a bucket of
+  // its own so the first and last stage own the same elements of it.
+  std::vector<const Parameter*> alone;
+  if (zero && !tied_.empty()) alone.push_back(model_.params().Find(tied_));
+  // ZeRO-3 gathers weights bucket by bucket: no bucket spans two groups.
+  const std::vector<const Parameter*> starts =
+      options.zero == 3 ? model_.WeightGroupStarts()
+                        : std::vector<const Parameter*>();
+  buckets_ = std::make_unique<GradientBuckets>(
+      model_.GradientReadyOrder(),
+      static_cast<int64_t>(options.dp_bucket_mb * 1024 * 1024), *groups_.dp,
+      SyncOfLevel(options.zero), alone, starts, declared);
+  if (zero) {
+    // The tp sums run on the owned blocks: the tp ranks must own the same
+    // elements.
+    CheckRangesMatchOverTp(*groups_.tp, model_.params().all(),
+                           OwnedGradientRanges(*buckets_));
+  }
+  // ZeRO-3 keeps only the owned blocks of the weights.
+  if (options.zero == 3) {
+    sharded_ = std::make_unique<ShardedParameters>(*buckets_, declared, fill);
+  }
+  InstallHooks();
+}
+
+void GradientSync::InstallHooks() {
+  model_.set_on_gradient_final(
+      [this](const Parameter* p) { buckets_->MarkReady(p); });
+  if (buckets_->sync() == GradSync::kShardGradients) {
+    // ZeRO-2 holds a bucket only while its gradients are written.
+    model_.set_gradient_writes(ModelChunk::GradientWrites{
+        [this](const std::vector<Parameter*>& g) { buckets_->BeforeWrite(g); },
+        [this](const std::vector<Parameter*>& g) { buckets_->AfterWrite(g); }});
+  }
+  if (sharded_ != nullptr) {
+    // ZeRO-3 gathers a unit's whole weights around each compute that reads
+    // them.
+    model_.set_weight_gathers(
+        ModelChunk::WeightGathers{[this](const std::vector<Parameter*>& unit,
+                                         const std::vector<Parameter*>& next) {
+                                    sharded_->Acquire(unit, next);
+                                  },
+                                  [this](const std::vector<Parameter*>& unit) {
+                                    sharded_->Release(unit);
+                                  }});
+  }
+}
+
+double GradientSync::Finish(TraceRecorder* trace) {
+  double dp_wait_s = 0;
+  {
+    const ScopedTraceSpan span = Phase(trace, "grad sync");
+    dp_wait_s = buckets_->Wait();
+  }
+  SumOverTp(trace);
+  SumTiedEmbedding(trace);
+  return dp_wait_s;
+}
+
+void GradientSync::SumOverTp(TraceRecorder* trace) {
+  if (groups_.tp->size() == 1) return;
+  // The gradient elements the data-parallel sync left: whole gradients, or
+  // under ZeRO the owned block of each bucket, the same elements on every
+  // tp rank (parallel/tp_gradient_sums.h). The dp average (already done)
+  // and these sums commute.
+  const std::vector<GradRange> ranges =
+      buckets_->sync() == GradSync::kAllReduce
+          ? WholeGradientRanges(model_.params().all())
+          : OwnedGradientRanges(*buckets_);
+  // Pieces replicated over sub-groups of tp (key/value heads fewer than tp
+  // ranks): every replica takes the sum of their gradients, so they stay
+  // identical.
+  SumReplicatedGradients(*groups_.tp, ranges);
+  // Under --sequence_parallel each tp rank's norm gradients cover its own
+  // rows.
+  const std::vector<Parameter*> partial = model_.TpPartialGradients();
+  if (partial.empty()) return;
+  const ScopedTraceSpan span = Phase(trace, "tp sync");
+  SumPartialGradients(*groups_.tp, partial, ranges);
+}
+
+void GradientSync::SumTiedEmbedding(TraceRecorder* trace) {
+  if (groups_.embed == nullptr || groups_.embed->size() <= 1 || tied_.empty()) {
+    return;
+  }
+  const ScopedTraceSpan span = Phase(trace, "embed sync");
+  const Parameter* embedding = model_.params().Find(tied_);
+  // ZeRO-2 keeps only this rank's block of it (its bucket's, alone).
+  Tensor grad = buckets_->sync() == GradSync::kShardGradients
+                    ? buckets_->Shard(buckets_->BucketOf(embedding))
+                    : embedding->grad;
+  groups_.embed->AllReduce(grad, ReduceOp::kSum);
+}
+
+std::unique_ptr<Optimizer> GradientSync::NewOptimizer(
+    const OptimizerConfig& config) const {
+  if (buckets_->sync() == GradSync::kAllReduce) {
+    return std::make_unique<Optimizer>(config, model_.params());
+  }
+  return std::make_unique<ShardedOptimizer>(config, model_.params(), *buckets_,
+                                            sharded_.get());
+}
+
+std::vector<std::vector<Parameter*>> GradientSync::CheckpointGroups() const {
+  if (sharded_ != nullptr) return sharded_->IoGroups(model_.GatherUnits());
+  // ZeRO-1/2: each gradient bucket's parameters (whole weights already).
+  std::vector<std::vector<Parameter*>> groups;
+  for (int b = 0; b < buckets_->num_buckets(); ++b) {
+    groups.push_back(buckets_->BucketParameters(b));
+  }
+  return groups;
+}
+
+}  // namespace trellis

@@ -1,0 +1,83 @@
+// GradientSync: everything that happens to a stage's gradients between the
+// backward and the optimizer, owned in one place.
+//
+// It builds the data-parallel gradient buckets over the stage's parameters
+// (their kind from --zero: all-reduce at 0, reduce-scatter at 1, sharded
+// gradients at 2 and 3), ZeRO-3's sharded weights, and installs the hooks
+// the model's chunks call during the step: a gradient is final (its bucket
+// may start), ZeRO-2's gradient write windows, ZeRO-3's weight gathers.
+// After the pipeline, Finish() completes the step's gradients: it waits for
+// the buckets, sums over tp what the model leaves partial or replicated
+// (on the elements the dp sync left: whole gradients, or under ZeRO each
+// rank's owned blocks), and sums the tied embedding's gradient between the
+// first and last stage. The optimizer that matches its ownership (a
+// ShardedOptimizer under ZeRO) comes from NewOptimizer.
+//
+// Thread safety: one per rank, used from the training thread; the hooks
+// run on it too.
+#ifndef TRELLIS_TOOLS_TRAINER_GRADIENT_SYNC_H_
+#define TRELLIS_TOOLS_TRAINER_GRADIENT_SYNC_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "framework/trace.h"
+#include "parallel/data_parallel.h"
+#include "parallel/device_groups.h"
+#include "parallel/sharded_parameters.h"
+#include "tools/options/options.h"
+#include "tools/trainer/health/step_tracer.h"
+#include "tools/trainer/optim/optimizer.h"
+#include "tools/trainer/stage_model.h"
+
+namespace trellis {
+
+class GradientSync {
+ public:
+  // `declared`: under --zero=3 the model's parameter declarations, taken
+  // before it allocated (ZeRO-3 fills only the owned blocks from them,
+  // with `fill`); empty otherwise. `model` and `groups` outlive this.
+  GradientSync(StageModel& model, const TrainOptions& options,
+               const ProcessGroups& groups,
+               const std::vector<ParameterDeclaration>& declared,
+               ParameterFill fill);
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  // Before the step's first backward.
+  void StartStep() { buckets_->StartStep(); }
+  // After the pipeline: the step's gradients final and summed on every
+  // rank. Returns the seconds spent waiting for the dp buckets. `trace`
+  // (null when the step is not traced) gets a span per phase.
+  double Finish(TraceRecorder* trace);
+
+  // The optimizer over the elements this rank owns.
+  std::unique_ptr<Optimizer> NewOptimizer(const OptimizerConfig& config) const;
+  // The parameter groups checkpoint I/O walks one at a time: ZeRO-3's
+  // gather units' buckets, else each bucket's parameters.
+  std::vector<std::vector<Parameter*>> CheckpointGroups() const;
+
+  const GradientBuckets& buckets() const { return *buckets_; }
+  // --zero=3's sharded weights, or null.
+  ShardedParameters* sharded() const { return sharded_.get(); }
+
+ private:
+  void InstallHooks();
+  // Sums over tp the gradients the model leaves partial (sequence
+  // parallel's norms) and those of pieces replicated over sub-groups of tp.
+  void SumOverTp(TraceRecorder* trace);
+  // The tied embedding's gradient, summed between the first and last stage.
+  void SumTiedEmbedding(TraceRecorder* trace);
+
+  StageModel& model_;
+  ProcessGroups groups_;
+  // The tied embedding's name; empty for a family without one.
+  std::string tied_;
+  std::unique_ptr<GradientBuckets> buckets_;
+  std::unique_ptr<ShardedParameters> sharded_;
+};
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TOOLS_TRAINER_GRADIENT_SYNC_H_
