@@ -1,5 +1,5 @@
 # The fuzz targets of the readers of outside input (tests/fuzz/, and
-# docs/architecture.md, "Fuzzing"), from the main build.
+# docs/design/errors-and-fuzzing.md, "Fuzzing"), from the main build.
 #
 # libFuzzer is clang's and this build uses GCC, so the targets are a project
 # of their own (tests/fuzz/CMakeLists.txt), configured with clang++ and
