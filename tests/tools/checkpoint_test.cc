@@ -210,6 +210,37 @@ TEST(ResolveResumeTest, NeitherCheckpointNorSaveDirIsAClearError) {
               AllOf(HasSubstr(dir + "/nothing"), HasSubstr("--resume")));
 }
 
+// A `latest` that is a directory was found only when the run's last save
+// failed; one naming a checkpoint outside the save directory was followed.
+TEST(ResolveResumeTest, LatestMustBeAFileNamingACheckpointOfTheDirectory) {
+  const std::string dir = test::ScratchDir() + "/run";
+  ParameterSet params;
+  AddModel(params, 2);
+  const std::string elsewhere = test::ScratchDir() + "/other";
+  Save(elsewhere, 3, params);
+  fs::create_directories(fs::path(dir) / "latest");
+  for (const std::string& resume : {std::string("auto"), dir}) {
+    const absl::StatusOr<std::string> r = ResolveResume(resume, dir);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(r.status().message()),
+                AllOf(HasSubstr(dir + "/latest"), HasSubstr("not a file")));
+  }
+  EXPECT_THAT(std::string(CheckLatestPointer(dir).message()),
+              HasSubstr("remove or rename it"));
+  fs::remove(fs::path(dir) / "latest");
+  for (const std::string& name :
+       {elsewhere + "/step_00000003", std::string("../x/step_00000003")}) {
+    WriteText(fs::path(dir) / "latest", name + "\n");
+    const absl::StatusOr<std::string> r = ResolveResume("auto", dir);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(r.status().message()),
+                AllOf(HasSubstr("names '" + name + "'"),
+                      HasSubstr("--resume=<checkpoint directory>")));
+  }
+  fs::remove(fs::path(dir) / "latest");
+  EXPECT_TRUE(CheckLatestPointer(dir).ok());
+}
+
 TEST(ReadTrainingStateTest, CorruptStateNamesTheFile) {
   const std::string dir = test::ScratchDir();
   WriteText(fs::path(dir) / "state.json", "{\"step\": ");

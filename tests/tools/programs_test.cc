@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/tools/programs_test_util.h"
 #include "tests/tools/tools_test_util.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/save_dir_lock.h"
 
 namespace trellis {
@@ -57,8 +58,6 @@ TEST_F(ProgramsTest, TrainSucceedsOnGoodInput) {
   EXPECT_THAT(r.out, HasSubstr("2/2 | loss")) << r.out;
 }
 
-// NaN gradients from step 2 on (a test hook): after --max_skipped_steps
-// skips the run saves step 1 and ends with one line saying what to do.
 // Two runs saving into one directory published a checkpoint with one run's
 // state beside the other's weights: while a process holds --save_dir, a
 // second run is refused before it trains, naming the holder.
@@ -141,6 +140,8 @@ TEST_F(ProgramsTest, TrainSaysOnceWhenNoPositionCountsTowardTheLoss) {
   EXPECT_THAT(r.err, HasSubstr("no position counts toward its loss")) << what;
 }
 
+// NaN gradients from step 2 on (a test hook): after --max_skipped_steps
+// skips the run saves step 1 and ends with one line saying what to do.
 TEST_F(ProgramsTest, TrainGivesUpAfterConsecutiveSkippedSteps) {
   setenv("TRELLIS_TEST_INJECT_NAN", "2+:0", 1);
   Train({"--steps=6", "--max_skipped_steps=2", "--save_dir=" + dir_ + "/ck"},
@@ -148,6 +149,34 @@ TEST_F(ProgramsTest, TrainGivesUpAfterConsecutiveSkippedSteps) {
          "--max_skipped_steps", "saved step 1"});
   unsetenv("TRELLIS_TEST_INJECT_NAN");
   EXPECT_TRUE(fs::exists(dir_ + "/ck/step_00000001/model.h5"));
+}
+
+// Resumed, it gave up again at step 1, said "saved step 1" and kept the
+// first save ("already exists"), losing the data position reached since.
+TEST_F(ProgramsTest, TrainGivingUpTwiceKeepsTheLaterPosition) {
+  const std::string ck = dir_ + "/ck";
+  const std::vector<std::string> args = {"--steps=6", "--max_skipped_steps=2",
+                                         "--save_dir=" + ck, "--resume=auto"};
+  const std::vector<std::string> said = {"2 consecutive steps skipped",
+                                         "saved step 1"};
+  setenv("TRELLIS_TEST_INJECT_NAN", "2+:0", 1);
+  Train(args, said);
+  const absl::StatusOr<TrainingState> first =
+      ReadTrainingState(ck + "/step_00000001");
+  Train(args, said);
+  unsetenv("TRELLIS_TEST_INJECT_NAN");
+  const absl::StatusOr<TrainingState> second =
+      ReadTrainingState(ck + "/step_00000001");
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_GT(second->samples_consumed, first->samples_consumed);
+}
+
+// A `latest` that is a directory failed the run's last save, after all its
+// training: it is refused before the first step.
+TEST_F(ProgramsTest, TrainRefusesALatestThatIsNotAFile) {
+  const std::string ck = dir_ + "/ck_latest";
+  fs::create_directories(ck + "/latest");
+  Train({"--steps=2", "--save_dir=" + ck}, {ck + "/latest", "not a file"});
 }
 
 TEST_F(ProgramsTest, TrainMissingDataFile) {

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "framework/hdf5.h"
 #include "tools/checkpoint/checkpoint_files.h"
+#include "tools/checkpoint/file_tie.h"
 #include "tools/checkpoint/model_config_json.h"
 #include "tools/checkpoint/shard_io.h"
 
@@ -187,6 +188,9 @@ absl::StatusOr<TrainingState> StateFromJson(const nlohmann::json& j) {
   if (j.contains("source")) {
     s.source = j.at("source").get<std::map<std::string, std::string>>();
   }
+  if (j.contains("files")) {
+    s.files = j.at("files").get<std::map<std::string, std::string>>();
+  }
   if (j.contains("data_sources")) {
     for (const nlohmann::json& d : j.at("data_sources")) {
       DataSourceState& source = s.data_sources.emplace_back();
@@ -249,6 +253,7 @@ absl::Status LoadShards(const std::string& dir, CheckpointShards& mine) {
   TRELLIS_ASSIGN_OR_RETURN(
       TensorFileReader model,
       TensorFileReader::Open((base / kModelFile).string()));
+  TRELLIS_RETURN_IF_ERROR(CheckFileTie(dir, kModelFile, model.hdf5()));
   int64_t unverified = 0;
   TRELLIS_RETURN_IF_ERROR(
       ReadShardsOf(model, mine.model, nullptr, &unverified));
@@ -268,6 +273,7 @@ absl::Status LoadShards(const std::string& dir, CheckpointShards& mine) {
   TRELLIS_ASSIGN_OR_RETURN(
       TensorFileReader opt,
       TensorFileReader::Open((base / kOptimizerFile).string()));
+  TRELLIS_RETURN_IF_ERROR(CheckFileTie(dir, kOptimizerFile, opt.hdf5()));
   TRELLIS_RETURN_IF_ERROR(
       ReadShardsOf(opt, mine.exp_avg, "exp_avg", &unverified));
   TRELLIS_RETURN_IF_ERROR(

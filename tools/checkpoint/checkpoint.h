@@ -88,6 +88,9 @@ struct TrainingState {
   // Where a converted checkpoint came from (format, file, dtype, ...), so a
   // conversion back can reproduce it; empty for a training checkpoint.
   std::map<std::string, std::string> source;
+  // The digest of each tensor file the state goes with, by file name
+  // (file_tie.h); set by the save, empty in older checkpoints.
+  std::map<std::string, std::string> files;
 };
 
 // One rank's piece of a logical tensor, as checkpoints read and write it.

@@ -71,6 +71,26 @@ std::string CheckpointName(int64_t step) {
   return absl::StrFormat("step_%08d", step);
 }
 
+absl::Status CheckLatestPointer(const std::string& save_dir) {
+  const fs::path path = fs::path(save_dir) / kLatest;
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) return absl::OkStatus();
+  if (!fs::is_regular_file(status)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path.string(),
+        " is not a file: trellis keeps there the name of the "
+        "newest checkpoint and rewrites it at every save; remove or rename "
+        "it"));
+  }
+  std::ifstream in(path);
+  std::string name;
+  if (!(in >> name) || StepOfName(name) >= 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      path.string(), " names '", name, "', not a step_NNNNNNNN checkpoint of ",
+      save_dir, "; fix or remove it, or pass --resume=<checkpoint directory>"));
+}
+
 absl::StatusOr<ResumePoint> FindResumePoint(const std::string& resume,
                                             const std::string& save_dir) {
   if (resume.empty()) return ResumePoint();
@@ -80,6 +100,7 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& resume,
     return absl::InvalidArgumentError("--resume=auto needs --save_dir");
   }
   if (fs::exists(base / kStateFile)) return ResumePoint{base.string(), ""};
+  TRELLIS_RETURN_IF_ERROR(CheckLatestPointer(base.string()));
   std::ifstream latest(base / kLatest);
   std::string name;
   fs::path named;

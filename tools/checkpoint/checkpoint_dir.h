@@ -30,6 +30,12 @@ struct ResumePoint {
   std::string note;
 };
 
+// FailedPrecondition naming `save_dir`'s `latest` when it is there but is
+// not a file, or names anything but one of its step_* checkpoints (an
+// absolute path, "../x"): saves would fail at the end of the run, or a
+// resume follow it out of the directory.
+absl::Status CheckLatestPointer(const std::string& save_dir);
+
 // The checkpoint `--resume` names: "" for a fresh start; "auto" means the
 // newest complete checkpoint of `save_dir` (the one `latest` names, or a
 // newer complete step_* left by a save that died before updating `latest`;

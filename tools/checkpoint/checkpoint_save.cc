@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,23 +25,13 @@
 #include "framework/hdf5.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/checkpoint_files.h"
+#include "tools/checkpoint/checkpoint_publish.h"
 #include "tools/checkpoint/model_config_json.h"
 #include "tools/checkpoint/shard_io.h"
 
 namespace trellis {
 namespace fs = std::filesystem;
 namespace {
-
-absl::Status SyncPath(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("open ", path.string()));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) {
-    return absl::InternalError(absl::StrCat("fsync ", path.string()));
-  }
-  return absl::OkStatus();
-}
 
 // Where this rank's shards live in the files being written.
 struct Locations {
@@ -318,85 +310,6 @@ absl::Status WriteShards(const fs::path& dir, const CheckpointShards& mine,
                    total, bytes);
 }
 
-nlohmann::json StateToJson(const TrainingState& s) {
-  nlohmann::json j = {{"step", s.step},
-                      {"samples_consumed", s.samples_consumed},
-                      {"seed", s.seed},
-                      {"model", ModelConfigToJson(s.model)},
-                      {"tokenizer", s.tokenizer},
-                      {"layout", {{"dp", s.dp}, {"tp", s.tp}, {"pp", s.pp}}},
-                      {"flags", s.flags},
-                      {"format", kFormat}};
-  if (!s.source.empty()) j["source"] = s.source;
-  for (const DataSourceState& d : s.data_sources) {
-    j["data_sources"].push_back(
-        nlohmann::json{{"path", d.path},
-                       {"weight", d.weight},
-                       {"samples_consumed", d.samples_consumed}});
-  }
-  if (!s.tokenizer_identity.kind.empty()) {
-    const TokenizerIdentity& t = s.tokenizer_identity;
-    j["tokenizer_identity"] = {{"kind", t.kind},
-                               {"vocab_size", t.vocab_size},
-                               {"eot_token", t.eot_token},
-                               {"sha256", t.sha256}};
-  }
-  return j;
-}
-
-absl::Status WriteTextFile(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("write ", tmp.string()));
-  }
-  TRELLIS_RETURN_IF_ERROR(SyncPath(tmp));
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("rename ", tmp.string(), ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
-// Rank 0's part after the shards are written: state, sync, publish.
-absl::Status Publish(const fs::path& save_dir, const fs::path& tmp,
-                     const fs::path& final_dir, const TrainingState& state) {
-  TRELLIS_RETURN_IF_ERROR(
-      WriteTextFile(tmp / kStateFile, StateToJson(state).dump(2) + "\n"));
-  for (const auto& entry : fs::directory_iterator(tmp)) {
-    TRELLIS_RETURN_IF_ERROR(SyncPath(entry.path()));
-  }
-  TRELLIS_RETURN_IF_ERROR(SyncPath(tmp));
-  std::error_code ec;
-  fs::rename(tmp, final_dir, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat("rename ", tmp.string(), " to ",
-                                            final_dir.string(), ": ",
-                                            ec.message()));
-  }
-  TRELLIS_RETURN_IF_ERROR(SyncPath(save_dir));
-  TRELLIS_RETURN_IF_ERROR(
-      WriteTextFile(save_dir / kLatest, CheckpointName(state.step) + "\n"));
-  return SyncPath(save_dir);
-}
-
-absl::Status Prepare(const fs::path& save_dir, const fs::path& tmp) {
-  std::error_code ec;
-  fs::create_directories(save_dir, ec);
-  if (!ec) fs::remove_all(tmp, ec);
-  if (!ec) fs::create_directory(tmp, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", tmp.string(), ": ", ec.message(),
-                     "; check --save_dir is writable"));
-  }
-  return absl::OkStatus();
-}
-
 // A flag or count, summed over the world.
 int64_t SumOverWorld(Communicator& world, int64_t value) {
   if (world.size() == 1) return value;
@@ -515,15 +428,20 @@ absl::Status SaveShards(const std::string& save_dir_name,
   const fs::path final_dir = save_dir / name;
   const fs::path tmp = save_dir / absl::StrCat(".", name, ".tmp");
   const bool root = world.rank() == 0;
-  if (SumOverWorld(world, root && fs::exists(final_dir)) > 0) {
+  // A checkpoint of this step already there is kept, unless it is this
+  // step at an earlier data position (steps skipped since, StepGuard):
+  // then the new one takes its place.
+  const bool supersede =
+      SumOverWorld(world, root && SupersedesCheckpoint(state, final_dir)) > 0;
+  if (!supersede && SumOverWorld(world, root && fs::exists(final_dir)) > 0) {
     if (root && options.log) {
       std::printf("checkpoint: %s already exists; not rewritten\n",
                   final_dir.c_str());
     }
     return absl::OkStatus();
   }
-  TRELLIS_RETURN_IF_ERROR(
-      AgreeOnStatus(world, root ? Prepare(save_dir, tmp) : absl::OkStatus()));
+  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
+      world, root ? PrepareCheckpoint(save_dir, tmp) : absl::OkStatus()));
   // Writers define their datasets in turns: serial HDF5 allows one writer
   // per file at a time. Defining is metadata only.
   const std::vector<bool> writers = WriterFlags(world, writer);
@@ -555,9 +473,10 @@ absl::Status SaveShards(const std::string& save_dir_name,
         world, r == world.rank() ? AddChecksums(tmp, mine, sums, where)
                                  : absl::OkStatus()));
   }
-  TRELLIS_RETURN_IF_ERROR(
-      AgreeOnStatus(world, root ? Publish(save_dir, tmp, final_dir, state)
-                                : absl::OkStatus()));
+  TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(
+      world, root
+                 ? PublishCheckpoint(save_dir, tmp, final_dir, state, supersede)
+                 : absl::OkStatus()));
   const int64_t total = SumOverWorld(world, bytes);
   if (root && options.log) {
     const double seconds =

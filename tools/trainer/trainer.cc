@@ -51,7 +51,7 @@ absl::Status CheckSaveDir(const std::string& save_dir) {
                      ec ? absl::StrCat(" (", ec.message(), ")") : std::string(),
                      "; choose a writable directory"));
   }
-  return absl::OkStatus();
+  return CheckLatestPointer(save_dir);
 }
 
 // A run starting at `resume_dir` (or from scratch) must be able to save:

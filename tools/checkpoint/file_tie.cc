@@ -1,0 +1,73 @@
+#include "tools/checkpoint/file_tie.h"
+
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "data/sha256.h"
+#include "framework/status.h"
+#include "tools/checkpoint/checkpoint_files.h"
+
+namespace trellis {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Appends "path checksum\n" for every dataset under `group` (at `prefix`)
+// to `lines`, members in name order.
+absl::Status ListTensors(const hdf5::Container& group,
+                         const std::string& prefix, std::string& lines) {
+  TRELLIS_ASSIGN_OR_RETURN(std::vector<std::string> names, group.ListMembers());
+  for (const std::string& name : names) {
+    const std::string path = prefix.empty() ? name : prefix + "/" + name;
+    absl::StatusOr<hdf5::Dataset> dataset = group.OpenDataset(name);
+    if (!dataset.ok()) {
+      TRELLIS_ASSIGN_OR_RETURN(hdf5::Group inner, group.OpenGroup(name));
+      TRELLIS_RETURN_IF_ERROR(ListTensors(inner, path, lines));
+      continue;
+    }
+    std::string checksum = "-";
+    if (dataset->HasAttribute("checksum")) {
+      TRELLIS_ASSIGN_OR_RETURN(checksum,
+                               dataset->ReadStringAttribute("checksum"));
+    }
+    absl::StrAppend(&lines, path, " ", checksum, "\n");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> TensorFileDigest(const hdf5::File& file) {
+  std::string lines;
+  TRELLIS_RETURN_IF_ERROR(ListTensors(file, "", lines));
+  return absl::StrCat("sha256:", Sha256Hex(lines));
+}
+
+absl::Status RecordFileDigests(const std::string& dir, TrainingState& state) {
+  state.files.clear();
+  for (const char* name : {kModelFile, kOptimizerFile}) {
+    const fs::path path = fs::path(dir) / name;
+    if (!fs::exists(path)) continue;
+    TRELLIS_ASSIGN_OR_RETURN(hdf5::File file, hdf5::File::Open(path.string()));
+    TRELLIS_ASSIGN_OR_RETURN(state.files[name], TensorFileDigest(file));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFileTie(const std::string& dir, const std::string& name,
+                          const hdf5::File& file) {
+  TRELLIS_ASSIGN_OR_RETURN(const TrainingState state, ReadTrainingState(dir));
+  const auto recorded = state.files.find(name);
+  if (recorded == state.files.end()) return absl::OkStatus();
+  TRELLIS_ASSIGN_OR_RETURN(const std::string digest, TensorFileDigest(file));
+  if (digest == recorded->second) return absl::OkStatus();
+  const fs::path base(dir);
+  return absl::DataLossError(absl::StrCat(
+      (base / name).string(), " is not the file ", (base / kStateFile).string(),
+      " was saved with (its tensors or their checksums differ from the ones "
+      "the state records): the directory mixes files of two saves, e.g. two "
+      "runs sharing one --save_dir; resume from another checkpoint"));
+}
+
+}  // namespace trellis
