@@ -13,7 +13,7 @@
 #include "tools/generate/generator.h"
 #include "tools/trainer/checkpoint.h"
 #include "tools/trainer/checkpoint_dir.h"
-#include "transformer/llama_parameters.h"
+#include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

@@ -10,7 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "framework/float16.h"
 #include "framework/status.h"
-#include "transformer/llama_parameters.h"
+#include "transformer/llama/llama_hf.h"
+#include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -18,54 +19,12 @@ namespace {
 
 using json = nlohmann::json;
 
-// One trellis tensor and the HF tensors it is made of: their rows stacked,
-// then transposed when `transposed`; else the one HF tensor as it is.
-struct HfPart {
-  std::string name;
-  Shape shape;
-};
-struct LlamaMapping {
-  std::string logical;
-  Shape shape;
-  std::vector<HfPart> parts;
-  bool transposed = false;
-};
+// One trellis tensor and the HF tensors it is made of (hf_mapping.h).
+using LlamaMapping = HfTensorMapping;
 
 // Every trellis tensor of `c`, in ModelTensorShapes order.
 std::vector<LlamaMapping> Mappings(const ModelConfig& c) {
-  const int64_t d = c.d_model, hd = c.head_dim(), f = c.LlamaFfnHidden();
-  const int64_t q = c.n_head * hd, kv = c.kv_heads() * hd;
-  auto copy = [](const std::string& name, Shape shape) {
-    return LlamaMapping{name, shape, {{name, shape}}, false};
-  };
-  std::vector<LlamaMapping> m = {copy(kLlamaEmbedding, {c.vocab_size, d})};
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    auto name = [&](const char* suffix) { return LlamaLayerName(l, suffix); };
-    m.push_back(copy(name("input_layernorm.weight"), {d}));
-    m.push_back({name("self_attn.qkv_proj.weight"),
-                 {d, q + 2 * kv},
-                 {{name("self_attn.q_proj.weight"), {q, d}},
-                  {name("self_attn.k_proj.weight"), {kv, d}},
-                  {name("self_attn.v_proj.weight"), {kv, d}}},
-                 true});
-    m.push_back({name("self_attn.o_proj.weight"),
-                 {q, d},
-                 {{name("self_attn.o_proj.weight"), {d, q}}},
-                 true});
-    m.push_back(copy(name("post_attention_layernorm.weight"), {d}));
-    m.push_back({name("mlp.gate_up_proj.weight"),
-                 {d, 2 * f},
-                 {{name("mlp.gate_proj.weight"), {f, d}},
-                  {name("mlp.up_proj.weight"), {f, d}}},
-                 true});
-    m.push_back({name("mlp.down_proj.weight"),
-                 {f, d},
-                 {{name("mlp.down_proj.weight"), {d, f}}},
-                 true});
-  }
-  m.push_back(copy(kLlamaNorm, {d}));
-  if (!c.tie_embeddings) m.push_back(copy(kLlamaHead, {c.vocab_size, d}));
-  return m;
+  return LlamaHfTensors(c);
 }
 
 Tensor ConvertTo(const Tensor& t, DType dtype) {

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "transformer/block.h"
+#include "transformer/decoder_block.h"
 
 namespace trellis {
 

@@ -1,14 +1,21 @@
-// The GPT-2 model family (pre-LN blocks of block.h, learned positions, tied
-// LM head: gpt_chunk.h, gpt_parameters.h) behind the model seam.
-#ifndef TRELLIS_TRANSFORMER_GPT_FAMILY_H_
-#define TRELLIS_TRANSFORMER_GPT_FAMILY_H_
+// The GPT-2 model family behind the model seam (model_family.h): pre-LN
+// blocks of LayerNorm (norms.h) and a GELU MLP (gelu_mlp.h) with biases,
+// learned positions (wpe, added at the embedding), the LM head tied to
+// wte; parameters in gpt2_parameters.h, named as Hugging Face's GPT-2.
+#ifndef TRELLIS_TRANSFORMER_GPT2_GPT2_FAMILY_H_
+#define TRELLIS_TRANSFORMER_GPT2_GPT2_FAMILY_H_
 
 #include "transformer/model_family.h"
 
 namespace trellis {
+namespace gpt2 {
 
-const ModelFamily& Gpt2Family();
+const ModelFamily& Family();
+
+}  // namespace gpt2
+
+inline const ModelFamily& Gpt2Family() { return gpt2::Family(); }
 
 }  // namespace trellis
 
-#endif  // TRELLIS_TRANSFORMER_GPT_FAMILY_H_
+#endif  // TRELLIS_TRANSFORMER_GPT2_GPT2_FAMILY_H_
