@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "framework/float16.h"
 #include "framework/status.h"
-#include "transformer/llama/llama_hf.h"
+#include "tools/convert/hf_tensors.h"
 #include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
 
@@ -18,39 +18,6 @@ namespace trellis {
 namespace {
 
 using json = nlohmann::json;
-
-// One trellis tensor and the HF tensors it is made of (hf_mapping.h).
-using LlamaMapping = HfTensorMapping;
-
-// Every trellis tensor of `c`, in ModelTensorShapes order.
-std::vector<LlamaMapping> Mappings(const ModelConfig& c) {
-  return LlamaHfTensors(c);
-}
-
-Tensor ConvertTo(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = Tensor::Empty(t.shape(), dtype);
-  ConvertElements(t.raw(), t.dtype(), out.raw(), dtype, t.numel());
-  return out;
-}
-
-// Part k of mapping m cut out of the float32 trellis tensor t.
-Tensor PartOf(const LlamaMapping& m, size_t k, const Tensor& t) {
-  if (!m.transposed) return t;
-  int64_t first = 0;
-  for (size_t i = 0; i < k; ++i) first += m.parts[i].shape[0];
-  const int64_t rows = m.parts[k].shape[0], cols = m.parts[k].shape[1];
-  const int64_t width = t.dim(1);
-  Tensor out = Tensor::Empty({rows, cols}, DType::kF32);
-  const float* src = t.data<float>();
-  float* dst = out.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      dst[r * cols + c] = src[c * width + first + r];
-    }
-  }
-  return out;
-}
 
 // The value of `key`, or `fallback` when absent or null.
 json Get(const json& j, const char* key, json fallback) {
@@ -141,34 +108,6 @@ absl::Status CheckSemantics(const json& j, const std::string& path,
         absl::StrCat("does not divide num_attention_heads ", c.n_head));
   }
   return absl::OkStatus();
-}
-
-// Reads tensor `m` from its HF parts.
-absl::StatusOr<Tensor> ReadMapped(const HfSafetensors& files,
-                                  const LlamaMapping& m, DType* stored,
-                                  int64_t* bytes) {
-  std::vector<Tensor> parts;
-  for (const HfPart& p : m.parts) {
-    TRELLIS_ASSIGN_OR_RETURN(Tensor t, files.Read(p.name, p.shape));
-    *stored = t.dtype();
-    *bytes += t.nbytes();
-    parts.push_back(ConvertTo(t, DType::kF32));
-  }
-  if (!m.transposed) return parts[0];
-  Tensor out = Tensor::Empty(m.shape, DType::kF32);
-  const int64_t width = m.shape[1];
-  float* dst = out.data<float>();
-  int64_t first = 0;
-  for (const Tensor& p : parts) {
-    const float* src = p.data<float>();
-    for (int64_t r = 0; r < p.dim(0); ++r) {
-      for (int64_t c = 0; c < p.dim(1); ++c) {
-        dst[c * width + first + r] = src[r * p.dim(1) + c];
-      }
-    }
-    first += p.dim(0);
-  }
-  return out;
 }
 
 // A tensor the model does not use: inv_freq buffers pass, a tied lm_head
@@ -281,12 +220,14 @@ absl::StatusOr<WholeModel> ReadHfLlamaModel(const HfSafetensors& files,
                                             const ProgressFn& progress) {
   WholeModel model;
   model.config = config;
-  const std::vector<LlamaMapping> mappings = Mappings(config);
+  const std::vector<HfTensorMapping> mappings =
+      FamilyOf(config).HfTensors(config);
   std::set<std::string> used;
   int64_t bytes = 0;
-  for (const LlamaMapping& m : mappings) {
+  for (const HfTensorMapping& m : mappings) {
     DType stored = DType::kF32;
-    TRELLIS_ASSIGN_OR_RETURN(Tensor t, ReadMapped(files, m, &stored, &bytes));
+    TRELLIS_ASSIGN_OR_RETURN(Tensor t,
+                             ReadHfMapped(files, m, "", &stored, &bytes));
     if (m.logical == kLlamaEmbedding) model.source_dtype = stored;
     model.tensors.emplace_back(m.logical, std::move(t));
     for (const HfPart& p : m.parts) used.insert(p.name);
@@ -325,24 +266,23 @@ absl::StatusOr<std::vector<HfOutputTensor>> HfLlamaTensors(
         DTypeName(dtype)));
   }
   // State-dict order: each layer's attention and MLP, then its norms.
-  const std::vector<LlamaMapping> mappings = Mappings(model.config);
+  const std::vector<HfTensorMapping> mappings =
+      FamilyOf(model.config).HfTensors(model.config);
   std::vector<HfOutputTensor> out;
-  auto add = [&](const LlamaMapping& m, size_t k, const std::string& name) {
+  auto add = [&](const HfTensorMapping& m, size_t k, const std::string& name) {
     const Tensor* t = model.Find(m.logical);
     TRELLIS_CHECK(t != nullptr) << m.logical;
-    out.push_back({name, m.parts[k].shape, dtype, [m, k, t, dtype] {
-                     return ConvertTo(PartOf(m, k, *t), dtype);
-                   }});
+    out.push_back(HfOutputPart(m, k, t, name, dtype));
   };
-  std::vector<const LlamaMapping*> norms;
-  for (const LlamaMapping& m : mappings) {
+  std::vector<const HfTensorMapping*> norms;
+  for (const HfTensorMapping& m : mappings) {
     if (absl::EndsWith(m.logical, "layernorm.weight")) {
       norms.push_back(&m);
       continue;
     }
     for (size_t k = 0; k < m.parts.size(); ++k) add(m, k, m.parts[k].name);
     if (absl::EndsWith(m.logical, "mlp.down_proj.weight")) {
-      for (const LlamaMapping* n : norms) add(*n, 0, n->logical);
+      for (const HfTensorMapping* n : norms) add(*n, 0, n->logical);
       norms.clear();
     }
   }
