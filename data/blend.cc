@@ -11,18 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "framework/rng.h"
 #include "framework/status.h"
 
 namespace trellis {
 namespace {
-
-// SplitMix64's finalizer.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Salts keep the per-source and per-batch streams apart from each other and
 // from the single-file sampler's.
@@ -154,7 +147,7 @@ absl::StatusOr<BlendSampler> BlendSampler::Make(
           "blend weight ", weights[k], " is too small beside ", largest,
           " to ever be drawn; give weights within a factor of 1e300"));
     }
-    const uint64_t source_seed = Mix(seed ^ Mix(kSourceSalt + k));
+    const uint64_t source_seed = SplitMix64(seed ^ SplitMix64(kSourceSalt + k));
     TRELLIS_ASSIGN_OR_RETURN(
         TrainSampler sampler,
         TrainSampler::Make(train_windows[k], 1, source_seed));
@@ -218,8 +211,8 @@ std::vector<BlendSampler::Draw> BlendSampler::NextBatch() {
     ++counts_[k];
     ++samples_consumed_;
   }
-  std::mt19937_64 rng(
-      Mix(seed_ ^ Mix(kBatchSalt ^ static_cast<uint64_t>(first))));
+  std::mt19937_64 rng(SplitMix64(
+      seed_ ^ SplitMix64(kBatchSalt ^ static_cast<uint64_t>(first))));
   std::shuffle(batch.begin(), batch.end(), rng);
   return batch;
 }

@@ -7,18 +7,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "framework/rng.h"
 #include "framework/status.h"
 
 namespace trellis {
 namespace {
-
-// SplitMix64's finalizer: a bijective mix of 64 bits.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in [0, n) without modulo bias. REQUIRES: n > 0.
 uint64_t UniformBelow(std::mt19937_64& rng, uint64_t n) {
@@ -127,7 +120,8 @@ std::vector<int64_t> TrainSampler::EpochPermutation(int64_t epoch) const {
   TRELLIS_CHECK_GE(epoch, 0);
   std::vector<int64_t> order(num_train_);
   std::iota(order.begin(), order.end(), int64_t{0});
-  std::mt19937_64 rng(Mix(seed_ ^ Mix(static_cast<uint64_t>(epoch))));
+  std::mt19937_64 rng(
+      SplitMix64(seed_ ^ SplitMix64(static_cast<uint64_t>(epoch))));
   for (int64_t i = num_train_ - 1; i > 0; --i) {
     const int64_t j =
         static_cast<int64_t>(UniformBelow(rng, static_cast<uint64_t>(i + 1)));

@@ -6,14 +6,6 @@
 namespace trellis {
 namespace {
 
-// SplitMix64's finalizer: a bijective avalanche mix.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 double ToUnit(uint64_t bits) {
   // 53 bits, shifted off zero so log() below is finite.
   return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53;
@@ -31,11 +23,11 @@ uint64_t HashName(const std::string& text) {
 }
 
 uint64_t StreamKey(uint64_t seed, uint64_t stream) {
-  return Mix(Mix(seed) ^ stream);
+  return SplitMix64(SplitMix64(seed) ^ stream);
 }
 
 uint64_t RandomBits(uint64_t seed, uint64_t stream, uint64_t index) {
-  return Mix(StreamKey(seed, stream) ^ index);
+  return SplitMix64(StreamKey(seed, stream) ^ index);
 }
 
 double UniformAt(uint64_t seed, uint64_t stream, uint64_t index) {
@@ -47,8 +39,8 @@ double NormalAt(uint64_t seed, uint64_t stream, uint64_t index) {
 }
 
 double NormalAtKey(uint64_t key, uint64_t index) {
-  const double u1 = ToUnit(Mix(key ^ (2 * index)));
-  const double u2 = ToUnit(Mix(key ^ (2 * index + 1)));
+  const double u1 = ToUnit(SplitMix64(key ^ (2 * index)));
+  const double u2 = ToUnit(SplitMix64(key ^ (2 * index + 1)));
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 

@@ -4,6 +4,11 @@
 // element's index in the whole logical tensor), so every parallel layout
 // starts from the same weights.
 //
+// SplitMix64 here is the one copy of the mix every seeded stream in
+// trellis is built from (initialization, the samplers' permutations, the
+// blends' schedules, tensor checksums); their values must never change, as
+// tests and resumed runs compare against them.
+//
 // Thread safety: all functions are pure.
 #ifndef TRELLIS_FRAMEWORK_RNG_H_
 #define TRELLIS_FRAMEWORK_RNG_H_
@@ -12,6 +17,20 @@
 #include <string>
 
 namespace trellis {
+
+// SplitMix64's finalizer (Stafford's mix 13): a bijection of 64 bits in
+// which every input bit reaches every output bit.
+constexpr uint64_t SplitMix64Finalize(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// SplitMix64's output for state `x`: the golden-ratio increment, then the
+// finalizer. Also a bijective avalanche mix.
+constexpr uint64_t SplitMix64(uint64_t x) {
+  return SplitMix64Finalize(x + 0x9e3779b97f4a7c15ULL);
+}
 
 // 64-bit FNV-1a of `text`: the stream id of a logical name.
 uint64_t HashName(const std::string& text);

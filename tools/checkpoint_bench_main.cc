@@ -32,7 +32,7 @@
 #include "tools/options/options.h"
 #include "tools/options/program_help.h"
 #include "tools/trainer/optim/optimizer.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/gpt2/gpt2_parameters.h"
 #include "transformer/model_family.h"
 
 ABSL_FLAG(int64_t, n_layer, 24, "transformer blocks");

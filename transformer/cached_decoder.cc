@@ -4,39 +4,57 @@
 
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/embedding.h"
-#include "framework/kernels/layernorm.h"
 #include "framework/kernels/matmul.h"
-#include "framework/kernels/rmsnorm.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
 
-int64_t KvWidth(const std::vector<std::unique_ptr<CachedBlock>>& blocks) {
+int64_t KvWidth(const std::vector<CachedBlock>& blocks) {
   TRELLIS_CHECK(!blocks.empty()) << "a decoder needs at least one block";
-  return blocks.front()->kv_width();
+  return blocks.front().kv_width();
+}
+
+std::vector<CachedBlock> FamilyBlocks(const ModelConfig& config,
+                                      const DecoderSetup& setup) {
+  const ModelFamily& family = FamilyOf(config);
+  std::vector<CachedBlock> blocks;
+  for (int64_t l = 0; l < config.n_layer; ++l) {
+    blocks.emplace_back(
+        config, family.NewBlockParts(config, l, setup.tp, *setup.params));
+  }
+  return blocks;
 }
 
 }  // namespace
 
 CachedDecoder::CachedDecoder(const ModelConfig& config,
+                             const DecoderSetup& setup)
+    : CachedDecoder(
+          config, setup,
+          FamilyOf(config).Ends(
+              config, ChunkPlan{0, config.n_layer, true, true}, *setup.params),
+          FamilyBlocks(config, setup)) {}
+
+CachedDecoder::CachedDecoder(const ModelConfig& config,
                              const DecoderSetup& setup, ChunkEnds ends,
-                             std::vector<std::unique_ptr<CachedBlock>> blocks)
+                             std::vector<CachedBlock> blocks)
     : config_(config),
       tp_(setup.tp),
       tp_comm_(*setup.tp_comm),
       device_(setup.device),
       dtype_(setup.dtype),
-      ends_(ends),
+      ends_(std::move(ends)),
       blocks_(std::move(blocks)),
       cache_(config.n_layer, config.seq_len, KvWidth(blocks_), setup.dtype,
              setup.device) {
   TRELLIS_CHECK_EQ(tp_comm_.size(), tp_.size);
   TRELLIS_CHECK_EQ(static_cast<int64_t>(blocks_.size()), config.n_layer);
   TRELLIS_CHECK(ends_.embedding != nullptr && ends_.head != nullptr &&
-                ends_.norm_weight != nullptr);
+                ends_.norm != nullptr);
   vocab_ = VocabShard::For(ends_.head->spec);
   const int64_t cap = config.seq_len, c = config.d_model;
-  scratch_ = blocks_.front()->NewScratch(cap, cap, dtype_, device_);
+  scratch_ = blocks_.front().NewScratch(cap, cap, dtype_, device_);
   ids_ = Tensor::Empty({cap}, DType::kI32, device_);
   x_ = Tensor::Empty({cap, c}, dtype_, device_);
   lnf_ = Tensor::Empty({1, c}, dtype_, device_);
@@ -73,20 +91,15 @@ std::vector<float> CachedDecoder::Forward(std::span<const int32_t> tokens) {
     AddPositionEmbedding(ends_.positions->value.Narrow(start, n), rows);
   }
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    blocks_[l]->Forward(tp_comm_, start, x, cache_.keys(l), cache_.values(l),
-                        scratch_);
+    blocks_[l].Forward(tp_comm_, start, x, cache_.keys(l), cache_.values(l),
+                       scratch_);
   }
   cache_.Advance(n);
   return Logits(x.Narrow(n - 1, 1));
 }
 
 std::vector<float> CachedDecoder::Logits(const Tensor& last) {
-  if (ends_.norm_bias == nullptr) {
-    RmsNormForward(last, ends_.norm_weight->value, ends_.norm_eps, lnf_, rstd_);
-  } else {
-    LayerNormForward(last, ends_.norm_weight->value, ends_.norm_bias->value,
-                     lnf_, mean_, rstd_);
-  }
+  ends_.norm->Forward(last, lnf_, mean_, rstd_);
   MatmulForward(lnf_, ends_.head->value, Tensor(), logits_,
                 WeightLayout::kOutIn);
   // Rank t holds vocabulary rows [t·Vl, (t+1)·Vl): in rank order the

@@ -1,7 +1,7 @@
 // CachedDecoder: the ModelDecoder (model_decoder.h) every family shares: the
 // vocab-parallel token embedding (plus learned positions where the family
-// has them), the family's CachedBlocks over a KvCache, and the final norm
-// and LM head on the last new token, whose vocab-parallel logits are
+// has them), CachedBlocks of the family's hooks over a KvCache, and the final
+// norm and LM head on the last new token, whose vocab-parallel logits are
 // all-gathered over tp.
 //
 // Buffers are sized once for the whole context (capacity rows), so a
@@ -19,6 +19,7 @@
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/tensor_parallel.h"
+#include "transformer/cached_block.h"
 #include "transformer/config.h"
 #include "transformer/decoder_chunk.h"
 #include "transformer/kv_cache.h"
@@ -28,11 +29,14 @@ namespace trellis {
 
 class CachedDecoder : public ModelDecoder {
  public:
+  // The whole model of config's family (FamilyOf(config): its ends and
+  // blocks). REQUIRES: setup.params holds the whole model on rank
+  // setup.tp.rank.
+  CachedDecoder(const ModelConfig& config, const DecoderSetup& setup);
   // `ends` names the embedding, positions (or none), final norm and head
   // (as a chunk holding the whole model has them); `blocks` every layer.
   CachedDecoder(const ModelConfig& config, const DecoderSetup& setup,
-                ChunkEnds ends,
-                std::vector<std::unique_ptr<CachedBlock>> blocks);
+                ChunkEnds ends, std::vector<CachedBlock> blocks);
 
   std::vector<float> Forward(std::span<const int32_t> tokens) override;
   int64_t length() const override { return cache_.length(); }
@@ -51,7 +55,7 @@ class CachedDecoder : public ModelDecoder {
   DType dtype_;
   ChunkEnds ends_;
   VocabShard vocab_;
-  std::vector<std::unique_ptr<CachedBlock>> blocks_;
+  std::vector<CachedBlock> blocks_;
   KvCache cache_;
   DecodeScratch scratch_;
   Tensor ids_;                // (capacity) int32

@@ -28,7 +28,7 @@ struct TpPlace {
   int64_t rank = 0;
 };
 
-// What a block keeps for backward (see transformer/block.h).
+// What a block keeps for backward (see transformer/decoder_block.h).
 enum class Recompute { kNone, kSelective, kFull };
 // "none", "selective" or "full".
 absl::StatusOr<Recompute> ParseRecompute(const std::string& name);

@@ -1,7 +1,9 @@
 #include "transformer/config.h"
 
+#include <algorithm>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "parallel/parameter.h"
@@ -28,6 +30,16 @@ std::string OptionText(RopeScalingType value) {
   return std::string(RopeScalingTypeName(value));
 }
 
+// "llama:" for an option's help "llama: ...": the one word before a colon
+// that opens it; "" when it opens otherwise.
+std::string OptionTag(std::string_view help) {
+  const size_t colon = help.find(':');
+  if (colon == std::string_view::npos || colon == 0) return "";
+  const std::string_view word = help.substr(0, colon);
+  if (word.find(' ') != std::string_view::npos) return "";
+  return std::string(help.substr(0, colon + 1));
+}
+
 // Logical elements of the parameters `plan`'s part of the model declares.
 int64_t DeclaredElements(const ModelConfig& config, const ChunkPlan& plan) {
   ParameterSet params;
@@ -41,21 +53,8 @@ int64_t DeclaredElements(const ModelConfig& config, const ChunkPlan& plan) {
 
 }  // namespace
 
-const char* ModelFamilyName(ModelFamilyKind kind) {
-  switch (kind) {
-    case ModelFamilyKind::kGpt2:
-      return "gpt2";
-    case ModelFamilyKind::kLlama:
-      return "llama";
-  }
-  return "?";
-}
-
-absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name) {
-  if (name == "gpt2") return ModelFamilyKind::kGpt2;
-  if (name == "llama") return ModelFamilyKind::kLlama;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--family=", name, " is not a model family: use gpt2 or llama"));
+std::string ModelFamilyName(ModelFamilyKind kind) {
+  return std::string(kind.name());
 }
 
 int64_t ModelConfig::NumParameters() const {
@@ -123,11 +122,16 @@ absl::Status ModelConfig::Validate() const {
 
 std::string ModelConfig::DebugString() const {
   std::string out;
-  // A GPT-2 holds the Llama-only options at their defaults (it refuses
-  // other values), so they would say nothing about its model.
-  const bool llama = family == ModelFamilyKind::kLlama;
+  // A family holds the options of other families at their defaults (it
+  // refuses other values), so they would say nothing about its model.
+  const std::vector<std::string> tags = FamilyOf(*this).OptionTags();
+  auto reads = [&](std::string_view help) {
+    const std::string tag = OptionTag(help);
+    return tag.empty() ||
+           std::find(tags.begin(), tags.end(), tag) != tags.end();
+  };
 #define TRELLIS_MODEL_CONFIG_TEXT(group, type, name, value, help) \
-  if (llama || std::string_view(help).rfind("llama:", 0) != 0) {  \
+  if (reads(help)) {                                              \
     absl::StrAppend(&out, out.empty() ? "" : " ", #name "=",      \
                     OptionText(name));                            \
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,20 +15,41 @@
 
 namespace trellis {
 
-// The model families trellis builds (see model_family.h).
-enum class ModelFamilyKind {
-  kGpt2,   // pre-LN GPT-2: LayerNorm, GELU MLP, learned positions, tied head
-  kLlama,  // Llama: RMSNorm, SwiGLU MLP, RoPE, grouped-query attention
+// A model family, by the name --family takes (model_family.h keeps the
+// families: one folder each under transformer/, plus any registered at run
+// time). Compared by name.
+class ModelFamilyKind {
+ public:
+  // REQUIRES: `name` outlives every copy (a literal, or a family's own
+  // static name).
+  constexpr explicit ModelFamilyKind(std::string_view name) : name_(name) {}
+  constexpr std::string_view name() const { return name_; }
+  friend constexpr bool operator==(ModelFamilyKind a, ModelFamilyKind b) {
+    return a.name_ == b.name_;
+  }
+
+  // The families trellis ships (transformer/gpt2/, transformer/llama/).
+  static const ModelFamilyKind kGpt2;   // LayerNorm, GELU MLP, learned
+                                        // positions, tied head
+  static const ModelFamilyKind kLlama;  // RMSNorm, SwiGLU MLP, RoPE, GQA
+
+ private:
+  std::string_view name_;
 };
-// "gpt2", "llama".
-const char* ModelFamilyName(ModelFamilyKind kind);
+inline constexpr ModelFamilyKind ModelFamilyKind::kGpt2{"gpt2"};
+inline constexpr ModelFamilyKind ModelFamilyKind::kLlama{"llama"};
+
+// "gpt2", "llama", ...
+std::string ModelFamilyName(ModelFamilyKind kind);
+// The family of that name, if one is known (model_family.cc).
 absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name);
 
 // The shape options a user sets, each once with its default and its help:
 // X(group, type, name, default, help). The tools derive their flags, the
 // config they print and the config checkpoints record from this list.
-// Options marked "llama" are Llama's alone: GPT-2 refuses values other than
-// their defaults.
+// Options whose help starts with a one-word tag ("llama:") belong to the
+// families that read that tag (ModelFamily::OptionTags); the others refuse
+// values other than their defaults.
 #define TRELLIS_MODEL_CONFIG_OPTIONS(X)                                       \
   X(Model, ModelFamilyKind, family, ModelFamilyKind::kGpt2,                   \
     "model family: gpt2 (LayerNorm, GELU MLP, learned positions) or llama "   \

@@ -1,9 +1,104 @@
 #include "transformer/decoder_block.h"
 
+#include <utility>
+
 #include "framework/kernels/attention.h"
+#include "framework/kernels/elementwise.h"
 #include "framework/kernels/matmul.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
+
+DecoderBlock::DecoderBlock(const ModelConfig& config, int64_t layer, TpPlace tp,
+                           const ParameterSet& params, BlockOptions options)
+    : DecoderBlock(config, tp,
+                   FamilyOf(config).NewBlockParts(config, layer, tp, params),
+                   options) {}
+
+DecoderBlock::DecoderBlock(const ModelConfig& config, TpPlace tp,
+                           BlockParts parts, BlockOptions options)
+    : seq_len_(config.seq_len),
+      d_model_(config.d_model),
+      local_width_(parts.attention.heads * parts.attention.head_dim),
+      qkv_width_((parts.attention.heads + 2 * parts.attention.kv_heads) *
+                 parts.attention.head_dim),
+      options_(options),
+      rows_(tp, options.sequence_parallel),
+      parts_(std::move(parts)),
+      qkv_proj_(
+          ColumnLayer(parts_.attention.qkv_weight, parts_.attention.qkv_bias)),
+      out_proj_(
+          RowLayer(parts_.attention.out_weight, parts_.attention.out_bias)) {
+  TRELLIS_CHECK(parts_.norm1 != nullptr && parts_.norm2 != nullptr &&
+                parts_.mlp != nullptr);
+  TRELLIS_CHECK_GT(parts_.attention.heads, 0);
+  TRELLIS_CHECK_GT(parts_.attention.kv_heads, 0);
+}
+
+std::vector<Parameter*> DecoderBlock::parameters() const {
+  std::vector<Parameter*> params = parts_.norm1->parameters();
+  const AttentionParts& at = parts_.attention;
+  for (Parameter* p :
+       {at.qkv_weight, at.qkv_bias, at.out_weight, at.out_bias}) {
+    if (p != nullptr) params.push_back(p);
+  }
+  for (Parameter* p : parts_.norm2->parameters()) params.push_back(p);
+  for (Parameter* p : parts_.mlp->parameters()) params.push_back(p);
+  return params;
+}
+
+std::vector<Parameter*> DecoderBlock::NormParameters() const {
+  std::vector<Parameter*> params = parts_.norm1->parameters();
+  for (Parameter* p : parts_.norm2->parameters()) params.push_back(p);
+  return params;
+}
+
+std::vector<Slot> DecoderBlock::Slots(int64_t batch, DType dtype,
+                                      Device device) const {
+  const int64_t n = batch * seq_len_, c = d_model_, cl = local_width_;
+  const int64_t w = qkv_width_;
+  // Rows held here of the norms' inputs and statistics (N/tp under
+  // sequence parallelism).
+  const int64_t nl = rows_.Local(n);
+  const DType stats = StatsDType(dtype);
+  const SlotPlaces places = Places();
+  const auto [input, cheap, grad] = places;
+  std::vector<Slot> slots = {
+      {&Tensors::ln1, {n, c}, dtype, input},
+      {&Tensors::rstd1, {nl}, stats, input},
+      {&Tensors::qkv, {n, w}, dtype, input},
+      {&Tensors::att, {n, cl}, dtype, cheap},
+      {&Tensors::saved,
+       AttentionSavedShape(device, batch, seq_len_, parts_.attention.heads),
+       // The CPU keeps probabilities (activations), CUDA row statistics.
+       device.is_cpu() ? dtype : stats, cheap},
+      {&Tensors::x2, {nl, c}, dtype, input},
+      {&Tensors::ln2, {n, c}, dtype, input},
+      {&Tensors::rstd2, {nl}, stats, input},
+      // Without deferral the incoming gradient is read in place (gathered
+      // into the workspace under sequence parallelism).
+      {&Tensors::dy, {n, c}, dtype, DyPlace()},
+      {&Tensors::dln2, {n, c}, dtype, grad},
+      {&Tensors::dx2, {n, c}, dtype, grad},
+      {&Tensors::dqkv, {n, w}, dtype, grad},
+      {&Tensors::dln1, {n, c}, dtype, grad},
+  };
+  if (parts_.norm1->has_mean()) {
+    slots.push_back({&Tensors::mean1, {nl}, stats, input});
+  }
+  if (parts_.norm2->has_mean()) {
+    slots.push_back({&Tensors::mean2, {nl}, stats, input});
+  }
+  for (const Slot& s : parts_.mlp->Slots(n, dtype, places)) {
+    slots.push_back(s);
+  }
+  if (parts_.positions != nullptr) {
+    for (const Slot& s : parts_.positions->Slots(seq_len_, dtype, device)) {
+      slots.push_back(s);
+    }
+  }
+  return slots;
+}
 
 DecoderBlock::State DecoderBlock::NewState(int64_t batch, DType dtype,
                                            Device device) const {
@@ -28,6 +123,9 @@ DecoderBlock::Workspace DecoderBlock::NewWorkspace(int64_t batch, DType dtype,
   w.datt = Tensor::Empty({batch * seq_len_, local_width_}, dtype, device);
   if (rows_.on()) {
     w.partial = Tensor::Empty({batch * seq_len_, d_model_}, dtype, device);
+  }
+  if (parts_.positions != nullptr) {
+    parts_.positions->FillTables(seq_len_, w.shared);
   }
   return w;
 }
@@ -67,7 +165,7 @@ DecoderBlock::Tensors DecoderBlock::Use(const State& s,
   return t;
 }
 
-DecoderBlock::SlotPlaces DecoderBlock::Places() const {
+SlotPlaces DecoderBlock::Places() const {
   const bool full = options_.recompute == Recompute::kFull;
   const bool keep_all = options_.recompute == Recompute::kNone;
   return SlotPlaces{
@@ -82,30 +180,111 @@ DecoderBlock::Place DecoderBlock::DyPlace() const {
   return rows_.on() ? Place::kWorkspace : Place::kUnused;
 }
 
-void DecoderBlock::TakeOutputGrad(Communicator& tp, const Tensor& dy,
-                                  Tensors& a) const {
+void DecoderBlock::Attention(Tensors& a, const Tensor& doc_start) const {
+  const int64_t b = a.qkv.dim(0) / seq_len_;
+  Tensor att = a.att.View({b, seq_len_, local_width_});
+  AttentionForward(a.qkv.View({b, seq_len_, qkv_width_}), doc_start,
+                   parts_.attention.heads, parts_.attention.kv_heads, att,
+                   a.saved, options_.attention);
+}
+
+void DecoderBlock::ForwardActivations(Communicator& tp, const Tensor& x,
+                                      const Tensor& doc_start, Tensors& a,
+                                      Tensor& partial) const {
+  // Each norm writes this rank's rows of its output; the gather (sequence
+  // parallel) completes them for the column-parallel layer.
+  Tensor ln1 = rows_.Mine(a.ln1);
+  parts_.norm1->Forward(x, ln1, a.mean1, a.rstd1);
+  rows_.GatherInput(tp, a.ln1);
+  qkv_proj_.Forward(a.ln1, a.qkv);
+  if (parts_.positions != nullptr) {
+    // Positions are row mod T: the view's second-to-last dimension.
+    Tensor qkv = a.qkv.View({a.qkv.dim(0) / seq_len_, seq_len_, qkv_width_});
+    parts_.positions->Forward(qkv, /*first=*/0, a);
+  }
+  Attention(a, doc_start);
+  rows_.RowOutput(tp, out_proj_, a.att, partial, a.x2);
+  // The residual add and norm2 in one pass.
+  Tensor ln2 = rows_.Mine(a.ln2);
+  parts_.norm2->AddForward(a.x2, x, a.x2, ln2, a.mean2, a.rstd2);
+  rows_.GatherInput(tp, a.ln2);
+  parts_.mlp->Up(a.ln2, a.fc, a.gelu);
+}
+
+void DecoderBlock::Forward(Communicator& tp, const Tensor& x, State& s,
+                           Workspace& work) const {
+  Tensors a = Use(s, work);
+  ForwardActivations(tp, x, s.doc_start, a, work.partial);
+  rows_.RowOutput(tp, parts_.mlp->down(), a.gelu, work.partial, s.y);
+  Add(s.y, a.x2, s.y);
+}
+
+void DecoderBlock::Recompute(Communicator& tp, const Tensor& x,
+                             const Tensor& doc_start, Tensors& a,
+                             Tensor& partial, bool need_activation) const {
+  switch (options_.recompute) {
+    case trellis::Recompute::kNone:
+      return;
+    case trellis::Recompute::kFull:
+      ForwardActivations(tp, x, doc_start, a, partial);
+      return;
+    case trellis::Recompute::kSelective:
+      // qkv is kept as attention reads it (positions applied).
+      Attention(a, doc_start);
+      if (need_activation) parts_.mlp->Activation(a.fc, a.gelu);
+      return;
+  }
+}
+
+void DecoderBlock::AttentionBackward(const Tensor& doc_start, Tensors& a,
+                                     Tensor& datt) const {
+  MatmulBackwardInput(a.dx2, parts_.attention.out_weight->value, datt,
+                      WeightLayout::kInOut, GradWrite::kWrite);
+  a.dqkv.Zero();  // AttentionBackward accumulates.
+  const int64_t b = a.qkv.dim(0) / seq_len_;
+  const Shape qkv_shape = {b, seq_len_, qkv_width_};
+  const Shape att_shape = {b, seq_len_, local_width_};
+  Tensor dqkv = a.dqkv.View(qkv_shape);
+  ::trellis::AttentionBackward(
+      datt.View(att_shape), a.qkv.View(qkv_shape), doc_start,
+      a.att.View(att_shape), a.saved, parts_.attention.heads,
+      parts_.attention.kv_heads, dqkv, options_.attention);
+  if (parts_.positions != nullptr) parts_.positions->Backward(dqkv, a);
+  MatmulBackwardInput(a.dqkv, parts_.attention.qkv_weight->value, a.dln1,
+                      WeightLayout::kInOut, GradWrite::kWrite);
+}
+
+void DecoderBlock::BackwardInput(Communicator& tp, const Tensor& x,
+                                 const Tensor& dy, State& s, Workspace& work,
+                                 Tensor& dx) const {
+  Tensors a = Use(s, work);
+  const bool defer = options_.defer_weight_grads;
+  Recompute(tp, x, s.doc_start, a, work.partial, /*need_activation=*/!defer);
+  // The whole output gradient: the caller's tensor itself, or gathered
+  // (and kept) where DyPlace says.
   if (DyPlace() == Place::kUnused) {
     a.dy = dy;
   } else {
     rows_.GatherOutputGrad(tp, dy, a.dy);
   }
-}
-
-void DecoderBlock::AttentionBackwardToQkv(const Tensor& out_proj,
-                                          const Tensor& doc_start,
-                                          int64_t qkv_width, int64_t heads,
-                                          int64_t kv_heads, Tensors& a,
-                                          Tensor& datt) const {
-  MatmulBackwardInput(a.dx2, out_proj, datt, WeightLayout::kInOut,
-                      GradWrite::kWrite);
-  a.dqkv.Zero();  // AttentionBackward accumulates.
-  const int64_t b = a.qkv.dim(0) / seq_len_;
-  const Shape qkv_shape = {b, seq_len_, qkv_width};
-  const Shape att_shape = {b, seq_len_, local_width_};
-  Tensor dqkv = a.dqkv.View(qkv_shape);
-  AttentionBackward(datt.View(att_shape), a.qkv.View(qkv_shape), doc_start,
-                    a.att.View(att_shape), a.saved, heads, kv_heads, dqkv,
-                    options_.attention);
+  // Each gradient buffer is written, not zero-filled and added to (the tp
+  // all-reduce of a column-parallel layer's input gradient is CopyToTp's
+  // backward, a reduce-scatter under sequence parallelism, leaving this
+  // rank's rows). MLP: dy -> dln2 (all-reduced) -> dx2 = dy + norm2's
+  // input gradient.
+  parts_.mlp->BackwardInput(a, a.dln2);
+  rows_.ReduceInputGrad(tp, a.dln2);
+  Tensor dx2 = rows_.Mine(a.dx2);
+  parts_.norm2->BackwardInputResidual(rows_.Mine(a.dln2), a.x2, a.mean2,
+                                      a.rstd2, rows_.Mine(a.dy), dx2);
+  rows_.GatherOutputGrad(tp, dx2, a.dx2);
+  // Attention: dx2 -> datt -> dqkv -> dln1 (all-reduced) -> dx.
+  AttentionBackward(s.doc_start, a, work.datt);
+  rows_.ReduceInputGrad(tp, a.dln1);
+  if (!defer) WeightGradients(x, a);
+  // Last: dx may be the buffer dy came in (the caller's ping-pong).
+  parts_.norm1->BackwardInputResidual(rows_.Mine(a.dln1), x, a.mean1, a.rstd1,
+                                      rows_.Mine(a.dx2), dx);
 }
 
 void DecoderBlock::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
@@ -114,6 +293,36 @@ void DecoderBlock::BackwardWeight(Communicator& tp, const Tensor& x, State& s,
   Tensors a = Use(s, work);
   Recompute(tp, x, s.doc_start, a, work.partial, /*need_activation=*/true);
   WeightGradients(x, a);
+}
+
+void DecoderBlock::WeightGradients(const Tensor& x, const Tensors& a) const {
+  // The MLP's and the attention's weight GEMMs, then every bias and norm
+  // gradient that is a column sum (of the gradients above) in one
+  // ColumnSumsMany; with bias_grad_epilogue the GEMMs form the bias
+  // gradients. The norms' sums run over this rank's rows (a share under
+  // sequence parallelism); the biases' over the whole gathered gradients.
+  const bool in_gemm = options_.bias_grad_epilogue;
+  std::vector<ColumnSumJob> jobs;
+  parts_.mlp->WeightGradients(a, in_gemm, jobs);
+  const AttentionParts& at = parts_.attention;
+  Tensor no_bias;
+  const std::pair<const Tensor*, const Tensor*> gemms[] = {{&a.dx2, &a.att},
+                                                           {&a.dqkv, &a.ln1}};
+  const std::pair<Parameter*, Parameter*> layers[] = {
+      {at.out_weight, at.out_bias}, {at.qkv_weight, at.qkv_bias}};
+  for (int i = 0; i < 2; ++i) {
+    Parameter* bias = layers[i].second;
+    MatmulBackwardWeight(*gemms[i].first, *gemms[i].second,
+                         layers[i].first->grad,
+                         in_gemm && bias != nullptr ? bias->grad : no_bias);
+    if (!in_gemm && bias != nullptr) {
+      jobs.push_back({.dout = gemms[i].first, .db = &bias->grad});
+    }
+  }
+  const Tensor dln2 = rows_.Mine(a.dln2), dln1 = rows_.Mine(a.dln1);
+  parts_.norm2->BlockWeightGradients(dln2, a.x2, a.mean2, a.rstd2, jobs);
+  parts_.norm1->BlockWeightGradients(dln1, x, a.mean1, a.rstd1, jobs);
+  if (!jobs.empty()) ColumnSumsMany(jobs);
 }
 
 }  // namespace trellis

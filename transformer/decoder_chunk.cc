@@ -8,9 +8,7 @@
 #include "framework/kernels/cross_entropy.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/embedding.h"
-#include "framework/kernels/layernorm.h"
 #include "framework/kernels/matmul.h"
-#include "framework/kernels/rmsnorm.h"
 
 namespace trellis {
 
@@ -20,7 +18,7 @@ struct DecoderChunk::State {
   Tensor x0;            // (Nl, C) chunk input
   Tensor dx0;           // (N, C) gradient of the input (first chunk: for W)
   std::vector<DecoderBlock::State> blocks;
-  Tensor meanf, rstdf;  // (Nl): the final norm's statistics (RMSNorm: rstdf)
+  Tensor meanf, rstdf;  // (Nl): the final norm's statistics (meanf if any)
   // (Nl, C): d(loss)/d(ln_f output), summed over tp; Forward fills it when
   // given a loss scale (then `has_dlnf`).
   Tensor dlnf;
@@ -30,6 +28,32 @@ struct DecoderChunk::State {
   Tensor loss_weight;     // (N) float32, with EOT loss masking (last chunk)
   bool weighted = false;  // Forward had loss weights
 };
+
+namespace {
+
+std::vector<std::unique_ptr<DecoderBlock>> FamilyBlocks(
+    const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
+    const ParameterSet& params, const BlockOptions& options) {
+  const ModelFamily& family = FamilyOf(config);
+  std::vector<std::unique_ptr<DecoderBlock>> blocks;
+  for (int64_t l = plan.first_layer; l < plan.first_layer + plan.num_layers;
+       ++l) {
+    blocks.push_back(std::make_unique<DecoderBlock>(
+        config, tp, family.NewBlockParts(config, l, tp, params), options));
+  }
+  return blocks;
+}
+
+}  // namespace
+
+DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
+                           TpPlace tp, Communicator& tp_comm,
+                           const ParameterSet& params, int64_t micro_batch,
+                           Device device, DType dtype, BlockOptions options)
+    : DecoderChunk(config, plan, tp, tp_comm,
+                   FamilyOf(config).Ends(config, plan, params),
+                   FamilyBlocks(config, plan, tp, params, options), micro_batch,
+                   device, dtype, options) {}
 
 DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
                            TpPlace tp, Communicator& tp_comm, ChunkEnds ends,
@@ -44,15 +68,14 @@ DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
       device_(device),
       dtype_(dtype),
       options_(options),
-      ends_(ends),
-      rms_norm_(ends.norm_bias == nullptr),
+      ends_(std::move(ends)),
       rows_(tp, options.sequence_parallel),
       blocks_(std::move(blocks)) {
   TRELLIS_CHECK_EQ(tp_comm.size(), tp.size);
   TRELLIS_CHECK_EQ(static_cast<int64_t>(blocks_.size()), plan.num_layers);
   if (plan.has_embedding) TRELLIS_CHECK(ends_.embedding != nullptr);
   if (plan.has_head) {
-    TRELLIS_CHECK(ends_.head != nullptr && ends_.norm_weight != nullptr);
+    TRELLIS_CHECK(ends_.head != nullptr && ends_.norm != nullptr);
     TRELLIS_CHECK_GE(options.loss_chunk_rows, 0);
   }
   const Parameter* vocab = plan.has_head ? ends_.head : ends_.embedding;
@@ -104,7 +127,7 @@ DecoderChunk::State& DecoderChunk::Acquire(int mb) {
     s->x0 = next();
     if (plan_.has_embedding) s->dx0 = next();
     if (plan_.has_head) {
-      if (!rms_norm_) s->meanf = next();
+      if (ends_.norm->has_mean()) s->meanf = next();
       s->rstdf = next();
       s->dlnf = next();
       s->losses = next();
@@ -126,10 +149,10 @@ std::vector<std::pair<Shape, DType>> DecoderChunk::OwnStateShapes() const {
       {{n}, DType::kI32}, {{n}, DType::kI32}, {{nl, c}, dtype_}};
   if (plan_.has_embedding) shapes.push_back({{n, c}, dtype_});
   if (plan_.has_head) {
-    if (!rms_norm_) shapes.push_back({{nl}, stats});  // meanf
-    shapes.push_back({{nl}, stats});                  // rstdf
-    shapes.push_back({{nl, c}, dtype_});              // dlnf
-    shapes.push_back({{n}, stats});                   // losses
+    if (ends_.norm->has_mean()) shapes.push_back({{nl}, stats});  // meanf
+    shapes.push_back({{nl}, stats});                              // rstdf
+    shapes.push_back({{nl, c}, dtype_});                          // dlnf
+    shapes.push_back({{n}, stats});                               // losses
   }
   if (options_.document_mask) {
     shapes.push_back({{micro_batch_, config_.seq_len}, DType::kI32});
@@ -156,8 +179,7 @@ std::vector<Parameter*> DecoderChunk::TpPartialGradients() const {
     for (Parameter* p : block->NormParameters()) partial.push_back(p);
   }
   if (plan_.has_head) {
-    partial.push_back(ends_.norm_weight);
-    if (ends_.norm_bias != nullptr) partial.push_back(ends_.norm_bias);
+    for (Parameter* p : ends_.norm->parameters()) partial.push_back(p);
   }
   return partial;
 }
@@ -298,13 +320,7 @@ void DecoderChunk::HeadForward(State& s, const Tensor& x, double loss_scale) {
   // The norm on this rank's rows; under sequence parallelism a gather
   // gives the head every row.
   Tensor lnf_mine = rows_.Mine(head_lnf_);
-  if (rms_norm_) {
-    RmsNormForward(x, ends_.norm_weight->value, ends_.norm_eps, lnf_mine,
-                   s.rstdf);
-  } else {
-    LayerNormForward(x, ends_.norm_weight->value, ends_.norm_bias->value,
-                     lnf_mine, s.meanf, s.rstdf);
-  }
+  ends_.norm->Forward(x, lnf_mine, s.meanf, s.rstdf);
   rows_.GatherInput(tp_comm_, head_lnf_);
   s.has_dlnf = loss_scale > 0;
   // d(ln_f) of every row: reduce-scattered into s.dlnf below when sequence
@@ -368,22 +384,12 @@ void DecoderChunk::HeadBackwardInput(State& s, const Tensor& x, Tensor& dx) {
   TRELLIS_CHECK(s.has_dlnf)
       << "the last chunk's BackwardInput needs a Forward with a loss scale";
   dx.Zero();
-  if (rms_norm_) {
-    RmsNormBackwardInput(s.dlnf, x, ends_.norm_weight->value, s.rstdf, dx);
-  } else {
-    LayerNormBackwardInput(s.dlnf, x, ends_.norm_weight->value, s.meanf,
-                           s.rstdf, dx);
-  }
+  ends_.norm->BackwardInput(s.dlnf, x, s.meanf, s.rstdf, dx);
 }
 
 void DecoderChunk::HeadBackwardWeight(const State& s, const Tensor& x) {
   // The head weight's share was added in Forward.
-  if (rms_norm_) {
-    RmsNormBackwardWeight(s.dlnf, x, s.rstdf, ends_.norm_weight->grad);
-  } else {
-    LayerNormBackwardWeight(s.dlnf, x, s.meanf, s.rstdf,
-                            ends_.norm_weight->grad, ends_.norm_bias->grad);
-  }
+  ends_.norm->BackwardWeight(s.dlnf, x, s.meanf, s.rstdf);
 }
 
 void DecoderChunk::EmbeddingBackwardWeight(const State& s) {
@@ -453,8 +459,7 @@ void DecoderChunk::BackwardInput(int mb, const Tensor& doutput,
 std::vector<std::vector<Parameter*>> DecoderChunk::WeightGroups() const {
   std::vector<std::vector<Parameter*>> groups;
   if (plan_.has_head) {
-    groups.push_back({ends_.norm_weight});
-    if (ends_.norm_bias != nullptr) groups.back().push_back(ends_.norm_bias);
+    groups.push_back(ends_.norm->parameters());
     // A head tied to this chunk's embedding is done with the embedding.
     if (!plan_.has_embedding || ends_.head != ends_.embedding) {
       groups.back().push_back(ends_.head);
@@ -478,8 +483,7 @@ std::vector<std::vector<Parameter*>> DecoderChunk::GatherUnits() const {
   }
   for (const auto& block : blocks_) units.push_back(block->parameters());
   if (plan_.has_head) {
-    units.push_back({ends_.norm_weight});
-    if (ends_.norm_bias != nullptr) units.back().push_back(ends_.norm_bias);
+    units.push_back(ends_.norm->parameters());
     units.back().push_back(ends_.head);
   }
   return units;

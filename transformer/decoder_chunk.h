@@ -2,12 +2,12 @@
 // stage runs on one rank: optionally the token embedding (and learned
 // positions), a run of blocks, optionally the final norm, the LM head and
 // the loss. Every family shares it; a family hands it its blocks and its
-// ends (ChunkEnds: which parameters, LayerNorm or RMSNorm, tied or not).
+// ends (ChunkEnds: which parameters, which final norm, tied or not).
 //
 // It keeps ModelChunk's contract (model_family.h). Unless
 // BlockOptions::defer_weight_grads, BackwardInput already accumulates the
 // parameter gradients and BackwardWeight only reports and frees (see
-// block.h, which also describes activation recomputation).
+// decoder_block.h, which also describes activation recomputation).
 //
 // The LM head is fused with its loss and its gradient: the last chunk's
 // Forward, when given a loss scale, takes BlockOptions::loss_chunk_rows
@@ -55,22 +55,17 @@
 
 namespace trellis {
 
-// The parameters at the ends of the model, as the family names them; each
-// null where the chunk's plan lacks that end.
-struct ChunkEnds {
-  Parameter* embedding = nullptr;    // (V, C) vocab-parallel: first chunk
-  Parameter* positions = nullptr;    // (T, C) learned positions, or none
-  Parameter* norm_weight = nullptr;  // final norm (C): last chunk
-  // The final norm's bias: LayerNorm with it, RMSNorm (eps) without.
-  Parameter* norm_bias = nullptr;
-  double norm_eps = 1e-5;
-  // (V, C) vocab-parallel LM head weight: the embedding when tied.
-  Parameter* head = nullptr;
-};
-
 class DecoderChunk : public ModelChunk {
  public:
-  // The parameters in `ends` and the blocks' must be materialized.
+  // The chunk of config's family for `plan` (its ends and blocks from
+  // FamilyOf(config)). REQUIRES: `params` holds the chunk's parameters
+  // (ModelFamily::DeclareParameters), materialized.
+  DecoderChunk(const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
+               Communicator& tp_comm, const ParameterSet& params,
+               int64_t micro_batch, Device device, DType dtype,
+               BlockOptions options = {});
+  // A chunk of the given ends and blocks. The parameters in `ends` and the
+  // blocks' must be materialized.
   DecoderChunk(const ModelConfig& config, const ChunkPlan& plan, TpPlace tp,
                Communicator& tp_comm, ChunkEnds ends,
                std::vector<std::unique_ptr<DecoderBlock>> blocks,
@@ -171,8 +166,7 @@ class DecoderChunk : public ModelChunk {
   DType dtype_;
   BlockOptions options_;
   ChunkEnds ends_;
-  bool rms_norm_ = false;  // The final norm is an RMSNorm (no bias).
-  SequenceSplit rows_;     // Where the hidden rows live over tp.
+  SequenceSplit rows_;  // Where the hidden rows live over tp.
   VocabShard vocab_;
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
   DecoderBlock::Workspace work_;

@@ -16,8 +16,8 @@
 // and the vocab-parallel logits are all-gathered, so every rank returns the
 // same logits.
 //
-// A family provides its block (CachedBlock); CachedDecoder
-// (cached_decoder.h) runs the embedding, the blocks and the head around it.
+// Every family's decoder is a CachedDecoder (cached_decoder.h): the
+// embedding, the family's blocks (CachedBlock, cached_block.h) and the head.
 //
 // Thread safety: none; one thread drives a decoder. Every rank of the tp
 // group calls Forward with the same tokens.
@@ -62,34 +62,6 @@ struct DecoderSetup {
   const ParameterSet* params = nullptr;
   Device device;
   DType dtype = DType::kF32;
-};
-
-// The buffers of one block's cached forward on up to `rows` new tokens,
-// shared by the blocks of a decoder; a family uses the ones it needs.
-struct DecodeScratch {
-  Tensor ln, mean, rstd;  // (rows, C), (rows), (rows)
-  Tensor qkv;             // (rows, qkv width on this rank)
-  Tensor att;             // (rows, Cl)
-  Tensor x2;              // (rows, C)
-  Tensor fc, act;         // the MLP's projection and activation
-  Tensor y;               // (rows, C)
-  Tensor cos, sin;        // RoPE tables (capacity, D/2), where used
-};
-
-// One family's transformer block, forward only, over a key/value cache.
-class CachedBlock {
- public:
-  virtual ~CachedBlock() = default;
-  // The width of this rank's cached key (and value) rows: Hkv/tp · D.
-  virtual int64_t kv_width() const = 0;
-  // Buffers for up to `rows` new tokens and a cache of `capacity`.
-  virtual DecodeScratch NewScratch(int64_t rows, int64_t capacity, DType dtype,
-                                   Device device) const = 0;
-  // x (n, C): the hidden rows of the tokens at positions [start, start + n),
-  // replaced by the block's output. Writes their keys and values into rows
-  // [start, start + n) of `keys` and `values` (capacity, kv_width).
-  virtual void Forward(Communicator& tp, int64_t start, Tensor& x, Tensor& keys,
-                       Tensor& values, DecodeScratch& scratch) const = 0;
 };
 
 }  // namespace trellis

@@ -1,20 +1,84 @@
 #include "transformer/model_family.h"
 
-#include "transformer/gpt_family.h"
-#include "transformer/llama_family.h"
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "transformer/cached_decoder.h"
+#include "transformer/decoder_chunk.h"
 
 namespace trellis {
 
-const ModelFamily& FamilyOf(const ModelConfig& config) {
-  switch (config.family) {
-    case ModelFamilyKind::kGpt2:
-      return Gpt2Family();
-    case ModelFamilyKind::kLlama:
-      return LlamaFamily();
+// Defined in families.cc, which CMake writes from the family folders.
+std::vector<const ModelFamily*> BuiltInModelFamilies();
+
+namespace {
+
+std::mutex& RegistryMutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
+std::vector<const ModelFamily*>& Registered() {
+  static std::vector<const ModelFamily*> families;
+  return families;
+}
+
+const ModelFamily* Find(ModelFamilyKind kind) {
+  for (const ModelFamily* f : ModelFamilies()) {
+    if (f->kind() == kind) return f;
   }
-  TRELLIS_CHECK(false) << "unknown model family "
-                       << static_cast<int>(config.family);
-  return Gpt2Family();
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<const ModelFamily*> ModelFamilies() {
+  static const std::vector<const ModelFamily*> built_in =
+      BuiltInModelFamilies();
+  std::vector<const ModelFamily*> all = built_in;
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  all.insert(all.end(), Registered().begin(), Registered().end());
+  return all;
+}
+
+void RegisterModelFamily(const ModelFamily& family) {
+  TRELLIS_CHECK(Find(family.kind()) == nullptr)
+      << "model family " << family.kind().name() << " is already known";
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Registered().push_back(&family);
+}
+
+const ModelFamily& FamilyOf(const ModelConfig& config) {
+  const ModelFamily* family = Find(config.family);
+  TRELLIS_CHECK(family != nullptr)
+      << "unknown model family " << config.family.name();
+  return *family;
+}
+
+absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name) {
+  std::vector<std::string> names;
+  for (const ModelFamily* f : ModelFamilies()) {
+    if (f->kind().name() == name) return f->kind();
+    names.emplace_back(f->kind().name());
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--family=", name,
+                                                 " is not a model family: use ",
+                                                 absl::StrJoin(names, ", ")));
+}
+
+std::unique_ptr<ModelChunk> ModelFamily::NewChunk(const ModelConfig& config,
+                                                  const ChunkSetup& s) const {
+  TRELLIS_CHECK(config.family == kind());
+  return std::make_unique<DecoderChunk>(config, s.plan, s.tp, *s.tp_comm,
+                                        *s.params, s.micro_batch, s.device,
+                                        s.dtype, s.options);
+}
+
+std::unique_ptr<ModelDecoder> ModelFamily::NewDecoder(
+    const ModelConfig& config, const DecoderSetup& setup) const {
+  TRELLIS_CHECK(config.family == kind());
+  return std::make_unique<CachedDecoder>(config, setup);
 }
 
 std::vector<std::pair<std::string, Shape>> ModelTensorShapes(

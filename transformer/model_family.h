@@ -2,18 +2,24 @@
 // pipeline, checkpoints, the memory plan and conversion never ask which
 // family they run.
 //
-// A family (GPT-2 and Llama; see FamilyOf) provides
-//  - the rules of its config (Validate, CheckTensorParallel),
+// A family is a folder of its own under transformer/ (gpt2/, llama/): its
+// config rules, its parameters, its block hooks and ends, and its Hugging
+// Face mapping table. CMake lists the folders at build time (families.cc
+// in the build tree calls each folder's `<folder>::Family()`), so adding a
+// family edits nothing outside its folder; RegisterModelFamily adds one at
+// run time. A family provides
+//  - the rules of its config (Validate, CheckTensorParallel) and the tags
+//    of the options it reads (OptionTags),
 //  - its parameters: each one's logical name, global shape, tensor-parallel
 //    split and initialization, declared by DeclareParameters (the split of
 //    a linear layer's weight is the layer's own: tensor_parallel.h states
 //    it and the layer checks it when built),
-//  - the chunk that runs a ChunkPlan's part of the model (NewChunk): forward,
-//    backward split into B (input gradients) and W (weight gradients), and
-//    forward-only evaluation,
-//  - the cached forward of text generation (NewDecoder, model_decoder.h):
-//    the whole model on one tensor-parallel rank, run on new tokens over a
-//    key/value cache.
+//  - each layer's block hooks (NewBlockParts: block_parts.h) and the ends
+//    of a chunk (Ends: embedding, positions, final norm, head), from which
+//    the shared skeletons build the chunk that runs a ChunkPlan's part of
+//    the model (NewChunk: DecoderChunk, DecoderBlock) and the cached
+//    forward of text generation (NewDecoder: CachedDecoder, CachedBlock),
+//  - the mapping of its parameters to Hugging Face's tensors (HfTensors).
 //
 // ModelChunk is the contract every family's chunk keeps; the pipeline stage
 // (tools/trainer/stage_model.h) drives chunks through it only.
@@ -31,8 +37,10 @@
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
+#include "transformer/block_parts.h"
 #include "transformer/chunk_options.h"
 #include "transformer/config.h"
+#include "transformer/hf_mapping.h"
 #include "transformer/model_decoder.h"
 
 namespace trellis {
@@ -178,6 +186,9 @@ class ModelFamily {
   virtual ~ModelFamily() = default;
 
   virtual ModelFamilyKind kind() const = 0;
+  // The tags of the family-specific options it reads ("llama:"; see
+  // TRELLIS_MODEL_CONFIG_OPTIONS): others must stay at their defaults.
+  virtual std::vector<std::string> OptionTags() const { return {}; }
   // The family's own rules for `config` (ModelConfig::Validate checked the
   // sizes positive first). Messages name the flags to change.
   virtual absl::Status Validate(const ModelConfig& config) const = 0;
@@ -197,16 +208,40 @@ class ModelFamily {
                                  const ChunkPlan& plan, TpPlace tp,
                                  uint64_t seed, Device device, DType dtype,
                                  ParameterSet& params) const = 0;
-  virtual std::unique_ptr<ModelChunk> NewChunk(
-      const ModelConfig& config, const ChunkSetup& setup) const = 0;
+  // The hooks of layer `layer`'s block on tp rank tp.rank, over the
+  // parameters DeclareParameters declared there. REQUIRES:
+  // CheckTensorParallel(config, tp.size) is ok.
+  virtual BlockParts NewBlockParts(const ModelConfig& config, int64_t layer,
+                                   TpPlace tp,
+                                   const ParameterSet& params) const = 0;
+  // The ends `plan` holds (each null where it lacks that end).
+  virtual ChunkEnds Ends(const ModelConfig& config, const ChunkPlan& plan,
+                         const ParameterSet& params) const = 0;
+  // Every parameter of the whole model and the Hugging Face tensors it is
+  // made of, in DeclareParameters' order (hf_mapping.h).
+  virtual std::vector<HfTensorMapping> HfTensors(
+      const ModelConfig& config) const = 0;
+
+  // The chunk of `setup.plan`: a DecoderChunk of this family's ends and
+  // blocks.
+  std::unique_ptr<ModelChunk> NewChunk(const ModelConfig& config,
+                                       const ChunkSetup& setup) const;
   // The cached forward for generation of the whole model on tp rank
   // setup.tp.rank; setup.params holds the parameters DeclareParameters
   // declares for ChunkPlan{0, n_layer, true, true} on that rank.
-  virtual std::unique_ptr<ModelDecoder> NewDecoder(
-      const ModelConfig& config, const DecoderSetup& setup) const = 0;
+  std::unique_ptr<ModelDecoder> NewDecoder(const ModelConfig& config,
+                                           const DecoderSetup& setup) const;
 };
 
-// The family of `config` (config.family).
+// Every family --family may name: those built in (one folder each under
+// transformer/, in folder order) then those registered, in order.
+std::vector<const ModelFamily*> ModelFamilies();
+// Adds `family` for the rest of the process (a family outside
+// transformer/: tests, experiments). REQUIRES: no family of its kind is
+// known; `family` outlives every use. Thread-safe.
+void RegisterModelFamily(const ModelFamily& family);
+
+// The family of `config` (config.family). REQUIRES: a known family.
 const ModelFamily& FamilyOf(const ModelConfig& config);
 
 // Every logical parameter of the whole model of `config` (a tied one once),

@@ -14,9 +14,9 @@
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
 #include "tests/cuda/cuda_test_util.h"
-#include "transformer/block.h"
-#include "transformer/gpt_chunk.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/decoder_block.h"
+#include "transformer/decoder_chunk.h"
+#include "transformer/gpt2/gpt2_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -59,8 +59,8 @@ PassResult RunModel(Device device, int passes) {
   // 128 rows in head chunks of 48, 48 and 32.
   BlockOptions options;
   options.loss_chunk_rows = 48;
-  GptChunk chunk(config, plan, TpPlace{}, tp, params, kBatch, device,
-                 DType::kF32, options);
+  DecoderChunk chunk(config, plan, TpPlace{}, tp, params, kBatch, device,
+                     DType::kF32, options);
   const Tensor tokens = Tokens(config, 1), targets = Tokens(config, 2);
   PassResult run;
   for (int pass = 0; pass < passes; ++pass) {  // later passes reuse state

@@ -45,6 +45,19 @@ TEST(RngTest, NormalAtKeepsItsGoldenBits) {
   }
 }
 
+// SplitMix64 seeded with 0 yields these four numbers first (its published
+// sequence): output k is SplitMix64 of state (k − 1)·γ.
+TEST(RngTest, SplitMix64IsTheReferenceGenerator) {
+  constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ULL;
+  const uint64_t expected[] = {0xe220a8397b1dcdafULL, 0x6e789e6aa1b965f4ULL,
+                               0x06c45d188009454fULL, 0xf88bb8a8724c81ecULL};
+  for (uint64_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(SplitMix64(k * kGamma), expected[k]) << k;
+    EXPECT_EQ(SplitMix64Finalize((k + 1) * kGamma), expected[k]) << k;
+  }
+  static_assert(SplitMix64Finalize(0) == 0);
+}
+
 TEST(RngTest, KeyedNormalEqualsPlainToTheBit) {
   for (const Golden& g : kGolden) {
     const uint64_t stream = HashName(g.name);

@@ -20,7 +20,7 @@
 #include "tools/convert/convert.h"
 #include "tools/convert/gpt2_tensors.h"
 #include "tools/trainer/optim/optimizer.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/gpt2/gpt2_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

@@ -13,7 +13,7 @@
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/checkpoint_dir.h"
 #include "tools/generate/generator.h"
-#include "transformer/llama_parameters.h"
+#include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

@@ -10,8 +10,8 @@
 #include "framework/launch_count.h"
 #include "framework/rng.h"
 #include "parallel/communicator.h"
-#include "transformer/block.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/decoder_block.h"
+#include "transformer/gpt2/gpt2_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -37,10 +37,10 @@ inline int64_t CountBlockBackward(Device device, DType dtype,
   ParameterSet params;
   AddModelParameters(config, ChunkPlan{0, 1, true, true}, TpPlace{}, 7, device,
                      dtype, params);
-  const Block block(config, 0, TpPlace{}, params, options);
+  const DecoderBlock block(config, 0, TpPlace{}, params, options);
   SelfCommunicator tp("tp");
-  Block::State state = block.NewState(batch, dtype, device);
-  Block::Workspace work = block.NewWorkspace(batch, dtype, device);
+  DecoderBlock::State state = block.NewState(batch, dtype, device);
+  DecoderBlock::Workspace work = block.NewWorkspace(batch, dtype, device);
   const Shape shape{batch * config.seq_len, config.d_model};
   Tensor x = Tensor::Empty(shape, dtype, device);
   Tensor dy = Tensor::Empty(shape, dtype, device);

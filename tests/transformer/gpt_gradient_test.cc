@@ -11,9 +11,9 @@
 #include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
-#include "transformer/block.h"
-#include "transformer/gpt_chunk.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/decoder_block.h"
+#include "transformer/decoder_chunk.h"
+#include "transformer/gpt2/gpt2_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -60,9 +60,9 @@ class GptGradientTest : public ::testing::TestWithParam<Mode> {
   void SetUp() override {
     AddModelParameters(config_, plan_, TpPlace{}, /*seed=*/1234, Device::Cpu(),
                        DType::kF64, params_);
-    chunk_ = std::make_unique<GptChunk>(config_, plan_, TpPlace{}, tp_, params_,
-                                        kBatch, Device::Cpu(), DType::kF64,
-                                        Options(kHeadRows));
+    chunk_ = std::make_unique<DecoderChunk>(config_, plan_, TpPlace{}, tp_,
+                                            params_, kBatch, Device::Cpu(),
+                                            DType::kF64, Options(kHeadRows));
     tokens_ = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 1);
     targets_ = RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 2);
   }
@@ -87,7 +87,7 @@ class GptGradientTest : public ::testing::TestWithParam<Mode> {
   ChunkPlan plan_{0, 2, true, true};
   SelfCommunicator tp_{"tp"};
   ParameterSet params_;
-  std::unique_ptr<GptChunk> chunk_;
+  std::unique_ptr<DecoderChunk> chunk_;
   Tensor tokens_, targets_;
 };
 
@@ -171,7 +171,7 @@ TEST_P(GptGradientTest, SeveralMicrobatchesInFlightMatchOneAtATime) {
 
 TEST_P(GptGradientTest, GradientsEqualTheKeepEverythingModeBitForBit) {
   // Two microbatches in flight, as a pipeline runs them.
-  auto run = [&](GptChunk& chunk) {
+  auto run = [&](DecoderChunk& chunk) {
     Tensor tokens1 =
         RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
     params_.ZeroGrads();
@@ -188,9 +188,9 @@ TEST_P(GptGradientTest, GradientsEqualTheKeepEverythingModeBitForBit) {
     for (Parameter* p : params_.all()) grads[p->name] = p->grad.Clone();
     return std::make_pair(loss, grads);
   };
-  GptChunk reference(config_, plan_, TpPlace{}, tp_, params_, kBatch,
-                     Device::Cpu(), DType::kF64,
-                     BlockOptions{Recompute::kNone, true, kHeadRows});
+  DecoderChunk reference(config_, plan_, TpPlace{}, tp_, params_, kBatch,
+                         Device::Cpu(), DType::kF64,
+                         BlockOptions{Recompute::kNone, true, kHeadRows});
   const auto [want_loss, want] = run(reference);
   const auto [loss, got] = run(*chunk_);
   EXPECT_EQ(loss, want_loss);
@@ -204,8 +204,8 @@ TEST_P(GptGradientTest, StateBytesCountWhatTheModeKeeps) {
   // Per microbatch, selective recompute keeps less than none and full less
   // than selective; deferring weight gradients keeps more.
   auto bytes = [&](Recompute r, bool defer) {
-    return GptChunk(config_, plan_, TpPlace{}, tp_, params_, kBatch,
-                    Device::Cpu(), DType::kF64, BlockOptions{r, defer})
+    return DecoderChunk(config_, plan_, TpPlace{}, tp_, params_, kBatch,
+                        Device::Cpu(), DType::kF64, BlockOptions{r, defer})
         .StateBytes();
   };
   const bool defer = GetParam().defer;
@@ -216,13 +216,14 @@ TEST_P(GptGradientTest, StateBytesCountWhatTheModeKeeps) {
   EXPECT_GT(bytes(GetParam().recompute, true),
             bytes(GetParam().recompute, false));
   // A block's state is exactly what NewState allocates.
-  const Block block(config_, 0, TpPlace{}, params_,
-                    BlockOptions{GetParam().recompute, defer});
-  const Block::State state = block.NewState(kBatch, DType::kF64, Device::Cpu());
-  const Block::Workspace work =
+  const DecoderBlock block(config_, 0, TpPlace{}, params_,
+                           BlockOptions{GetParam().recompute, defer});
+  const DecoderBlock::State state =
+      block.NewState(kBatch, DType::kF64, Device::Cpu());
+  const DecoderBlock::Workspace work =
       block.NewWorkspace(kBatch, DType::kF64, Device::Cpu());
-  const Block::Tensors& k = state.kept;
-  const Block::Tensors& w = work.shared;
+  const DecoderBlock::Tensors& k = state.kept;
+  const DecoderBlock::Tensors& w = work.shared;
   size_t state_bytes = state.y.nbytes(), work_bytes = work.datt.nbytes();
   for (const Tensor* t : {&k.ln1, &k.mean1, &k.rstd1, &k.qkv, &k.att, &k.saved,
                           &k.x2, &k.ln2, &k.mean2, &k.rstd2, &k.fc, &k.gelu,
@@ -251,8 +252,8 @@ TEST_P(GptGradientTest, ChunkedHeadMatchesTheWholeHead) {
   const Tensor tokens1 =
       RandomTokens(kBatch, config_.seq_len, config_.vocab_size, 3);
   auto run = [&](int64_t head_rows) {
-    GptChunk chunk(config_, plan_, TpPlace{}, tp_, params_, kBatch,
-                   Device::Cpu(), DType::kF64, Options(head_rows));
+    DecoderChunk chunk(config_, plan_, TpPlace{}, tp_, params_, kBatch,
+                       Device::Cpu(), DType::kF64, Options(head_rows));
     params_.ZeroGrads();
     HeadRun r;
     chunk.Forward(0, tokens_, Tensor(), targets_, 0.5, nullptr);
@@ -342,8 +343,8 @@ TEST_P(GptGradientTest, ForwardAddsTheMeanLossOnTheDeviceWithoutReading) {
 
 TEST_P(GptGradientTest, StateAndWorkspaceBytesAreWhatTheChunkAllocates) {
   size_t before = StorageBytesLive(DeviceType::kCPU);
-  GptChunk chunk(config_, plan_, TpPlace{}, tp_, params_, kBatch, Device::Cpu(),
-                 DType::kF64, Options(kHeadRows));
+  DecoderChunk chunk(config_, plan_, TpPlace{}, tp_, params_, kBatch,
+                     Device::Cpu(), DType::kF64, Options(kHeadRows));
   // Built, the chunk holds nothing yet: the trainer plans first.
   EXPECT_EQ(StorageBytesLive(DeviceType::kCPU), before);
   chunk.AllocateWorkspace();
@@ -365,8 +366,8 @@ TEST_P(GptGradientTest, LastChunkStateDoesNotGrowWithTheVocabulary) {
     ParameterSet params;
     AddModelParameters(config, plan_, TpPlace{}, 1234, Device::Cpu(),
                        DType::kF64, params);
-    const GptChunk chunk(config, plan_, TpPlace{}, tp_, params, kBatch,
-                         Device::Cpu(), DType::kF64, Options(kHeadRows));
+    const DecoderChunk chunk(config, plan_, TpPlace{}, tp_, params, kBatch,
+                             Device::Cpu(), DType::kF64, Options(kHeadRows));
     return std::make_tuple(chunk.StateBytes(), chunk.WorkspaceBytes(),
                            params.Find("wte")->value.dim(0));
   };

@@ -13,9 +13,9 @@
 #include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
-#include "transformer/llama_block.h"
-#include "transformer/llama_chunk.h"
-#include "transformer/llama_parameters.h"
+#include "transformer/decoder_block.h"
+#include "transformer/decoder_chunk.h"
+#include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -221,7 +221,7 @@ TEST_P(LlamaGradientTest, TwoStagesEqualOneChunk) {
 }
 
 TEST_P(LlamaGradientTest, StateBytesCountWhatTheBlockAllocates) {
-  const LlamaBlock block(config_, 0, TpPlace{}, params_, Options());
+  const DecoderBlock block(config_, 0, TpPlace{}, params_, Options());
   const DecoderBlock::State state =
       block.NewState(kBatch, DType::kF64, Device::Cpu());
   const DecoderBlock::Workspace work =

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "transformer/gpt_family.h"
-#include "transformer/llama_family.h"
-#include "transformer/llama_parameters.h"
+#include "transformer/gpt2/gpt2_family.h"
+#include "transformer/llama/llama_family.h"
+#include "transformer/llama/llama_parameters.h"
 
 namespace trellis {
 namespace {

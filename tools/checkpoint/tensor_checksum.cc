@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "framework/float16.h"
+#include "framework/rng.h"
 
 namespace trellis {
 namespace {
@@ -15,17 +16,9 @@ constexpr char kTag[] = "xsum64";
 constexpr int64_t kMinChunk = int64_t{1} << 20;
 constexpr int64_t kMaxSums = 2048;
 
-// SplitMix64's finalizer: every input bit reaches every output bit.
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t Term(int64_t index, uint64_t bits) {
-  return Mix(static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ULL ^ bits);
+  return SplitMix64Finalize(
+      static_cast<uint64_t>(index) * 0x9e3779b97f4a7c15ULL ^ bits);
 }
 
 template <typename Bits>

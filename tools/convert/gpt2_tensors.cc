@@ -13,6 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "framework/float16.h"
 #include "framework/kernels/layernorm.h"
+#include "tools/convert/hf_tensors.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -44,13 +46,6 @@ Tensor ToF32(const Tensor& t) {
   if (t.dtype() == DType::kF32) return t;
   Tensor out = Tensor::Empty(t.shape(), DType::kF32);
   ConvertElements(t.raw(), t.dtype(), out.raw(), DType::kF32, t.numel());
-  return out;
-}
-
-Tensor ConvertTo(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = Tensor::Empty(t.shape(), dtype);
-  ConvertElements(t.raw(), t.dtype(), out.raw(), dtype, t.numel());
   return out;
 }
 
@@ -189,11 +184,6 @@ int64_t WholeModel::NumBytes() const {
   return bytes;
 }
 
-std::string HfName(const std::string& logical) {
-  if (logical == "wte" || logical == "wpe") return logical + ".weight";
-  return logical;
-}
-
 absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -262,17 +252,18 @@ absl::StatusOr<WholeModel> ReadHfModel(const HfSafetensors& file,
   }
   WholeModel model;
   model.config = config;
-  const std::vector<LogicalTensor> want = GptLogicalTensors(config);
+  // The family's table: every tensor HF's, unchanged, under its HF name.
+  const std::vector<HfTensorMapping> table = FamilyOf(config).HfTensors(config);
   std::set<std::string> used;
   int64_t bytes = 0;
-  for (const LogicalTensor& t : want) {
-    const std::string name = prefix + HfName(t.name);
-    TRELLIS_ASSIGN_OR_RETURN(Tensor value, file.Read(name, t.shape));
-    if (t.name == "wte") model.source_dtype = value.dtype();
-    bytes += value.nbytes();
-    model.tensors.emplace_back(t.name, ToF32(value));
-    used.insert(name);
-    if (progress) progress(model.tensors.size(), want.size(), bytes);
+  for (const HfTensorMapping& m : table) {
+    DType stored = DType::kF32;
+    TRELLIS_ASSIGN_OR_RETURN(Tensor value,
+                             ReadHfMapped(file, m, prefix, &stored, &bytes));
+    if (model.tensors.empty()) model.source_dtype = stored;
+    model.tensors.emplace_back(m.logical, std::move(value));
+    for (const HfPart& p : m.parts) used.insert(prefix + p.name);
+    if (progress) progress(model.tensors.size(), table.size(), bytes);
   }
   for (const std::string& name : names) {
     if (used.count(name) == 0) {
@@ -302,10 +293,13 @@ absl::StatusOr<std::vector<HfOutputTensor>> HfGpt2Tensors(
                      DTypeName(dtype)));
   }
   std::vector<HfOutputTensor> out;
-  for (const auto& named : model.tensors) {
-    const Tensor* t = &named.second;
-    out.push_back({prefix + HfName(named.first), t->shape(), dtype,
-                   [t, dtype] { return ConvertTo(*t, dtype); }});
+  for (const HfTensorMapping& m :
+       FamilyOf(model.config).HfTensors(model.config)) {
+    const Tensor* t = model.Find(m.logical);
+    TRELLIS_CHECK(t != nullptr) << m.logical;
+    for (size_t k = 0; k < m.parts.size(); ++k) {
+      out.push_back(HfOutputPart(m, k, t, prefix + m.parts[k].name, dtype));
+    }
   }
   if (lm_head) {
     const Tensor* wte = model.Find("wte");

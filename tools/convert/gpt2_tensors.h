@@ -1,9 +1,12 @@
 // A whole GPT-2 model in memory, by logical tensor name, and its mapping to
 // and from Hugging Face's and llm.c's files.
 //
-// Logical names and shapes are trellis's (transformer/gpt_parameters.h):
+// Logical names and shapes are trellis's (transformer/gpt2/gpt2_parameters.h):
 // Hugging Face GPT-2 state-dict names with `wte` and `wpe` for the two
-// embeddings, Conv1D weights (in, out), the vocabulary unpadded.
+// embeddings, Conv1D weights (in, out), the vocabulary unpadded. Hugging
+// Face tensors are read and written through the family's mapping table
+// (transformer/gpt2/gpt2_hf.h, tools/convert/hf_tensors.h); llm.c's
+// through the llm.c table in gpt2_tensors.cc.
 //
 //   Hugging Face        logical               llm.c
 //   wte.weight          wte (V, C)            wte (Vp, C), rows ≥ V padding
@@ -71,9 +74,6 @@ struct WholeModel {
 using ProgressFn = std::function<void(int64_t, int64_t, int64_t)>;
 
 // ---- Hugging Face
-
-// "wte" → "wte.weight", "wpe" → "wpe.weight", others unchanged.
-std::string HfName(const std::string& logical);
 
 // Reads config.json (n_layer, n_head, n_embd, n_positions or n_ctx,
 // vocab_size), refusing settings trellis's GPT-2 does not compute

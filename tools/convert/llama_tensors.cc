@@ -10,88 +10,14 @@
 #include "absl/strings/str_cat.h"
 #include "framework/float16.h"
 #include "framework/status.h"
-#include "transformer/llama_parameters.h"
+#include "tools/convert/hf_tensors.h"
+#include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
 
 using json = nlohmann::json;
-
-// One trellis tensor and the HF tensors it is made of: their rows stacked,
-// then transposed when `transposed`; else the one HF tensor as it is.
-struct HfPart {
-  std::string name;
-  Shape shape;
-};
-struct LlamaMapping {
-  std::string logical;
-  Shape shape;
-  std::vector<HfPart> parts;
-  bool transposed = false;
-};
-
-// Every trellis tensor of `c`, in ModelTensorShapes order.
-std::vector<LlamaMapping> Mappings(const ModelConfig& c) {
-  const int64_t d = c.d_model, hd = c.head_dim(), f = c.LlamaFfnHidden();
-  const int64_t q = c.n_head * hd, kv = c.kv_heads() * hd;
-  auto copy = [](const std::string& name, Shape shape) {
-    return LlamaMapping{name, shape, {{name, shape}}, false};
-  };
-  std::vector<LlamaMapping> m = {copy(kLlamaEmbedding, {c.vocab_size, d})};
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    auto name = [&](const char* suffix) { return LlamaLayerName(l, suffix); };
-    m.push_back(copy(name("input_layernorm.weight"), {d}));
-    m.push_back({name("self_attn.qkv_proj.weight"),
-                 {d, q + 2 * kv},
-                 {{name("self_attn.q_proj.weight"), {q, d}},
-                  {name("self_attn.k_proj.weight"), {kv, d}},
-                  {name("self_attn.v_proj.weight"), {kv, d}}},
-                 true});
-    m.push_back({name("self_attn.o_proj.weight"),
-                 {q, d},
-                 {{name("self_attn.o_proj.weight"), {d, q}}},
-                 true});
-    m.push_back(copy(name("post_attention_layernorm.weight"), {d}));
-    m.push_back({name("mlp.gate_up_proj.weight"),
-                 {d, 2 * f},
-                 {{name("mlp.gate_proj.weight"), {f, d}},
-                  {name("mlp.up_proj.weight"), {f, d}}},
-                 true});
-    m.push_back({name("mlp.down_proj.weight"),
-                 {f, d},
-                 {{name("mlp.down_proj.weight"), {d, f}}},
-                 true});
-  }
-  m.push_back(copy(kLlamaNorm, {d}));
-  if (!c.tie_embeddings) m.push_back(copy(kLlamaHead, {c.vocab_size, d}));
-  return m;
-}
-
-Tensor ConvertTo(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = Tensor::Empty(t.shape(), dtype);
-  ConvertElements(t.raw(), t.dtype(), out.raw(), dtype, t.numel());
-  return out;
-}
-
-// Part k of mapping m cut out of the float32 trellis tensor t.
-Tensor PartOf(const LlamaMapping& m, size_t k, const Tensor& t) {
-  if (!m.transposed) return t;
-  int64_t first = 0;
-  for (size_t i = 0; i < k; ++i) first += m.parts[i].shape[0];
-  const int64_t rows = m.parts[k].shape[0], cols = m.parts[k].shape[1];
-  const int64_t width = t.dim(1);
-  Tensor out = Tensor::Empty({rows, cols}, DType::kF32);
-  const float* src = t.data<float>();
-  float* dst = out.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      dst[r * cols + c] = src[c * width + first + r];
-    }
-  }
-  return out;
-}
 
 // The value of `key`, or `fallback` when absent or null.
 json Get(const json& j, const char* key, json fallback) {
@@ -182,34 +108,6 @@ absl::Status CheckSemantics(const json& j, const std::string& path,
         absl::StrCat("does not divide num_attention_heads ", c.n_head));
   }
   return absl::OkStatus();
-}
-
-// Reads tensor `m` from its HF parts.
-absl::StatusOr<Tensor> ReadMapped(const HfSafetensors& files,
-                                  const LlamaMapping& m, DType* stored,
-                                  int64_t* bytes) {
-  std::vector<Tensor> parts;
-  for (const HfPart& p : m.parts) {
-    TRELLIS_ASSIGN_OR_RETURN(Tensor t, files.Read(p.name, p.shape));
-    *stored = t.dtype();
-    *bytes += t.nbytes();
-    parts.push_back(ConvertTo(t, DType::kF32));
-  }
-  if (!m.transposed) return parts[0];
-  Tensor out = Tensor::Empty(m.shape, DType::kF32);
-  const int64_t width = m.shape[1];
-  float* dst = out.data<float>();
-  int64_t first = 0;
-  for (const Tensor& p : parts) {
-    const float* src = p.data<float>();
-    for (int64_t r = 0; r < p.dim(0); ++r) {
-      for (int64_t c = 0; c < p.dim(1); ++c) {
-        dst[c * width + first + r] = src[r * p.dim(1) + c];
-      }
-    }
-    first += p.dim(0);
-  }
-  return out;
 }
 
 // A tensor the model does not use: inv_freq buffers pass, a tied lm_head
@@ -322,12 +220,14 @@ absl::StatusOr<WholeModel> ReadHfLlamaModel(const HfSafetensors& files,
                                             const ProgressFn& progress) {
   WholeModel model;
   model.config = config;
-  const std::vector<LlamaMapping> mappings = Mappings(config);
+  const std::vector<HfTensorMapping> mappings =
+      FamilyOf(config).HfTensors(config);
   std::set<std::string> used;
   int64_t bytes = 0;
-  for (const LlamaMapping& m : mappings) {
+  for (const HfTensorMapping& m : mappings) {
     DType stored = DType::kF32;
-    TRELLIS_ASSIGN_OR_RETURN(Tensor t, ReadMapped(files, m, &stored, &bytes));
+    TRELLIS_ASSIGN_OR_RETURN(Tensor t,
+                             ReadHfMapped(files, m, "", &stored, &bytes));
     if (m.logical == kLlamaEmbedding) model.source_dtype = stored;
     model.tensors.emplace_back(m.logical, std::move(t));
     for (const HfPart& p : m.parts) used.insert(p.name);
@@ -366,24 +266,23 @@ absl::StatusOr<std::vector<HfOutputTensor>> HfLlamaTensors(
         DTypeName(dtype)));
   }
   // State-dict order: each layer's attention and MLP, then its norms.
-  const std::vector<LlamaMapping> mappings = Mappings(model.config);
+  const std::vector<HfTensorMapping> mappings =
+      FamilyOf(model.config).HfTensors(model.config);
   std::vector<HfOutputTensor> out;
-  auto add = [&](const LlamaMapping& m, size_t k, const std::string& name) {
+  auto add = [&](const HfTensorMapping& m, size_t k, const std::string& name) {
     const Tensor* t = model.Find(m.logical);
     TRELLIS_CHECK(t != nullptr) << m.logical;
-    out.push_back({name, m.parts[k].shape, dtype, [m, k, t, dtype] {
-                     return ConvertTo(PartOf(m, k, *t), dtype);
-                   }});
+    out.push_back(HfOutputPart(m, k, t, name, dtype));
   };
-  std::vector<const LlamaMapping*> norms;
-  for (const LlamaMapping& m : mappings) {
+  std::vector<const HfTensorMapping*> norms;
+  for (const HfTensorMapping& m : mappings) {
     if (absl::EndsWith(m.logical, "layernorm.weight")) {
       norms.push_back(&m);
       continue;
     }
     for (size_t k = 0; k < m.parts.size(); ++k) add(m, k, m.parts[k].name);
     if (absl::EndsWith(m.logical, "mlp.down_proj.weight")) {
-      for (const LlamaMapping* n : norms) add(*n, 0, n->logical);
+      for (const HfTensorMapping* n : norms) add(*n, 0, n->logical);
       norms.clear();
     }
   }

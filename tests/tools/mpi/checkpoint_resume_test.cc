@@ -16,7 +16,7 @@
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/trainer/trainer.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/gpt2/gpt2_parameters.h"
 #include "transformer/model_family.h"
 
 namespace trellis {

@@ -42,7 +42,7 @@
 #include "tests/tools/mpi/comm_stats_test_util.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/trainer/trainer.h"
-#include "transformer/block.h"
+#include "transformer/decoder_block.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -198,9 +198,10 @@ TEST_F(CollectiveCountsTest, BlockAllReducesTwiceForwardAndTwiceBackward) {
     ParameterSet params;
     AddModelParameters(config, ChunkPlan{0, 1, false, false}, place, 7,
                        Device::Cpu(), DType::kF32, params);
-    const Block block(config, 0, place, params);
-    Block::State state = block.NewState(batch, DType::kF32, Device::Cpu());
-    Block::Workspace work =
+    const DecoderBlock block(config, 0, place, params);
+    DecoderBlock::State state =
+        block.NewState(batch, DType::kF32, Device::Cpu());
+    DecoderBlock::Workspace work =
         block.NewWorkspace(batch, DType::kF32, Device::Cpu());
     Tensor x = Tensor::Empty({n, c}, DType::kF32);
     Tensor dy = Tensor::Empty({n, c}, DType::kF32);

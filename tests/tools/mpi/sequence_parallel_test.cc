@@ -29,8 +29,7 @@
 #include "tests/tools/mpi/comm_stats_test_util.h"
 #include "tests/tools/mpi/mpi_test_util.h"
 #include "tools/trainer/trainer.h"
-#include "transformer/block.h"
-#include "transformer/llama_block.h"
+#include "transformer/decoder_block.h"
 #include "transformer/model_family.h"
 
 namespace trellis {
@@ -64,9 +63,9 @@ std::unique_ptr<DecoderBlock> MakeBlock(const ModelConfig& config, TpPlace tp,
   options.defer_weight_grads = false;
   options.sequence_parallel = sequence_parallel;
   if (config.family == ModelFamilyKind::kLlama) {
-    return std::make_unique<LlamaBlock>(config, 0, tp, params, options);
+    return std::make_unique<DecoderBlock>(config, 0, tp, params, options);
   }
-  return std::make_unique<Block>(config, 0, tp, params, options);
+  return std::make_unique<DecoderBlock>(config, 0, tp, params, options);
 }
 
 Tensor Filled(int64_t rows, int64_t cols, float scale, int period) {

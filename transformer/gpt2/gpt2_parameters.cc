@@ -1,4 +1,4 @@
-#include "transformer/gpt_parameters.h"
+#include "transformer/gpt2/gpt2_parameters.h"
 
 #include <cmath>
 

@@ -1,13 +1,15 @@
-#include "transformer/gpt_family.h"
+#include "transformer/gpt2/gpt2_family.h"
 
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "transformer/gpt_chunk.h"
-#include "transformer/gpt_decoder.h"
-#include "transformer/gpt_parameters.h"
+#include "transformer/gpt2/gelu_mlp.h"
+#include "transformer/gpt2/gpt2_hf.h"
+#include "transformer/gpt2/gpt2_parameters.h"
+#include "transformer/norms.h"
 
 namespace trellis {
+namespace gpt2 {
 namespace {
 
 class Gpt2 : public ModelFamily {
@@ -54,24 +56,55 @@ class Gpt2 : public ModelFamily {
     DeclareGptParameters(config, plan, tp, seed, device, dtype, params);
   }
 
-  std::unique_ptr<ModelChunk> NewChunk(const ModelConfig& config,
-                                       const ChunkSetup& s) const override {
-    return std::make_unique<GptChunk>(config, s.plan, s.tp, *s.tp_comm,
-                                      *s.params, s.micro_batch, s.device,
-                                      s.dtype, s.options);
+  BlockParts NewBlockParts(const ModelConfig& config, int64_t layer, TpPlace tp,
+                           const ParameterSet& params) const override {
+    TRELLIS_CHECK_EQ(config.n_head % tp.size, 0);
+    auto p = [&](const char* suffix) -> Parameter& {
+      return params.Get(LayerParameterName(layer, suffix));
+    };
+    BlockParts parts;
+    parts.attention = {.qkv_weight = &p("attn.c_attn.weight"),
+                       .qkv_bias = &p("attn.c_attn.bias"),
+                       .out_weight = &p("attn.c_proj.weight"),
+                       .out_bias = &p("attn.c_proj.bias"),
+                       .heads = config.n_head / tp.size,
+                       .kv_heads = config.n_head / tp.size,
+                       .head_dim = config.head_dim()};
+    parts.norm1 = NewLayerNorm(p("ln_1.weight"), p("ln_1.bias"));
+    parts.norm2 = NewLayerNorm(p("ln_2.weight"), p("ln_2.bias"));
+    parts.mlp = NewGeluMlp(4 * config.d_model / tp.size, p("mlp.c_fc.weight"),
+                           p("mlp.c_fc.bias"), p("mlp.c_proj.weight"),
+                           p("mlp.c_proj.bias"));
+    return parts;
   }
 
-  std::unique_ptr<ModelDecoder> NewDecoder(
-      const ModelConfig& config, const DecoderSetup& setup) const override {
-    return NewGptDecoder(config, setup);
+  ChunkEnds Ends(const ModelConfig&, const ChunkPlan& plan,
+                 const ParameterSet& params) const override {
+    ChunkEnds ends;
+    if (plan.has_embedding) {
+      ends.embedding = &params.Get("wte");
+      ends.positions = &params.Get("wpe");
+    }
+    if (plan.has_head) {
+      ends.norm =
+          NewLayerNorm(params.Get("ln_f.weight"), params.Get("ln_f.bias"));
+      ends.head = &params.Get("wte");
+    }
+    return ends;
+  }
+
+  std::vector<HfTensorMapping> HfTensors(
+      const ModelConfig& config) const override {
+    return Gpt2HfTensors(config);
   }
 };
 
 }  // namespace
 
-const ModelFamily& Gpt2Family() {
+const ModelFamily& Family() {
   static const Gpt2 family;
   return family;
 }
 
+}  // namespace gpt2
 }  // namespace trellis

@@ -7,8 +7,8 @@
 //   wte, wpe, c_attn.weight, c_fc.weight   N(0, 0.02)
 //   attn.c_proj.weight, mlp.c_proj.weight  N(0, 0.02 / sqrt(2 · n_layer))
 //   LayerNorm weights 1, every bias 0.
-#ifndef TRELLIS_TRANSFORMER_GPT_PARAMETERS_H_
-#define TRELLIS_TRANSFORMER_GPT_PARAMETERS_H_
+#ifndef TRELLIS_TRANSFORMER_GPT2_GPT2_PARAMETERS_H_
+#define TRELLIS_TRANSFORMER_GPT2_GPT2_PARAMETERS_H_
 
 #include <cstdint>
 #include <string>
@@ -31,4 +31,4 @@ std::string LayerParameterName(int64_t layer, const char* suffix);
 
 }  // namespace trellis
 
-#endif  // TRELLIS_TRANSFORMER_GPT_PARAMETERS_H_
+#endif  // TRELLIS_TRANSFORMER_GPT2_GPT2_PARAMETERS_H_

@@ -1,4 +1,4 @@
-#include "transformer/llama_parameters.h"
+#include "transformer/llama/llama_parameters.h"
 
 #include <cmath>
 #include <vector>

@@ -31,8 +31,8 @@
 // Initialization, a function of (seed, logical name, logical index) only:
 // embed_tokens, qkv_proj, gate_up_proj, lm_head N(0, 0.02); o_proj and
 // down_proj N(0, 0.02 / sqrt(2 · n_layer)); norm weights 1.
-#ifndef TRELLIS_TRANSFORMER_LLAMA_PARAMETERS_H_
-#define TRELLIS_TRANSFORMER_LLAMA_PARAMETERS_H_
+#ifndef TRELLIS_TRANSFORMER_LLAMA_LLAMA_PARAMETERS_H_
+#define TRELLIS_TRANSFORMER_LLAMA_LLAMA_PARAMETERS_H_
 
 #include <cstdint>
 #include <string>
@@ -63,4 +63,4 @@ std::string LlamaLayerName(int64_t layer, const char* suffix);
 
 }  // namespace trellis
 
-#endif  // TRELLIS_TRANSFORMER_LLAMA_PARAMETERS_H_
+#endif  // TRELLIS_TRANSFORMER_LLAMA_LLAMA_PARAMETERS_H_

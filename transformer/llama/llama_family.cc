@@ -1,14 +1,17 @@
-#include "transformer/llama_family.h"
+#include "transformer/llama/llama_family.h"
 
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "framework/kernels/rope.h"
-#include "transformer/llama_chunk.h"
-#include "transformer/llama_decoder.h"
-#include "transformer/llama_parameters.h"
+#include "transformer/llama/llama_hf.h"
+#include "transformer/llama/llama_parameters.h"
+#include "transformer/llama/rope_positions.h"
+#include "transformer/llama/swiglu_mlp.h"
+#include "transformer/norms.h"
 
 namespace trellis {
+namespace llama {
 namespace {
 
 // The widest MLP: ModelConfig::Validate's bound on widths (config.cc).
@@ -21,6 +24,7 @@ absl::Status Bad(const std::string& message) {
 class Llama : public ModelFamily {
  public:
   ModelFamilyKind kind() const override { return ModelFamilyKind::kLlama; }
+  std::vector<std::string> OptionTags() const override { return {"llama:"}; }
 
   absl::Status Validate(const ModelConfig& c) const override {
     if (c.d_model % c.n_head != 0 || c.head_dim() % 2 != 0) {
@@ -95,24 +99,55 @@ class Llama : public ModelFamily {
     DeclareLlamaParameters(config, plan, tp, seed, device, dtype, params);
   }
 
-  std::unique_ptr<ModelChunk> NewChunk(const ModelConfig& config,
-                                       const ChunkSetup& s) const override {
-    return std::make_unique<LlamaChunk>(config, s.plan, s.tp, *s.tp_comm,
-                                        *s.params, s.micro_batch, s.device,
-                                        s.dtype, s.options);
+  BlockParts NewBlockParts(const ModelConfig& c, int64_t layer, TpPlace tp,
+                           const ParameterSet& params) const override {
+    TRELLIS_CHECK(CheckTensorParallel(c, tp.size).ok());
+    auto p = [&](const char* suffix) -> Parameter& {
+      return params.Get(LlamaLayerName(layer, suffix));
+    };
+    const int64_t heads = c.n_head / tp.size;
+    const int64_t kv_heads = LlamaLocalKvHeads(c, tp.size);
+    BlockParts parts;
+    parts.attention = {.qkv_weight = &p("self_attn.qkv_proj.weight"),
+                       .out_weight = &p("self_attn.o_proj.weight"),
+                       .heads = heads,
+                       .kv_heads = kv_heads,
+                       .head_dim = c.head_dim()};
+    // The fused projection's split must be the one the math assumes.
+    TRELLIS_CHECK_EQ(parts.attention.qkv_weight->spec.groups, 3);
+    parts.norm1 = NewRmsNorm(p("input_layernorm.weight"), c.norm_eps);
+    parts.norm2 = NewRmsNorm(p("post_attention_layernorm.weight"), c.norm_eps);
+    parts.mlp =
+        NewSwiGluMlp(c.LlamaFfnHidden() / tp.size, p("mlp.gate_up_proj.weight"),
+                     p("mlp.down_proj.weight"));
+    parts.positions = NewRopePositions(heads, kv_heads, c.head_dim(),
+                                       c.rope_theta, c.Scaling());
+    return parts;
   }
 
-  std::unique_ptr<ModelDecoder> NewDecoder(
-      const ModelConfig& config, const DecoderSetup& setup) const override {
-    return NewLlamaDecoder(config, setup);
+  ChunkEnds Ends(const ModelConfig& c, const ChunkPlan& plan,
+                 const ParameterSet& params) const override {
+    ChunkEnds ends;
+    if (plan.has_embedding) ends.embedding = &params.Get(kLlamaEmbedding);
+    if (plan.has_head) {
+      ends.norm = NewRmsNorm(params.Get(kLlamaNorm), c.norm_eps);
+      ends.head = &params.Get(c.tie_embeddings ? kLlamaEmbedding : kLlamaHead);
+    }
+    return ends;
+  }
+
+  std::vector<HfTensorMapping> HfTensors(
+      const ModelConfig& config) const override {
+    return LlamaHfTensors(config);
   }
 };
 
 }  // namespace
 
-const ModelFamily& LlamaFamily() {
+const ModelFamily& Family() {
   static const Llama family;
   return family;
 }
 
+}  // namespace llama
 }  // namespace trellis

@@ -1,0 +1,17 @@
+#include "transformer/block_parts.h"
+
+namespace trellis {
+
+ColumnParallelLinear ColumnLayer(Parameter* weight, Parameter* bias) {
+  TRELLIS_CHECK(weight != nullptr);
+  return bias != nullptr ? ColumnParallelLinear(*weight, *bias)
+                         : ColumnParallelLinear(*weight);
+}
+
+RowParallelLinear RowLayer(Parameter* weight, Parameter* bias) {
+  TRELLIS_CHECK(weight != nullptr);
+  return bias != nullptr ? RowParallelLinear(*weight, *bias)
+                         : RowParallelLinear(*weight);
+}
+
+}  // namespace trellis

@@ -1,0 +1,205 @@
+// The block hooks of the model seam: what a family puts into the one
+// decoder block skeleton (DecoderBlock for training, CachedBlock for
+// generation), so that a family writes only what differs between models:
+//
+//   x2 = x  + out_proj(attention(positions(qkv_proj(norm1(x)))))
+//   y  = x2 + mlp(norm2(x2))
+//
+// The skeleton owns the order of the work, the attention (column-parallel
+// qkv_proj, causal grouped-query attention, row-parallel out_proj), the
+// residuals, the tensor-parallel and sequence-parallel communication, the
+// recompute modes and the split of backward into input and weight
+// gradients. A family supplies, per layer (BlockParts):
+//  - the attention's parameters and heads on this rank (AttentionParts),
+//  - its two norms (BlockNorm: norms.h has LayerNorm and RMSNorm),
+//  - its MLP (BlockMlp): an up half from the norm's output to the
+//    activation, the row-parallel down projection the skeleton runs, and
+//    their backward,
+//  - what it does to positions inside the block (BlockPositions: RoPE's
+//    rotation of q and k; none where positions are added at the
+//    embedding, as GPT-2's learned ones are),
+// and per chunk the parameters at the model's ends and the final norm
+// (ChunkEnds), which DecoderChunk and CachedDecoder run.
+//
+// Hooks read and write the tensors of BlockTensors in fixed roles (ln1/ln2
+// the norms' outputs, fc the MLP's up projection, gelu its activation,
+// dgelu the activation's gradient, cos/sin a position table), and declare
+// the shapes and places of the ones they own (Slots). Gradient rule: hooks'
+// weight gradients accumulate (+=), activation gradients are written (=)
+// unless a method says otherwise.
+//
+// Thread safety: hooks are immutable after construction; the chunk's one
+// thread drives them.
+#ifndef TRELLIS_TRANSFORMER_BLOCK_PARTS_H_
+#define TRELLIS_TRANSFORMER_BLOCK_PARTS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "framework/kernels/elementwise.h"
+#include "framework/tensor.h"
+#include "parallel/parameter.h"
+#include "parallel/tensor_parallel.h"
+
+namespace trellis {
+
+// Every tensor a block's forward and backward touch besides its input and
+// output; N = B·T rows, C = d_model, Cl = attention width on this rank.
+// A state or workspace defines the ones it holds.
+struct BlockTensors {
+  Tensor ln1, mean1, rstd1;  // (N, C), (N), (N); mean1 for a LayerNorm
+  Tensor qkv;                // (N, qkv width on this rank)
+  Tensor att;                // (N, Cl)
+  Tensor saved;              // attention's saved state
+  Tensor x2;                 // (N, C)
+  Tensor ln2, mean2, rstd2;  // (N, C), (N), (N)
+  Tensor fc, gelu;           // the MLP's up projection and activation
+  // Gradients BackwardInput makes and the weight gradients read.
+  Tensor dy;         // (N, C)
+  Tensor dfc;        // like fc
+  Tensor dln2, dx2;  // (N, C)
+  Tensor dqkv;       // like qkv
+  Tensor dln1;       // (N, C)
+  Tensor dgelu;      // like gelu, where the MLP needs it
+  // Shared tables of the position hook (RoPE's cos and sin).
+  Tensor cos, sin;
+};
+
+// Where a tensor lives: one per microbatch in flight, one shared by the
+// chunk's microbatches, or nowhere.
+enum class SlotPlace { kState, kWorkspace, kUnused };
+struct Slot {
+  Tensor BlockTensors::*member;
+  Shape shape;
+  DType dtype;
+  SlotPlace place;
+};
+// The places the recompute mode and weight-gradient deferral give a
+// block's tensors: `input` for those recomputation starts from (dropped
+// only by full recomputation), `cheap` for the attention output and its
+// saved state and the MLP's activation (kept only without recomputation),
+// `grad` for the gradients BackwardInput makes (kept for deferred weight
+// gradients).
+struct SlotPlaces {
+  SlotPlace input, cheap, grad;
+};
+
+// One of a block's norms (and a chunk's final norm), over rows of C.
+class BlockNorm {
+ public:
+  virtual ~BlockNorm() = default;
+  // Its parameters, in registration order.
+  virtual std::vector<Parameter*> parameters() const = 0;
+  // Whether it keeps a mean besides rstd (its statistics are (mean, rstd)
+  // or rstd alone; `mean` arguments are ignored without one).
+  virtual bool has_mean() const = 0;
+  // out = norm(x); statistics per row.
+  virtual void Forward(const Tensor& x, Tensor& out, Tensor& mean,
+                       Tensor& rstd) const = 0;
+  // sum = a + b, out = norm(sum) in one pass; `sum` may be `a`.
+  virtual void AddForward(const Tensor& a, const Tensor& b, Tensor& sum,
+                          Tensor& out, Tensor& mean, Tensor& rstd) const = 0;
+  // dx += dL/dx given dout = dL/d(out) (the chunk zeroes dx first).
+  virtual void BackwardInput(const Tensor& dout, const Tensor& x,
+                             const Tensor& mean, const Tensor& rstd,
+                             Tensor& dx) const = 0;
+  // dx = dresidual + dL/dx (a block's residual joins its norm's input).
+  virtual void BackwardInputResidual(const Tensor& dout, const Tensor& x,
+                                     const Tensor& mean, const Tensor& rstd,
+                                     const Tensor& dresidual,
+                                     Tensor& dx) const = 0;
+  // Its parameters' gradients, now (the chunk's final norm).
+  virtual void BackwardWeight(const Tensor& dout, const Tensor& x,
+                              const Tensor& mean, const Tensor& rstd) const = 0;
+  // Its parameters' gradients in a block: either appended to `jobs` (the
+  // block runs them with its bias sums in one ColumnSumsMany; the pointers
+  // must outlive that call) or formed now.
+  virtual void BlockWeightGradients(const Tensor& dout, const Tensor& x,
+                                    const Tensor& mean, const Tensor& rstd,
+                                    std::vector<ColumnSumJob>& jobs) const = 0;
+};
+
+// A block's MLP: up half (norm output -> activation), the row-parallel
+// down projection the skeleton runs (sequence-parallel aware), and their
+// backward. Reads and writes BlockTensors' fc, gelu, dy, dfc and dgelu.
+class BlockMlp {
+ public:
+  virtual ~BlockMlp() = default;
+  virtual std::vector<Parameter*> parameters() const = 0;
+  // fc, gelu, dfc and dgelu's shapes and places for N rows (`places` as
+  // the block's options give them).
+  virtual std::vector<Slot> Slots(int64_t n, DType dtype,
+                                  SlotPlaces places) const = 0;
+  // fc and act from the norm's whole output ln (N, C).
+  virtual void Up(const Tensor& ln, Tensor& fc, Tensor& act) const = 0;
+  // act again from fc (recomputation).
+  virtual void Activation(const Tensor& fc, Tensor& act) const = 0;
+  // act (N, width) -> (N, C) partial sums over tp.
+  virtual const RowParallelLinear& down() const = 0;
+  // dln (N, C) = this rank's share of dL/d(ln) from a.dy, through the down
+  // projection and the activation; writes a.dfc (and a.dgelu) on the way.
+  virtual void BackwardInput(BlockTensors& a, Tensor& dln) const = 0;
+  // The weight gradients from a.dy, a.gelu, a.dfc and a.ln2; bias
+  // gradients in the GEMMs when `bias_in_gemm`, else appended to `jobs`.
+  virtual void WeightGradients(const BlockTensors& a, bool bias_in_gemm,
+                               std::vector<ColumnSumJob>& jobs) const = 0;
+};
+
+// What a family does to positions inside a block: a map on q and k after
+// qkv_proj (RoPE), with tables of its own. Families whose positions are
+// added to the embedding (ChunkEnds::positions) have none.
+class BlockPositions {
+ public:
+  virtual ~BlockPositions() = default;
+  // Its workspace tables (cos, sin) for windows of `seq_len`.
+  virtual std::vector<Slot> Slots(int64_t seq_len, DType dtype,
+                                  Device device) const = 0;
+  // Fills the tables Slots declared, in a new workspace or decode scratch.
+  virtual void FillTables(int64_t seq_len, BlockTensors& tables) const = 0;
+  // qkv (B, T, W): rows at window positions 0..T-1, `first` added to each
+  // (the cached decoder's offset), mapped in place.
+  virtual void Forward(Tensor& qkv, int64_t first,
+                       const BlockTensors& tables) const = 0;
+  // dqkv (B, T, W): the gradient through Forward, in place.
+  virtual void Backward(Tensor& dqkv, const BlockTensors& tables) const = 0;
+};
+
+// The attention's parameters on this rank: qkv_proj (C, (H + 2·Hkv)·D/tp)
+// column-parallel and out_proj (H·D/tp, C) row-parallel, biases optional.
+struct AttentionParts {
+  Parameter* qkv_weight = nullptr;
+  Parameter* qkv_bias = nullptr;
+  Parameter* out_weight = nullptr;
+  Parameter* out_bias = nullptr;
+  int64_t heads = 0;     // query heads on this rank
+  int64_t kv_heads = 0;  // key/value heads on this rank
+  int64_t head_dim = 0;
+};
+
+// Everything one layer's block is made of (ModelFamily::NewBlockParts).
+struct BlockParts {
+  AttentionParts attention;
+  std::shared_ptr<const BlockNorm> norm1, norm2;
+  std::shared_ptr<const BlockMlp> mlp;
+  std::shared_ptr<const BlockPositions> positions;  // null: none
+};
+
+// The parameters at the ends of the model, as the family names them; each
+// null where the chunk's plan lacks that end.
+struct ChunkEnds {
+  Parameter* embedding = nullptr;  // (V, C) vocab-parallel: first chunk
+  Parameter* positions = nullptr;  // (T, C) learned positions, or none
+  // The final norm (its parameters replicated): last chunk.
+  std::shared_ptr<const BlockNorm> norm;
+  // (V, C) vocab-parallel LM head weight: the embedding when tied.
+  Parameter* head = nullptr;
+};
+
+// A column- or row-parallel layer of `weight` with `bias` (may be null).
+ColumnParallelLinear ColumnLayer(Parameter* weight, Parameter* bias);
+RowParallelLinear RowLayer(Parameter* weight, Parameter* bias);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_BLOCK_PARTS_H_
