@@ -62,9 +62,14 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name) {
     if (f->kind().name() == name) return f->kind();
     names.emplace_back(f->kind().name());
   }
-  return absl::InvalidArgumentError(absl::StrCat("--family=", name,
-                                                 " is not a model family: use ",
-                                                 absl::StrJoin(names, ", ")));
+  // "gpt2 or llama", "gpt2, llama or toy".
+  std::string choices = names.back();
+  if (names.size() > 1) {
+    names.pop_back();
+    choices = absl::StrCat(absl::StrJoin(names, ", "), " or ", choices);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--family=", name, " is not a model family: use ", choices));
 }
 
 std::unique_ptr<ModelChunk> ModelFamily::NewChunk(const ModelConfig& config,
