@@ -35,6 +35,17 @@ ParameterSet Model(float base) {
   return params;
 }
 
+// Weights and both moments, all sharing each parameter's values.
+CheckpointShards TrainingShards(const ParameterSet& params) {
+  CheckpointShards shards;
+  for (const Parameter* p : params.all()) {
+    shards.model.push_back({p->name, p->spec, p->value});
+    shards.exp_avg.push_back({p->name, p->spec, p->value});
+    shards.exp_avg_sq.push_back({p->name, p->spec, p->value});
+  }
+  return shards;
+}
+
 // Saves `params` (its values as both moments too) as step `step` having
 // consumed `samples` windows; returns the checkpoint's directory.
 std::string Save(const std::string& save_dir, const ParameterSet& params,
@@ -43,12 +54,7 @@ std::string Save(const std::string& save_dir, const ParameterSet& params,
   TrainingState state;
   state.step = step;
   state.samples_consumed = samples;
-  CheckpointShards shards;
-  for (const Parameter* p : params.all()) {
-    shards.model.push_back({p->name, p->spec, p->value});
-    shards.exp_avg.push_back({p->name, p->spec, p->value});
-    shards.exp_avg_sq.push_back({p->name, p->spec, p->value});
-  }
+  CheckpointShards shards = TrainingShards(params);
   shards.optimizer_step = step;
   EXPECT_TRUE(SaveShards(save_dir, state, shards, world, true).ok());
   return save_dir + "/" + CheckpointName(step);
@@ -57,12 +63,7 @@ std::string Save(const std::string& save_dir, const ParameterSet& params,
 // Loads checkpoint `dir` (weights and moments) into a fresh model.
 absl::Status Load(const std::string& dir) {
   ParameterSet params = Model(0);
-  CheckpointShards shards;
-  for (const Parameter* p : params.all()) {
-    shards.model.push_back({p->name, p->spec, p->value});
-    shards.exp_avg.push_back({p->name, p->spec, p->value});
-    shards.exp_avg_sq.push_back({p->name, p->spec, p->value});
-  }
+  CheckpointShards shards = TrainingShards(params);
   return LoadShards(dir, shards);
 }
 
