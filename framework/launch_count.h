@@ -7,12 +7,13 @@
 //   EXPECT_LE(counter.count(), 15);
 //
 // What counts, on CUDA: every kernel launch (TRELLIS_CUDA_CHECK_LAUNCH,
-// which follows each one), every cuBLASLt or cuBLAS GEMM, and every device
-// memset and copy made through DeviceMemset / DeviceCopy (Tensor::Zero,
-// Tensor::CopyFrom). On the CPU, a public kernel (framework/kernels/*.h)
-// counts the launches its CUDA twin makes for bfloat16 tensors
-// (ModeledLaunches below), Tensor::Zero and CopyFrom count one each, and
-// calls nested inside another CPU kernel count nothing, so that a CPU run
+// which follows each one), every cuBLASLt or cuBLAS GEMM, every cuDNN plan
+// executed (one each, whatever kernels cuDNN runs for it), and every device
+// memset and copy (DeviceMemset / DeviceCopy: Tensor::Zero,
+// Tensor::CopyFrom; and the kernels' own memsets). On the CPU, a public kernel
+// (framework/kernels/*.h) counts the launches its CUDA twin makes for bfloat16
+// tensors (ModeledLaunches below), Tensor::Zero and CopyFrom count one each,
+// and calls nested inside another CPU kernel count nothing, so that a CPU run
 // predicts the count of the same work on a GPU.
 //
 // Cost when no counter is active: one atomic load per launch.

@@ -250,10 +250,12 @@ PathResult RunPath(const BenchDevice& device, const Shape4& s,
     AttentionForward(b.qkv, s.H, b.out, b.saved, kernels);
   };
   const auto backward = [&] {
-    AttentionBackward(b.dout, b.qkv, b.out, b.saved, s.H, b.dqkv, kernels);
+    // As the decoder block calls it: dqkv overwritten, not added to.
+    AttentionBackward(b.dout, b.qkv, Tensor(), b.out, b.saved, s.H, s.H, b.dqkv,
+                      kernels, GradWrite::kWrite);
   };
   b.out.Fill(std::nan(""));
-  b.dqkv.Zero();
+  b.dqkv.Fill(std::nan(""));  // Backward must write every element.
   forward();
   backward();
   const std::vector<float> out = HostFloats(b.out);

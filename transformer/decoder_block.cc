@@ -240,7 +240,6 @@ void DecoderBlock::AttentionBackward(const Tensor& doc_start, Tensors& a,
                                      Tensor& datt) const {
   MatmulBackwardInput(a.dx2, parts_.attention.out_weight->value, datt,
                       WeightLayout::kInOut, GradWrite::kWrite);
-  a.dqkv.Zero();  // AttentionBackward accumulates.
   const int64_t b = a.qkv.dim(0) / seq_len_;
   const Shape qkv_shape = {b, seq_len_, qkv_width_};
   const Shape att_shape = {b, seq_len_, local_width_};
@@ -248,7 +247,7 @@ void DecoderBlock::AttentionBackward(const Tensor& doc_start, Tensors& a,
   ::trellis::AttentionBackward(
       datt.View(att_shape), a.qkv.View(qkv_shape), doc_start,
       a.att.View(att_shape), a.saved, parts_.attention.heads,
-      parts_.attention.kv_heads, dqkv, options_.attention);
+      parts_.attention.kv_heads, dqkv, options_.attention, GradWrite::kWrite);
   if (parts_.positions != nullptr) parts_.positions->Backward(dqkv, a);
   MatmulBackwardInput(a.dqkv, parts_.attention.qkv_weight->value, a.dln1,
                       WeightLayout::kInOut, GradWrite::kWrite);

@@ -22,6 +22,7 @@
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
 #include "framework/cuda/cudnn_backend.h"
+#include "framework/launch_count.h"
 #include "framework/status.h"
 #include "framework/tensor.h"
 
@@ -290,6 +291,7 @@ void Execute(Context& c, const Plan& plan,
   }
   TRELLIS_CUDNN_CHECK(
       cudnnBackendExecute(c.handle, plan.plan.get(), pack->get()));
+  CountLaunches(1);  // One plan, whatever kernels cuDNN runs for it.
 }
 
 // Where a qkv row's K and V heads start (attention_cudnn_layout.h).
@@ -330,7 +332,7 @@ absl::Status CudnnAttentionForward(Elem t, const AttentionDims& dims,
 absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& dims,
                                     const void* dout, const void* qkv,
                                     const void* out, const float* lse,
-                                    void* dqkv) {
+                                    void* dqkv, bool accumulate) {
   const AttentionDims d = cuda_launch::WithKvHeads(dims);
   if (d.B * d.H * d.T == 0) return absl::OkStatus();
   const int device = CurrentDevice();
@@ -341,19 +343,24 @@ absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& dims,
                            PlanFor(c, {true, t, d.B, d.T, d.H, d.D, d.Hkv}));
   Scalars s(d.D);
   const int64_t n_qkv = d.B * d.T * (d.H + 2 * d.Hkv) * d.D;
-  // [plan workspace | dQ float32 | Di float32 | dqkv scratch bfloat16]
+  // [plan workspace | dQ float32 | Di float32 | dqkv scratch bfloat16, only
+  // when accumulating]
   const size_t plan_bytes = RoundUp(plan->workspace_bytes);
   const size_t accum_bytes = RoundUp(sizeof(float) * d.B * d.H * d.T * d.D);
   const size_t sum_bytes = RoundUp(sizeof(float) * d.B * d.H * d.T);
-  const size_t scratch_bytes = RoundUp(kBf16Bytes * n_qkv);
+  const size_t scratch_bytes = accumulate ? RoundUp(kBf16Bytes * n_qkv) : 0;
   const Tensor workspace =
       Workspace(device, plan_bytes + accum_bytes + sum_bytes + scratch_bytes);
   char* w = static_cast<char*>(workspace.raw());
   char* accum = w + plan_bytes;
   char* sum = accum + accum_bytes;
-  char* scratch = sum + sum_bytes;
-  // cuDNN before 9.6 expects the dQ accumulator zeroed; later ones ignore it.
-  TRELLIS_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, ComputeStream()));
+  void* grads = accumulate ? static_cast<void*>(sum + sum_bytes) : dqkv;
+  // cuDNN before 9.6 expects the dQ accumulator zeroed; later ones set it
+  // themselves (as cuDNN's own frontend does, which zero-fills it only then).
+  if (cudnnGetVersion() < 90600) {
+    TRELLIS_CUDA_CHECK(cudaMemsetAsync(accum, 0, accum_bytes, ComputeStream()));
+    CountLaunches(1);
+  }
   Execute(c, *plan,
           {{ca::kQ, At(qkv, 0)},
            {ca::kKt, At(qkv, KeyOffset(d))},
@@ -361,16 +368,16 @@ absl::Status CudnnAttentionBackward(Elem t, const AttentionDims& dims,
            {ca::kO, const_cast<void*>(out)},
            {ca::kDO, const_cast<void*>(dout)},
            {ca::kStats, const_cast<float*>(lse)},
-           {ca::kDQ, At(scratch, 0)},
-           {ca::kDK, At(scratch, KeyOffset(d))},
-           {ca::kDV, At(scratch, ValueOffset(d))},
+           {ca::kDQ, At(grads, 0)},
+           {ca::kDK, At(grads, KeyOffset(d))},
+           {ca::kDV, At(grads, ValueOffset(d))},
            {ca::kDqAccum, accum},
            {ca::kSoftmaxSum, sum},
            {ca::kScale, &s.scale},
            {ca::kMaskValue, &s.mask_value},
            {ca::kOne, &s.one}},
           w);
-  cuda_launch::Add(Elem::kBF16, dqkv, scratch, dqkv, n_qkv);
+  if (accumulate) cuda_launch::Add(Elem::kBF16, dqkv, grads, dqkv, n_qkv);
   return absl::OkStatus();
 }
 

@@ -5,8 +5,9 @@
 // (B, T, (H + 2·Hkv)·D) is read in place as strided Q, K, V views
 // (attention_cudnn_layout.h), out (B, T, H·D) is written, lse (B, H, T)
 // float32 gets the natural-log row log-sum-exps of the scaled scores, and
-// backward ADDS the gradients onto dqkv (cuDNN writes them into a bfloat16
-// scratch copy of the packed layout, then one elementwise add).
+// backward with `accumulate` ADDS the gradients onto dqkv (cuDNN writes them
+// into a bfloat16 scratch copy of the packed layout, then one elementwise
+// add); without it cuDNN writes them into dqkv itself.
 //
 // Each function returns OK after launching its work on ComputeStream(), or
 // Unavailable naming why cuDNN cannot take the call, having launched
@@ -22,11 +23,11 @@
 // Hkv, type) on each thread and device; the strides are a function of those
 // (the packed layouts), so they need no key of their own. A failure to build is
 // cached as well, so it costs one attempt. Workspace (the plan's, plus for
-// backward the float32 dQ accumulator (B·H·T·D·4 bytes), the dO·O row sums
-// (B·H·T·4) and the bfloat16 gradient scratch (B·T·(H + 2·Hkv)·D·2)) comes
-// from the
-// run's allocator (Tensor::Empty: the memory arena while one is in scope)
-// for the duration of a call.
+// backward the float32 dQ accumulator (B·H·T·D·4 bytes; zero-filled only for
+// cuDNN before 9.6, which expects it), the dO·O row sums (B·H·T·4) and, when
+// accumulating, the bfloat16 gradient scratch (B·T·(H + 2·Hkv)·D·2)) comes
+// from the run's allocator (Tensor::Empty: the memory arena while one is in
+// scope) for the duration of a call.
 //
 // Thread safety: each thread has its own handles, plans and workspace.
 #ifndef TRELLIS_FRAMEWORK_CUDA_ATTENTION_CUDNN_H_
@@ -47,7 +48,7 @@ absl::Status CudnnAttentionBackward(cuda_launch::Elem t,
                                     const cuda_launch::AttentionDims& d,
                                     const void* dout, const void* qkv,
                                     const void* out, const float* lse,
-                                    void* dqkv);
+                                    void* dqkv, bool accumulate = true);
 
 // How many execution plans the calling thread has tried to build for the
 // current device (each cache miss counts once, built or not).

@@ -7,7 +7,9 @@
 //   kMma   → the tensor-core kernels where they apply, else SIMT
 //            (cuda_launch::AttentionForward / AttentionBackward).
 //   kSimt  → the SIMT kernels (attention_simt.h).
-// Contracts as cuda_launch::AttentionForward / AttentionBackward.
+// Contracts as cuda_launch::AttentionForward / AttentionBackward, except
+// that backward with `accumulate` false overwrites dqkv instead of adding to
+// it (cuDNN writes in place; the other paths zero dqkv first).
 //
 // Thread safety: as the paths it calls (per-thread cuDNN state).
 #ifndef TRELLIS_FRAMEWORK_CUDA_ATTENTION_SELECT_H_
@@ -25,7 +27,7 @@ void RunAttentionForward(AttentionPath path, cuda_launch::Elem t,
 void RunAttentionBackward(AttentionPath path, cuda_launch::Elem t,
                           const cuda_launch::AttentionDims& d, const void* dout,
                           const void* qkv, const void* out, const float* lse,
-                          void* dqkv);
+                          void* dqkv, bool accumulate);
 
 }  // namespace cuda_internal
 }  // namespace trellis

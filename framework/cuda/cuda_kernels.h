@@ -39,6 +39,7 @@
 #include "framework/kernels/adamw.h"
 #include "framework/kernels/attention_path.h"
 #include "framework/kernels/elementwise.h"
+#include "framework/kernels/grad_write.h"
 #include "framework/kernels/matmul.h"
 #include "framework/launch_count.h"
 #include "framework/tensor.h"
@@ -224,7 +225,7 @@ void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
                       Tensor& out, Tensor& saved, AttentionPath path);
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                        const Tensor& saved, int64_t n_head, int64_t n_kv_head,
-                       Tensor& dqkv, AttentionPath path);
+                       Tensor& dqkv, AttentionPath path, GradWrite write);
 
 }  // namespace cuda
 }  // namespace trellis

@@ -297,7 +297,7 @@ void AttentionForward(const Tensor& qkv, int64_t n_head, int64_t n_kv_head,
 
 void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                        const Tensor& saved, int64_t n_head, int64_t n_kv_head,
-                       Tensor& dqkv, AttentionPath path) {
+                       Tensor& dqkv, AttentionPath path, GradWrite write) {
   const char* kernel = "AttentionBackward";
   CudaDeviceGuard guard(
       CommonDevice(kernel, {&dout, &qkv, &out, &saved, &dqkv}));
@@ -307,9 +307,9 @@ void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
   TRELLIS_CHECK(dqkv.shape() == qkv.shape())
       << kernel << ": dqkv " << ShapeString(dqkv.shape()) << ", qkv "
       << ShapeString(qkv.shape());
-  cuda_internal::RunAttentionBackward(path, ElemOf(kernel, qkv), d, dout.raw(),
-                                      qkv.raw(), out.raw(), saved.data<float>(),
-                                      dqkv.raw());
+  cuda_internal::RunAttentionBackward(
+      path, ElemOf(kernel, qkv), d, dout.raw(), qkv.raw(), out.raw(),
+      saved.data<float>(), dqkv.raw(), write == GradWrite::kAccumulate);
 }
 
 }  // namespace cuda

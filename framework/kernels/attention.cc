@@ -17,6 +17,7 @@
 
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
+#include "framework/launch_count.h"
 
 namespace trellis {
 namespace {
@@ -254,12 +255,12 @@ void AttentionForward(const Tensor& qkv, const Tensor& doc_start,
 void AttentionBackward(const Tensor& dout, const Tensor& qkv,
                        const Tensor& doc_start, const Tensor& out,
                        const Tensor& saved, int64_t n_head, int64_t n_kv_head,
-                       Tensor& dqkv, AttentionPath path) {
+                       Tensor& dqkv, AttentionPath path, GradWrite write) {
   const char* kernel = "AttentionBackward";
   TRELLIS_CHECK(!doc_start.defined() || !qkv.device().is_cuda())
       << kernel << ": document masking runs on the CPU only";
   TRELLIS_CUDA_DISPATCH(cuda::AttentionBackward(dout, qkv, out, saved, n_head,
-                                                n_kv_head, dqkv, path),
+                                                n_kv_head, dqkv, path, write),
                         &dout, &qkv, &out, &saved, &dqkv);
   RequireCpu(kernel, {&dout, &qkv, &out, &saved, &dqkv});
   RequireDType(kernel, qkv.dtype(), {&dout, &out, &saved, &dqkv});
@@ -270,6 +271,11 @@ void AttentionBackward(const Tensor& dout, const Tensor& qkv,
       << ShapeString(qkv.shape());
   // The saved probabilities already hold the mask (see the top).
   CheckDocStart(kernel, d, doc_start);
+  if (write == GradWrite::kWrite) {
+    dqkv.Zero();  // The gemms add (beta = 1).
+    // The tensor-core twin zero-fills dqkv too, before its three launches.
+    trellis_cpu_launches.set_launches(ModeledLaunches(kernel) + 1);
+  }
   DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     AttentionBackwardCpu(d, dout.data<T>(), qkv.data<T>(), saved.data<T>(),

@@ -22,12 +22,17 @@
 //
 // `path` picks the CUDA implementation (attention_path.h: cuDNN where a plan
 // builds, else the tensor-core kernels, by default); CPU calls ignore it.
+//
+// Backward adds into dqkv (GradWrite::kAccumulate) or overwrites it
+// (kWrite: dqkv's previous content, even NaN, is ignored; cuDNN then writes
+// its result in place, with no scratch buffer and no add).
 #ifndef TRELLIS_FRAMEWORK_KERNELS_ATTENTION_H_
 #define TRELLIS_FRAMEWORK_KERNELS_ATTENTION_H_
 
 #include <cstdint>
 
 #include "framework/kernels/attention_path.h"
+#include "framework/kernels/grad_write.h"
 #include "framework/tensor.h"
 
 namespace trellis {
@@ -46,7 +51,7 @@ void AttentionBackward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
                        AttentionPath path = kDefaultAttentionPath);
 
 // With document masking (see above); doc_start may be undefined. Backward
-// takes the forward's doc_start.
+// takes the forward's doc_start, and `write` says whether dqkv is added to.
 void AttentionForward(const Tensor& qkv, const Tensor& doc_start,
                       int64_t n_head, int64_t n_kv_head, Tensor& out,
                       Tensor& saved,
@@ -54,8 +59,8 @@ void AttentionForward(const Tensor& qkv, const Tensor& doc_start,
 void AttentionBackward(const Tensor& dout, const Tensor& qkv,
                        const Tensor& doc_start, const Tensor& out,
                        const Tensor& saved, int64_t n_head, int64_t n_kv_head,
-                       Tensor& dqkv,
-                       AttentionPath path = kDefaultAttentionPath);
+                       Tensor& dqkv, AttentionPath path = kDefaultAttentionPath,
+                       GradWrite write = GradWrite::kAccumulate);
 
 // Multi-head attention: n_kv_head = n_head.
 void AttentionForward(const Tensor& qkv, int64_t n_head, Tensor& out,

@@ -4,6 +4,7 @@
 #ifndef TRELLIS_FRAMEWORK_KERNELS_MATMUL_H_
 #define TRELLIS_FRAMEWORK_KERNELS_MATMUL_H_
 
+#include "framework/kernels/grad_write.h"
 #include "framework/tensor.h"
 
 namespace trellis {
@@ -20,11 +21,6 @@ void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
 void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,
                        Tensor& pre_gelu, Tensor& out,
                        WeightLayout layout = WeightLayout::kInOut);
-// Whether a backward GEMM adds into its output (beta = 1, the kernels'
-// convention) or overwrites it (beta = 0): a caller whose gradient buffer
-// holds nothing yet asks for kWrite instead of zero-filling it first.
-enum class GradWrite { kAccumulate, kWrite };
-
 // dx (N, K) += dout (N, M) @ w^T, or = with GradWrite::kWrite (then dx's
 // previous content, even NaN, is ignored).
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,

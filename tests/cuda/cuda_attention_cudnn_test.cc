@@ -18,7 +18,9 @@
 //     1e-4 for cuDNN (its exponentials and logarithms may use the fast
 //     hardware approximations).
 // Backward adds onto dqkv on every path: a second backward onto the result
-// must give twice the gradient (2e-2 in bfloat16, 1e-4 in float32).
+// must give twice the gradient (2e-2 in bfloat16, 1e-4 in float32). With
+// GradWrite::kWrite it overwrites a NaN-filled dqkv: every element finite and
+// within the same tolerances of the CPU gradient.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -122,12 +124,23 @@ class CudaAttentionPathsTest : public ::testing::TestWithParam<DType> {
     const Tensor once = ToHost(d_dqkv);
     AttentionBackward(d_dout, d_qkv, d_out, d_lse, c.H, d_dqkv, path);
     const Tensor twice = ToHost(d_dqkv);
+    Tensor d_written = Tensor::Empty(qkv.shape(), dtype(), Gpu());
+    d_written.Fill(std::nan(""));
+    AttentionBackward(d_dout, d_qkv, Tensor(), d_out, d_lse, c.H, c.H,
+                      d_written, path, GradWrite::kWrite);
+    const Tensor written = ToHost(d_written);
+    for (int64_t i = 0; i < written.numel(); ++i) {
+      ASSERT_TRUE(std::isfinite(written.data<float>()[i]))
+          << "written element " << i;
+    }
     const char* names[] = {"dQ", "dK", "dV"};
     for (int part = 0; part < 3; ++part) {
       EXPECT_LE(PartError(once, dqkv, C, part), grad_tol) << names[part];
       // Backward added onto what was there: twice the gradient.
       EXPECT_LE(PartError(twice, once, C, part, 0.5), grad_tol)
           << names[part] << " accumulated";
+      EXPECT_LE(PartError(written, dqkv, C, part), grad_tol)
+          << names[part] << " written";
     }
   }
 };

@@ -100,6 +100,16 @@ void CheckGradients(const Dims& d) {
   Tensor dqkv1 = dqkv.Clone();
   AttentionBackward(g, qkv, f.out, f.saved, d.H, dqkv);
   EXPECT_LT(RelError(dqkv, Scaled(dqkv1, 2)), 1e-15);
+
+  // GradWrite::kWrite ignores what was there (NaN here) and writes the
+  // gradient itself: bit for bit the sum into zeros.
+  Tensor written = Tensor::Empty(qkv.shape(), DType::kF64);
+  written.Fill(std::nan(""));
+  AttentionBackward(g, qkv, Tensor(), f.out, f.saved, d.H, d.H, written,
+                    kDefaultAttentionPath, GradWrite::kWrite);
+  for (int64_t i = 0; i < written.numel(); ++i) {
+    ASSERT_EQ(Get(written, i), Get(dqkv1, i)) << "element " << i;
+  }
 }
 
 TEST(AttentionTest, BackwardMatchesFiniteDifferences) {
