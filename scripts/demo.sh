@@ -15,11 +15,12 @@ case "${1:-}" in
   --model=llama) preset=configs/llama-tiny.flags run_dir="runs/demo-llama"; shift ;;
   --model=*) echo "demo: ${1} is not a model: use --model=gpt2 or --model=llama" >&2; exit 1 ;;
 esac
-scripts/install-deps.sh
-scripts/build.sh
+scripts/install-deps.sh --demo
+scripts/build.sh --demo
 scripts/prepare-kjv.sh byte
 
 mkdir -p "$run_dir"
+# shellcheck disable=SC2054 # "self,tcp" is one mpirun argument
 mpi=(--oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
 [ "$(id -u)" -eq 0 ] && mpi+=(--allow-run-as-root)
 export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo OPENBLAS_NUM_THREADS=1

