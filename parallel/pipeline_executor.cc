@@ -21,7 +21,7 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
 // Runs fn and returns its span: wall-clock times, and the device clock's
 // marks around it when there is one.
 template <typename Fn>
-ActionTiming Timed(TraceClock* device, Fn&& fn) {
+ActionTiming TimeAction(TraceClock* device, Fn&& fn) {
   ActionTiming t;
   t.start = Clock::now();
   if (device != nullptr) t.begin_mark = device->Mark();
@@ -227,7 +227,7 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
               : stage.InputGradient(a.virtual_stage, a.microbatch));
     }
     transfers.WaitRecv(needs);
-    const ActionTiming t = Timed(device, fn);
+    const ActionTiming t = TimeAction(device, fn);
     if (device != nullptr) {
       stats.device_computes.emplace_back(t.begin_mark, t.end_mark);
     }
@@ -237,7 +237,7 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
   // Posts one batch of transfers; each of its actions is reported with the
   // batch's posting span.
   auto post = [&](const ActionRange& range) {
-    const ActionTiming t = Timed(device, [&] {
+    const ActionTiming t = TimeAction(device, [&] {
       std::vector<Transfers::Posting> batch;
       for (int k = range.begin; k < range.end; ++k) {
         batch.push_back(MakePosting(actions_[k], stage, next, prev));
