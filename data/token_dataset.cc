@@ -37,6 +37,62 @@ absl::Status CheckMetadata(const std::string& path,
   return absl::OkStatus();
 }
 
+// The root attributes of the token file at path (the format is in
+// docs/data-format.md), checked: the tokenizer, its vocabulary and
+// end-of-text token, the tokenizer's hash where there is one and the format
+// version.
+absl::StatusOr<TokenFileMetadata> ReadMetadata(const std::string& path,
+                                               const hdf5::File& file) {
+  for (const char* name : {"tokenizer", "vocab_size", "eot_token"}) {
+    if (!file.HasAttribute(name)) {
+      return Malformed(path, absl::StrCat("no root attribute '", name, "'"));
+    }
+  }
+  absl::StatusOr<std::string> tokenizer = file.ReadStringAttribute("tokenizer");
+  absl::StatusOr<int64_t> vocab = file.ReadInt64Attribute("vocab_size");
+  absl::StatusOr<int64_t> eot = file.ReadInt64Attribute("eot_token");
+  for (const absl::Status& status :
+       {tokenizer.status(), vocab.status(), eot.status()}) {
+    if (!status.ok()) return Malformed(path, std::string(status.message()));
+  }
+  TokenFileMetadata metadata{*tokenizer, *vocab, *eot};
+  if (file.HasAttribute("tokenizer_sha256")) {  // absent in older files
+    absl::StatusOr<std::string> sha256 =
+        file.ReadStringAttribute("tokenizer_sha256");
+    if (!sha256.ok())
+      return Malformed(path, std::string(sha256.status().message()));
+    metadata.tokenizer_sha256 = *sha256;
+  }
+  TRELLIS_RETURN_IF_ERROR(CheckMetadata(path, metadata));
+  if (file.HasAttribute("format_version")) {
+    absl::StatusOr<int64_t> version = file.ReadInt64Attribute("format_version");
+    if (!version.ok() || *version != kTokenFormatVersion) {
+      return Malformed(
+          path, absl::StrCat("format_version is not ", kTokenFormatVersion));
+    }
+  }
+  return metadata;
+}
+
+// The optional max_token_id attribute, which the writer records, must lie
+// inside the vocabulary.
+absl::Status CheckMaxTokenId(const std::string& path, const hdf5::File& file,
+                             int64_t vocab_size) {
+  if (!file.HasAttribute("max_token_id")) return absl::OkStatus();
+  absl::StatusOr<int64_t> max_id = file.ReadInt64Attribute("max_token_id");
+  if (!max_id.ok()) {
+    return Malformed(path, std::string(max_id.status().message()));
+  }
+  if (*max_id < 0 || *max_id >= vocab_size) {
+    return Malformed(path,
+                     absl::StrCat("max_token_id ", *max_id,
+                                  " is outside the vocabulary [0, ", vocab_size,
+                                  "): the file mixes tokenizers or is damaged; "
+                                  "re-create it with trellis-preprocess"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 hdf5::StoredType TokenStoredType(int64_t vocab_size) {
@@ -219,36 +275,7 @@ absl::StatusOr<TokenDataset> TokenDataset::Open(const std::string& path) {
 }
 
 absl::Status TokenDataset::Validate() {
-  for (const char* name : {"tokenizer", "vocab_size", "eot_token"}) {
-    if (!file_.HasAttribute(name)) {
-      return Malformed(path_, absl::StrCat("no root attribute '", name, "'"));
-    }
-  }
-  absl::StatusOr<std::string> tokenizer =
-      file_.ReadStringAttribute("tokenizer");
-  absl::StatusOr<int64_t> vocab = file_.ReadInt64Attribute("vocab_size");
-  absl::StatusOr<int64_t> eot = file_.ReadInt64Attribute("eot_token");
-  for (const absl::Status& status :
-       {tokenizer.status(), vocab.status(), eot.status()}) {
-    if (!status.ok()) return Malformed(path_, std::string(status.message()));
-  }
-  metadata_ = TokenFileMetadata{*tokenizer, *vocab, *eot};
-  if (file_.HasAttribute("tokenizer_sha256")) {  // absent in older files
-    absl::StatusOr<std::string> sha256 =
-        file_.ReadStringAttribute("tokenizer_sha256");
-    if (!sha256.ok())
-      return Malformed(path_, std::string(sha256.status().message()));
-    metadata_.tokenizer_sha256 = *sha256;
-  }
-  TRELLIS_RETURN_IF_ERROR(CheckMetadata(path_, metadata_));
-  if (file_.HasAttribute("format_version")) {
-    absl::StatusOr<int64_t> version =
-        file_.ReadInt64Attribute("format_version");
-    if (!version.ok() || *version != kTokenFormatVersion) {
-      return Malformed(
-          path_, absl::StrCat("format_version is not ", kTokenFormatVersion));
-    }
-  }
+  TRELLIS_ASSIGN_OR_RETURN(metadata_, ReadMetadata(path_, file_));
 
   const std::optional<hdf5::StoredType> type = tokens_.stored_type();
   const hdf5::StoredType want = TokenStoredType(metadata_.vocab_size);
@@ -261,19 +288,7 @@ absl::Status TokenDataset::Validate() {
                             metadata_.vocab_size));
   }
   token_type_ = *type;
-  if (file_.HasAttribute("max_token_id")) {
-    absl::StatusOr<int64_t> max_id = file_.ReadInt64Attribute("max_token_id");
-    if (!max_id.ok())
-      return Malformed(path_, std::string(max_id.status().message()));
-    if (*max_id < 0 || *max_id >= metadata_.vocab_size) {
-      return Malformed(
-          path_,
-          absl::StrCat("max_token_id ", *max_id,
-                       " is outside the vocabulary [0, ", metadata_.vocab_size,
-                       "): the file mixes tokenizers or is damaged; "
-                       "re-create it with trellis-preprocess"));
-    }
-  }
+  TRELLIS_RETURN_IF_ERROR(CheckMaxTokenId(path_, file_, metadata_.vocab_size));
   if (doc_offsets_.ndim() != 1 ||
       doc_offsets_.stored_type() != hdf5::StoredType::kU64) {
     return Malformed(

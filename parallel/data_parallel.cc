@@ -120,44 +120,49 @@ GradientBuckets::GradientBuckets(
       bucket_of_[ready_order[i]] = static_cast<int>(groups.size()) - 1;
     }
   }
-  const bool sharded = sync_ != GradSync::kAllReduce;
   for (const auto& group : groups) {
-    int64_t elements = 0;
-    for (const Parameter* p : group) elements += p->numel();
-    if (sharded) {
-      elements = (elements + dp_.size() - 1) / dp_.size() * dp_.size();
-    }
-    Bucket bucket;
-    bucket.elements = elements;
-    bucket.dtype = grad_dtype(group.front());
-    bucket.device = value_kind(group.front()).second;
-    bucket.params = static_cast<int>(group.size());
-    int64_t offset = 0;
-    for (Parameter* p : group) {
-      bucket.members.push_back(Member{p, offset});
-      offset += p->numel();
-    }
-    const int64_t block = sharded ? elements / dp_.size() : elements;
-    if (sync_ == GradSync::kShardGradients) {
-      // Only the block is kept; the grads exist while bound.
-      bucket.shard = Tensor::Zeros({block}, bucket.dtype, bucket.device);
-      bucket.written.assign(group.size(), false);
-      for (Parameter* p : group) p->grad = Tensor();
-    } else {
-      bucket.flat = Tensor::Zeros({elements}, bucket.dtype, bucket.device);
-      const size_t elem = DTypeSize(bucket.dtype);
-      for (const Member& m : bucket.members) {
-        Tensor view =
-            Tensor::FromStorage(bucket.flat.storage(), m.offset * elem,
-                                m.param->value.shape(), bucket.dtype);
-        if (m.param->grad.defined()) view.CopyFrom(m.param->grad);
-        m.param->grad = view;
-      }
-      bucket.shard =
-          sharded ? bucket.flat.Narrow(dp_.rank() * block, block) : bucket.flat;
-    }
-    buckets_.push_back(std::move(bucket));
+    buckets_.push_back(MakeBucket(group, grad_dtype(group.front()),
+                                  value_kind(group.front()).second));
   }
+}
+
+GradientBuckets::Bucket GradientBuckets::MakeBucket(
+    const std::vector<Parameter*>& group, DType dtype, Device device) {
+  const bool sharded = sync_ != GradSync::kAllReduce;
+  int64_t elements = 0;
+  for (const Parameter* p : group) elements += p->numel();
+  if (sharded) {
+    elements = (elements + dp_.size() - 1) / dp_.size() * dp_.size();
+  }
+  Bucket bucket;
+  bucket.elements = elements;
+  bucket.dtype = dtype;
+  bucket.device = device;
+  bucket.params = static_cast<int>(group.size());
+  int64_t offset = 0;
+  for (Parameter* p : group) {
+    bucket.members.push_back(Member{p, offset});
+    offset += p->numel();
+  }
+  const int64_t block = sharded ? elements / dp_.size() : elements;
+  if (sync_ == GradSync::kShardGradients) {
+    // Only the block is kept; the grads exist while bound.
+    bucket.shard = Tensor::Zeros({block}, bucket.dtype, bucket.device);
+    bucket.written.assign(group.size(), false);
+    for (Parameter* p : group) p->grad = Tensor();
+  } else {
+    bucket.flat = Tensor::Zeros({elements}, bucket.dtype, bucket.device);
+    const size_t elem = DTypeSize(bucket.dtype);
+    for (const Member& m : bucket.members) {
+      Tensor view = Tensor::FromStorage(bucket.flat.storage(), m.offset * elem,
+                                        m.param->value.shape(), bucket.dtype);
+      if (m.param->grad.defined()) view.CopyFrom(m.param->grad);
+      m.param->grad = view;
+    }
+    bucket.shard =
+        sharded ? bucket.flat.Narrow(dp_.rank() * block, block) : bucket.flat;
+  }
+  return bucket;
 }
 
 int64_t GradientBuckets::block_start(int b) const {

@@ -161,6 +161,11 @@ class GradientBuckets {
     std::vector<bool> written;  // kShardGradients: AfterWrite since bound
     std::unique_ptr<Request> request;
   };
+  // A bucket over group's gradients, of dtype on device: its flat buffer
+  // (padded to a multiple of dp when sharded) with the grads viewing it and
+  // its shard this rank's block, or (kShardGradients) the block alone.
+  Bucket MakeBucket(const std::vector<Parameter*>& group, DType dtype,
+                    Device device);
   void Launch(Bucket& bucket);
   // kShardGradients: a zeroed buffer for bucket b, the grads viewing it.
   void Bind(int b);

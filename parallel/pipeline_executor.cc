@@ -18,6 +18,19 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
+// Runs fn and returns its span: wall-clock times, and the device clock's
+// marks around it when there is one.
+template <typename Fn>
+ActionTiming TimeAction(TraceClock* device, Fn&& fn) {
+  ActionTiming t;
+  t.start = Clock::now();
+  if (device != nullptr) t.begin_mark = device->Mark();
+  fn();
+  if (device != nullptr) t.end_mark = device->Mark();
+  t.end = Clock::now();
+  return t;
+}
+
 bool Overlap(const Tensor& a, const Tensor& b) {
   if (a.storage() != b.storage()) return false;
   const size_t a0 = a.byte_offset(), b0 = b.byte_offset();
@@ -214,31 +227,23 @@ PipelineStepStats PipelineExecutor::Run(PipelineStageCallbacks& stage) {
               : stage.InputGradient(a.virtual_stage, a.microbatch));
     }
     transfers.WaitRecv(needs);
-    ActionTiming t;
-    t.start = Clock::now();
-    if (device != nullptr) t.begin_mark = device->Mark();
-    fn();
+    const ActionTiming t = TimeAction(device, fn);
     if (device != nullptr) {
-      t.end_mark = device->Mark();
       stats.device_computes.emplace_back(t.begin_mark, t.end_mark);
     }
-    t.end = Clock::now();
     stats.busy_seconds += Seconds(t.start, t.end);
     if (observer_) observer_(a, t);
   };
   // Posts one batch of transfers; each of its actions is reported with the
   // batch's posting span.
   auto post = [&](const ActionRange& range) {
-    ActionTiming t;
-    t.start = Clock::now();
-    if (device != nullptr) t.begin_mark = device->Mark();
-    std::vector<Transfers::Posting> batch;
-    for (int k = range.begin; k < range.end; ++k) {
-      batch.push_back(MakePosting(actions_[k], stage, next, prev));
-    }
-    transfers.PostBatch(std::move(batch));
-    if (device != nullptr) t.end_mark = device->Mark();
-    t.end = Clock::now();
+    const ActionTiming t = TimeAction(device, [&] {
+      std::vector<Transfers::Posting> batch;
+      for (int k = range.begin; k < range.end; ++k) {
+        batch.push_back(MakePosting(actions_[k], stage, next, prev));
+      }
+      transfers.PostBatch(std::move(batch));
+    });
     if (!observer_) return;
     for (int k = range.begin; k < range.end; ++k) observer_(actions_[k], t);
   };

@@ -176,6 +176,56 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// Loads the checkpoint at step from disk (its pages evicted) into cleared
+// params and optimizer and returns the seconds it took, after checking that
+// the probes (a weight and the moment exp_avg_sq of the third parameter from
+// the end) and the step came back as saved.
+absl::StatusOr<double> TimeLoad(const fs::path& step, ParameterSet& params,
+                                Optimizer& optimizer, const Tensor& probe,
+                                const Tensor& probe_v) {
+  EvictFromCache(step);
+  Clear(params, optimizer);
+  const auto start = Clock::now();
+  const absl::Status loaded = LoadCheckpoint(step.string(), params, &optimizer);
+  const double seconds = Since(start);
+  const bool same =
+      loaded.ok() &&
+      std::memcmp(probe.raw(), params.Find("h.0.mlp.c_fc.weight")->value.raw(),
+                  probe.nbytes()) == 0 &&
+      std::memcmp(probe_v.raw(),
+                  optimizer.exp_avg_sq(params.all().size() - 3).raw(),
+                  probe_v.nbytes()) == 0 &&
+      optimizer.step() == 1;
+  if (!same) {
+    return loaded.ok() ? absl::DataLossError(
+                             "the loaded checkpoint holds other values "
+                             "than were saved")
+                       : loaded;
+  }
+  return seconds;
+}
+
+// Prints the bytes and GB/s of the save and of each load, then the same as
+// one JSON line.
+void PrintThroughput(const ModelConfig& config, int64_t bytes, double save_s,
+                     const double (&load_s)[2]) {
+  const double gb = bytes / 1e9;
+  std::printf("save: %.2f GB in %.2f s = %.2f GB/s (fsync included)\n", gb,
+              save_s, gb / save_s);
+  for (int i = 0; i < 2; ++i) {
+    std::printf("load %d: %.2f GB in %.2f s = %.2f GB/s (page cache evicted)\n",
+                i + 1, gb, load_s[i], gb / load_s[i]);
+  }
+  const nlohmann::json j = {
+      {"parameters", config.NumParameters()},
+      {"bytes", bytes},
+      {"save_s", save_s},
+      {"load_s", {load_s[0], load_s[1]}},
+      {"save_gb_per_s", gb / save_s},
+      {"load_gb_per_s", {gb / load_s[0], gb / load_s[1]}}};
+  std::printf("%s\n", j.dump().c_str());
+}
+
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trellis-checkpoint-bench --dir=SCRATCH [--flagfile=configs/...]");
@@ -239,43 +289,12 @@ int Main(int argc, char** argv) {
   // file system (a virtual disk's host) than the second.
   double load_s[2] = {0, 0};
   for (double& seconds : load_s) {
-    EvictFromCache(step);
-    Clear(params, optimizer);
-    start = Clock::now();
-    const absl::Status loaded =
-        LoadCheckpoint(step.string(), params, &optimizer);
-    seconds = Since(start);
-    const bool same =
-        loaded.ok() &&
-        std::memcmp(probe.raw(),
-                    params.Find("h.0.mlp.c_fc.weight")->value.raw(),
-                    probe.nbytes()) == 0 &&
-        std::memcmp(probe_v.raw(),
-                    optimizer.exp_avg_sq(params.all().size() - 3).raw(),
-                    probe_v.nbytes()) == 0 &&
-        optimizer.step() == 1;
-    if (!same) {
-      return Fail(loaded.ok() ? absl::DataLossError(
-                                    "the loaded checkpoint holds other values "
-                                    "than were saved")
-                              : loaded);
-    }
+    const absl::StatusOr<double> timed =
+        TimeLoad(step, params, optimizer, probe, probe_v);
+    if (!timed.ok()) return Fail(timed.status());
+    seconds = *timed;
   }
-  const double gb = bytes / 1e9;
-  std::printf("save: %.2f GB in %.2f s = %.2f GB/s (fsync included)\n", gb,
-              save_s, gb / save_s);
-  for (int i = 0; i < 2; ++i) {
-    std::printf("load %d: %.2f GB in %.2f s = %.2f GB/s (page cache evicted)\n",
-                i + 1, gb, load_s[i], gb / load_s[i]);
-  }
-  const nlohmann::json j = {
-      {"parameters", config.NumParameters()},
-      {"bytes", bytes},
-      {"save_s", save_s},
-      {"load_s", {load_s[0], load_s[1]}},
-      {"save_gb_per_s", gb / save_s},
-      {"load_gb_per_s", {gb / load_s[0], gb / load_s[1]}}};
-  std::printf("%s\n", j.dump().c_str());
+  PrintThroughput(config, bytes, save_s, load_s);
   if (!absl::GetFlag(FLAGS_keep) && !load_only) fs::remove_all(save_dir);
   return 0;
 }

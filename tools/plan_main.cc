@@ -77,7 +77,9 @@ const LayoutPlan* FindLayout(const std::vector<LayoutPlan>& plans,
   return nullptr;
 }
 
-absl::Status Run() {
+// The --cluster, its kernel rates replaced by the --profile's when one is
+// given.
+absl::StatusOr<ClusterSpec> ClusterWithProfile() {
   TRELLIS_ASSIGN_OR_RETURN(ClusterSpec cluster,
                            LoadCluster(absl::GetFlag(FLAGS_cluster)));
   const std::string profile = absl::GetFlag(FLAGS_profile);
@@ -90,6 +92,64 @@ absl::Status Run() {
     }
     TRELLIS_RETURN_IF_ERROR(ApplyBenchProfile(j, profile, cluster));
   }
+  return cluster;
+}
+
+// The search's bounds from the flags, each at least 1.
+absl::StatusOr<SearchLimits> SearchLimitsFromFlags() {
+  SearchLimits limits;
+  limits.max_micro_batch_size = absl::GetFlag(FLAGS_max_micro_batch_size);
+  limits.max_virtual_stages = absl::GetFlag(FLAGS_max_virtual_stages);
+  for (const auto& [name, value] :
+       {std::pair<const char*, int64_t>{"max_micro_batch_size",
+                                        limits.max_micro_batch_size},
+        {"max_virtual_stages", limits.max_virtual_stages}}) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, "=", value, " must be at least 1 (the search's bound)"));
+    }
+  }
+  return limits;
+}
+
+// --explain=NAME: plans the layout so named alone (a rank needs the whole
+// search) and prints its breakdown.
+absl::Status ExplainNamedLayout(const TrainOptions& base, int64_t world,
+                                const SearchLimits& limits,
+                                const ClusterSpec& cluster,
+                                const std::string& explain) {
+  const std::vector<TrainOptions> layouts =
+      EnumerateLayouts(base, static_cast<int>(world), limits);
+  for (const TrainOptions& o : layouts) {
+    if (LayoutName(o) != explain) continue;
+    TRELLIS_ASSIGN_OR_RETURN(LayoutPlan plan, PlanLayout(o, cluster));
+    std::printf("%s", FormatExplain(plan, cluster).c_str());
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "--explain=", explain, " names no planned layout (", layouts.size(),
+      " valid); give a rank from the table or a name it prints"));
+}
+
+// When no layout is valid, says why: the validator's verdict on the
+// plainest layout, data parallel alone.
+void NoteWhyNoLayout(const TrainOptions& base, int64_t world) {
+  TrainOptions plain = base;
+  plain.dp = 0;
+  plain.tp = 1;
+  plain.pp = 1;
+  plain.virtual_stages = 1;
+  plain.schedule = ScheduleKind::k1F1B;
+  const absl::Status why = ValidateLayout(plain, static_cast<int>(world));
+  if (!why.ok()) {
+    std::fprintf(stderr, "trellis-plan: note: dp%lld alone is refused: %s\n",
+                 static_cast<long long>(world),
+                 std::string(why.message()).c_str());
+  }
+}
+
+absl::Status Run() {
+  TRELLIS_ASSIGN_OR_RETURN(ClusterSpec cluster, ClusterWithProfile());
   if (absl::GetFlag(FLAGS_world) < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--world=", absl::GetFlag(FLAGS_world),
@@ -105,33 +165,11 @@ absl::Status Run() {
         " devices; lower --world or choose a "
         "larger --cluster"));
   }
-  SearchLimits limits;
-  limits.max_micro_batch_size = absl::GetFlag(FLAGS_max_micro_batch_size);
-  limits.max_virtual_stages = absl::GetFlag(FLAGS_max_virtual_stages);
-  for (const auto& [name, value] :
-       {std::pair<const char*, int64_t>{"max_micro_batch_size",
-                                        limits.max_micro_batch_size},
-        {"max_virtual_stages", limits.max_virtual_stages}}) {
-    if (value < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", name, "=", value, " must be at least 1 (the search's bound)"));
-    }
-  }
+  TRELLIS_ASSIGN_OR_RETURN(const SearchLimits limits, SearchLimitsFromFlags());
   const std::string explain = absl::GetFlag(FLAGS_explain);
   size_t explain_rank = 0;
   if (!explain.empty() && !absl::SimpleAtoi(explain, &explain_rank)) {
-    // A layout named: plan that one alone (a rank needs the whole search).
-    const std::vector<TrainOptions> layouts =
-        EnumerateLayouts(base, static_cast<int>(world), limits);
-    for (const TrainOptions& o : layouts) {
-      if (LayoutName(o) != explain) continue;
-      TRELLIS_ASSIGN_OR_RETURN(LayoutPlan plan, PlanLayout(o, cluster));
-      std::printf("%s", FormatExplain(plan, cluster).c_str());
-      return absl::OkStatus();
-    }
-    return absl::NotFoundError(absl::StrCat(
-        "--explain=", explain, " names no planned layout (", layouts.size(),
-        " valid); give a rank from the table or a name it prints"));
+    return ExplainNamedLayout(base, world, limits, cluster, explain);
   }
   ProgressBar bar("planning", "layouts");
   TRELLIS_ASSIGN_OR_RETURN(std::vector<LayoutPlan> plans,
@@ -150,21 +188,7 @@ absl::Status Run() {
     std::printf("%s", FormatExplain(*plan, cluster).c_str());
     return absl::OkStatus();
   }
-  if (plans.empty()) {
-    // Say why: the validator's verdict on the plainest layout.
-    TrainOptions plain = base;
-    plain.dp = 0;
-    plain.tp = 1;
-    plain.pp = 1;
-    plain.virtual_stages = 1;
-    plain.schedule = ScheduleKind::k1F1B;
-    const absl::Status why = ValidateLayout(plain, static_cast<int>(world));
-    if (!why.ok()) {
-      std::fprintf(stderr, "trellis-plan: note: dp%lld alone is refused: %s\n",
-                   static_cast<long long>(world),
-                   std::string(why.message()).c_str());
-    }
-  }
+  if (plans.empty()) NoteWhyNoLayout(base, world);
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("%s\n", PlansJson(plans, cluster).dump(2).c_str());
   } else {

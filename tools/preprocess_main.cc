@@ -280,12 +280,8 @@ absl::Status CheckOutputIsNoInput(const std::string& output,
   return absl::OkStatus();
 }
 
-absl::Status Run() {
-  const std::string output = absl::GetFlag(FLAGS_output);
-  if (output.empty()) return absl::InvalidArgumentError("--output is required");
-  TRELLIS_ASSIGN_OR_RETURN(const std::vector<std::string> inputs,
-                           ExpandInputList(absl::GetFlag(FLAGS_input)));
-  TRELLIS_ASSIGN_OR_RETURN(const int64_t total_bytes, InputBytes(inputs));
+// How the documents are read, from --split, --on_bad_line and --json_key.
+absl::StatusOr<DocumentReader::Options> ReaderOptionsFromFlags() {
   DocumentReader::Options read;
   TRELLIS_ASSIGN_OR_RETURN(read.split, ParseSplit(absl::GetFlag(FLAGS_split)));
   TRELLIS_ASSIGN_OR_RETURN(read.bad_lines,
@@ -295,6 +291,37 @@ absl::Status Run() {
     return absl::InvalidArgumentError(
         "--json_key is empty; name the key that holds the text (e.g. text)");
   }
+  return read;
+}
+
+// The closing report on stderr: what was written, how fast, and the bad
+// lines skipped.
+void PrintSummary(const std::string& output, int64_t documents, int64_t tokens,
+                  int64_t total_bytes, double seconds,
+                  const DocumentReader& reader) {
+  std::fprintf(stderr,
+               "wrote %s: %lld documents, %lld tokens, %.1f MB of input in "
+               "%.2f s (%.2fM tokens/s)\n",
+               output.c_str(), static_cast<long long>(documents),
+               static_cast<long long>(tokens), total_bytes / 1e6, seconds,
+               tokens / std::max(seconds, 1e-9) / 1e6);
+  if (reader.skipped_lines() > 0) {
+    std::fprintf(stderr, "skipped %lld bad lines (--on_bad_line=skip), e.g.\n",
+                 static_cast<long long>(reader.skipped_lines()));
+    for (const std::string& line : reader.first_skipped()) {
+      std::fprintf(stderr, "  %s\n", line.c_str());
+    }
+  }
+}
+
+absl::Status Run() {
+  const std::string output = absl::GetFlag(FLAGS_output);
+  if (output.empty()) return absl::InvalidArgumentError("--output is required");
+  TRELLIS_ASSIGN_OR_RETURN(const std::vector<std::string> inputs,
+                           ExpandInputList(absl::GetFlag(FLAGS_input)));
+  TRELLIS_ASSIGN_OR_RETURN(const int64_t total_bytes, InputBytes(inputs));
+  TRELLIS_ASSIGN_OR_RETURN(const DocumentReader::Options read,
+                           ReaderOptionsFromFlags());
   TRELLIS_RETURN_IF_ERROR(CheckOutputIsNoInput(output, inputs));
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 1 || threads > 1024) {
@@ -353,19 +380,7 @@ absl::Status Run() {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::fprintf(stderr,
-               "wrote %s: %lld documents, %lld tokens, %.1f MB of input in "
-               "%.2f s (%.2fM tokens/s)\n",
-               output.c_str(), static_cast<long long>(documents),
-               static_cast<long long>(tokens), total_bytes / 1e6, seconds,
-               tokens / std::max(seconds, 1e-9) / 1e6);
-  if (reader.skipped_lines() > 0) {
-    std::fprintf(stderr, "skipped %lld bad lines (--on_bad_line=skip), e.g.\n",
-                 static_cast<long long>(reader.skipped_lines()));
-    for (const std::string& line : reader.first_skipped()) {
-      std::fprintf(stderr, "  %s\n", line.c_str());
-    }
-  }
+  PrintSummary(output, documents, tokens, total_bytes, seconds, reader);
   return absl::OkStatus();
 }
 

@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -92,54 +94,22 @@ absl::Status PlanOnly(const TrainOptions& options, const MpiRuntime& runtime) {
   return absl::OkStatus();
 }
 
-int Main(int argc, char** argv) {
-  MpiRuntime runtime(&argc, &argv);
-  absl::SetProgramUsageMessage(
-      "trains a GPT; see README.md. Launch under mpirun for dp/tp/pp > 1.");
-  if (trellis::PrintHelpIfAsked(argc, argv,
-                                std::string(absl::ProgramUsageMessage()))) {
-    return 0;
+// Prints status as trellis-train's error and returns the exit status 1. A
+// failure every rank agreed on is printed by rank 0 alone.
+int Fail(const absl::Status& status, bool root, bool agreed) {
+  if (root || !agreed) {
+    std::fprintf(stderr, "trellis-train: error: %s\n",
+                 std::string(status.message()).c_str());
   }
-  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
-  const bool root = runtime.world_rank() == 0;
-  auto fail = [&](const absl::Status& status, bool agreed) {
-    if (root || !agreed) {
-      std::fprintf(stderr, "trellis-train: error: %s\n",
-                   std::string(status.message()).c_str());
-    }
-    return 1;
-  };
-  // Every rank sees the same command line, so all agree on this.
-  if (positional.size() > 1) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
-                    "unexpected argument '", positional[1],
-                    "': trellis-train takes only flags (a flagfile goes in "
-                    "--flagfile=PATH)")),
-                true);
-  }
-  const TrainOptions options = OptionsFromFlags();
-  if (absl::GetFlag(FLAGS_plan_only)) {
-    const absl::Status planned = PlanOnly(options, runtime);
-    return planned.ok() ? 0 : fail(planned, true);
-  }
-  const absl::Status signals =
-      InstallStopSignals(absl::GetFlag(FLAGS_stop_signals));
-  if (!signals.ok()) return fail(signals, true);
-  // The mesh is validated (and the options resolved) before anything is
-  // allocated; every rank reaches the same verdict.
-  TrainOptions probe = options;
-  const int world = runtime.world_size();
-  absl::StatusOr<Mesh> mesh = Mesh::Create(
-      world, static_cast<int>(probe.dp), static_cast<int>(probe.tp),
-      static_cast<int>(probe.pp), probe.mesh_order);
-  if (!mesh.ok()) return fail(mesh.status(), true);
-  absl::StatusOr<ParallelContext> context =
-      ParallelContext::Create(runtime, *mesh);
-  if (!context.ok()) return fail(context.status(), true);
-  const ProcessGroups& groups = context->groups();
-  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
-      Trainer::Create(options, groups, context->coord(), DType::kF32,
-                      [] { return StopSignalReceived() != 0; });
+  return 1;
+}
+
+// The exit status when Trainer::Create failed on some rank, every rank having
+// agreed that it did (a collective); nullopt when the trainer was built
+// everywhere.
+std::optional<int> TrainerFailure(
+    const absl::StatusOr<std::unique_ptr<Trainer>>& trainer,
+    Communicator& world, bool root) {
   if (absl::IsCancelled(trainer.status())) {
     // Every rank stopped together (Trainer::Create agrees on it).
     if (root) {
@@ -151,61 +121,115 @@ int Main(int argc, char** argv) {
     }
     return 1;
   }
-  const absl::Status built = AgreeOnStatus(*groups.world, trainer.status());
-  if (!built.ok()) {
-    // Configuration errors are the same on every rank: rank 0 reports them.
-    // Other failures are reported by the rank they happened on.
-    const bool mine = !trainer.ok();
-    if (mine && (root || !absl::IsInvalidArgument(trainer.status()))) {
-      return fail(trainer.status(), false);
-    }
-    return root ? fail(built, false) : 1;
+  const absl::Status built = AgreeOnStatus(world, trainer.status());
+  if (built.ok()) return std::nullopt;
+  // Configuration errors are the same on every rank: rank 0 reports them.
+  // Other failures are reported by the rank they happened on.
+  const bool mine = !trainer.ok();
+  if (mine && (root || !absl::IsInvalidArgument(trainer.status()))) {
+    return Fail(trainer.status(), root, false);
   }
-  const std::vector<std::string> hosts =
-      Hostnames(*groups.world, runtime.hostname());
-  if (root) {
-    std::printf("%s",
-                LayoutReport(*mesh, (*trainer)->options(), hosts).c_str());
-    std::printf("%s", ConfigReport((*trainer)->options()).c_str());
-    std::printf(
-        "model: %s, %lld parameters\n",
-        (*trainer)->options().model.DebugString().c_str(),
-        static_cast<long long>((*trainer)->options().model.NumParameters()));
-    std::fflush(stdout);
-  }
-  (*trainer)->set_stop_check([] { return StopSignalReceived() != 0; });
-  const absl::StatusOr<Trainer::Outcome> run = (*trainer)->Run();
+  return root ? Fail(built, root, false) : 1;
+}
+
+// Rank 0's account of the run before it starts: the layout over the hosts,
+// the configuration and the model.
+void PrintRunHeader(const Mesh& mesh, const Trainer& trainer,
+                    const std::vector<std::string>& hosts) {
+  std::printf("%s", LayoutReport(mesh, trainer.options(), hosts).c_str());
+  std::printf("%s", ConfigReport(trainer.options()).c_str());
+  std::printf("model: %s, %lld parameters\n",
+              trainer.options().model.DebugString().c_str(),
+              static_cast<long long>(trainer.options().model.NumParameters()));
+  std::fflush(stdout);
+}
+
+// Trains to the end (or a stop signal, or giving up) and returns the exit
+// status, rank 0 reporting the memory arena's use and how the run ended.
+int TrainAndReport(Trainer& trainer, bool root, int world) {
+  trainer.set_stop_check([] { return StopSignalReceived() != 0; });
+  const absl::StatusOr<Trainer::Outcome> run = trainer.Run();
   if (!run.ok()) {
     // Other ranks may be blocked in a collective: end the whole job.
-    fail(run.status(), false);
+    Fail(run.status(), root, false);
     if (world > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
   if (*run == Trainer::Outcome::kGaveUp) {
     // Every rank gave up together (the skip verdicts are agreed).
-    return fail(absl::AbortedError((*trainer)->give_up_message()), true);
+    return Fail(absl::AbortedError(trainer.give_up_message()), root, true);
   }
   if (root) {
-    const MemoryArena::Stats arena = (*trainer)->arena().stats();
+    const MemoryArena::Stats arena = trainer.arena().stats();
     std::printf(
         "memory arena (rank 0): %s reserved, peak %s used; %zu allocations "
         "(%s) did not fit and went to the device allocator\n",
-        Readable((*trainer)->arena().capacity()).c_str(),
+        Readable(trainer.arena().capacity()).c_str(),
         Readable(arena.peak_in_use).c_str(), arena.fallbacks,
         Readable(arena.fallback_bytes).c_str());
   }
   if (*run == Trainer::Outcome::kStopped && root) {
     std::printf("trellis-train: stopped by signal %d after step %lld\n",
-                StopSignalReceived(),
-                static_cast<long long>((*trainer)->step()));
+                StopSignalReceived(), static_cast<long long>(trainer.step()));
   }
-  if (!(*trainer)->metrics_failure().empty()) {
-    return fail(
+  if (!trainer.metrics_failure().empty()) {
+    return Fail(
         absl::DataLossError(absl::StrCat("the run trained to the end, but ",
-                                         (*trainer)->metrics_failure())),
-        false);
+                                         trainer.metrics_failure())),
+        root, false);
   }
   return 0;
+}
+
+int Main(int argc, char** argv) {
+  MpiRuntime runtime(&argc, &argv);
+  absl::SetProgramUsageMessage(
+      "trains a GPT; see README.md. Launch under mpirun for dp/tp/pp > 1.");
+  if (trellis::PrintHelpIfAsked(argc, argv,
+                                std::string(absl::ProgramUsageMessage()))) {
+    return 0;
+  }
+  const std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  const bool root = runtime.world_rank() == 0;
+  // Every rank sees the same command line, so all agree on this.
+  if (positional.size() > 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "unexpected argument '", positional[1],
+                    "': trellis-train takes only flags (a flagfile goes in "
+                    "--flagfile=PATH)")),
+                root, true);
+  }
+  const TrainOptions options = OptionsFromFlags();
+  if (absl::GetFlag(FLAGS_plan_only)) {
+    const absl::Status planned = PlanOnly(options, runtime);
+    return planned.ok() ? 0 : Fail(planned, root, true);
+  }
+  const absl::Status signals =
+      InstallStopSignals(absl::GetFlag(FLAGS_stop_signals));
+  if (!signals.ok()) return Fail(signals, root, true);
+  // The mesh is validated (and the options resolved) before anything is
+  // allocated; every rank reaches the same verdict.
+  TrainOptions probe = options;
+  const int world = runtime.world_size();
+  absl::StatusOr<Mesh> mesh = Mesh::Create(
+      world, static_cast<int>(probe.dp), static_cast<int>(probe.tp),
+      static_cast<int>(probe.pp), probe.mesh_order);
+  if (!mesh.ok()) return Fail(mesh.status(), root, true);
+  absl::StatusOr<ParallelContext> context =
+      ParallelContext::Create(runtime, *mesh);
+  if (!context.ok()) return Fail(context.status(), root, true);
+  const ProcessGroups& groups = context->groups();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(options, groups, context->coord(), DType::kF32,
+                      [] { return StopSignalReceived() != 0; });
+  if (const std::optional<int> failed =
+          TrainerFailure(trainer, *groups.world, root)) {
+    return *failed;
+  }
+  const std::vector<std::string> hosts =
+      Hostnames(*groups.world, runtime.hostname());
+  if (root) PrintRunHeader(*mesh, **trainer, hosts);
+  return TrainAndReport(**trainer, root, world);
 }
 
 }  // namespace

@@ -58,6 +58,67 @@ namespace {
 
 using namespace attention_mma;  // the tiles and products they share
 
+#if TRELLIS_ATTENTION_MMA
+// One online-softmax step of row t (the lane's half of it, r in the warp's
+// slices) over the key tile at j0, whose scores are in s_w: keys j <= t,
+// j < T are visible. Writes the tile's probabilities to p_w as bf16,
+// advances the running max m and sum l, and rescales the row's output
+// accumulator in o_w by exp(m_old - m_new).
+template <int kD>
+__device__ __forceinline__ void OnlineSoftmaxStep(const float* s_w, bf16* p_w,
+                                                  float* o_w, int r, int half,
+                                                  int64_t j0, int64_t t,
+                                                  int64_t T, float scale,
+                                                  float& m, float& l) {
+  using S = Strides<kD>;
+  float sv[kTile / 2];
+  float tile_max = -CUDART_INF_F;
+#pragma unroll
+  for (int i = 0; i < kTile / 2; ++i) {
+    const int c = 2 * i + half;
+    const int64_t j = j0 + c;
+    sv[i] = j <= t && j < T ? s_w[r * S::kScore + c] * scale : -CUDART_INF_F;
+    tile_max = fmaxf(tile_max, sv[i]);
+  }
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+  const float m_new = fmaxf(m, tile_max);
+  const float ref = m_new == -CUDART_INF_F ? 0.f : m_new;
+  const float correction = expf(m - ref);  // 0 while m is -inf
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kTile / 2; ++i) {
+    const float p = expf(sv[i] - ref);
+    p_w[r * S::kProb + 2 * i + half] = FromFloat<bf16>(p);
+    sum += p;
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  l = l * correction + sum;
+  m = m_new;
+  for (int c = half; c < kD; c += 2) o_w[r * S::kAcc + c] *= correction;
+}
+
+// O += P·V for the warp's rows, with O round-tripping through shared memory
+// (o_w) so that the softmax step can rescale its rows.
+template <int kD>
+__device__ __forceinline__ void AccumulateProbsTimesValues(const bf16* p_w,
+                                                           const bf16* vs,
+                                                           float* o_w) {
+  using S = Strides<kD>;
+  FragAcc acc[kD / kFrag];
+#pragma unroll
+  for (int n = 0; n < kD / kFrag; ++n) {
+    wmma::load_matrix_sync(acc[n], o_w + n * kFrag, S::kAcc,
+                           wmma::mem_row_major);
+  }
+  WarpProductAccumulate<kD>(p_w, S::kProb, vs, S::kHalf, acc);
+#pragma unroll
+  for (int n = 0; n < kD / kFrag; ++n) {
+    wmma::store_matrix_sync(o_w + n * kFrag, acc[n], S::kAcc,
+                            wmma::mem_row_major);
+  }
+}
+#endif  // TRELLIS_ATTENTION_MMA
+
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     MmaForwardKernel(AttentionDims d, float scale, const bf16* qkv, bf16* out,
@@ -98,48 +159,9 @@ __global__ void __launch_bounds__(kThreads)
                               S::kScore);
     __syncwarp();
 
-    // Online softmax of row t over this tile's visible keys j <= t, j < T.
-    float sv[kTile / 2];
-    float tile_max = -CUDART_INF_F;
-#pragma unroll
-    for (int i = 0; i < kTile / 2; ++i) {
-      const int c = 2 * i + half;
-      const int64_t j = j0 + c;
-      sv[i] =
-          j <= t && j < hd.T ? s_w[r * S::kScore + c] * scale : -CUDART_INF_F;
-      tile_max = fmaxf(tile_max, sv[i]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);
-    const float ref = m_new == -CUDART_INF_F ? 0.f : m_new;
-    const float correction = expf(m - ref);  // 0 while m is -inf
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < kTile / 2; ++i) {
-      const float p = expf(sv[i] - ref);
-      p_w[r * S::kProb + 2 * i + half] = FromFloat<bf16>(p);
-      sum += p;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * correction + sum;
-    m = m_new;
-    for (int c = half; c < kD; c += 2) o_w[r * S::kAcc + c] *= correction;
+    OnlineSoftmaxStep<kD>(s_w, p_w, o_w, r, half, j0, t, hd.T, scale, m, l);
     __syncwarp();
-
-    // O += P·V, with O round-tripping through shared memory so that the
-    // rescale above can address its rows.
-    FragAcc acc[kD / kFrag];
-#pragma unroll
-    for (int n = 0; n < kD / kFrag; ++n) {
-      wmma::load_matrix_sync(acc[n], o_w + n * kFrag, S::kAcc,
-                             wmma::mem_row_major);
-    }
-    WarpProductAccumulate<kD>(p_w, S::kProb, vs, S::kHalf, acc);
-#pragma unroll
-    for (int n = 0; n < kD / kFrag; ++n) {
-      wmma::store_matrix_sync(o_w + n * kFrag, acc[n], S::kAcc,
-                              wmma::mem_row_major);
-    }
+    AccumulateProbsTimesValues<kD>(p_w, vs, o_w);
     __syncwarp();
   }
 
@@ -178,6 +200,57 @@ __global__ void RowDotKernel(AttentionDims d, const bf16* dout, const bf16* out,
   }
 }
 
+#if TRELLIS_ATTENTION_MMA
+// The dK/dV kernel's dynamic shared memory: its K and V tiles, the Q and dO
+// tiles of the query tile at hand (whose space `stage` takes after the
+// loop), the warps' rows of Sᵀ, dPᵀ, Pᵀ and dSᵀ, and the query tile's lse
+// and Di.
+template <int kD>
+struct KeyValueShared {
+  bf16 *ks, *vs, *qs, *gs;
+  float* stage;  // after the loop only
+  float *sts, *dpts;
+  bf16 *pts, *dsts;
+  float *lse_s, *di_s;
+
+  __device__ explicit KeyValueShared(unsigned char* smem) {
+    using B = Bytes<kD>;
+    SharedCarver carve(smem);
+    ks = carve.Take<bf16>(B::kHalfTile);
+    vs = carve.Take<bf16>(B::kHalfTile);
+    unsigned char* pair = carve.Take<unsigned char>(B::kQueryPair);
+    qs = reinterpret_cast<bf16*>(pair);
+    gs = reinterpret_cast<bf16*>(pair + B::kHalfTile);
+    stage = reinterpret_cast<float*>(pair);
+    sts = carve.Take<float>(B::kScoreTile);
+    dpts = carve.Take<float>(B::kScoreTile);
+    pts = carve.Take<bf16>(B::kProbTile);
+    dsts = carve.Take<bf16>(B::kProbTile);
+    lse_s = carve.Take<float>(B::kRowVector);
+    di_s = carve.Take<float>(B::kRowVector);
+  }
+};
+
+// Stages query tile i0 of head hd for the dK/dV kernel: its Q and dO rows in
+// qs and gs, their lse and Di in lse_s and di_s (zeros past T). Called by
+// every thread.
+template <int kD>
+__device__ __forceinline__ void LoadQueryTile(const Head& hd, int64_t i0,
+                                              const bf16* dout, const bf16* qkv,
+                                              const float* lse, const float* di,
+                                              bf16* qs, bf16* gs, float* lse_s,
+                                              float* di_s) {
+  LoadTile<kD>(qkv + hd.q, hd.qkv_stride, i0, hd.T, qs);
+  LoadTile<kD>(dout + hd.o, hd.C, i0, hd.T, gs);
+  if (threadIdx.x < kTile) {
+    const int64_t i = i0 + threadIdx.x;
+    lse_s[threadIdx.x] = i < hd.T ? lse[hd.stat + i] : 0.f;
+    di_s[threadIdx.x] = i < hd.T ? di[hd.stat + i] : 0.f;
+  }
+}
+
+#endif  // TRELLIS_ATTENTION_MMA
+
 // dK, dV of one 64-key tile of key/value head g, over the query tiles from
 // the diagonal on of each query head of g's group.
 template <int kD>
@@ -187,21 +260,8 @@ __global__ void __launch_bounds__(kThreads)
                          bf16* dqkv) {
 #if TRELLIS_ATTENTION_MMA
   using S = Strides<kD>;
-  using B = Bytes<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
-  SharedCarver carve(smem);
-  bf16* ks = carve.Take<bf16>(B::kHalfTile);
-  bf16* vs = carve.Take<bf16>(B::kHalfTile);
-  unsigned char* pair = carve.Take<unsigned char>(B::kQueryPair);
-  bf16* qs = reinterpret_cast<bf16*>(pair);
-  bf16* gs = reinterpret_cast<bf16*>(pair + B::kHalfTile);
-  float* stage = reinterpret_cast<float*>(pair);  // after the loop only
-  float* sts = carve.Take<float>(B::kScoreTile);
-  float* dpts = carve.Take<float>(B::kScoreTile);
-  bf16* pts = carve.Take<bf16>(B::kProbTile);
-  bf16* dsts = carve.Take<bf16>(B::kProbTile);
-  float* lse_s = carve.Take<float>(B::kRowVector);
-  float* di_s = carve.Take<float>(B::kRowVector);
+  const KeyValueShared<kD> sh(smem);
 
   const int64_t b = blockIdx.y / d.Hkv, group = d.H / d.Hkv;
   const int64_t h0 = blockIdx.y % d.Hkv * group;  // the group's first head
@@ -212,13 +272,13 @@ __global__ void __launch_bounds__(kThreads)
   const int r = lane / 2, half = lane % 2;
   const int wrow = warp * kRowsPerWarp;
   const int64_t j = key0 + wrow + r;  // this lane's key row
-  float* st_w = sts + wrow * S::kScore;
-  float* dpt_w = dpts + wrow * S::kScore;
-  bf16* pt_w = pts + wrow * S::kProb;
-  bf16* dst_w = dsts + wrow * S::kProb;
+  float* st_w = sh.sts + wrow * S::kScore;
+  float* dpt_w = sh.dpts + wrow * S::kScore;
+  bf16* pt_w = sh.pts + wrow * S::kProb;
+  bf16* dst_w = sh.dsts + wrow * S::kProb;
 
-  LoadTile<kD>(qkv + kv.k, kv.qkv_stride, key0, kv.T, ks);
-  LoadTile<kD>(qkv + kv.v, kv.qkv_stride, key0, kv.T, vs);
+  LoadTile<kD>(qkv + kv.k, kv.qkv_stride, key0, kv.T, sh.ks);
+  LoadTile<kD>(qkv + kv.v, kv.qkv_stride, key0, kv.T, sh.vs);
   FragAcc dk[kD / kFrag], dv[kD / kFrag];
 #pragma unroll
   for (int n = 0; n < kD / kFrag; ++n) {
@@ -229,19 +289,14 @@ __global__ void __launch_bounds__(kThreads)
     const Head hd(d, b, h);
     for (int64_t i0 = key0; i0 < hd.T; i0 += kTile) {
       __syncthreads();  // every warp is done with the previous Q, dO
-      LoadTile<kD>(qkv + hd.q, hd.qkv_stride, i0, hd.T, qs);
-      LoadTile<kD>(dout + hd.o, hd.C, i0, hd.T, gs);
-      if (threadIdx.x < kTile) {
-        const int64_t i = i0 + threadIdx.x;
-        lse_s[threadIdx.x] = i < hd.T ? lse[hd.stat + i] : 0.f;
-        di_s[threadIdx.x] = i < hd.T ? di[hd.stat + i] : 0.f;
-      }
+      LoadQueryTile<kD>(hd, i0, dout, qkv, lse, di, sh.qs, sh.gs, sh.lse_s,
+                        sh.di_s);
       __syncthreads();
       // Sᵀ (16 keys, kTile queries) = K_w·Qᵀ; dPᵀ = V_w·dOᵀ.
-      WarpProductTransposed<kD>(ks + wrow * S::kHalf, S::kHalf, qs, S::kHalf,
-                                st_w, S::kScore);
-      WarpProductTransposed<kD>(vs + wrow * S::kHalf, S::kHalf, gs, S::kHalf,
-                                dpt_w, S::kScore);
+      WarpProductTransposed<kD>(sh.ks + wrow * S::kHalf, S::kHalf, sh.qs,
+                                S::kHalf, st_w, S::kScore);
+      WarpProductTransposed<kD>(sh.vs + wrow * S::kHalf, S::kHalf, sh.gs,
+                                S::kHalf, dpt_w, S::kScore);
       __syncwarp();
       // Query i sees key j when j <= i; both must be real rows.
 #pragma unroll 4
@@ -249,19 +304,19 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t i = i0 + c;
         const bool visible = j <= i && i < hd.T && j < hd.T;
         const float p =
-            visible ? expf(st_w[r * S::kScore + c] * scale - lse_s[c]) : 0.f;
+            visible ? expf(st_w[r * S::kScore + c] * scale - sh.lse_s[c]) : 0.f;
         const float ds =
-            visible ? p * (dpt_w[r * S::kScore + c] - di_s[c]) : 0.f;
+            visible ? p * (dpt_w[r * S::kScore + c] - sh.di_s[c]) : 0.f;
         pt_w[r * S::kProb + c] = FromFloat<bf16>(p);
         dst_w[r * S::kProb + c] = FromFloat<bf16>(ds);
       }
       __syncwarp();
-      WarpProductAccumulate<kD>(pt_w, S::kProb, gs, S::kHalf, dv);
-      WarpProductAccumulate<kD>(dst_w, S::kProb, qs, S::kHalf, dk);
+      WarpProductAccumulate<kD>(pt_w, S::kProb, sh.gs, S::kHalf, dv);
+      WarpProductAccumulate<kD>(dst_w, S::kProb, sh.qs, S::kHalf, dk);
     }
   }
   __syncthreads();  // every warp is done with Q, dO, whose space `stage` takes
-  float* stage_w = stage + wrow * S::kAcc;
+  float* stage_w = sh.stage + wrow * S::kAcc;
   WarpAddRows<kD>(dk, scale, stage_w, dqkv + kv.k, kv.qkv_stride, key0 + wrow,
                   kv.T);
   WarpAddRows<kD>(dv, 1.f, stage_w, dqkv + kv.v, kv.qkv_stride, key0 + wrow,

@@ -49,6 +49,42 @@ auto Flag(const char* name, const std::string& value, Parse parse)
   return parsed;
 }
 
+// The preset named (nullptr for none), or an error listing the presets.
+absl::StatusOr<const Preset*> FindPreset(const std::string& name) {
+  const Preset* preset = nullptr;
+  std::vector<std::string> names;
+  for (const Preset& p : kPresets) {
+    names.push_back(p.name);
+    if (name == p.name) preset = &p;
+  }
+  if (!name.empty() && preset == nullptr) {
+    return Bad(absl::StrCat("--preset=", name, " is not one of ",
+                            absl::StrJoin(names, ", ")));
+  }
+  return preset;
+}
+
+// The flags of the measurement itself: steps, warmup, the peak the MFU is
+// taken against and where the JSON goes.
+absl::Status CheckRunFlags(const BenchFlags& f) {
+  TRELLIS_RETURN_IF_ERROR(AtLeast("steps", f.steps, 1));
+  TRELLIS_RETURN_IF_ERROR(AtLeast("warmup", f.warmup, 0));
+  if (!(f.peak_tflops >= 0)) {
+    return Bad(absl::StrCat("--peak_tflops=", f.peak_tflops,
+                            " must be positive (0: the device's known peak)"));
+  }
+  if (!f.json.empty()) {
+    const std::filesystem::path parent =
+        std::filesystem::absolute(f.json).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(parent, ec)) {
+      return Bad(absl::StrCat("--json=", f.json, ": the directory ",
+                              parent.string(), " does not exist"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
@@ -80,31 +116,8 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
            [](const std::string& name) { return ParseAttentionPath(name); }));
   const std::string preset_name =
       f.preset.empty() && cuda ? "gpt2-124m" : f.preset;
-  const Preset* preset = nullptr;
-  std::vector<std::string> names;
-  for (const Preset& p : kPresets) {
-    names.push_back(p.name);
-    if (preset_name == p.name) preset = &p;
-  }
-  if (!preset_name.empty() && preset == nullptr) {
-    return Bad(absl::StrCat("--preset=", preset_name, " is not one of ",
-                            absl::StrJoin(names, ", ")));
-  }
-  TRELLIS_RETURN_IF_ERROR(AtLeast("steps", f.steps, 1));
-  TRELLIS_RETURN_IF_ERROR(AtLeast("warmup", f.warmup, 0));
-  if (!(f.peak_tflops >= 0)) {
-    return Bad(absl::StrCat("--peak_tflops=", f.peak_tflops,
-                            " must be positive (0: the device's known peak)"));
-  }
-  if (!f.json.empty()) {
-    const std::filesystem::path parent =
-        std::filesystem::absolute(f.json).parent_path();
-    std::error_code ec;
-    if (!std::filesystem::is_directory(parent, ec)) {
-      return Bad(absl::StrCat("--json=", f.json, ": the directory ",
-                              parent.string(), " does not exist"));
-    }
-  }
+  TRELLIS_ASSIGN_OR_RETURN(const Preset* preset, FindPreset(preset_name));
+  TRELLIS_RETURN_IF_ERROR(CheckRunFlags(f));
 
   BenchConfig c;
   c.preset = preset_name;

@@ -57,8 +57,9 @@ absl::Status CheckFinite(const TrainOptions& o) {
   return status;
 }
 
-absl::Status CheckScalars(const TrainOptions& o) {
-  TRELLIS_RETURN_IF_ERROR(CheckFinite(o));
+// The run's data, batch sizes, steps, learning-rate schedule, evaluation and
+// checkpoint options.
+absl::Status CheckRunScalars(const TrainOptions& o) {
   if (o.data.empty()) {
     return Bad("--data is required: a token file made by trellis-preprocess");
   }
@@ -92,6 +93,11 @@ absl::Status CheckScalars(const TrainOptions& o) {
         "--save_every, --eval_every, --keep_checkpoints must be ≥ 0 "
         "and --log_every, --eval_windows ≥ 1");
   }
+  return absl::OkStatus();
+}
+
+// The device, precision and memory options, and what the device can run.
+absl::Status CheckDeviceScalars(const TrainOptions& o) {
   if (o.device == DeviceType::kCUDA && !kBuiltWithCuda) {
     return Bad(
         "--device=cuda: this build has no CUDA backend; rebuild on a machine "
@@ -121,6 +127,12 @@ absl::Status CheckScalars(const TrainOptions& o) {
     return Bad(absl::StrCat("--memory_budget_gb=", o.memory_budget_gb,
                             " must be ≥ 0 (0: the device's memory)"));
   }
+  return absl::OkStatus();
+}
+
+// The gradient buckets, ZeRO level, straggler and skipped-step watches,
+// communication timeout and traced steps.
+absl::Status CheckParallelAndWatchScalars(const TrainOptions& o) {
   if (o.dp_bucket_mb <= 0) return Bad("--dp_bucket_mb must be positive");
   if (o.straggler_every < 0 || !(o.straggler_threshold >= 1)) {
     return Bad(absl::StrCat("--straggler_every=", o.straggler_every,
@@ -151,6 +163,13 @@ absl::Status CheckScalars(const TrainOptions& o) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckScalars(const TrainOptions& o) {
+  TRELLIS_RETURN_IF_ERROR(CheckFinite(o));
+  TRELLIS_RETURN_IF_ERROR(CheckRunScalars(o));
+  TRELLIS_RETURN_IF_ERROR(CheckDeviceScalars(o));
+  return CheckParallelAndWatchScalars(o);
 }
 
 // Refuses sizes whose memory plan could overflow int64, estimated

@@ -115,6 +115,83 @@ PassCost CostPass(const PassWork& pass, int tp, const LinkSpec& tp_link, int dp,
   return c;
 }
 
+// Every chunk's action costs, with and without the pipeline transfers, per
+// global chunk k = u·pp + p; and per stage the step's busy seconds and the
+// tp collectives' and ZeRO-3 gathers' shares of them.
+struct ChunkCosts {
+  std::vector<ActionCosts> with, without;
+  std::vector<double> tp_time, busy, gather, gather_all;
+};
+ChunkCosts CostChunks(const TrainOptions& o,
+                      const std::vector<StageFacts>& stages,
+                      const ClusterSpec& cluster, const LinkSpec& tp_link,
+                      const LinkSpec& pp_link, const LinkSpec& dp_link) {
+  const int pp = static_cast<int>(o.pp), v = static_cast<int>(o.virtual_stages);
+  ChunkCosts costs;
+  costs.with.resize(pp * v);
+  costs.without.resize(pp * v);
+  costs.tp_time.assign(pp, 0);
+  costs.busy.assign(pp, 0);
+  costs.gather.assign(pp, 0);
+  costs.gather_all.assign(pp, 0);
+  const double m = static_cast<double>(o.microbatches());
+  const double transfer =
+      pp > 1 ? CollectiveSeconds(CommOp::kSend, TransferBytes(o), 2, pp_link)
+             : 0;
+  const int tp = static_cast<int>(o.tp), dp = static_cast<int>(o.dp);
+  for (int p = 0; p < pp; ++p) {
+    for (int u = 0; u < v; ++u) {
+      const ChunkWork c = PlanChunkWork(o, stages[p], u, cluster);
+      double tp_s = 0, gather_s = 0;
+      auto cost = [&](const PassWork& pass) {
+        const PassCost k = CostPass(pass, tp, tp_link, dp, dp_link, cluster);
+        tp_s += k.tp;
+        gather_s += k.gather;
+        costs.gather_all[p] += m * k.gather_total;
+        return pass.compute + k.tp + k.gather;
+      };
+      ActionCosts& a = costs.with[u * pp + p];
+      a.forward = cost(c.f);
+      a.backward_input = cost(c.b);
+      a.backward_weight = cost(c.w);
+      a.transfer = transfer;
+      costs.without[u * pp + p] = a;
+      costs.without[u * pp + p].transfer = 0;
+      costs.tp_time[p] += m * tp_s;
+      costs.gather[p] += m * gather_s;
+      costs.busy[p] += m * (a.forward + a.backward_input + a.backward_weight);
+    }
+  }
+  return costs;
+}
+
+// When the step's gradient syncs end: each stage's starts from its own
+// timeline and the step goes on when the last stage's ends; the tied
+// embedding's gradient is then summed between the first and the last stage
+// (float32, its local rows). *dp_comm_total: the longest stage's sync time.
+double SyncedEnd(const TrainOptions& o, const std::vector<StageFacts>& stages,
+                 const ScheduleSimulation& sim, const ClusterSpec& cluster,
+                 const LinkSpec& dp_link, const LinkSpec& pp_link,
+                 double* dp_comm_total) {
+  const int pp = static_cast<int>(o.pp);
+  double synced = sim.makespan;
+  for (int p = 0; p < pp; ++p) {
+    double total = 0;
+    const double stage_end =
+        sim.timeline[p].empty() ? 0 : sim.timeline[p].back().end;
+    synced =
+        std::max(synced, DataParallelEnd(o, stages[p], sim.timeline[p],
+                                         stage_end, cluster, dp_link, &total));
+    *dp_comm_total = std::max(*dp_comm_total, total);
+  }
+  if (pp > 1 && !FamilyOf(o.model).TiedEmbedding(o.model).empty()) {
+    const int64_t rows = PaddedVocab(o.model.vocab_size, o.tp) / o.tp;
+    synced += CollectiveSeconds(CommOp::kAllReduce, 4 * rows * o.model.d_model,
+                                2, pp_link);
+  }
+  return synced;
+}
+
 }  // namespace
 
 absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
@@ -129,38 +206,8 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   const LinkSpec pp_link = GroupLink(mesh, GroupKind::kPp, cluster);
   const LinkSpec dp_link = GroupLink(mesh, GroupKind::kDp, cluster);
   const int pp = static_cast<int>(o.pp), v = static_cast<int>(o.virtual_stages);
-  // Costs per global chunk k = u·pp + p, and the tp share of each stage.
-  std::vector<ActionCosts> with(pp * v), without(pp * v);
-  std::vector<double> tp_time(pp, 0), busy(pp, 0), gather(pp, 0),
-      gather_all(pp, 0);
-  const double m = static_cast<double>(o.microbatches());
-  const double transfer =
-      pp > 1 ? CollectiveSeconds(CommOp::kSend, TransferBytes(o), 2, pp_link)
-             : 0;
-  const int tp = static_cast<int>(o.tp), dp = static_cast<int>(o.dp);
-  for (int p = 0; p < pp; ++p) {
-    for (int u = 0; u < v; ++u) {
-      const ChunkWork c = PlanChunkWork(o, stages[p], u, cluster);
-      double tp_s = 0, gather_s = 0;
-      auto cost = [&](const PassWork& pass) {
-        const PassCost k = CostPass(pass, tp, tp_link, dp, dp_link, cluster);
-        tp_s += k.tp;
-        gather_s += k.gather;
-        gather_all[p] += m * k.gather_total;
-        return pass.compute + k.tp + k.gather;
-      };
-      ActionCosts& a = with[u * pp + p];
-      a.forward = cost(c.f);
-      a.backward_input = cost(c.b);
-      a.backward_weight = cost(c.w);
-      a.transfer = transfer;
-      without[u * pp + p] = a;
-      without[u * pp + p].transfer = 0;
-      tp_time[p] += m * tp_s;
-      gather[p] += m * gather_s;
-      busy[p] += m * (a.forward + a.backward_input + a.backward_weight);
-    }
-  }
+  const ChunkCosts costs =
+      CostChunks(o, stages, cluster, tp_link, pp_link, dp_link);
   std::vector<std::vector<Action>> own;
   if (built == nullptr) {
     own = BuildAllSchedules(o.schedule, pp, static_cast<int>(o.microbatches()),
@@ -169,38 +216,22 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   const std::vector<std::vector<Action>>& schedules =
       built != nullptr ? built->actions : own;
   TRELLIS_ASSIGN_OR_RETURN(ScheduleSimulation sim,
-                           SimulateSchedules(schedules, v, with));
+                           SimulateSchedules(schedules, v, costs.with));
   TRELLIS_ASSIGN_OR_RETURN(ScheduleSimulation free_transfers,
-                           SimulateSchedules(schedules, v, without));
+                           SimulateSchedules(schedules, v, costs.without));
   StepEstimate e;
+  const std::vector<double>& busy = costs.busy;
   const int busiest = static_cast<int>(
       std::max_element(busy.begin(), busy.end()) - busy.begin());
-  e.tp_comm = tp_time[busiest];
-  e.dp_gather = gather[busiest];
-  e.dp_gather_total = gather_all[busiest];
+  e.tp_comm = costs.tp_time[busiest];
+  e.dp_gather = costs.gather[busiest];
+  e.dp_gather_total = costs.gather_all[busiest];
   e.compute = busy[busiest] - e.tp_comm - e.dp_gather;
   e.bubble = std::max(0.0, free_transfers.makespan - busy[busiest]);
   e.pp_comm = std::max(0.0, sim.makespan - free_transfers.makespan);
   e.bubble_fraction = sim.BubbleFraction();
-  // Each stage's sync starts from its own timeline; the step goes on when
-  // the last stage's ends.
-  double synced = sim.makespan;
-  for (int p = 0; p < pp; ++p) {
-    double total = 0;
-    const double stage_end =
-        sim.timeline[p].empty() ? 0 : sim.timeline[p].back().end;
-    synced =
-        std::max(synced, DataParallelEnd(o, stages[p], sim.timeline[p],
-                                         stage_end, cluster, dp_link, &total));
-    e.dp_comm_total = std::max(e.dp_comm_total, total);
-  }
-  // The tied embedding's gradient is then summed between the first and
-  // the last stage (float32, its local rows).
-  if (pp > 1 && !FamilyOf(o.model).TiedEmbedding(o.model).empty()) {
-    const int64_t rows = PaddedVocab(o.model.vocab_size, o.tp) / o.tp;
-    synced += CollectiveSeconds(CommOp::kAllReduce, 4 * rows * o.model.d_model,
-                                2, pp_link);
-  }
+  const double synced =
+      SyncedEnd(o, stages, sim, cluster, dp_link, pp_link, &e.dp_comm_total);
   e.dp_comm = synced - sim.makespan;
   const double update = UpdateSeconds(o, stages, cluster, dp_link);
   e.optimizer = update;

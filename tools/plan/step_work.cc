@@ -155,6 +155,52 @@ std::vector<double> UnitCompute(const ChunkPlan& chunk, PassShares shares) {
   return out;
 }
 
+// Adds the embedding's work to chunk work p and returns its forward
+// compute.
+double AddEmbeddingWork(const Sizes& s, ChunkWork& p) {
+  const double embed_f =
+      2 * s.rows * s.width * s.bytes * s.full_rows / s.memory_rate;
+  p.f.compute += embed_f;
+  // Forward: an all-reduce (a reduce-scatter to this rank's rows).
+  // Backward: the gradient of every row (an all-gather).
+  if (s.tp > 1) {
+    p.f.tp.push_back(
+        {s.sequence_parallel ? CommOp::kReduceScatter : CommOp::kAllReduce,
+         s.hidden_bytes, 1});
+    if (s.sequence_parallel) {
+      p.b.tp.push_back({CommOp::kAllGather, s.hidden_bytes, 1});
+    }
+  }
+  return embed_f;
+}
+
+// Adds the head's and the loss's work to chunk work p and returns their
+// forward compute.
+double AddHeadWork(const TrainOptions& o, const Sizes& s, ChunkWork& p) {
+  // Logits, d(ln_f) and the head's weight gradient, all in F; float32
+  // logits written, read for the softmax and written as dlogits.
+  const double head_f = 3 * 2 * s.rows * s.vocab * s.width / s.gemm_rate +
+                        3 * 4 * s.rows * s.vocab / s.memory_rate;
+  p.f.compute += head_f;
+  const int64_t rows = static_cast<int64_t>(s.rows);
+  const int64_t chunk = o.head_chunk_rows();
+  const int64_t r = chunk == 0 ? rows : std::min<int64_t>(chunk, rows);
+  if (s.tp > 1) {
+    // d(ln_f): all-reduced, or ln_f gathered and d(ln_f) scattered.
+    Append(p.f.tp, HiddenCalls(s, 1));
+    // The cross-entropy's max (r floats) and sums (2r) per piece; the
+    // pieces' rows add up to N.
+    const int64_t full = rows / r, rest = rows % r;
+    p.f.tp.push_back({CommOp::kAllReduce, 4 * r, full});
+    p.f.tp.push_back({CommOp::kAllReduce, 8 * r, full});
+    if (rest > 0) {
+      p.f.tp.push_back({CommOp::kAllReduce, 4 * rest, 1});
+      p.f.tp.push_back({CommOp::kAllReduce, 8 * rest, 1});
+    }
+  }
+  return head_f;
+}
+
 }  // namespace
 
 double CallSeconds(const std::vector<PlannedCall>& calls, int n,
@@ -199,44 +245,8 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
   const double block_w = layers > 0 ? p.w.compute / l : 0;
   const double block_b =
       (layers > 0 ? p.b.compute / l : 0) + (split ? 0 : block_w);
-  double embed_f = 0, head_f = 0;
-  if (chunk.has_embedding) {
-    embed_f = 2 * s.rows * s.width * s.bytes * s.full_rows / s.memory_rate;
-    p.f.compute += embed_f;
-    // Forward: an all-reduce (a reduce-scatter to this rank's rows).
-    // Backward: the gradient of every row (an all-gather).
-    if (s.tp > 1) {
-      p.f.tp.push_back(
-          {s.sequence_parallel ? CommOp::kReduceScatter : CommOp::kAllReduce,
-           s.hidden_bytes, 1});
-      if (s.sequence_parallel) {
-        p.b.tp.push_back({CommOp::kAllGather, s.hidden_bytes, 1});
-      }
-    }
-  }
-  if (chunk.has_head) {
-    // Logits, d(ln_f) and the head's weight gradient, all in F; float32
-    // logits written, read for the softmax and written as dlogits.
-    head_f = 3 * 2 * s.rows * s.vocab * s.width / s.gemm_rate +
-             3 * 4 * s.rows * s.vocab / s.memory_rate;
-    p.f.compute += head_f;
-    const int64_t rows = static_cast<int64_t>(s.rows);
-    const int64_t chunk = o.head_chunk_rows();
-    const int64_t r = chunk == 0 ? rows : std::min<int64_t>(chunk, rows);
-    if (s.tp > 1) {
-      // d(ln_f): all-reduced, or ln_f gathered and d(ln_f) scattered.
-      Append(p.f.tp, HiddenCalls(s, 1));
-      // The cross-entropy's max (r floats) and sums (2r) per piece; the
-      // pieces' rows add up to N.
-      const int64_t full = rows / r, rest = rows % r;
-      p.f.tp.push_back({CommOp::kAllReduce, 4 * r, full});
-      p.f.tp.push_back({CommOp::kAllReduce, 8 * r, full});
-      if (rest > 0) {
-        p.f.tp.push_back({CommOp::kAllReduce, 4 * rest, 1});
-        p.f.tp.push_back({CommOp::kAllReduce, 8 * rest, 1});
-      }
-    }
-  }
+  const double embed_f = chunk.has_embedding ? AddEmbeddingWork(s, p) : 0;
+  const double head_f = chunk.has_head ? AddHeadWork(o, s, p) : 0;
   if (static_cast<size_t>(index) < stage.unit_buckets.size()) {
     // ZeRO-3: B and W do the head's and the embedding's little work inside
     // their blocks' figures.

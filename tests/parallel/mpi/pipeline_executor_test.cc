@@ -227,6 +227,46 @@ class SendGuard : public Communicator {
   std::shared_ptr<int> overwritten_ = std::make_shared<int>(0);
 };
 
+// The step's stats: every action counted, and the busy and idle times
+// within the step's.
+void ExpectStepStats(const PipelineStepStats& stats,
+                     const std::vector<Action>& actions) {
+  EXPECT_EQ(stats.actions, static_cast<int64_t>(actions.size()));
+  EXPECT_GE(stats.busy_seconds, 0.0);
+  EXPECT_GE(stats.idle_seconds, 0.0);
+  EXPECT_LE(stats.busy_seconds + stats.idle_seconds,
+            stats.total_seconds * 1.0001 + 1e-6);
+  EXPECT_GE(stats.BubbleFraction(), 0.0);
+  EXPECT_LE(stats.BubbleFraction(), 1.0);
+}
+
+// The pipeline group counted one send (of kWidth doubles) per send action
+// and one receive per receive action.
+void ExpectTransfersCounted(const CommStats& counted,
+                            const std::vector<Action>& actions) {
+  int sends = 0, recvs = 0;
+  for (const Action& a : actions) {
+    sends += IsSend(a.type);
+    recvs += IsRecv(a.type);
+  }
+  EXPECT_EQ(counted.Calls(CommOp::kSend), sends);
+  EXPECT_EQ(counted.Bytes(CommOp::kSend), sends * kWidth * 8);
+  EXPECT_EQ(counted.Calls(CommOp::kRecv), recvs);
+}
+
+// Each of the stage's v chunks' gradients, and the last chunk's loss, are
+// the single-process reference's to 1e-12 relative.
+void ExpectMatchesReference(const ToyStage& toy, const Reference& ref, int v) {
+  for (int u = 0; u < v; ++u) {
+    const int chunk = toy.Chunk(u);
+    EXPECT_NEAR(toy.grad(u), ref.grad[chunk], 1e-12 * std::abs(ref.grad[chunk]))
+        << "chunk " << chunk;
+    if (toy.IsLast(u)) {
+      EXPECT_NEAR(toy.loss(), ref.loss, 1e-12 * std::abs(ref.loss));
+    }
+  }
+}
+
 class PipelineExecutorTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -299,21 +339,8 @@ class PipelineExecutorTest : public ::testing::Test {
       observed = 0;
       const PipelineStepStats stats = executor.Run(toy);
       EXPECT_EQ(observed, static_cast<int>(actions.size()));
-      EXPECT_EQ(stats.actions, static_cast<int64_t>(actions.size()));
-      EXPECT_GE(stats.busy_seconds, 0.0);
-      EXPECT_GE(stats.idle_seconds, 0.0);
-      EXPECT_LE(stats.busy_seconds + stats.idle_seconds,
-                stats.total_seconds * 1.0001 + 1e-6);
-      EXPECT_GE(stats.BubbleFraction(), 0.0);
-      EXPECT_LE(stats.BubbleFraction(), 1.0);
-      int sends = 0, recvs = 0;
-      for (const Action& a : actions) {
-        sends += IsSend(a.type);
-        recvs += IsRecv(a.type);
-      }
-      EXPECT_EQ(pipe.stats().Calls(CommOp::kSend), sends);
-      EXPECT_EQ(pipe.stats().Bytes(CommOp::kSend), sends * kWidth * 8);
-      EXPECT_EQ(pipe.stats().Calls(CommOp::kRecv), recvs);
+      ExpectStepStats(stats, actions);
+      ExpectTransfersCounted(pipe.stats(), actions);
       if (slotted) {
         EXPECT_EQ(guard->overwritten(), 0) << "sends overwritten in flight";
         int planned = 0;
@@ -324,15 +351,7 @@ class PipelineExecutorTest : public ::testing::Test {
         }
         EXPECT_EQ(toy.buffers(), static_cast<size_t>(planned));
       }
-      for (int u = 0; u < v; ++u) {
-        const int chunk = toy.Chunk(u);
-        EXPECT_NEAR(toy.grad(u), ref.grad[chunk],
-                    1e-12 * std::abs(ref.grad[chunk]))
-            << "chunk " << chunk;
-        if (toy.IsLast(u)) {
-          EXPECT_NEAR(toy.loss(), ref.loss, 1e-12 * std::abs(ref.loss));
-        }
-      }
+      ExpectMatchesReference(toy, ref, v);
     }
   }
 

@@ -269,6 +269,42 @@ TEST_F(CheckpointResumeTest, ZeroOneCheckpointsResumeUnderEveryLevel) {
   });
 }
 
+// `o` as a Llama with 2 key/value heads and untied embeddings.
+TrainOptions WithTwoKeyValueHeads(TrainOptions o) {
+  o.model.family = ModelFamilyKind::kLlama;
+  o.model.n_kv_heads = 2;
+  o.model.ffn_hidden = 64;
+  o.model.tie_embeddings = false;
+  return o;
+}
+
+// Collective over `comm`: resumes `resume` (a checkpoint of step kSaveStep
+// saved by a run on `source`, whose losses were `full`) under `layout` and
+// expects the rest of the source's curve: bit for bit under the source's
+// tp, else to 1e-4 relative.
+void ExpectResumeFollowsCurve(MpiRuntime& runtime, const Layout& layout,
+                              const Layout& source, const TrainOptions& resume,
+                              const std::vector<double>& full, MPI_Comm comm) {
+  const std::string name = absl::StrCat(layout.Name(), " from ", source.Name());
+  absl::StatusOr<mpitest::LayoutRun> run =
+      mpitest::StartLayout(runtime, layout, resume, comm);
+  ASSERT_TRUE(run.ok()) << name << ": " << run.status();
+  ASSERT_EQ(run->trainer->step(), kSaveStep) << name;
+  ASSERT_TRUE(run->trainer->Run().ok()) << name;
+  const std::vector<double>& resumed = run->trainer->losses();
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - kSaveStep)) << name;
+  const bool same_layout = layout.tp == source.tp;
+  for (int i = 0; i < kSteps - kSaveStep; ++i) {
+    const double want = full[kSaveStep + i];
+    if (same_layout) {
+      EXPECT_EQ(resumed[i], want) << name << " step " << kSaveStep + i + 1;
+    } else {
+      EXPECT_NEAR(resumed[i], want, 1e-4 * std::abs(want))
+          << name << " step " << kSaveStep + i + 1;
+    }
+  }
+}
+
 // A Llama with 2 key/value heads: under tp 4 each head is replicated over
 // two ranks, under tp 1 and tp 2 it is not. Its checkpoints stay
 // layout-free: the tp4 run's initial weights equal one process's bit for
@@ -278,11 +314,7 @@ TEST_F(CheckpointResumeTest, ZeroOneCheckpointsResumeUnderEveryLevel) {
 // the source's loss curve, and each resumes bit for bit under its own
 // layout.
 TEST_F(CheckpointResumeTest, ReplicatedKeyValueHeadsResumeAcrossTp) {
-  TrainOptions o = Options();
-  o.model.family = ModelFamilyKind::kLlama;
-  o.model.n_kv_heads = 2;
-  o.model.ffn_hidden = 64;
-  o.model.tie_embeddings = false;
+  TrainOptions o = WithTwoKeyValueHeads(Options());
   o.save_every = kSaveStep;
   const std::vector<Layout> sources = {Layout{1, 4, 1}, Layout{1, 1, 1}};
   const std::vector<std::string> dirs = {*dir_ + "/kv_tp4", *dir_ + "/kv_tp1"};
@@ -333,29 +365,11 @@ TEST_F(CheckpointResumeTest, ReplicatedKeyValueHeadsResumeAcrossTp) {
     for (const Resume& r : batch) sizes.push_back(r.layout.world());
     mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
       const Resume& r = batch[job];
-      const std::string name =
-          absl::StrCat(r.layout.Name(), " from ", sources[r.from].Name());
       TrainOptions resume = o;
       resume.save_every = 0;
       resume.resume = dirs[r.from] + "/" + CheckpointName(kSaveStep);
-      absl::StatusOr<mpitest::LayoutRun> run =
-          mpitest::StartLayout(*runtime_, r.layout, resume, comm);
-      ASSERT_TRUE(run.ok()) << name << ": " << run.status();
-      ASSERT_EQ(run->trainer->step(), kSaveStep) << name;
-      ASSERT_TRUE(run->trainer->Run().ok()) << name;
-      const std::vector<double>& resumed = run->trainer->losses();
-      ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - kSaveStep))
-          << name;
-      const bool same_layout = r.layout.tp == sources[r.from].tp;
-      for (int i = 0; i < kSteps - kSaveStep; ++i) {
-        const double want = full[r.from][kSaveStep + i];
-        if (same_layout) {
-          EXPECT_EQ(resumed[i], want) << name << " step " << kSaveStep + i + 1;
-        } else {
-          EXPECT_NEAR(resumed[i], want, 1e-4 * std::abs(want))
-              << name << " step " << kSaveStep + i + 1;
-        }
-      }
+      ExpectResumeFollowsCurve(*runtime_, r.layout, sources[r.from], resume,
+                               full[r.from], comm);
     });
   }
 }

@@ -31,6 +31,22 @@ constexpr int kSteps = 8;
 constexpr int kBadStep = 4;
 constexpr int kBadRank = 5;
 
+// Rank 0 moves checkpoint `dir`'s data position on by `samples`.
+void SkipSamples(const std::string& dir, int64_t samples) {
+  if (mpitest::WorldRank() == 0) {
+    const std::string path = dir + "/state.json";
+    nlohmann::json state;
+    {
+      std::ifstream in(path);
+      in >> state;
+    }
+    state["samples_consumed"] =
+        state["samples_consumed"].get<int64_t>() + samples;
+    std::ofstream(path) << state.dump(2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 // The parameter: the --zero level (the hook poisons what each level's
 // optimizer reads).
 class StepGuardMpiTest : public ::testing::TestWithParam<int> {
@@ -52,48 +68,22 @@ class StepGuardMpiTest : public ::testing::TestWithParam<int> {
     return o;
   }
 
-  static MpiRuntime* runtime_;
-  static std::string* dir_;
-};
-
-MpiRuntime* StepGuardMpiTest::runtime_ = nullptr;
-std::string* StepGuardMpiTest::dir_ = nullptr;
-
-// Rank 0 moves checkpoint `dir`'s data position on by `samples`.
-void SkipSamples(const std::string& dir, int64_t samples) {
-  if (mpitest::WorldRank() == 0) {
-    const std::string path = dir + "/state.json";
-    nlohmann::json state;
+  // The reference run's losses, into `losses`: steps 1..3, then step 4's
+  // batch consumed, then 4..8.
+  void RunReference(const Layout& layout, std::vector<double>& losses) const {
     {
-      std::ifstream in(path);
-      in >> state;
+      TrainOptions o = Options();
+      o.steps = kBadStep - 1;
+      o.save_dir = absl::StrCat(*dir_, "/reference", GetParam());
+      absl::StatusOr<mpitest::LayoutRun> run =
+          mpitest::StartLayout(*runtime_, layout, o, MPI_COMM_WORLD);
+      ASSERT_TRUE(run.ok()) << run.status();
+      ASSERT_TRUE(run->trainer->Run().ok());
+      losses = run->trainer->losses();
     }
-    state["samples_consumed"] =
-        state["samples_consumed"].get<int64_t>() + samples;
-    std::ofstream(path) << state.dump(2);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
-}
-
-TEST_P(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
-  const Layout layout{2, 2, 2};
-  ASSERT_EQ(mpitest::WorldSize(), layout.world());
-  // The reference: steps 1..3, then step 4's batch consumed, then 4..8.
-  std::vector<double> reference;
-  {
-    TrainOptions o = Options();
-    o.steps = kBadStep - 1;
-    o.save_dir = absl::StrCat(*dir_, "/reference", GetParam());
-    absl::StatusOr<mpitest::LayoutRun> run =
-        mpitest::StartLayout(*runtime_, layout, o, MPI_COMM_WORLD);
-    ASSERT_TRUE(run.ok()) << run.status();
-    ASSERT_TRUE(run->trainer->Run().ok());
-    reference = run->trainer->losses();
-  }
-  const std::string checkpoint = absl::StrCat(
-      *dir_, "/reference", GetParam(), "/", CheckpointName(kBadStep - 1));
-  SkipSamples(checkpoint, Options().global_batch_size);
-  {
+    const std::string checkpoint = absl::StrCat(
+        *dir_, "/reference", GetParam(), "/", CheckpointName(kBadStep - 1));
+    SkipSamples(checkpoint, Options().global_batch_size);
     TrainOptions o = Options();
     o.resume = checkpoint;
     absl::StatusOr<mpitest::LayoutRun> run =
@@ -101,8 +91,22 @@ TEST_P(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
     ASSERT_TRUE(run.ok()) << run.status();
     ASSERT_TRUE(run->trainer->Run().ok());
     const std::vector<double>& tail = run->trainer->losses();
-    reference.insert(reference.end(), tail.begin(), tail.end());
+    losses.insert(losses.end(), tail.begin(), tail.end());
   }
+
+  static MpiRuntime* runtime_;
+  static std::string* dir_;
+};
+
+MpiRuntime* StepGuardMpiTest::runtime_ = nullptr;
+std::string* StepGuardMpiTest::dir_ = nullptr;
+
+TEST_P(StepGuardMpiTest, NanOnOneRankIsSkippedEverywhereAndTrainingGoesOn) {
+  const Layout layout{2, 2, 2};
+  ASSERT_EQ(mpitest::WorldSize(), layout.world());
+  std::vector<double> reference;
+  RunReference(layout, reference);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(reference.size(), static_cast<size_t>(kSteps));
 
   // The guarded run: rank 5's gradient turns NaN at step 4.

@@ -217,6 +217,39 @@ TEST_P(TensorParallelTest, VocabParallelEmbeddingMatchesTheWholeTable) {
   ExpectShardOf(table.grad, table.spec, dwhole, "dtable");
 }
 
+// The tied LM head and the cross-entropy over the whole vocabulary in one
+// process, for rows x (n × c) of table `whole` (kVocab × c): the losses and
+// the gradients of the logits, of x and of the table, the loss scaled by
+// `scale`.
+struct WholeHead {
+  Tensor losses, dlogits, dx, dtable;
+};
+WholeHead WholeHeadAndLoss(const Tensor& x, const Tensor& whole,
+                           const Tensor& targets, double scale) {
+  const int64_t n = x.shape()[0], c = x.shape()[1];
+  Tensor L = Tensor::Empty({n, kVocab}, DType::kF64);
+  MatmulForward(x, whole, Tensor(), L, WeightLayout::kOutIn);
+  Tensor row_max = Tensor::Empty({n}, DType::kF64);
+  Tensor sumexp = Tensor::Empty({n}, DType::kF64);
+  Tensor target_logit = Tensor::Empty({n}, DType::kF64);
+  WholeHead out;
+  out.losses = Tensor::Empty({n}, DType::kF64);
+  CrossEntropyRowMax(L, kVocab, row_max);
+  CrossEntropyRowSumExp(L, kVocab, row_max, sumexp);
+  CrossEntropyTargetLogit(L, targets, 0, kVocab, target_logit);
+  CrossEntropyLoss(row_max, sumexp, target_logit, out.losses);
+  out.dlogits = Tensor::Empty({n, kVocab}, DType::kF64);
+  CrossEntropyBackward(L, targets, 0, kVocab, row_max, sumexp, scale,
+                       out.dlogits);
+  out.dx = Tensor::Zeros({n, c}, DType::kF64);
+  out.dtable = Tensor::Zeros({kVocab, c}, DType::kF64);
+  Tensor no_bias;
+  MatmulBackwardInput(out.dlogits, whole, out.dx, WeightLayout::kOutIn);
+  MatmulBackwardWeight(out.dlogits, x, out.dtable, no_bias,
+                       WeightLayout::kOutIn);
+  return out;
+}
+
 // The tied LM head (logits = x · wteᵀ on the local vocabulary rows) and the
 // vocab-parallel cross-entropy against the whole vocabulary: losses, the
 // logit gradient, the input gradient (all-reduced over tp) and the table's
@@ -275,33 +308,18 @@ TEST_P(TensorParallelTest, VocabParallelHeadAndLossMatchTheWholeVocabulary) {
   EXPECT_EQ(MaxRelativeDifference(chunk_losses, state.losses), 0.0);
   EXPECT_EQ(MaxRelativeDifference(chunk_dlogits, dlogits), 0.0);
   // Whole.
-  const Tensor whole = Whole({kVocab, c}, 3);
-  Tensor L = Tensor::Empty({n, kVocab}, DType::kF64);
-  MatmulForward(x, whole, Tensor(), L, WeightLayout::kOutIn);
-  Tensor row_max = Tensor::Empty({n}, DType::kF64);
-  Tensor sumexp = Tensor::Empty({n}, DType::kF64);
-  Tensor target_logit = Tensor::Empty({n}, DType::kF64);
-  Tensor losses = Tensor::Empty({n}, DType::kF64);
-  CrossEntropyRowMax(L, kVocab, row_max);
-  CrossEntropyRowSumExp(L, kVocab, row_max, sumexp);
-  CrossEntropyTargetLogit(L, targets, 0, kVocab, target_logit);
-  CrossEntropyLoss(row_max, sumexp, target_logit, losses);
-  Tensor dL = Tensor::Empty({n, kVocab}, DType::kF64);
-  CrossEntropyBackward(L, targets, 0, kVocab, row_max, sumexp, scale, dL);
-  Tensor dX = Tensor::Zeros({n, c}, DType::kF64);
-  Tensor dW = Tensor::Zeros({kVocab, c}, DType::kF64);
-  MatmulBackwardInput(dL, whole, dX, WeightLayout::kOutIn);
-  MatmulBackwardWeight(dL, x, dW, no_bias, WeightLayout::kOutIn);
-  ExpectNearAll(state.losses, losses, "losses");
+  const WholeHead want =
+      WholeHeadAndLoss(x, Whole({kVocab, c}, 3), targets, scale);
+  ExpectNearAll(state.losses, want.losses, "losses");
   ExpectShardOf(dlogits,
-                Split({n, kVocab}, 1, 1, PaddedVocab(kVocab, tp_size_)), dL,
-                "dlogits");
-  ExpectNearAll(dx, dX, "dx");
-  ExpectShardOf(table.grad, table.spec, dW, "dwte");
+                Split({n, kVocab}, 1, 1, PaddedVocab(kVocab, tp_size_)),
+                want.dlogits, "dlogits");
+  ExpectNearAll(dx, want.dx, "dx");
+  ExpectShardOf(table.grad, table.spec, want.dtable, "dwte");
   // A loss is a loss: log(V) is what uniform logits would give.
   for (int64_t i = 0; i < n; ++i) {
-    EXPECT_GT(losses.data<double>()[i], 0.0);
-    EXPECT_LT(losses.data<double>()[i], 2 * std::log(kVocab));
+    EXPECT_GT(want.losses.data<double>()[i], 0.0);
+    EXPECT_LT(want.losses.data<double>()[i], 2 * std::log(kVocab));
   }
 }
 

@@ -143,6 +143,56 @@ void ExpectBounded(Trainer& trainer, const char* when) {
   EXPECT_LT(peak, bounds.whole);
 }
 
+// The test's model: `options`' with 6 layers, as Llama (2 key/value heads,
+// untied embeddings) or GPT-2, for two steps with several buckets per block.
+TrainOptions SixLayerOptions(TrainOptions options, bool llama) {
+  options.model.n_layer = 6;
+  if (llama) {
+    options.model.family = ModelFamilyKind::kLlama;
+    options.model.n_kv_heads = 2;
+    options.model.ffn_hidden = 64;
+    options.model.tie_embeddings = false;
+  }
+  options.steps = 2;
+  options.dp_bucket_mb = 0.01;  // several buckets per block
+  return options;
+}
+
+// The checkpoint at `step` checksums every primary parameter's weights and
+// both moments.
+void ExpectCheckpointChecksums(const std::string& step, Trainer& trainer) {
+  ExpectChecksums(absl::StrCat(step, "/", kModelFile), trainer, "");
+  ExpectChecksums(absl::StrCat(step, "/", kOptimizerFile), trainer, "exp_avg");
+  ExpectChecksums(absl::StrCat(step, "/", kOptimizerFile), trainer,
+                  "exp_avg_sq");
+}
+
+// The high-water marks of whole-weight bytes the test saw, in bytes.
+struct WholePeaks {
+  size_t at_steps, at_save, at_resume, at_load;
+};
+
+// What save and load did before, every weight whole at once, reaches the
+// stage's whole weights (so the bounds above are not met by accident);
+// rank 0 prints the peaks for the record (docs/performance.md).
+void ExpectGatherAllReachesWhole(Trainer& trainer, const std::string& name,
+                                 const WholePeaks& peaks) {
+  auto* sharded = const_cast<ShardedParameters*>(trainer.sharded_parameters());
+  sharded->GatherAll();
+  sharded->ShardAll(/*keep=*/false);
+  const Bounds bounds = BoundsOf(trainer);
+  EXPECT_GE(sharded->peak_whole_bytes(), bounds.whole)
+      << "the high-water mark misses a gather of every weight";
+  if (mpitest::WorldRank() == 0) {
+    std::printf(
+        "%s: whole weights held at most (bytes): construction 0, then "
+        "two steps %zu, save %zu; resume %zu, then load %zu; two "
+        "largest units %zu; all at once (GatherAll) %zu\n",
+        name.c_str(), peaks.at_steps, peaks.at_save, peaks.at_resume,
+        peaks.at_load, bounds.two_units, bounds.whole);
+  }
+}
+
 TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
   if (mpitest::WorldSize() != 4) GTEST_SKIP() << "needs 4 ranks";
   for (const bool llama : {false, true}) {
@@ -150,16 +200,8 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
       const std::string name =
           absl::StrCat(llama ? "llama " : "gpt2 ", layout.Name());
       SCOPED_TRACE(name);
-      TrainOptions options = mpitest::TinyModelOptions(*data_);
-      options.model.n_layer = 6;
-      if (llama) {
-        options.model.family = ModelFamilyKind::kLlama;
-        options.model.n_kv_heads = 2;
-        options.model.ffn_hidden = 64;
-        options.model.tie_embeddings = false;
-      }
-      options.steps = 2;
-      options.dp_bucket_mb = 0.01;  // several buckets per block
+      TrainOptions options =
+          SixLayerOptions(mpitest::TinyModelOptions(*data_), llama);
       const std::string save_dir =
           absl::StrCat(*dir_, "/", llama ? "llama-" : "gpt2-", layout.Name());
       // --zero=0's starting weights on this rank.
@@ -194,14 +236,8 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
       ExpectBounded(trainer, "after two steps and a save");
       // The checksums, added after the bytes, are there for every rank's
       // parameters (the resume below verifies them).
-      {
-        const std::string step = absl::StrCat(save_dir, "/", CheckpointName(2));
-        ExpectChecksums(absl::StrCat(step, "/", kModelFile), trainer, "");
-        ExpectChecksums(absl::StrCat(step, "/", kOptimizerFile), trainer,
-                        "exp_avg");
-        ExpectChecksums(absl::StrCat(step, "/", kOptimizerFile), trainer,
-                        "exp_avg_sq");
-      }
+      ExpectCheckpointChecksums(absl::StrCat(save_dir, "/", CheckpointName(2)),
+                                trainer);
       const size_t at_save = trainer.sharded_parameters()->peak_whole_bytes();
       const std::map<std::string, std::vector<char>> saved = Weights(trainer);
 
@@ -225,24 +261,8 @@ TEST_F(Zero3IoTest, WholeWeightsStayWithinTwoUnits) {
       EXPECT_TRUE(Weights(*resumed->trainer) == saved);
       const size_t at_load =
           resumed->trainer->sharded_parameters()->peak_whole_bytes();
-
-      // What save and load did before: every weight whole at once.
-      auto* sharded = const_cast<ShardedParameters*>(
-          resumed->trainer->sharded_parameters());
-      sharded->GatherAll();
-      sharded->ShardAll(/*keep=*/false);
-      const Bounds bounds = BoundsOf(*resumed->trainer);
-      EXPECT_GE(sharded->peak_whole_bytes(), bounds.whole)
-          << "the high-water mark misses a gather of every weight";
-      // Rank 0's numbers, for the record (docs/performance.md).
-      if (mpitest::WorldRank() == 0) {
-        std::printf(
-            "%s: whole weights held at most (bytes): construction 0, then "
-            "two steps %zu, save %zu; resume %zu, then load %zu; two "
-            "largest units %zu; all at once (GatherAll) %zu\n",
-            name.c_str(), at_steps, at_save, at_resume, at_load,
-            bounds.two_units, bounds.whole);
-      }
+      ExpectGatherAllReachesWhole(*resumed->trainer, name,
+                                  {at_steps, at_save, at_resume, at_load});
     }
   }
 }
