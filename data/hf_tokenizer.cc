@@ -162,6 +162,11 @@ HfTokenizer::~HfTokenizer() = default;
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::Load(
     const std::string& path) {
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hf tokenizer: ", path, " is a directory; pass --tokenizer=hf:",
+        (std::filesystem::path(path) / "tokenizer.json").string()));
+  }
   if (!std::filesystem::is_regular_file(path, ec)) {
     return absl::NotFoundError(
         absl::StrCat("hf tokenizer: ", path,

@@ -16,6 +16,12 @@ SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>>
 SentencePieceTokenizer::Load(const std::string& path) {
   std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sentencepiece tokenizer: ", path,
+        " is a directory; pass --tokenizer=sentencepiece:PATH.model, the "
+        "model file inside it"));
+  }
   if (!std::filesystem::is_regular_file(path, ec)) {
     return absl::NotFoundError(
         absl::StrCat("sentencepiece tokenizer: ", path,

@@ -142,6 +142,10 @@ absl::StatusOr<SafetensorsReader> SafetensorsReader::Open(
     return absl::NotFoundError(
         absl::StrCat(path, ": cannot open: ", ErrnoText()));
   }
+  if (S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a directory, not a safetensors file"));
+  }
   const uint64_t size = static_cast<uint64_t>(info.st_size);
   unsigned char length_bytes[8];
   if (size < 8 ||

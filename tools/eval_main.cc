@@ -64,7 +64,7 @@ absl::StatusOr<StreamEval> Evaluate(const MpiRuntime& runtime) {
         absl::StrCat("--max_windows=", absl::GetFlag(FLAGS_max_windows),
                      " must be at least 0 (0: every window)"));
   }
-  TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(load, ""));
+  TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(load, "", "--load"));
   TrainOptions o;
   ReadParallelFlags(o);
   o.data = absl::GetFlag(FLAGS_data);

@@ -6,7 +6,6 @@
 //   trellis-plan --flagfile=configs/tiny.flags --cluster=cpu --world=2 --json
 //   trellis-plan ... --explain=1    (or a layout name from the table)
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/blend.h"
 #include "framework/progress_bar.h"
+#include "framework/text_file.h"
 #include "parallel/schedule.h"
 #include "tools/options/option_flags.h"
 #include "tools/options/program_help.h"
@@ -84,9 +84,13 @@ absl::StatusOr<ClusterSpec> ClusterWithProfile() {
                            LoadCluster(absl::GetFlag(FLAGS_cluster)));
   const std::string profile = absl::GetFlag(FLAGS_profile);
   if (!profile.empty()) {
-    std::ifstream in(profile);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (!in || j.is_discarded()) {
+    absl::StatusOr<std::string> text = ReadTextFile(profile);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--profile: ", text.status().message()));
+    }
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_discarded()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--profile=", profile, " cannot be read as JSON"));
     }

@@ -251,6 +251,13 @@ absl::StatusOr<int64_t> InputBytes(const std::vector<std::string>& inputs) {
   int64_t total = 0;
   for (const std::string& name : inputs) {
     std::error_code error;
+    if (std::filesystem::is_directory(name, error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--input ", name,
+          " is a directory; name its files (comma-separated, or a glob "
+          "such as '",
+          name, "/*.jsonl')"));
+    }
     if (!std::filesystem::is_regular_file(name, error)) {
       return absl::NotFoundError(
           absl::StrCat("--input ", name, ": no such file"));

@@ -6,7 +6,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
@@ -316,6 +320,41 @@ TEST(HfConvertTest, BadInputsNameTheFileAndTensor) {
   EXPECT_THAT(std::string(deep.status().message()),
               AllOf(HasSubstr("100000 layers"),
                     HasSubstr(absl::StrCat("weights of ", kL))));
+}
+
+// A NaN or an infinity in the weights is refused at import, naming the
+// file, the tensor, the element and the value (such a checkpoint used to be
+// written, then refused by every program that loaded it).
+TEST(HfConvertTest, NonFiniteWeightsAreRefusedNamingTheTensor) {
+  const std::string dir = Scratch();
+  const std::string file = dir + "/model.safetensors";
+  const struct {
+    float value;
+    const char* name;
+  } cases[] = {{std::nanf(""), "NaN"},
+               {std::numeric_limits<float>::infinity(), "+inf"},
+               {-std::numeric_limits<float>::infinity(), "-inf"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    WriteHfModel(dir, {DType::kF32, "", false});
+    uint64_t header = 0;
+    std::string bytes = test::ReadBytes(file);
+    std::memcpy(&header, bytes.data(), sizeof(header));
+    absl::StatusOr<SafetensorsReader> reader = SafetensorsReader::Open(file);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    const SafetensorsEntry* e = reader->Find("h.1.mlp.c_fc.weight");
+    ASSERT_NE(e, nullptr);
+    std::memcpy(bytes.data() + 8 + header + e->begin + 3 * sizeof(float),
+                &c.value, sizeof(float));
+    WriteBytes(file, bytes);
+    const absl::StatusOr<ConvertSummary> r =
+        ConvertTo(dir, "trellis", dir + "/ckpt");
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(std::string(r.status().message()),
+                AllOf(HasSubstr(file), HasSubstr("'h.1.mlp.c_fc.weight'"),
+                      HasSubstr(absl::StrCat(c.name, " at element"))));
+    EXPECT_FALSE(fs::exists(dir + "/ckpt"));
+  }
 }
 
 TEST(LlmcRoundTripTest, ReproducesTheFileBitForBit) {

@@ -423,6 +423,46 @@ TEST_F(ProgramsTest, PreprocessBadInput) {
   EXPECT_FALSE(fs::exists(out + ".tmp"));
 }
 
+// A directory where a file belongs is said to be one, in one line naming
+// the flag: state.json as a directory aborted trellis-eval with an
+// uncaught stream exception, readers reported "truncated: 4096 bytes", and
+// --input said "no such file".
+TEST_F(ProgramsTest, DirectoriesWhereFilesBelongAreSaidSo) {
+  const std::string text = dir_ + "/a.txt";
+  std::ofstream(text) << "Some text.\n";
+  const std::string folder = dir_ + "/folder";
+  fs::create_directories(folder);
+  const std::string out = dir_ + "/out.h5";
+  ExpectError("preprocess", {"--input=" + folder, "--output=" + out},
+              {"--input " + folder, "is a directory", "glob"});
+  ExpectError(
+      "preprocess",
+      {"--input=" + text, "--output=" + out, "--tokenizer=hf:" + folder},
+      {"is a directory", "--tokenizer=hf:" + folder + "/tokenizer.json"});
+  ExpectError("preprocess",
+              {"--input=" + text, "--output=" + out,
+               "--tokenizer=sentencepiece:" + folder},
+              {folder, "is a directory"});
+  const std::string ck = dir_ + "/ck";
+  fs::create_directories(ck + "/state.json");
+  ExpectError("eval", {"--load=" + ck, "--data=" + text},
+              {ck + "/state.json is a directory"});
+  ExpectError("generate", {"--load=" + folder, "--prompt=hi"},
+              {"--load=" + folder});
+  const std::string hf = dir_ + "/hf";
+  fs::create_directories(hf + "/model.safetensors");
+  ExpectError("convert", {"--input=" + hf, "--to=trellis", "--output=x"},
+              {hf + "/model.safetensors is a directory"});
+  ExpectError(
+      "convert",
+      {"--input=" + folder, "--from=llmc", "--to=trellis", "--output=y"},
+      {folder + " is a directory, not an llm.c"});
+  fs::create_directories(dir_ + "/cluster.json");
+  ExpectError("plan", {"--cluster=" + dir_ + "/cluster.json"},
+              {"--cluster", "is a directory"});
+  EXPECT_FALSE(fs::exists(out));
+}
+
 // Every program's --help lists its own flags with their defaults and
 // descriptions, grouped, and exits 0; trellis-train's lists every option.
 TEST_F(ProgramsTest, EveryProgramExplainsItsFlags) {

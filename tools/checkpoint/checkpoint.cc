@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -20,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "framework/hdf5.h"
+#include "framework/text_file.h"
 #include "tools/checkpoint/checkpoint_files.h"
 #include "tools/checkpoint/file_tie.h"
 #include "tools/checkpoint/model_config_json.h"
@@ -208,12 +208,16 @@ absl::StatusOr<TrainingState> StateFromJson(const nlohmann::json& j) {
 
 absl::StatusOr<TrainingState> ReadTrainingState(const std::string& dir) {
   const fs::path path = fs::path(dir) / kStateFile;
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadTextFile(path.string());
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(
         absl::StrCat(path.string(), " not found: not a trellis checkpoint"));
   }
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        text.status().message(), ": not a trellis checkpoint's state.json"));
+  }
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::DataLossError(absl::StrCat(path.string(), " is not JSON"));
   }

@@ -92,7 +92,8 @@ absl::Status CheckLatestPointer(const std::string& save_dir) {
 }
 
 absl::StatusOr<ResumePoint> FindResumePoint(const std::string& resume,
-                                            const std::string& save_dir) {
+                                            const std::string& save_dir,
+                                            const std::string& flag) {
   if (resume.empty()) return ResumePoint();
   const bool automatic = resume == "auto";
   const fs::path base = automatic ? fs::path(save_dir) : fs::path(resume);
@@ -107,23 +108,24 @@ absl::StatusOr<ResumePoint> FindResumePoint(const std::string& resume,
   if (latest >> name) {
     named = base / name;
     if (!fs::exists(named / kStateFile)) {
-      return absl::DataLossError(absl::StrCat(
-          (base / kLatest).string(), " names ", name,
-          ", which is missing or incomplete; point --resume at a step_* "
-          "directory"));
+      return absl::DataLossError(
+          absl::StrCat((base / kLatest).string(), " names ", name,
+                       ", which is missing or incomplete; point ", flag,
+                       " at a step_* directory"));
     }
   }
   if (automatic) return FindAutomatic(base, named);
   if (!named.empty()) return ResumePoint{named.string(), ""};
   return absl::NotFoundError(absl::StrCat(
-      "--resume=", resume, " is neither a checkpoint directory (with ",
+      flag, "=", resume, " is neither a checkpoint directory (with ",
       kStateFile, ") nor a save directory with a `latest` file"));
 }
 
 absl::StatusOr<std::string> ResolveResume(const std::string& resume,
-                                          const std::string& save_dir) {
+                                          const std::string& save_dir,
+                                          const std::string& flag) {
   TRELLIS_ASSIGN_OR_RETURN(ResumePoint point,
-                           FindResumePoint(resume, save_dir));
+                           FindResumePoint(resume, save_dir, flag));
   return point.dir;
 }
 

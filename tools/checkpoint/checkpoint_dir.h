@@ -42,12 +42,15 @@ absl::Status CheckLatestPointer(const std::string& save_dir);
 // when `latest` is missing, empty or unreadable, the newest complete step_*),
 // else a fresh start; anything else is a checkpoint directory (or a save_dir
 // holding `latest`). A `latest` naming a missing checkpoint is DataLoss.
-absl::StatusOr<ResumePoint> FindResumePoint(const std::string& resume,
-                                            const std::string& save_dir);
+// Messages name the flag the path came in (`flag`: --resume, --load, ...).
+absl::StatusOr<ResumePoint> FindResumePoint(
+    const std::string& resume, const std::string& save_dir,
+    const std::string& flag = "--resume");
 
 // FindResumePoint's directory alone.
 absl::StatusOr<std::string> ResolveResume(const std::string& resume,
-                                          const std::string& save_dir);
+                                          const std::string& save_dir,
+                                          const std::string& flag = "--resume");
 
 // The steps of the step_* directories in `save_dir` (complete or not),
 // ascending; empty when it does not exist.

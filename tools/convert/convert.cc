@@ -135,7 +135,8 @@ absl::StatusOr<Input> ReadLlmc(const ConvertOptions& o, TensorProgress& bar) {
 
 absl::StatusOr<Input> ReadTrellis(const ConvertOptions& o, bool moments,
                                   TensorProgress& bar) {
-  TRELLIS_ASSIGN_OR_RETURN(std::string dir, ResolveResume(o.input, ""));
+  TRELLIS_ASSIGN_OR_RETURN(std::string dir,
+                           ResolveResume(o.input, "", "--input"));
   Input in;
   in.is_trellis = true;
   TRELLIS_ASSIGN_OR_RETURN(in.state, ReadTrainingState(dir));

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -13,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "framework/float16.h"
 #include "framework/kernels/layernorm.h"
+#include "framework/text_file.h"
 #include "tools/convert/hf_tensors.h"
 #include "transformer/model_family.h"
 
@@ -185,14 +185,15 @@ int64_t WholeModel::NumBytes() const {
 }
 
 absl::StatusOr<ModelConfig> ReadHfConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(
         absl::StrCat(path,
                      " not found; a Hugging Face model directory holds "
                      "config.json next to model.safetensors"));
   }
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  TRELLIS_RETURN_IF_ERROR(text.status());
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a JSON object"));

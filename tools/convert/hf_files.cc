@@ -12,20 +12,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "framework/status.h"
+#include "framework/text_file.h"
 
 namespace trellis {
 namespace fs = std::filesystem;
 namespace {
 
 absl::StatusOr<nlohmann::json> ReadJsonObject(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (absl::IsNotFound(text.status())) {
     return absl::NotFoundError(absl::StrCat(
         path,
         " not found; a Hugging Face model directory holds config.json "
         "and model.safetensors or model.safetensors.index.json"));
   }
-  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  TRELLIS_RETURN_IF_ERROR(text.status());
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a JSON object"));

@@ -1,8 +1,11 @@
 #include "tools/convert/hf_tensors.h"
 
+#include <cmath>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "framework/float16.h"
 #include "framework/status.h"
 
@@ -15,6 +18,27 @@ Tensor ConvertTo(const Tensor& t, DType dtype) {
   return out;
 }
 
+namespace {
+
+// OK when every value of float32 `t` is finite; otherwise names the tensor,
+// the first bad element and its value.
+absl::Status CheckFinite(const Tensor& t, const std::string& name,
+                         const std::string& path) {
+  const float* v = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (std::isfinite(v[i])) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": tensor '", name, "' ", ShapeString(t.shape()), " holds ",
+        std::isnan(v[i]) ? "NaN" : (v[i] > 0 ? "+inf" : "-inf"), " at element ",
+        i,
+        "; trellis imports finite weights only (re-export the model from a "
+        "healthy checkpoint)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Tensor> ReadHfMapped(const HfSafetensors& files,
                                     const HfTensorMapping& m,
                                     const std::string& prefix, DType* stored,
@@ -25,6 +49,8 @@ absl::StatusOr<Tensor> ReadHfMapped(const HfSafetensors& files,
     *stored = t.dtype();
     *bytes += t.nbytes();
     parts.push_back(ConvertTo(t, DType::kF32));
+    TRELLIS_RETURN_IF_ERROR(
+        CheckFinite(parts.back(), prefix + p.name, files.path()));
   }
   if (!m.transposed) return parts[0];
   // The parts' rows stacked, then transposed: part rows become columns.

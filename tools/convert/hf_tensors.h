@@ -26,7 +26,8 @@ Tensor ConvertTo(const Tensor& t, DType dtype);
 
 // The float32 trellis tensor of row `m`, read from its parts in `files`,
 // each named `prefix` + the part's name. Sets *stored to the parts' dtype
-// and adds the bytes read to *bytes. Errors name the file and the tensor.
+// and adds the bytes read to *bytes. Errors name the file and the tensor;
+// a NaN or infinite value is one (the element and its value named).
 absl::StatusOr<Tensor> ReadHfMapped(const HfSafetensors& files,
                                     const HfTensorMapping& m,
                                     const std::string& prefix, DType* stored,

@@ -1,7 +1,6 @@
 #include "tools/convert/llama_tensors.h"
 
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -10,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "framework/float16.h"
 #include "framework/status.h"
+#include "framework/text_file.h"
 #include "tools/convert/hf_tensors.h"
 #include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
@@ -138,9 +138,9 @@ absl::Status CheckExtra(const HfSafetensors& files, const std::string& name,
 }  // namespace
 
 absl::StatusOr<ModelConfig> ReadHfLlamaConfig(const std::string& path) {
-  std::ifstream in(path);
-  const json j = json::parse(in, nullptr, false);
-  if (!in || j.is_discarded() || !j.is_object()) {
+  TRELLIS_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(path));
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, " is not a JSON object"));
   }

@@ -143,6 +143,10 @@ absl::StatusOr<LlmcReader> LlmcReader::Open(const std::string& path) {
     return absl::NotFoundError(
         absl::StrCat(path, ": cannot open: ", ErrnoText()));
   }
+  if (S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a directory, not an llm.c .bin file"));
+  }
   const int64_t size = info.st_size;
   int32_t words[256];
   if (size < kLlmcHeaderBytes ||

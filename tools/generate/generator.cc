@@ -114,7 +114,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
   absl::StatusOr<std::string> dir =
       o.load.empty()
           ? absl::InvalidArgumentError("--load is required: a checkpoint")
-          : ResolveResume(o.load, "");
+          : ResolveResume(o.load, "", "--load");
   absl::StatusOr<TrainingState> state =
       dir.ok() ? ReadTrainingState(*dir) : dir.status();
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =

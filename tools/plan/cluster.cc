@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -20,6 +18,7 @@
 #include "framework/device_info.h"
 #include "framework/kernels/attention.h"
 #include "framework/status.h"
+#include "framework/text_file.h"
 #include "tools/plan/pass_measure.h"
 #include "tools/trainer/health/peak_flops.h"
 
@@ -258,13 +257,12 @@ nlohmann::json ClusterToJson(const ClusterSpec& c) {
 
 absl::StatusOr<ClusterSpec> LoadCluster(const std::string& name_or_path) {
   if (!absl::EndsWith(name_or_path, ".json")) return Preset(name_or_path);
-  std::ifstream in(name_or_path);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("--cluster=", name_or_path, " cannot be read"));
+  absl::StatusOr<std::string> text = ReadTextFile(name_or_path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--cluster: ", text.status().message()));
   }
-  const std::string text(std::istreambuf_iterator<char>(in), {});
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) {
     return Bad(name_or_path, "is not valid JSON");
   }
