@@ -26,7 +26,7 @@
 #include "tools/trainer/layout_report.h"
 #include "tools/trainer/trainer.h"
 
-ABSL_FLAG(std::string, stop_signals, "USR1,TERM",
+ABSL_FLAG(std::string, stop_signals, trellis::kDefaultStopSignals,
           "signals that end the run cleanly after the current step, saving "
           "a checkpoint when --save_dir is set");
 
@@ -169,8 +169,18 @@ int TrainAndReport(Trainer& trainer, bool root, int world) {
         Readable(arena.fallback_bytes).c_str());
   }
   if (*run == Trainer::Outcome::kStopped && root) {
-    std::printf("trellis-train: stopped by signal %d after step %lld\n",
-                StopSignalReceived(), static_cast<long long>(trainer.step()));
+    // The stop is agreed over the ranks; this one may not have had it.
+    const int signal = StopSignalReceived();
+    if (signal != 0) {
+      std::printf("trellis-train: stopped by signal %d after step %lld (%s)\n",
+                  signal, static_cast<long long>(trainer.step()),
+                  SignalName(signal).c_str());
+    } else {
+      std::printf(
+          "trellis-train: stopped by a stop signal on another rank after "
+          "step %lld\n",
+          static_cast<long long>(trainer.step()));
+    }
   }
   if (!trainer.metrics_failure().empty()) {
     return Fail(
@@ -182,6 +192,10 @@ int TrainAndReport(Trainer& trainer, bool root, int world) {
 }
 
 int Main(int argc, char** argv) {
+  // First thing: MPI_Init and reading the flags take a while, and a stop
+  // signal meanwhile would end the run without a word. The defaults always
+  // parse; --stop_signals replaces them below.
+  InstallStopSignals(kDefaultStopSignals).IgnoreError();
   MpiRuntime runtime(&argc, &argv);
   absl::SetProgramUsageMessage(
       "trains a GPT; see README.md. Launch under mpirun for dp/tp/pp > 1.");

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,6 +131,61 @@ TEST_F(StartupTest, StopSignalDuringStartupEndsTheRun) {
   EXPECT_THAT(r.err, HasSubstr("(SIGTERM)"));
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
   EXPECT_LT(r.seconds, kPromptSeconds);
+}
+
+// A stop signal that arrives before the flags are read (MPI_Init and the
+// flag file come first) ends the run as one during start-up does; it used
+// to kill it silently, the handler being installed after both. The flags
+// come from a FIFO, so the program waits inside flag parsing until the
+// signal has been sent.
+TEST_F(StartupTest, StopSignalBeforeTheFlagsAreReadEndsTheRun) {
+  const std::string fifo = dir_ + "/flags.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string binary =
+      absl::StrCat(TRELLIS_BINARY_DIR, "/bin/trellis-train");
+  const std::string err_path = dir_ + "/stderr.txt";
+  std::vector<std::string> strings = {binary, "--flagfile=" + fifo};
+  std::vector<char*> argv;
+  for (std::string& s : strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
+                                   O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(),
+                        environ),
+            0);
+  posix_spawn_file_actions_destroy(&actions);
+  // The flag file is opened once MPI is up; only then is the signal sent.
+  int status = 0;
+  int fd = -1;
+  for (int i = 0; i < 1200 && fd < 0; ++i) {
+    fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);  // ENXIO: no reader yet
+    if (fd < 0) {
+      ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "ended early";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ASSERT_GE(fd, 0) << "trellis-train never read its flag file";
+  kill(pid, SIGUSR1);
+  std::string flags;
+  for (const std::string& flag : DeepFlags(data_)) flags += flag + "\n";
+  // The program may be gone already (killed by the signal): no SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
+  EXPECT_EQ(write(fd, flags.data(), flags.size()),
+            static_cast<ssize_t>(flags.size()));
+  close(fd);
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::ifstream in(err_path);
+  const std::string err(std::istreambuf_iterator<char>(in), {});
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_NE(WEXITSTATUS(status), 0) << err;
+  EXPECT_THAT(err, HasSubstr("stopped during start-up"));
+  EXPECT_THAT(err, HasSubstr("(SIGUSR1)"));
+  EXPECT_EQ(err.find('\n'), err.size() - 1) << "not one line: " << err;
 }
 
 }  // namespace

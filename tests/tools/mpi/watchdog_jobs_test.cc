@@ -7,6 +7,8 @@
 //   - a rank that skips a collective is named as the one whose sequence
 //     number lags, by the ranks that time out waiting on it.
 // Each leaves flight_<rank>.json files behind and no process running.
+// Beside them, a job whose stop signal reaches one rank only: every rank
+// stops together, and rank 0 says that another rank had the signal.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -138,6 +140,54 @@ TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
         << "does not name the stopped rank: " << line;
   }
   EXPECT_GE(CountDumps(save_dir), 1) << output;
+}
+
+TEST(StopSignalJobTest, ASignalToOneRankStopsTheJobAndRankZeroSaysWhere) {
+  const std::string dir = test::ScratchDir();
+  const std::string data = dir + "/byte.h5";
+  const std::string metrics = dir + "/metrics.jsonl";
+  const std::string log = dir + "/train.txt";
+  test::WriteTokenFile(data, test::kByteVocab, 4000);
+  TrainOptions o = test::TinyOptions(data);
+  o.steps = 1000000;
+  o.log_every = 1;
+  o.eval_every = 0;
+  o.dp = 2;
+  o.metrics_file = metrics;
+  o.save_dir = dir + "/ck";
+  std::vector<std::string> argv = test::Mpirun(2, {"OPENBLAS_NUM_THREADS"});
+  argv.push_back(test::Program("train"));
+  for (const std::string& flag : std::vector<std::string>(
+           absl::StrSplit(o.ToFlagString(), '\n', absl::SkipEmpty()))) {
+    argv.push_back(flag);
+  }
+  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
+  const pid_t mpirun = test::StartProgram(argv, log);
+  ASSERT_GT(mpirun, 0);
+  pid_t rank1 = -1;
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(120);
+  while (Clock::now() < give_up) {
+    const std::string lines = test::ReadFile(metrics);
+    if (std::count(lines.begin(), lines.end(), '\n') >= 2) {
+      rank1 = test::FindRank(mpirun, 1);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (rank1 <= 0) {
+    KillJob(mpirun, -1);
+    FAIL() << "training did not start, or rank 1 was not found:\n"
+           << test::ReadFile(log);
+  }
+  ASSERT_EQ(::kill(rank1, SIGUSR1), 0);
+  const int exit_code = test::WaitProgram(mpirun, 120);
+  const std::string output = test::ReadFile(log);
+  EXPECT_EQ(exit_code, 0) << output;
+  EXPECT_THAT(output, testing::ContainsRegex(
+                          "trellis-train: stopped by a stop signal on another "
+                          "rank after step [0-9]+\n"))
+      << output;
+  EXPECT_THAT(output, testing::Not(testing::HasSubstr("signal 0")));
 }
 
 // The fault program's six operations on world are all-reduces or barriers

@@ -3,6 +3,8 @@
 #include <atomic>
 #include <csignal>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -34,6 +36,7 @@ std::string SignalName(int signal) {
 
 absl::Status InstallStopSignals(const std::string& names) {
   const std::map<std::string, int>& kSignals = KnownSignals();
+  std::set<int> wanted;
   for (absl::string_view piece :
        absl::StrSplit(names, ',', absl::SkipEmpty())) {
     std::string name(piece);
@@ -44,12 +47,21 @@ absl::Status InstallStopSignals(const std::string& names) {
           absl::StrCat("--stop_signals: unknown signal '", std::string(piece),
                        "'; use names such as USR1,TERM"));
     }
+    wanted.insert(it->second);
+  }
+  // The process's stop signals (only main threads install them).
+  static std::set<int>* const installed = new std::set<int>();
+  for (const int signal : *installed) {
+    if (wanted.count(signal) == 0) std::signal(signal, SIG_DFL);
+  }
+  for (const int signal : wanted) {
     struct sigaction action = {};
     action.sa_handler = OnSignal;
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
-    sigaction(it->second, &action, nullptr);
+    sigaction(signal, &action, nullptr);
   }
+  *installed = std::move(wanted);
   return absl::OkStatus();
 }
 

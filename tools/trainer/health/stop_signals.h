@@ -18,8 +18,15 @@
 
 namespace trellis {
 
+// The stop signals of a run that names none (--stop_signals' default).
+inline constexpr char kDefaultStopSignals[] = "USR1,TERM";
+
 // `names`: comma-separated signal names, e.g. "USR1,TERM" ("" installs
-// none). Fails on an unknown name.
+// none). Fails on an unknown name, changing nothing. A signal an earlier
+// call installed that `names` lacks gets its default action back, so a
+// program can install the defaults first thing (before a slow start-up
+// such as MPI_Init) and the configured set once its flags are read; a
+// signal received in between stays received.
 absl::Status InstallStopSignals(const std::string& names);
 // Whether an installed signal has arrived; its number, or 0.
 int StopSignalReceived();
