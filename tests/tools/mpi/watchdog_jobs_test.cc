@@ -65,6 +65,14 @@ int CountDumps(const std::string& dir) {
   return count;
 }
 
+// Whether process `pid` has ended (no such process, or a zombie).
+bool Gone(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string id, comm, state;
+  if (!(stat >> id >> comm >> state)) return true;
+  return state == "Z" || state == "X";
+}
+
 // Kills what is left of the job started as `mpirun` (its process group),
 // including a stopped rank.
 void KillJob(pid_t mpirun, pid_t stopped) {
@@ -121,6 +129,14 @@ TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
   const int exit_code = test::WaitProgram(mpirun, kTimeoutS + 60);
   const double seconds =
       std::chrono::duration<double>(Clock::now() - stopped).count();
+  // The job's processes are all gone with it, the stopped rank too.
+  bool victim_gone = false;
+  for (int i = 0; i < 100 && !victim_gone; ++i) {
+    victim_gone = Gone(victim);
+    if (!victim_gone)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(victim_gone) << "rank 2 (pid " << victim << ") outlived its job";
   KillJob(mpirun, victim);
 
   const std::string output = test::ReadFile(log);
