@@ -39,8 +39,10 @@ ABSL_FLAG(std::string, dtype, "",
           "input's when converting back to its own format, else float32)");
 ABSL_FLAG(bool, weights_only, false,
           "trellis to trellis: drop the optimizer state");
-ABSL_FLAG(std::string, tokenizer, "gpt2",
-          "tokenizer recorded in a checkpoint converted from hf or llmc");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer recorded in a checkpoint converted from hf or llmc "
+          "(empty: the tokenizer.json beside a Llama model's weights, else "
+          "gpt2)");
 ABSL_FLAG(std::string, hf_prefix, "auto",
           "hf output: tensor name prefix, e.g. 'transformer.' or '' (auto: "
           "as the original hf input had it, else none)");

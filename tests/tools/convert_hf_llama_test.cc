@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
@@ -17,8 +18,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "data/tokenizer.h"
 #include "framework/hdf5.h"
 #include "parallel/communicator.h"
+#include "tests/data/hf_tokenizer_test_util.h"
 #include "tests/tools/checkpoint_test_util.h"
 #include "tests/tools/hf_llama_test_util.h"
 #include "tools/checkpoint/checkpoint.h"
@@ -368,6 +371,61 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Refusal>& info) {
       return std::string(info.param.name);
     });
+
+// The tokenizer a Llama checkpoint converted from Hugging Face records: the
+// tokenizer.json beside the weights, as trellis-preprocess records
+// --tokenizer=hf:PATH (a converted Llama 3 used to record gpt2 and then
+// refuse data tokenized with its own tokenizer); gpt2, said in a note, when
+// there is none; --tokenizer when given; and a tokenizer.json that cannot be
+// read is one error naming the flag.
+TEST(HfLlamaConvertTest, RecordsTheTokenizerBesideTheWeights) {
+  const std::string dir = test::Scratch();
+  fs::create_directories(dir + "/in");
+  test::WriteTinyLlama(dir + "/in", {});
+  const auto convert = [&](const std::string& output,
+                           const std::string& tokenizer) {
+    ConvertOptions o;
+    o.input = dir + "/in";
+    o.to = "trellis";
+    o.output = dir + "/" + output;
+    o.tokenizer = tokenizer;
+    return Convert(o);
+  };
+  const auto recorded = [&](const std::string& output) {
+    absl::StatusOr<TrainingState> state =
+        ReadTrainingState(dir + "/" + output + "/step_00000000");
+    EXPECT_TRUE(state.ok()) << state.status();
+    return state.ok() ? *state : TrainingState();
+  };
+
+  absl::StatusOr<ConvertSummary> none = convert("none", "");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(recorded("none").tokenizer, "gpt2");
+  EXPECT_THAT(none->notes, testing::Contains(HasSubstr("no tokenizer.json")));
+
+  const std::string file = dir + "/in/tokenizer.json";
+  test::WriteBytes(file, hf_testing::Llama3StyleJson());
+  absl::StatusOr<ConvertSummary> beside = convert("beside", "");
+  ASSERT_TRUE(beside.ok()) << beside.status();
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      MakeTokenizer("hf:" + file, "");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const TrainingState state = recorded("beside");
+  EXPECT_EQ(state.tokenizer, (*tokenizer)->name());
+  EXPECT_EQ(state.tokenizer_identity.ToString(),
+            TokenizerIdentity::Of(**tokenizer).ToString());
+  EXPECT_FALSE(state.tokenizer_identity.sha256.empty());
+  EXPECT_THAT(beside->notes, testing::Contains(HasSubstr(file)));
+
+  ASSERT_TRUE(convert("given", "byte").ok());
+  EXPECT_EQ(recorded("given").tokenizer, "byte");
+
+  test::WriteBytes(file, "{not json");
+  absl::StatusOr<ConvertSummary> bad = convert("bad", "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              testing::AllOf(HasSubstr(file), HasSubstr("--tokenizer")));
+}
 
 }  // namespace
 }  // namespace trellis

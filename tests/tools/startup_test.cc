@@ -49,13 +49,12 @@ struct Outcome {
   std::string err;
 };
 
-// Runs trellis-train with `args` in `dir`; sends `signal` `signal_after`
-// its handler is installed (none when signal is 0).
-Outcome RunTrain(const std::vector<std::string>& args, const std::string& dir,
-                 int signal, std::chrono::milliseconds signal_after) {
+// Starts trellis-train with `args`, stdout to /dev/null and stderr to
+// `err_path`; its pid, or -1.
+pid_t SpawnTrain(const std::vector<std::string>& args,
+                 const std::string& err_path) {
   const std::string binary =
       absl::StrCat(TRELLIS_BINARY_DIR, "/bin/trellis-train");
-  const std::string err_path = dir + "/stderr.txt";
   std::vector<std::string> strings = {binary};
   strings.insert(strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -67,16 +66,25 @@ Outcome RunTrain(const std::vector<std::string>& args, const std::string& dir,
                                    O_WRONLY, 0);
   posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const auto start = std::chrono::steady_clock::now();
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr,
                              argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  Outcome outcome;
   EXPECT_EQ(rc, 0) << "cannot start " << binary;
-  if (rc != 0) return outcome;
+  return rc == 0 ? pid : -1;
+}
+
+// Runs trellis-train with `args` in `dir`; sends `signal` `signal_after`
+// its handler is installed (none when signal is 0).
+Outcome RunTrain(const std::vector<std::string>& args, const std::string& dir,
+                 int signal, std::chrono::milliseconds signal_after) {
+  const std::string err_path = dir + "/stderr.txt";
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = SpawnTrain(args, err_path);
+  Outcome outcome;
+  if (pid < 0) return outcome;
   if (signal != 0) {
-    // Only once the program handles the signal (MPI start-up comes first).
+    // Only once the program handles the signal (first thing in main).
     for (int i = 0; i < 600 && !Catches(pid, signal); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -141,24 +149,9 @@ TEST_F(StartupTest, StopSignalDuringStartupEndsTheRun) {
 TEST_F(StartupTest, StopSignalBeforeTheFlagsAreReadEndsTheRun) {
   const std::string fifo = dir_ + "/flags.fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  const std::string binary =
-      absl::StrCat(TRELLIS_BINARY_DIR, "/bin/trellis-train");
   const std::string err_path = dir_ + "/stderr.txt";
-  std::vector<std::string> strings = {binary, "--flagfile=" + fifo};
-  std::vector<char*> argv;
-  for (std::string& s : strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
-                                   O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(),
-                        environ),
-            0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t pid = SpawnTrain({"--flagfile=" + fifo}, err_path);
+  ASSERT_GT(pid, 0);
   // The flag file is opened once MPI is up; only then is the signal sent.
   int status = 0;
   int fd = -1;

@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "data/tokenizer.h"
 #include "framework/float16.h"
 #include "framework/progress_bar.h"
 #include "parallel/communicator.h"
@@ -225,6 +227,53 @@ absl::Status MakeDirectory(const fs::path& dir) {
   return absl::OkStatus();
 }
 
+// What a checkpoint converted from outside records as its tokenizer
+// (ConvertOptions::tokenizer), with a note saying so where it was chosen
+// for the user.
+struct RecordedTokenizer {
+  std::string name;
+  TokenizerIdentity identity;
+  std::string note;
+};
+
+absl::StatusOr<RecordedTokenizer> TokenizerToRecord(const ConvertOptions& o,
+                                                    const Input& in) {
+  if (in.is_trellis) {
+    return RecordedTokenizer{in.state.tokenizer, in.state.tokenizer_identity,
+                             ""};
+  }
+  if (!o.tokenizer.empty()) return RecordedTokenizer{o.tokenizer, {}, ""};
+  if (in.model.config.family != ModelFamilyKind::kLlama) {
+    return RecordedTokenizer{"gpt2", {}, ""};
+  }
+  std::error_code error;
+  const fs::path base = fs::is_directory(o.input, error)
+                            ? fs::path(o.input)
+                            : fs::path(o.input).parent_path();
+  const fs::path file = base / "tokenizer.json";
+  if (!fs::is_regular_file(file, error)) {
+    return RecordedTokenizer{
+        "gpt2",
+        {},
+        absl::StrCat("recorded tokenizer gpt2: ", base.string(),
+                     " holds no tokenizer.json (--tokenizer to name the "
+                     "model's own)")};
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      MakeTokenizer("hf:" + file.string(), "");
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tokenizer.json beside the weights cannot be read (",
+                     tokenizer.status().message(),
+                     "); name the model's tokenizer with --tokenizer"));
+  }
+  const TokenizerIdentity identity = TokenizerIdentity::Of(**tokenizer);
+  return RecordedTokenizer{
+      (*tokenizer)->name(), identity,
+      absl::StrCat("recorded tokenizer ", identity.ToString(), " from ",
+                   file.string(), " (--tokenizer to name another)")};
+}
+
 absl::Status WriteHf(const ConvertOptions& o, const Input& in,
                      TensorProgress& bar, ConvertSummary* s) {
   const WholeModel& m = in.model;
@@ -232,12 +281,11 @@ absl::Status WriteHf(const ConvertOptions& o, const Input& in,
       o.dtype.value_or(SourceDType(m, "hf").value_or(DType::kF32));
   const bool lm_head =
       o.hf_lm_head.value_or(SourceValue(m, "hf", "lm_head") == "1");
-  const std::string tokenizer =
-      in.is_trellis ? in.state.tokenizer : o.tokenizer;
+  TRELLIS_ASSIGN_OR_RETURN(const RecordedTokenizer recorded,
+                           TokenizerToRecord(o, in));
+  const std::string& tokenizer = recorded.name;
   const HfSpecialTokens special = HfSpecialTokensOf(
-      tokenizer,
-      in.is_trellis ? in.state.tokenizer_identity : TokenizerIdentity(),
-      m.config.family, m.config.vocab_size);
+      tokenizer, recorded.identity, m.config.family, m.config.vocab_size);
   absl::StatusOr<std::vector<HfOutputTensor>> tensors;
   std::string config;
   if (m.config.family == ModelFamilyKind::kLlama) {
@@ -290,9 +338,13 @@ absl::Status WriteTrellis(const ConvertOptions& o, const Input& in,
   }
   TrainingState state = in.state;
   if (!in.is_trellis) {
+    TRELLIS_ASSIGN_OR_RETURN(const RecordedTokenizer recorded,
+                             TokenizerToRecord(o, in));
+    if (!recorded.note.empty()) s->notes.push_back(recorded.note);
     state = TrainingState();
     state.model = in.model.config;
-    state.tokenizer = o.tokenizer;
+    state.tokenizer = recorded.name;
+    state.tokenizer_identity = recorded.identity;
     state.source = in.model.source;
     state.source["file"] = o.input;
   }
@@ -448,7 +500,9 @@ absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
         "--to=", s.to, " is not one of hf, llmc, trellis, shards"));
   }
   TRELLIS_RETURN_IF_ERROR(written);
-  s.notes = in->model.notes;
+  // The reader's notes first, then the writer's.
+  s.notes.insert(s.notes.begin(), in->model.notes.begin(),
+                 in->model.notes.end());
   s.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return s;
 }

@@ -42,8 +42,13 @@ struct ConvertOptions {
   // Output element type; empty: the input's when converting back to the
   // format it came from, else float32.
   std::optional<DType> dtype;
-  bool weights_only = false;       // trellis → trellis: drop optimizer state.
-  std::string tokenizer = "gpt2";  // Recorded for hf/llmc → trellis.
+  bool weights_only = false;  // trellis → trellis: drop optimizer state.
+  // The tokenizer a checkpoint converted from hf or llmc records; empty:
+  // the tokenizer.json beside a Llama model's weights when there is one
+  // (its name and identity as trellis-preprocess records them for
+  // --tokenizer=hf:PATH), else gpt2 (a GPT-2 model's tokenizer.json holds
+  // GPT-2's own vocabulary).
+  std::string tokenizer;
   // hf output: name prefix (GPT-2 only: "transformer." or "") and whether
   // to write the tied lm_head.weight; unset: as the original hf input had
   // them.

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -83,42 +84,66 @@ void KillJob(pid_t mpirun, pid_t stopped) {
   if (mpirun > 0) ::kill(-mpirun, SIGKILL);
 }
 
-TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
-  const std::string dir = test::ScratchDir();
+// A tiny trellis-train job under mpirun, logging every step to
+// dir/metrics.jsonl and its output to dir/train.txt.
+struct TinyJob {
+  pid_t mpirun = -1;
+  std::string log;
+};
+
+// Starts `ranks` ranks of a long run of `layout` (which sets dp, tp, pp and
+// what else the test needs on the tiny options).
+TinyJob StartTinyJob(const std::string& dir, int ranks,
+                     const std::function<void(TrainOptions&)>& layout) {
   const std::string data = dir + "/tokens.h5";
-  const std::string save_dir = dir + "/run";
-  const std::string metrics = dir + "/metrics.jsonl";
-  const std::string log = dir + "/train.txt";
   test::WriteTokenFile(data, test::kByteVocab, 4000);
   TrainOptions o = test::TinyOptions(data);
   o.steps = 1000000;
   o.log_every = 1;
   o.eval_every = 0;
-  o.pp = 2;
-  o.metrics_file = metrics;
-  o.save_dir = save_dir;
-  o.comm_timeout_s = kTimeoutS;
-  std::vector<std::string> argv = test::Mpirun(4, {"OPENBLAS_NUM_THREADS"});
+  o.metrics_file = dir + "/metrics.jsonl";
+  o.save_dir = dir + "/run";
+  layout(o);
+  std::vector<std::string> argv = test::Mpirun(ranks, {"OPENBLAS_NUM_THREADS"});
   argv.push_back(test::Program("train"));
   for (const std::string& flag : std::vector<std::string>(
            absl::StrSplit(o.ToFlagString(), '\n', absl::SkipEmpty()))) {
     argv.push_back(flag);
   }
   ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  const pid_t mpirun = test::StartProgram(argv, log);
-  ASSERT_GT(mpirun, 0);
+  TinyJob job;
+  job.log = dir + "/train.txt";
+  job.mpirun = test::StartProgram(argv, job.log);
+  return job;
+}
 
-  // Let a few steps run, then stop rank 2.
-  pid_t victim = -1;
+// Once `steps` steps are logged, the pid of rank `rank`; -1 when that does
+// not come within 120 s.
+pid_t RankAfterSteps(const TinyJob& job, const std::string& dir, int steps,
+                     int rank) {
   const Clock::time_point give_up = Clock::now() + std::chrono::seconds(120);
   while (Clock::now() < give_up) {
-    const std::string lines = test::ReadFile(metrics);
-    if (std::count(lines.begin(), lines.end(), '\n') >= 3) {
-      victim = test::FindRank(mpirun, 2);
-      break;
+    const std::string lines = test::ReadFile(dir + "/metrics.jsonl");
+    if (std::count(lines.begin(), lines.end(), '\n') >= steps) {
+      return test::FindRank(job.mpirun, rank);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return -1;
+}
+
+TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
+  const std::string dir = test::ScratchDir();
+  const TinyJob job = StartTinyJob(dir, 4, [](TrainOptions& o) {
+    o.pp = 2;
+    o.comm_timeout_s = kTimeoutS;
+  });
+  const pid_t mpirun = job.mpirun;
+  const std::string& log = job.log;
+  const std::string save_dir = dir + "/run";
+  ASSERT_GT(mpirun, 0);
+  // Let a few steps run, then stop rank 2.
+  const pid_t victim = RankAfterSteps(job, dir, 3, 2);
   if (victim <= 0) {
     KillJob(mpirun, -1);
     FAIL() << "training did not start, or rank 2 was not found:\n"
@@ -160,36 +185,11 @@ TEST(WatchdogJobsTest, StoppedRankEndsTheJobNamingIt) {
 
 TEST(StopSignalJobTest, ASignalToOneRankStopsTheJobAndRankZeroSaysWhere) {
   const std::string dir = test::ScratchDir();
-  const std::string data = dir + "/byte.h5";
-  const std::string metrics = dir + "/metrics.jsonl";
-  const std::string log = dir + "/train.txt";
-  test::WriteTokenFile(data, test::kByteVocab, 4000);
-  TrainOptions o = test::TinyOptions(data);
-  o.steps = 1000000;
-  o.log_every = 1;
-  o.eval_every = 0;
-  o.dp = 2;
-  o.metrics_file = metrics;
-  o.save_dir = dir + "/ck";
-  std::vector<std::string> argv = test::Mpirun(2, {"OPENBLAS_NUM_THREADS"});
-  argv.push_back(test::Program("train"));
-  for (const std::string& flag : std::vector<std::string>(
-           absl::StrSplit(o.ToFlagString(), '\n', absl::SkipEmpty()))) {
-    argv.push_back(flag);
-  }
-  ::setenv("OPENBLAS_NUM_THREADS", "1", 1);
-  const pid_t mpirun = test::StartProgram(argv, log);
+  const TinyJob job = StartTinyJob(dir, 2, [](TrainOptions& o) { o.dp = 2; });
+  const pid_t mpirun = job.mpirun;
+  const std::string& log = job.log;
   ASSERT_GT(mpirun, 0);
-  pid_t rank1 = -1;
-  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(120);
-  while (Clock::now() < give_up) {
-    const std::string lines = test::ReadFile(metrics);
-    if (std::count(lines.begin(), lines.end(), '\n') >= 2) {
-      rank1 = test::FindRank(mpirun, 1);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const pid_t rank1 = RankAfterSteps(job, dir, 2, 1);
   if (rank1 <= 0) {
     KillJob(mpirun, -1);
     FAIL() << "training did not start, or rank 1 was not found:\n"
