@@ -32,4 +32,11 @@ absl::Status WriteFileAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
+absl::Status WriteTextFileAtomically(const std::string& path,
+                                     const std::string& text) {
+  return WriteFileAtomically(path, [&](std::FILE* out) {
+    return std::fwrite(text.data(), 1, text.size(), out) == text.size();
+  });
+}
+
 }  // namespace trellis

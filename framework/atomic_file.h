@@ -18,6 +18,10 @@ namespace trellis {
 absl::Status WriteFileAtomically(const std::string& path,
                                  const std::function<bool(std::FILE*)>& write);
 
+// `text` as the whole file `path`, written as above.
+absl::Status WriteTextFileAtomically(const std::string& path,
+                                     const std::string& text);
+
 }  // namespace trellis
 
 #endif  // TRELLIS_FRAMEWORK_ATOMIC_FILE_H_

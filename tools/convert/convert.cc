@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "data/tokenizer.h"
+#include "framework/atomic_file.h"
 #include "framework/float16.h"
 #include "framework/progress_bar.h"
 #include "parallel/communicator.h"
@@ -201,22 +202,6 @@ std::string SourceValue(const WholeModel& m, const std::string& format,
   return v->second;
 }
 
-absl::Status WriteTextFile(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) {
-      return absl::InternalError(absl::StrCat(tmp.string(), ": write failed"));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec)
-    return absl::InternalError(absl::StrCat(path.string(), ": ", ec.message()));
-  return absl::OkStatus();
-}
-
 absl::Status MakeDirectory(const fs::path& dir) {
   std::error_code ec;
   if (!dir.empty()) fs::create_directories(dir, ec);
@@ -303,7 +288,8 @@ absl::Status WriteHf(const ConvertOptions& o, const Input& in,
   TRELLIS_ASSIGN_OR_RETURN(
       s->bytes,
       WriteHfSafetensors(dir.string(), *tensors, o.max_shard_size, bar.Fn()));
-  TRELLIS_RETURN_IF_ERROR(WriteTextFile(dir / "config.json", config));
+  TRELLIS_RETURN_IF_ERROR(
+      WriteTextFileAtomically((dir / "config.json").string(), config));
   s->output = dir.string();
   s->tensors = tensors->size();
   return absl::OkStatus();

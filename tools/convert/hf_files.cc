@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -11,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "framework/atomic_file.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
 
@@ -46,23 +46,6 @@ absl::Status RemoveIfExists(const fs::path& path) {
   if (ec) {
     return absl::InternalError(absl::StrCat("cannot remove stale ",
                                             path.string(), ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteText(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) {
-      return absl::InternalError(absl::StrCat(tmp.string(), ": write failed"));
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    return absl::InternalError(absl::StrCat(path.string(), ": ", ec.message()));
   }
   return absl::OkStatus();
 }
@@ -238,7 +221,8 @@ absl::StatusOr<int64_t> WriteHfSafetensors(
   if (sharded) {
     const nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}},
                                           {"weight_map", weight_map}};
-    TRELLIS_RETURN_IF_ERROR(WriteText(d / kHfIndexFile, index.dump(2) + "\n"));
+    TRELLIS_RETURN_IF_ERROR(WriteTextFileAtomically((d / kHfIndexFile).string(),
+                                                    index.dump(2) + "\n"));
   }
   return bytes;
 }
