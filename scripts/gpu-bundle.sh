@@ -57,7 +57,8 @@ echo "gpu-bundle: ${#programs[@]} programs and ${#tests[@]} test binaries"
 # The GPU check and what it runs besides the programs (the same layout as
 # in the source tree, so the script finds them beside itself).
 mkdir -p "$out/scripts/torch_reference"
-cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_report.py" \
+cp "$root/scripts/gpu-check.sh" "$root/scripts/gpu_check_sections.sh" \
+  "$root/scripts/gpu_check_report.py" \
   "$root/scripts/gpu_check_llama.py" "$root/scripts/gpu_check_cuda_libs.py" \
   "$out/scripts/"
 cp "$root"/scripts/torch_reference/*.py "$out/scripts/torch_reference/"
