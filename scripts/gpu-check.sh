@@ -72,7 +72,9 @@
 # built for the GPU, its run.sh and make_data.py: the peer; default: a
 # bundle's peers/llmc, else none, and the llmc sections skip),
 # LLMC_MICRO_BATCH (llm.c's micro batch per preset, default "gpt2-124m=64
-# gpt2-350m=64 gpt2-774m=32", the ones its own scripts use), LLMC_STEPS
+# gpt2-350m=64 gpt2-774m=32", the ones its own scripts use), TORCH_MICRO_BATCH
+# (compiled PyTorch's micro batch per preset, the same form; default:
+# trellis's, which may not fit PyTorch: 350M at 64 runs out of 80 GB), LLMC_STEPS
 # (llm.c's steps, default 12; the median is of the fourth on),
 # MEMCHECK_FILTER (the cuda_tests cases memcheck runs),
 # VARIANT_PRESETS and VARIANTS (the variants section), ATTENTION_PATHS (default: every

@@ -95,6 +95,9 @@ def training_table(results, presets, out, goals):
         med = ours["median"]
         t_rate, ratio, t_text = reference_rate(torch, med["tokens_per_s"])
         t_mfu = torch["mfu"] if t_rate is not None else None
+        if t_rate is not None and torch.get("shape", {}).get(
+                "micro_batch_size"):
+            t_text += f" ({torch['shape']['micro_batch_size']})"
         l_rate, l_ratio, l_text = reference_rate(llmc, med["tokens_per_s"])
         if l_rate is not None:
             l_text += f" ({llmc['micro_batch_size']})"

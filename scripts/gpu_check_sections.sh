@@ -354,6 +354,9 @@ section_torch() {
   else
     args+=(--preset="$preset")
   fi
+  local mb
+  mb="$(preset_value "${TORCH_MICRO_BATCH:-}" "$preset")"
+  [ -n "$mb" ] && args+=(--micro_batch_size="$mb")
   if [ "$GC_DRY" = 1 ]; then args+=(--no-compile --warmup=1 --steps=2); fi
   run_python "$here/torch_reference/gpt2_bench.py" "${args[@]}"
 }

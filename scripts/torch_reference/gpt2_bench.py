@@ -184,9 +184,19 @@ def main():
     p.add_argument("--precision", default="bf16",
                    choices=["bf16", "bf16-weights", "fp32"])
     p.add_argument("--no-compile", action="store_true")
+    p.add_argument("--micro_batch_size", type=int, default=0,
+                   help="PyTorch's own micro batch (0: the shape's); the "
+                   "tokens per step stay the shape's")
     p.add_argument("--json", help="write the summary here")
     args = p.parse_args()
     s = shape_from_args(args)
+    if args.micro_batch_size:
+        if (args.micro_batch_size < 1
+                or s["global_batch_size"] % args.micro_batch_size):
+            sys.exit(f"gpt2_bench: --micro_batch_size "
+                     f"{args.micro_batch_size} does not divide the global "
+                     f"batch {s['global_batch_size']}")
+        s["micro_batch_size"] = args.micro_batch_size
     torch = common.import_torch(args.json, args.device)
     if args.device == "cuda":
         torch.set_float32_matmul_precision("highest")
