@@ -216,9 +216,10 @@ absl::Status MakeDirectory(const fs::path& dir) {
 // (ConvertOptions::tokenizer), with a note saying so where it was chosen
 // for the user.
 struct RecordedTokenizer {
-  std::string name;
-  TokenizerIdentity identity;
-  std::string note;
+  std::string name = {};
+  TokenizerIdentity identity = {};
+  std::string note = {};
+  std::string spec = {};  // What MakeTokenizer takes for it ("" for `name`).
 };
 
 absl::StatusOr<RecordedTokenizer> TokenizerToRecord(const ConvertOptions& o,
@@ -256,7 +257,8 @@ absl::StatusOr<RecordedTokenizer> TokenizerToRecord(const ConvertOptions& o,
   return RecordedTokenizer{
       (*tokenizer)->name(), identity,
       absl::StrCat("recorded tokenizer ", identity.ToString(), " from ",
-                   file.string(), " (--tokenizer to name another)")};
+                   file.string(), " (--tokenizer to name another)"),
+      "hf:" + file.string()};
 }
 
 absl::Status WriteHf(const ConvertOptions& o, const Input& in,
@@ -270,7 +272,8 @@ absl::Status WriteHf(const ConvertOptions& o, const Input& in,
                            TokenizerToRecord(o, in));
   const std::string& tokenizer = recorded.name;
   const HfSpecialTokens special = HfSpecialTokensOf(
-      tokenizer, recorded.identity, m.config.family, m.config.vocab_size);
+      recorded.spec.empty() ? tokenizer : recorded.spec, recorded.identity,
+      m.config.family, m.config.vocab_size);
   absl::StatusOr<std::vector<HfOutputTensor>> tensors;
   std::string config;
   if (m.config.family == ModelFamilyKind::kLlama) {
