@@ -17,6 +17,7 @@
 #include "tests/tools/tools_test_util.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/checkpoint_files.h"
+#include "tools/checkpoint/file_tie.h"
 
 namespace trellis {
 namespace {
@@ -97,6 +98,23 @@ TEST(CheckpointTieTest, FilesOfAnotherSaveAreRefusedNamingBoth) {
                   fs::copy_options::overwrite_existing);
     EXPECT_TRUE(Load(mine).ok());
   }
+}
+
+// A load in parts (trellis-convert reads one tensor at a time, ZeRO one
+// group at a time) digests each file once, not once per part: the digest
+// reads every tensor's metadata, so per part it was quadratic in the
+// tensors. A file replaced since is digested (and refused) again.
+TEST(CheckpointTieTest, ALoadInPartsDigestsEachFileOnce) {
+  const std::string root = test::ScratchDir();
+  const std::string mine = Save(root + "/a", Model(1), 2, 8);
+  const int64_t before = FileTieDigests();
+  for (int part = 0; part < 5; ++part) ASSERT_TRUE(Load(mine).ok());
+  EXPECT_EQ(FileTieDigests() - before, 2);  // model.h5 and optimizer.h5
+  const std::string other = Save(root + "/b", Model(100), 2, 8);
+  fs::copy_file(other + "/" + kModelFile, mine + "/" + kModelFile,
+                fs::copy_options::overwrite_existing);
+  EXPECT_EQ(Load(mine).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(FileTieDigests() - before, 3);
 }
 
 TEST(CheckpointTieTest, CheckpointsWithoutDigestsStillLoad) {

@@ -8,8 +8,12 @@
 // against the same checksums as they are read (shard_io.h).
 //
 // Checkpoints written before the tie record no digests and load as before.
+// A checkpoint loaded in parts (one tensor at a time by trellis-convert,
+// group by group under ZeRO) checks each file once per process: a file
+// found tied is remembered by its and its state.json's device, inode, size
+// and modification time, so a file replaced since is checked again.
 //
-// Thread safety: pure functions of the files.
+// Thread safety: thread-safe (the memory of checked files has a lock).
 #ifndef TRELLIS_TOOLS_CHECKPOINT_FILE_TIE_H_
 #define TRELLIS_TOOLS_CHECKPOINT_FILE_TIE_H_
 
@@ -33,6 +37,9 @@ absl::Status RecordFileDigests(const std::string& dir, TrainingState& state);
 // no digest for it.
 absl::Status CheckFileTie(const std::string& dir, const std::string& name,
                           const hdf5::File& file);
+
+// How many files CheckFileTie has digested in this process (for tests).
+int64_t FileTieDigests();
 
 }  // namespace trellis
 
