@@ -11,6 +11,7 @@
 #include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
+#include "tests/transformer/parameter_gradient_check.h"
 #include "transformer/decoder_block.h"
 #include "transformer/decoder_chunk.h"
 #include "transformer/gpt2/gpt2_parameters.h"
@@ -92,30 +93,8 @@ class GptGradientTest : public ::testing::TestWithParam<Mode> {
 };
 
 TEST_P(GptGradientTest, EveryParameterMatchesFiniteDifferences) {
-  params_.ZeroGrads();
-  Loss();
-  std::map<std::string, Tensor> analytic;
-  for (Parameter* p : params_.all()) analytic[p->name] = p->grad.Clone();
-
-  const double h = 1e-5;
-  for (Parameter* p : params_.all()) {
-    double* w = p->value.data<double>();
-    const int64_t n = p->numel();
-    // Up to 6 elements spread over the tensor, always the first and last.
-    for (int64_t k = 0; k < std::min<int64_t>(n, 6); ++k) {
-      const int64_t i = k == 0 ? 0 : (k == 5 ? n - 1 : (k * 7919) % n);
-      const double saved = w[i];
-      w[i] = saved + h;
-      const double up = Loss();
-      w[i] = saved - h;
-      const double down = Loss();
-      w[i] = saved;
-      const double numeric = (up - down) / (2 * h);
-      const double exact = analytic[p->name].data<double>()[i];
-      EXPECT_NEAR(exact, numeric, 1e-7 + 1e-5 * std::abs(numeric))
-          << p->name << "[" << i << "]";
-    }
-  }
+  test::ExpectGradientsMatchFiniteDifferences(
+      params_, [this] { return Loss(); }, 6);
 }
 
 TEST_P(GptGradientTest, LossStartsNearLogVocab) {
