@@ -164,6 +164,18 @@ void RowParallelLinear::Forward(Communicator& tp, const Tensor& x,
   if (bias_ != nullptr) AddBias(bias_->value, y);
 }
 
+void RowParallelLinear::ForwardResidual(Communicator& tp, const Tensor& x,
+                                        const Tensor& residual,
+                                        Tensor& y) const {
+  if (tp.size() == 1) {
+    MatmulForwardResidual(x, weight_.value, bias_ ? bias_->value : Tensor(),
+                          residual, y);
+    return;
+  }
+  Forward(tp, x, y);
+  Add(y, residual, y);
+}
+
 void RowParallelLinear::ForwardToSequence(Communicator& tp, const Tensor& x,
                                           Tensor& partial, Tensor& y) const {
   MatmulForward(x, weight_.value, Tensor(), partial);

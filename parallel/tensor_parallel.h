@@ -137,6 +137,11 @@ class RowParallelLinear {
   // y (N, M) = x @ W[shard, :] summed over tp, plus the bias (added after
   // the sum; with one tp rank, by the GEMM itself).
   void Forward(Communicator& tp, const Tensor& x, Tensor& y) const;
+  // y (N, M) = residual (N, M) + Forward(x): with one tp rank in the GEMM
+  // (MatmulForwardResidual), else Forward then Add. residual and y are
+  // distinct.
+  void ForwardResidual(Communicator& tp, const Tensor& x,
+                       const Tensor& residual, Tensor& y) const;
   // Sequence parallel: partial (N, M) = x @ W[shard, :] (scratch), then y
   // (N/tp, M) = this rank's rows of the sum over tp (ScatterToSequence),
   // plus the bias.

@@ -67,6 +67,9 @@ ABSL_FLAG(std::optional<int64_t>, loss_chunk_rows, std::nullopt,
 ABSL_FLAG(bool, bias_grad_epilogue, false,
           "bias gradients in the weight-gradient GEMMs' epilogue, as for "
           "trellis-train");
+ABSL_FLAG(bool, residual_in_gemm, true,
+          "each block's residual add in the MLP's last GEMM, as for "
+          "trellis-train");
 ABSL_FLAG(int64_t, steps, 5, "timed steps");
 ABSL_FLAG(int64_t, warmup, 2, "untimed steps first");
 ABSL_FLAG(std::optional<int64_t>, gemm_size, std::nullopt,
@@ -139,6 +142,7 @@ BenchFlags FlagsFromCommandLine(const std::vector<char*>& positional) {
   f.global_batch_size = absl::GetFlag(FLAGS_global_batch_size);
   f.loss_chunk_rows = absl::GetFlag(FLAGS_loss_chunk_rows);
   f.bias_grad_epilogue = absl::GetFlag(FLAGS_bias_grad_epilogue);
+  f.residual_in_gemm = absl::GetFlag(FLAGS_residual_in_gemm);
   f.steps = absl::GetFlag(FLAGS_steps);
   f.warmup = absl::GetFlag(FLAGS_warmup);
   f.gemm_size = absl::GetFlag(FLAGS_gemm_size);

@@ -52,6 +52,9 @@ struct BlockOptions {
   // column-sum pass over all of a block's gradients, which then sums only
   // the norms' parameters. The same sums (in another order).
   bool bias_grad_epilogue = false;
+  // The block's output, residual + MLP, formed by the MLP's last GEMM
+  // (RowParallelLinear::ForwardResidual) instead of a separate add.
+  bool residual_in_gemm = true;
   // Megatron's sequence parallelism (transformer/sequence_split.h): between
   // the tensor-parallel layers each tp rank holds 1/tp of the rows.
   // Nothing changes with one tp rank.

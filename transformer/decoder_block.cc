@@ -215,6 +215,11 @@ void DecoderBlock::Forward(Communicator& tp, const Tensor& x, State& s,
                            Workspace& work) const {
   Tensors a = Use(s, work);
   ForwardActivations(tp, x, s.doc_start, a, work.partial);
+  if (options_.residual_in_gemm) {
+    rows_.RowOutputResidual(tp, parts_.mlp->down(), a.gelu, a.x2, work.partial,
+                            s.y);
+    return;
+  }
   rows_.RowOutput(tp, parts_.mlp->down(), a.gelu, work.partial, s.y);
   Add(s.y, a.x2, s.y);
 }

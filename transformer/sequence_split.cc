@@ -1,5 +1,6 @@
 #include "transformer/sequence_split.h"
 
+#include "framework/kernels/elementwise.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -30,6 +31,18 @@ void SequenceSplit::RowOutput(Communicator& tp, const RowParallelLinear& layer,
     layer.ForwardToSequence(tp, x, partial, y);
   } else {
     layer.Forward(tp, x, y);
+  }
+}
+
+void SequenceSplit::RowOutputResidual(Communicator& tp,
+                                      const RowParallelLinear& layer,
+                                      const Tensor& x, const Tensor& residual,
+                                      Tensor& partial, Tensor& y) const {
+  if (on()) {
+    layer.ForwardToSequence(tp, x, partial, y);
+    Add(y, residual, y);
+  } else {
+    layer.ForwardResidual(tp, x, residual, y);
   }
 }
 

@@ -58,6 +58,12 @@ class SequenceSplit {
   // in y (N, M) itself.
   void RowOutput(Communicator& tp, const RowParallelLinear& layer,
                  const Tensor& x, Tensor& partial, Tensor& y) const;
+  // y = residual + RowOutput(x): in the layer's GEMM without the split
+  // (RowParallelLinear::ForwardResidual), else after the reduce-scatter.
+  // residual and y (local rows) are distinct.
+  void RowOutputResidual(Communicator& tp, const RowParallelLinear& layer,
+                         const Tensor& x, const Tensor& residual,
+                         Tensor& partial, Tensor& y) const;
   // A column-parallel layer's input gradient `dfull` (N, C), partial over
   // tp: afterwards Mine(dfull) holds its sum (reduce-scatter in place, or
   // all-reduce without the split).

@@ -37,7 +37,10 @@ size_t ElemBytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
 
 using AlgoKey =
     std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-               int, int, int, uint32_t, uint32_t, uint32_t, uint32_t>;
+               int, int, int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;
+
+// The matrix C is read from: `c`, else D.
+const void* CPointer(const Gemm& g) { return g.c != nullptr ? g.c : g.d; }
 
 template <typename T, typename Deleter>
 using Owned = std::unique_ptr<std::remove_pointer_t<T>, Deleter>;
@@ -147,6 +150,7 @@ const LtPlan& PlanFor(LtContext& context, const Gemm& g) {
   const uint32_t align_a = Alignment(g.a, g.lda, ElemBytes(g.ab_type));
   const uint32_t align_b = Alignment(g.b, g.ldb, ElemBytes(g.ab_type));
   const uint32_t align_d = Alignment(g.d, g.ldd, ElemBytes(g.d_type));
+  const uint32_t align_c = Alignment(CPointer(g), g.ldd, ElemBytes(g.d_type));
   // The heuristic reads the bias and aux pointers for their alignment.
   const uint32_t align_extra =
       std::min(Alignment(g.bias, 0, 1), Alignment(g.aux, 0, 1));
@@ -164,6 +168,7 @@ const LtPlan& PlanFor(LtContext& context, const Gemm& g) {
       static_cast<int>(g.epilogue) | (g.beta != 0.f ? 1 << 20 : 0),
       align_a,
       align_b,
+      align_c,
       align_d,
       align_extra};
   std::unique_ptr<LtPlan>& slot = context.plans[key];
@@ -186,7 +191,7 @@ const LtPlan& PlanFor(LtContext& context, const Gemm& g) {
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_d},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d}};
   for (const auto& [attr, value] : aligns) {
     TRELLIS_CUBLAS_CHECK(
@@ -224,8 +229,8 @@ bool TryLtGemm(int device, const Gemm& g) {
   const float alpha = 1.f;
   TRELLIS_CUBLAS_CHECK(cublasLtMatmul(
       context.handle, plan.desc.get(), &alpha, g.a, plan.a.get(), g.b,
-      plan.b.get(), &g.beta, g.d, plan.d.get(), g.d, plan.d.get(), &*plan.algo,
-      context.workspace, kWorkspaceBytes, ComputeStream()));
+      plan.b.get(), &g.beta, CPointer(g), plan.d.get(), g.d, plan.d.get(),
+      &*plan.algo, context.workspace, kWorkspaceBytes, ComputeStream()));
   CountLaunches(1);
   return true;
 }
@@ -244,13 +249,21 @@ void ReportFallback(int device, const Gemm& g) {
                static_cast<long long>(g.k), device);
 }
 
-// `g` without its epilogue through cublasGemmEx (any alignment).
+// `g` without its epilogue through cublasGemmEx (any alignment); a C apart
+// from D is first copied into D.
 void FallbackGemm(int device, const Gemm& g) {
   constexpr int64_t kMax = 0x7fffffff;
   TRELLIS_CHECK(g.m <= kMax && g.n <= kMax && g.k <= kMax && g.lda <= kMax &&
                 g.ldb <= kMax && g.ldd <= kMax)
       << "GEMM of " << g.m << " x " << g.n << " x " << g.k
       << " exceeds cuBLAS's int sizes ";
+  if (g.c != nullptr && g.c != g.d && g.beta != 0.f) {
+    const size_t elem = ElemBytes(g.d_type);
+    TRELLIS_CUDA_CHECK(
+        cudaMemcpy2DAsync(g.d, g.ldd * elem, g.c, g.ldd * elem, g.m * elem, g.n,
+                          cudaMemcpyDeviceToDevice, ComputeStream()));
+    CountLaunches(1);
+  }
   const float alpha = 1.f;
   TRELLIS_CUBLAS_CHECK(cublasGemmEx(
       ContextFor(device).fallback, g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,

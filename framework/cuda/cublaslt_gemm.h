@@ -20,8 +20,8 @@ namespace trellis {
 namespace cuda {
 namespace cublaslt {
 
-// One column-major GEMM: D (m, n) = op(A) (m, k) · op(B) (k, n) + beta · D,
-// then the epilogue.
+// One column-major GEMM: D (m, n) = op(A) (m, k) · op(B) (k, n) + beta · C,
+// then the epilogue; C is D unless `c` is set.
 struct Gemm {
   bool trans_a = false, trans_b = false;
   int64_t m = 0, n = 0, k = 0;
@@ -31,6 +31,8 @@ struct Gemm {
   int64_t ldb = 0;
   void* d = nullptr;
   int64_t ldd = 0;
+  // C (m, n) of d_type, ld = ldd, read with beta; null: C is D.
+  const void* c = nullptr;
   cudaDataType_t ab_type = CUDA_R_32F, d_type = CUDA_R_32F;
   float beta = 0.f;
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;

@@ -179,6 +179,11 @@ void RopeBackward(Tensor& dqkv, int64_t n_head, int64_t n_kv_head,
 // MatmulForwardGelu: as MatmulForward, pre_gelu of out's dtype ----
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout);
+// out = residual + x @ w + bias in one GEMM (residual as C, beta 1);
+// residual of out's dtype, distinct from out.
+void MatmulForwardResidual(const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, Tensor& out,
+                           WeightLayout layout);
 void MatmulBackwardInput(const Tensor& dout, const Tensor& w, Tensor& dx,
                          WeightLayout layout,
                          GradWrite write = GradWrite::kAccumulate);

@@ -80,7 +80,11 @@ Dims CheckDense(const char* kernel, const Tensor& x, const Tensor& w,
       << kernel << ": x " << ShapeString(x.shape()) << ", w "
       << ShapeString(w.shape());
   const bool in_out = layout == WeightLayout::kInOut;
-  const Dims d{cuda_internal::Rows(x), x.dim(-1), in_out ? w.dim(1) : w.dim(0)};
+  // N from x's leading dimensions, so that with K = 0 the rows still get
+  // their bias (cuda_internal::Rows counts no rows of width 0).
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < x.ndim(); ++i) rows *= x.dim(i);
+  const Dims d{rows, x.dim(-1), in_out ? w.dim(1) : w.dim(0)};
   TRELLIS_CHECK_EQ(in_out ? w.dim(0) : w.dim(1), d.K)
       << kernel << ": x " << ShapeString(x.shape()) << ", w "
       << ShapeString(w.shape()) << (in_out ? " (in, out)" : " (out, in)");
@@ -203,6 +207,31 @@ void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
   CheckGemmTypes(kernel, x, w, out);
   if (d.K == 0) return EmptyProduct(bias, out, d);
   RunGemm(device, ForwardGemm(kernel, x, w, bias, out, d, layout));
+}
+
+void MatmulForwardResidual(const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, Tensor& out,
+                           WeightLayout layout) {
+  const char* kernel = "MatmulForwardResidual";
+  const int device = CommonDevice(kernel, {&x, &w, &bias, &residual, &out});
+  CudaDeviceGuard guard(device);
+  const Dims d = CheckDense(kernel, x, w, out, bias, layout);
+  CheckGemmTypes(kernel, x, w, out);
+  RequireDType(kernel, out.dtype(), {&residual});
+  TRELLIS_CHECK(residual.shape() == out.shape())
+      << kernel << ": residual " << ShapeString(residual.shape()) << ", out "
+      << ShapeString(out.shape());
+  TRELLIS_CHECK(out.numel() == 0 || out.raw() != residual.raw())
+      << kernel << ": out would overwrite the residual";
+  if (d.K == 0) {
+    EmptyProduct(bias, out, d);
+    cuda::Add(out, residual, out);
+    return;
+  }
+  Gemm g = ForwardGemm(kernel, x, w, bias, out, d, layout);
+  g.c = residual.raw();
+  g.beta = 1.f;
+  RunGemm(device, g);
 }
 
 void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,

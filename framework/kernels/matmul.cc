@@ -5,6 +5,7 @@
 
 #include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
+#include "framework/kernels/elementwise.h"
 #include "framework/kernels/gelu.h"
 
 namespace trellis {
@@ -91,6 +92,24 @@ void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                      bias.defined() ? bias.data<T>() : nullptr, d,
                      layout == WeightLayout::kInOut, out.data<T>());
   });
+}
+
+void MatmulForwardResidual(const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, Tensor& out,
+                           WeightLayout layout) {
+  const char* kernel = "MatmulForwardResidual";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::MatmulForwardResidual(x, w, bias, residual, out, layout), &x, &w,
+      &bias, &residual, &out);
+  RequireCpu(kernel, {&x, &w, &bias, &residual, &out});
+  TRELLIS_CHECK(residual.shape() == out.shape())
+      << kernel << ": residual " << ShapeString(residual.shape()) << ", out "
+      << ShapeString(out.shape());
+  TRELLIS_CHECK(out.numel() == 0 || out.raw() != residual.raw())
+      << kernel << ": out would overwrite the residual";
+  // Two passes on the CPU, as the block ran them before the fusion.
+  MatmulForward(x, w, bias, out, layout);
+  Add(out, residual, out);
 }
 
 void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,

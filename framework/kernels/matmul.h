@@ -14,6 +14,14 @@ enum class WeightLayout { kInOut, kOutIn };
 // x (N, K), w (K, M) or (M, K), bias (M) or undefined -> out (N, M).
 void MatmulForward(const Tensor& x, const Tensor& w, const Tensor& bias,
                    Tensor& out, WeightLayout layout = WeightLayout::kInOut);
+// out (N, M) = residual (N, M) + (x @ w + bias): a layer whose output joins
+// the residual stream, written once. residual and out are distinct. CPU:
+// MatmulForward then Add, bit for bit the pair. CUDA: the residual is the
+// GEMM's C matrix (beta 1), so the sum is rounded once, with the bias in the
+// epilogue.
+void MatmulForwardResidual(const Tensor& x, const Tensor& w, const Tensor& bias,
+                           const Tensor& residual, Tensor& out,
+                           WeightLayout layout = WeightLayout::kInOut);
 // pre_gelu (N, M) = x @ w + bias (kept for GeluBackward), out (N, M) =
 // GeluForward(pre_gelu); pre_gelu and out are distinct. CPU: MatmulForward
 // then GeluForward. CUDA: GELU in the GEMM's epilogue (cuBLASLt's tanh

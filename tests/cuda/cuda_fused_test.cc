@@ -15,7 +15,9 @@
 //   MatmulForwardGelu against MatmulForward then GeluForward on the CPU:
 //     pre_gelu float32 1e-5 (cuBLASLt against OpenBLAS, the K-term sums in
 //     another order), out float32 1e-4 (cuBLASLt's own tanh); bfloat16
-//     8e-3 for both (one rounding of the outputs).
+//     8e-3 for both (one rounding of the outputs);
+//   MatmulForwardResidual against MatmulForward then Add on the CPU: the
+//     same tolerances as the dense layer (one rounding of the sum).
 #include <cstdint>
 
 #include "framework/kernels/elementwise.h"
@@ -120,6 +122,50 @@ TEST_P(CudaFusedTest, MatmulGeluMatchesMatmulThenGelu) {
                       d_out, c.layout);
     ExpectClose(d_pre, pre, Tolerance(dtype(), 1e-5, kBf16Out), "pre_gelu");
     ExpectClose(d_out, out, Tolerance(dtype(), 1e-4, kBf16Out), "gelu");
+  }
+}
+
+// The dense layer with the residual as the GEMM's C matrix against
+// MatmulForward then Add on the CPU: float32 1e-5 (cuBLASLt against
+// OpenBLAS), bfloat16 8e-3 (the sum rounded once, the CPU's pair in
+// float32). M = 36 and N = 37 give unaligned rows; the out-in layout is the
+// tied head's.
+TEST_P(CudaFusedTest, MatmulResidualMatchesMatmulThenAdd) {
+  const DenseCase cases[] = {{64, 96, 256, WeightLayout::kInOut, true},
+                             {64, 96, 256, WeightLayout::kOutIn, false},
+                             {37, 77, 36, WeightLayout::kInOut, true},
+                             {37, 77, 36, WeightLayout::kOutIn, true},
+                             {8, 0, 16, WeightLayout::kInOut, true}};
+  for (const DenseCase& c : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << c.N << "x" << c.K << "x" << c.M
+                 << (c.layout == WeightLayout::kInOut ? " in-out" : " out-in")
+                 << (c.bias ? " bias" : ""));
+    const Shape w_shape =
+        c.layout == WeightLayout::kInOut ? Shape{c.K, c.M} : Shape{c.M, c.K};
+    const Tensor x = Input({c.N, c.K}, 20), w = Input(w_shape, 21);
+    const Tensor bias = c.bias ? Input({c.M}, 22) : Tensor();
+    // A residual larger than the product, as the stream is in a model.
+    const Tensor residual = Input({c.N, c.M}, 23, -4.0, 4.0);
+    Tensor out = Tensor::Empty({c.N, c.M}, DType::kF32);
+    MatmulForward(x, w, bias, out, c.layout);
+    Add(out, residual, out);
+
+    const Tensor d_residual = Dev(residual);
+    Tensor d_out = DevEmpty({c.N, c.M});
+    MatmulForwardResidual(Dev(x), Dev(w), c.bias ? Dev(bias) : Tensor(),
+                          d_residual, d_out, c.layout);
+    ExpectClose(d_out, out, Tolerance(dtype(), 1e-5, kBf16Out), "out");
+    if (c.K == 0) {
+      // The plain layer of no inputs is its bias in every row.
+      Tensor d_dense = DevEmpty({c.N, c.M});
+      Tensor dense = Tensor::Empty({c.N, c.M}, DType::kF32);
+      MatmulForward(x, w, bias, dense, c.layout);
+      MatmulForward(Dev(x), Dev(w), Dev(bias), d_dense, c.layout);
+      ExpectClose(d_dense, dense, 0.0, "dense of no inputs");
+    }
+    // The residual is read, never written.
+    ExpectClose(d_residual, residual, Tolerance(dtype(), 0.0, 0.0), "residual");
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "framework/kernels/elementwise.h"
 #include "framework/kernels/gelu.h"
 #include "tests/framework/kernel_test_util.h"
 
@@ -143,6 +144,32 @@ TEST_P(MatmulTest, ForwardGeluEqualsMatmulThenGelu) {
   }
 }
 
+// The dense layer with its residual: MatmulForward then Add on the CPU, bit
+// for bit, and the formula (residual + x @ w + bias) to 1e-15 in float64.
+TEST_P(MatmulTest, ForwardResidualEqualsMatmulThenAdd) {
+  for (const DType dtype : {DType::kF32, DType::kF64}) {
+    for (const bool with_bias : {false, true}) {
+      SCOPED_TRACE(testing::Message()
+                   << DTypeName(dtype) << (with_bias ? " bias" : " no bias"));
+      const Tensor x = Cast(x_, dtype), w = Cast(w_, dtype);
+      const Tensor bias = with_bias ? Cast(bias_, dtype) : Tensor();
+      const Tensor residual = Random({B, T, M}, 7, dtype);
+      Tensor ref = Tensor::Empty({B, T, M}, dtype);
+      MatmulForward(x, w, bias, ref, layout());
+      Add(ref, residual, ref);
+
+      Tensor out = Random({B, T, M}, 8, dtype);
+      MatmulForwardResidual(x, w, bias, residual, out, layout());
+      EXPECT_EQ(std::memcmp(out.raw(), ref.raw(), out.nbytes()), 0);
+      if (dtype != DType::kF64) continue;
+      const Tensor dense = Forward(with_bias);
+      for (int64_t i = 0; i < out.numel(); ++i) {
+        EXPECT_NEAR(Get(out, i), Get(residual, i) + Get(dense, i), 1e-12) << i;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, MatmulTest,
                          ::testing::Values(WeightLayout::kInOut,
                                            WeightLayout::kOutIn),
@@ -185,6 +212,17 @@ TEST(MatmulDeathTest, ForwardGeluChecksShapesAndAliasing) {
   EXPECT_DEATH(MatmulForwardGelu(x, w, Tensor(), pre, out32), "float32");
   EXPECT_DEATH(MatmulForwardGelu(x, w, Tensor(), pre, pre),
                "out would overwrite pre_gelu");
+}
+
+TEST(MatmulDeathTest, ForwardResidualChecksShapesAndAliasing) {
+  const Tensor x = Random({4, K}, 1), w = Random({K, M}, 2);
+  Tensor residual = Random({4, M}, 3);
+  Tensor out = Tensor::Empty({4, M}, DType::kF64);
+  const Tensor wide = Random({4, M + 1}, 4);
+  EXPECT_DEATH(MatmulForwardResidual(x, w, Tensor(), wide, out),
+               "MatmulForwardResidual: residual");
+  EXPECT_DEATH(MatmulForwardResidual(x, w, Tensor(), residual, residual),
+               "out would overwrite the residual");
 }
 
 }  // namespace

@@ -131,6 +131,10 @@ namespace trellis {
     "form each GPT-2 bias gradient in its weight-gradient GEMM (cuBLASLt's "  \
     "bias-gradient epilogue on cuda) instead of a column-sum pass; the same " \
     "sums in another order")                                                  \
+  X(Device, bool, residual_in_gemm, true,                                     \
+    "add the residual stream to each block's output in the MLP's last GEMM "  \
+    "(the GEMM's C matrix on cuda, one rounding; with one tp rank) instead "  \
+    "of a pass of its own; on cpu the same sums either way")                  \
   X(Device, DeviceTransport, gpu_comm, DeviceTransport::kNccl,                \
     "GPU collectives: nccl (one GPU per rank) or host (staged through "       \
     "host memory over MPI; ranks may share a GPU)")                           \

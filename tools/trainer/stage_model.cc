@@ -50,6 +50,7 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
   block.defer_weight_grads = options.schedule == ScheduleKind::kZeroBubbleH1;
   block.loss_chunk_rows = options.head_chunk_rows();
   block.bias_grad_epilogue = options.bias_grad_epilogue;
+  block.residual_in_gemm = options.residual_in_gemm;
   block.document_mask = options.document_mask;
   block.eod_mask_loss = options.eod_mask_loss;
   block.sequence_parallel = options.sequence_parallel;

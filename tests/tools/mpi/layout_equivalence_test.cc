@@ -64,6 +64,22 @@ TEST_F(LayoutEquivalenceTest, BiasGradientsInTheGemmMatchOneProcess) {
   RunAll({L(1, 2, 2, "1f1b")});
 }
 
+// --residual_in_gemm=false: each block's output as the MLP's projection
+// then a separate add trains to the losses of the fused one (the
+// one-process reference), with and without tp (where the add follows the
+// all-reduce either way) and with sequence parallelism.
+TEST_F(LayoutEquivalenceTest, ResidualAddApartMatchesOneProcess) {
+  TrainOptions apart = *options_;
+  apart.residual_in_gemm = false;
+  {
+    UseOptions use(apart);
+    RunAll({L(1, 1, 1), L(2, 2, 1)});
+  }
+  apart.sequence_parallel = true;
+  UseOptions use(apart);
+  RunAll({L(1, 2, 1)});
+}
+
 // Many microbatches through the few buffers between stages that the
 // schedules need (parallel/pipeline_buffers.h), under every schedule kind
 // over pp 4, then an evaluation through the forward-only schedules. Each
