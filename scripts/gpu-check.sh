@@ -19,7 +19,8 @@
 #   bench:<preset>     trellis-bench, seq_len 1024, bf16, recompute off,
 #                      --profile (tokens/s, TFLOP/s, MFU, peak memory and
 #                      the per-kernel table), each followed by
-#   torch:<preset>     a compiled PyTorch GPT-2 of the preset's shape
+#   torch:<preset>     a compiled PyTorch GPT-2 (or Llama, for a llama-*
+#                      preset) of the preset's shape
 #   llmc:<preset>      llm.c's GPT-2 trainer (when LLMC_DIR holds it) at
 #                      the same depth, sequence length and tokens per step,
 #                      at its own micro batch
@@ -64,7 +65,8 @@
 # cases (the test binaries and mpirun still start), to check the plumbing
 # on a machine without a GPU; its goals are shown, not judged.
 #
-# Environment: PRESETS (default "gpt2-124m gpt2-350m gpt2-774m"), STEPS
+# Environment: PRESETS (default "gpt2-124m gpt2-350m gpt2-774m"; also
+# gpt2-1558m and llama-3.2-1b, which runs at seq_len 2048), STEPS
 # (trellis-bench's timed steps, default 5), BATCH (windows of 1024 tokens
 # per optimizer step for trellis, PyTorch and llm.c alike, default 64),
 # MICRO_BATCH (trellis's micro batch per preset, "gpt2-124m=16 ...";

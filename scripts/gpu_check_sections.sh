@@ -182,9 +182,13 @@ set_bench_flags() {
     bench_flags=(--device=cpu --n_layer=2 --n_head=2 --d_model=64 --seq_len=64
                  --vocab_size=257 --steps=2 --warmup=1 --gemm_size=128)
   else
-    bench_flags=(--device=cuda --preset="$1" --seq_len=1024 --precision=bf16
+    # GPT-2 at seq_len 1024; a Llama preset at its own context (2048), with
+    # the same tokens per step.
+    local seq=1024
+    case "$1" in llama-*) seq=2048 ;; esac
+    bench_flags=(--device=cuda --preset="$1" --seq_len="$seq" --precision=bf16
                  --recompute=none --steps="${STEPS:-5}"
-                 --global_batch_size="${BATCH:-64}")
+                 --global_batch_size="$(( ${BATCH:-64} * 1024 / seq ))")
     local mb
     mb="$(preset_value "${MICRO_BATCH:-}" "$1")"
     [ -n "$mb" ] && bench_flags+=(--micro_batch_size="$mb")
@@ -260,7 +264,16 @@ section_attention() {
   if [ "$GC_DRY" = 1 ]; then
     args=(--device=cpu --shapes=1x64x2x16,2x32x1x16 --warmup=1 --reps=2)
   else
-    args=(--device=cuda --shapes="${GC_PRESETS// /,}")
+    # The GPT-2 presets' shapes (the attention bench times MHA at 1024).
+    local shapes=() preset
+    for preset in $GC_PRESETS; do
+      case "$preset" in gpt2-*) shapes+=("$preset") ;; esac
+    done
+    if [ ${#shapes[@]} -eq 0 ]; then
+      echo "skipped: no GPT-2 preset in PRESETS"
+      return 0
+    fi
+    args=(--device=cuda --shapes="$(IFS=,; echo "${shapes[*]}")")
   fi
   if [ -n "${ATTENTION_PATHS:-}" ]; then args+=(--paths="$ATTENTION_PATHS"); fi
   "$GC_BIN/trellis-attention-bench" "${args[@]}" \
@@ -358,7 +371,9 @@ section_torch() {
   mb="$(preset_value "${TORCH_MICRO_BATCH:-}" "$preset")"
   [ -n "$mb" ] && args+=(--micro_batch_size="$mb")
   if [ "$GC_DRY" = 1 ]; then args+=(--no-compile --warmup=1 --steps=2); fi
-  run_python "$here/torch_reference/gpt2_bench.py" "${args[@]}"
+  local script=gpt2_bench.py
+  case "$preset" in llama-*) script=llama_bench.py ;; esac
+  run_python "$here/torch_reference/$script" "${args[@]}"
 }
 
 section_goals() {

@@ -43,29 +43,44 @@ PRESETS = {"gpt2-124m": (12, 12, 768, 8), "gpt2-350m": (24, 16, 1024, 8),
            "gpt2-774m": (36, 20, 1280, 4), "gpt2-1558m": (48, 25, 1600, 2)}
 
 
-def shape_from_args(args):
+# The model fields a --from JSON may carry beyond GPT-2's (llama_bench.py
+# reads them); absent ones stay out of the shape.
+EXTRA_MODEL_FIELDS = ("family", "n_kv_heads", "ffn_hidden", "rope_theta",
+                      "norm_eps", "tie_embeddings", "parameters")
+
+
+def shape_from_args(args, presets=None, defaults=None, name="gpt2_bench"):
+    """The run's shape: from --from's JSON, else from --preset in
+    `presets` (name: (layers, heads, width, micro batch)) with the other
+    model fields of `defaults` (name: {field: value}, e.g. the
+    vocabulary) added."""
+    presets = PRESETS if presets is None else presets
     if args.from_json:
         with open(args.from_json) as f:
             ours = json.load(f)
         m = ours["model"]
-        return dict(n_layer=m["n_layer"], n_head=m["n_head"],
-                    d_model=m["d_model"], seq_len=m["seq_len"],
-                    vocab_size=m["vocab_size"],
-                    micro_batch_size=ours["micro_batch_size"],
-                    global_batch_size=ours["global_batch_size"],
-                    steps=len(ours["steps"]) or args.steps,
-                    warmup=max(ours["warmup_steps"], args.warmup),
-                    peak_tflops=ours.get("peak_tflops") or args.peak_tflops,
-                    preset=ours.get("preset") or "custom")
-    if args.preset not in PRESETS:
-        sys.exit(f"gpt2_bench: --preset {args.preset} is not one of "
-                 f"{', '.join(PRESETS)}; or pass --from")
-    n_layer, n_head, d_model, micro = PRESETS[args.preset]
-    return dict(n_layer=n_layer, n_head=n_head, d_model=d_model,
-                seq_len=args.seq_len, vocab_size=50257,
-                micro_batch_size=micro, global_batch_size=4 * micro,
-                steps=args.steps, warmup=args.warmup,
-                peak_tflops=args.peak_tflops, preset=args.preset)
+        shape = dict(n_layer=m["n_layer"], n_head=m["n_head"],
+                     d_model=m["d_model"], seq_len=m["seq_len"],
+                     vocab_size=m["vocab_size"],
+                     micro_batch_size=ours["micro_batch_size"],
+                     global_batch_size=ours["global_batch_size"],
+                     steps=len(ours["steps"]) or args.steps,
+                     warmup=max(ours["warmup_steps"], args.warmup),
+                     peak_tflops=ours.get("peak_tflops") or args.peak_tflops,
+                     preset=ours.get("preset") or "custom")
+        shape.update({k: m[k] for k in EXTRA_MODEL_FIELDS if k in m})
+        return shape
+    if args.preset not in presets:
+        sys.exit(f"{name}: --preset {args.preset} is not one of "
+                 f"{', '.join(presets)}; or pass --from")
+    n_layer, n_head, d_model, micro = presets[args.preset]
+    shape = dict(n_layer=n_layer, n_head=n_head, d_model=d_model,
+                 seq_len=args.seq_len, vocab_size=50257,
+                 micro_batch_size=micro, global_batch_size=4 * micro,
+                 steps=args.steps, warmup=args.warmup,
+                 peak_tflops=args.peak_tflops, preset=args.preset)
+    shape.update((defaults or {}).get(args.preset, {}))
+    return shape
 
 
 def build_model(torch, s):
@@ -114,12 +129,13 @@ def build_model(torch, s):
     return Gpt()
 
 
-def train(torch, args, s):
-    """Runs the steps; returns (step seconds of the timed steps, compile
-    and warm-up seconds, parameters, peak memory bytes)."""
+def train(torch, args, s, build=build_model):
+    """Runs the steps of the model `build` makes; returns (step seconds of
+    the timed steps, compile and warm-up seconds, parameters, peak memory
+    bytes)."""
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
-    model = build_model(torch, s).to(args.device)
+    model = build(torch, s).to(args.device)
     if args.precision == "bf16-weights":
         model = model.to(torch.bfloat16)
     params = sum(p.numel() for p in model.parameters())
@@ -169,12 +185,16 @@ def train(torch, args, s):
     return times, warmup_s, params, peak
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(doc=__doc__, build=build_model, presets=None, defaults=None,
+         name="gpt2_bench", label="GPT-2", default_preset="gpt2-124m",
+         default_seq_len=1024):
+    """The command line of a model bench: `build` makes the model, the
+    other arguments name it and give its presets (shape_from_args)."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     p.add_argument("--from", dest="from_json",
                    help="trellis-bench --json output to copy the run from")
-    p.add_argument("--preset", default="gpt2-124m")
-    p.add_argument("--seq_len", type=int, default=1024)
+    p.add_argument("--preset", default=default_preset)
+    p.add_argument("--seq_len", type=int, default=default_seq_len)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3,
                    help="untimed steps first (compilation happens here); "
@@ -189,11 +209,11 @@ def main():
                    "tokens per step stay the shape's")
     p.add_argument("--json", help="write the summary here")
     args = p.parse_args()
-    s = shape_from_args(args)
+    s = shape_from_args(args, presets, defaults, name)
     if args.micro_batch_size:
         if (args.micro_batch_size < 1
                 or s["global_batch_size"] % args.micro_batch_size):
-            sys.exit(f"gpt2_bench: --micro_batch_size "
+            sys.exit(f"{name}: --micro_batch_size "
                      f"{args.micro_batch_size} does not divide the global "
                      f"batch {s['global_batch_size']}")
         s["micro_batch_size"] = args.micro_batch_size
@@ -203,7 +223,7 @@ def main():
 
     compile_error = None
     try:
-        times, warmup_s, params, peak = train(torch, args, s)
+        times, warmup_s, params, peak = train(torch, args, s, build)
     except Exception as e:  # noqa: BLE001 (any compiler failure)
         if args.no_compile:
             raise
@@ -213,7 +233,10 @@ def main():
         args.no_compile = True
         if args.device == "cuda":
             torch.cuda.empty_cache()
-        times, warmup_s, params, peak = train(torch, args, s)
+        times, warmup_s, params, peak = train(torch, args, s, build)
+    if s.get("parameters") and s["parameters"] != params:
+        sys.exit(f"{name}: the PyTorch model has {params} parameters, "
+                 f"trellis's {s['parameters']}: not the same model")
     step_s = common.median(times)
     tokens = s["global_batch_size"] * s["seq_len"]
     flops_per_token = 6.0 * params + 6.0 * s["n_layer"] * s["d_model"] * s[
@@ -228,7 +251,7 @@ def main():
               "warmup_s": warmup_s, "peak_memory_bytes": peak,
               "compile_error": compile_error}
     mfu = f"{100 * result['mfu']:.1f}%" if result["mfu"] else "n/a"
-    print(f"PyTorch {torch.__version__} GPT-2 {s['preset']} on "
+    print(f"PyTorch {torch.__version__} {label} {s['preset']} on "
           f"{result['env']['device_name']}: {params / 1e6:.1f}M parameters, "
           f"{tokens} tokens/step ({s['micro_batch_size']} x "
           f"{s['global_batch_size'] // s['micro_batch_size']} micro batches "

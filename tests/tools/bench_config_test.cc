@@ -36,5 +36,28 @@ TEST(BenchConfigTest, PresetsTakeTheirDevicesMicroBatch) {
   EXPECT_EQ(Resolve("cpu", "").train.micro_batch_size, 4);
 }
 
+// The Llama preset is configs/llama-3.2-1b.flags's shape at its context of
+// 2048 on CUDA, with Llama 3's vocabulary.
+TEST(BenchConfigTest, LlamaPresetTakesItsFamilysShape) {
+  const BenchConfig cuda = Resolve("cuda", "llama-3.2-1b");
+  const ModelConfig& m = cuda.train.model;
+  EXPECT_EQ(m.family, ModelFamilyKind::kLlama);
+  EXPECT_EQ(m.n_layer, 16);
+  EXPECT_EQ(m.n_head, 32);
+  EXPECT_EQ(m.kv_heads(), 8);
+  EXPECT_EQ(m.d_model, 2048);
+  EXPECT_EQ(m.LlamaFfnHidden(), 8192);
+  EXPECT_EQ(m.rope_theta, 500000.0);
+  EXPECT_TRUE(m.tie_embeddings);
+  EXPECT_EQ(m.seq_len, 2048);
+  EXPECT_EQ(m.vocab_size, 128256);
+  EXPECT_EQ(cuda.train.micro_batch_size, 8);
+  // 1.24B parameters, as Meta's model card gives.
+  EXPECT_NEAR(static_cast<double>(m.NumParameters()), 1.2358e9, 1e6);
+  EXPECT_EQ(Resolve("cpu", "llama-3.2-1b").train.model.seq_len, 256);
+  EXPECT_EQ(Resolve("cuda", "gpt2-124m").train.model.family,
+            ModelFamilyKind::kGpt2);
+}
+
 }  // namespace
 }  // namespace trellis

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "framework/status.h"
+#include "transformer/config.h"
 
 namespace trellis {
 namespace {
@@ -18,18 +19,27 @@ absl::Status Bad(const std::string& message) {
 // the one that ran fastest on one 80 GB H100 (seq_len 1024, bf16,
 // recompute none; docs/performance.md, "The micro batch"): larger GEMMs and
 // fewer weight-gradient read-modify-writes. gpt2-1558m's is the largest
-// power of two whose memory plan fits 80 GB, not measured.
+// power of two whose memory plan fits 80 GB, not measured. llama-3.2-1b is
+// configs/llama-3.2-1b.flags's shape (GQA, SwiGLU, RoPE, tied head, Llama
+// 3's vocabulary) at its context of 2048; the RoPE scaling, which costs
+// nothing per step, is left out.
 struct Preset {
   const char* name;
   int64_t n_layer, n_head, d_model, micro_batch_size, cuda_micro_batch_size;
+  ModelFamilyKind family = ModelFamilyKind::kGpt2;
+  int64_t vocab_size = 50257;
+  int64_t cuda_seq_len = 1024;
+  int64_t n_kv_heads = 0, ffn_hidden = 0;
+  double rope_theta = 10000.0;
 };
 constexpr Preset kPresets[] = {
     {"gpt2-124m", 12, 12, 768, 8, 64},
     {"gpt2-350m", 24, 16, 1024, 8, 64},
     {"gpt2-774m", 36, 20, 1280, 4, 32},
     {"gpt2-1558m", 48, 25, 1600, 2, 16},
+    {"llama-3.2-1b", 16, 32, 2048, 1, 8, ModelFamilyKind::kLlama, 128256, 2048,
+     8, 8192, 500000.0},
 };
-constexpr int64_t kGpt2Vocab = 50257;
 
 // --name=value is at least `min`.
 absl::Status AtLeast(const char* name, int64_t value, int64_t min) {
@@ -62,6 +72,24 @@ absl::StatusOr<const Preset*> FindPreset(const std::string& name) {
                             absl::StrJoin(names, ", ")));
   }
   return preset;
+}
+
+// The model: the preset's shape (else the small CPU model), the flags
+// overriding layers, heads, width and context; the vocabulary is set later.
+ModelConfig ModelOf(const BenchFlags& f, const Preset* preset, bool cuda) {
+  ModelConfig m;
+  if (preset != nullptr) {
+    m.family = preset->family;
+    m.n_kv_heads = preset->n_kv_heads;
+    m.ffn_hidden = preset->ffn_hidden;
+    m.rope_theta = preset->rope_theta;
+  }
+  m.n_layer = f.n_layer.value_or(preset ? preset->n_layer : 6);
+  m.n_head = f.n_head.value_or(preset ? preset->n_head : 6);
+  m.d_model = f.d_model.value_or(preset ? preset->d_model : 384);
+  m.seq_len =
+      f.seq_len.value_or(cuda ? (preset ? preset->cuda_seq_len : 1024) : 256);
+  return m;
 }
 
 // The flags of the measurement itself: steps, warmup, the peak the MFU is
@@ -134,11 +162,9 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   o.precision = precision;
   o.recompute = recompute;
   o.attention = attention;
-  o.model.n_layer = f.n_layer.value_or(preset ? preset->n_layer : 6);
-  o.model.n_head = f.n_head.value_or(preset ? preset->n_head : 6);
-  o.model.d_model = f.d_model.value_or(preset ? preset->d_model : 384);
-  o.model.seq_len = f.seq_len.value_or(cuda ? 1024 : 256);
-  const int64_t vocab = f.vocab_size.value_or(preset ? kGpt2Vocab : 257);
+  o.model = ModelOf(f, preset, cuda);
+  const int64_t vocab =
+      f.vocab_size.value_or(preset ? preset->vocab_size : 257);
   const int64_t preset_micro_batch = preset == nullptr ? 4
                                      : cuda ? preset->cuda_micro_batch_size
                                             : preset->micro_batch_size;
