@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_bench  # noqa: E402
 
 # Without --from: (layers, heads, width, micro batch) and the other fields.
-PRESETS = {"llama-3.2-1b": (16, 32, 2048, 8)}
+PRESETS = {"llama-3.2-1b": (16, 32, 2048, 16)}
 DEFAULTS = {"llama-3.2-1b": dict(vocab_size=128256, n_kv_heads=8,
                                  ffn_hidden=8192, rope_theta=500000.0,
                                  norm_eps=1e-5, tie_embeddings=True)}

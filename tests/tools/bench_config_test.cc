@@ -51,7 +51,7 @@ TEST(BenchConfigTest, LlamaPresetTakesItsFamilysShape) {
   EXPECT_TRUE(m.tie_embeddings);
   EXPECT_EQ(m.seq_len, 2048);
   EXPECT_EQ(m.vocab_size, 128256);
-  EXPECT_EQ(cuda.train.micro_batch_size, 8);
+  EXPECT_EQ(cuda.train.micro_batch_size, 16);
   // 1.24B parameters, as Meta's model card gives.
   EXPECT_NEAR(static_cast<double>(m.NumParameters()), 1.2358e9, 1e6);
   EXPECT_EQ(Resolve("cpu", "llama-3.2-1b").train.model.seq_len, 256);
