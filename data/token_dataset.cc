@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "data/sha256.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -215,6 +216,17 @@ absl::Status TokenDatasetWriter::Flush() {
       DType::kI64, offset_buffer_.data(), offset_buffer_.size()));
   offset_buffer_.clear();
   return absl::OkStatus();
+}
+
+absl::Status TokenDatasetWriter::KeepTokenizerFile(const TokenizerFile& file) {
+  TRELLIS_CHECK(!finished_) << "KeepTokenizerFile after Finish";
+  if (metadata_.tokenizer_sha256.empty() ||
+      Sha256Hex(file.bytes) != metadata_.tokenizer_sha256) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        file.name, " does not hash to the tokenizer_sha256 of ",
+        file_.file_name(), "; keep the file the tokenizer was built from"));
+  }
+  return WriteTokenizerFile(file_, file);
 }
 
 absl::Status TokenDatasetWriter::Finish() {

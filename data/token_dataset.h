@@ -15,6 +15,9 @@
 //                 written by TokenDatasetWriter), tokenizer_sha256 (string,
 //                 the SHA-256 of the tokenizer's file for hf and
 //                 sentencepiece; optional, absent in older files).
+//   /tokenizer_file  1-D uint8, optional: the hf or sentencepiece tokenizer's
+//                 file itself, hashing to tokenizer_sha256
+//                 (data/tokenizer_file.h).
 //
 // TokenDatasetWriter streams documents into a new file in bounded memory.
 // TokenDataset opens one for reading, validates it, and reads ranges of
@@ -36,6 +39,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_file.h"
 #include "framework/hdf5.h"
 #include "framework/tensor.h"
 
@@ -88,6 +92,9 @@ class TokenDatasetWriter {
   absl::Status EndDocument();
   // AppendTokens then EndDocument.
   absl::Status AppendDocument(std::span<const uint32_t> tokens);
+  // Keeps the tokenizer's own file in the token file (data/tokenizer_file.h);
+  // FailedPrecondition unless it hashes to the metadata's tokenizer_sha256.
+  absl::Status KeepTokenizerFile(const TokenizerFile& file);
   // Ends an open document, writes what is buffered and the max_token_id
   // attribute, and closes the file. No call may follow.
   absl::Status Finish();

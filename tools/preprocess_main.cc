@@ -46,6 +46,7 @@
 #include "data/input_files.h"
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_file.h"
 #include "framework/progress_bar.h"
 #include "framework/status.h"
 #include "tools/options/program_help.h"
@@ -321,6 +322,16 @@ void PrintSummary(const std::string& output, int64_t documents, int64_t tokens,
   }
 }
 
+// The hf or sentencepiece tokenizer's file goes with the data (and from
+// there into every checkpoint trained on it).
+absl::Status KeepTokenizerFile(const Tokenizer& tokenizer,
+                               TokenDatasetWriter& writer) {
+  TRELLIS_ASSIGN_OR_RETURN(const std::optional<TokenizerFile> kept,
+                           ReadSpecTokenizerFile(absl::GetFlag(FLAGS_tokenizer),
+                                                 tokenizer.source_sha256()));
+  return kept.has_value() ? writer.KeepTokenizerFile(*kept) : absl::OkStatus();
+}
+
 absl::Status Run() {
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output.empty()) return absl::InvalidArgumentError("--output is required");
@@ -359,9 +370,14 @@ absl::Status Run() {
     return absl::PermissionDeniedError(absl::StrCat(
         "cannot write --output ", output, ": ", writer.status().message()));
   }
+  absl::Status status = KeepTokenizerFile(*tokenizer, **writer);
+  if (!status.ok()) {
+    writer->reset();
+    std::filesystem::remove(temporary, error);
+    return status;
+  }
   DocumentReader reader(inputs, read);
-  absl::Status status =
-      Process(reader, total_bytes, *tokenizer, threads, **writer);
+  status = Process(reader, total_bytes, *tokenizer, threads, **writer);
   const int64_t documents = (*writer)->num_documents();
   const int64_t tokens = (*writer)->num_tokens();
   if (status.ok() && documents == 0) {

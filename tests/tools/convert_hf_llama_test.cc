@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -375,7 +376,8 @@ INSTANTIATE_TEST_SUITE_P(
 // The tokenizer a Llama checkpoint converted from Hugging Face records: the
 // tokenizer.json beside the weights, as trellis-preprocess records
 // --tokenizer=hf:PATH (a converted Llama 3 used to record gpt2 and then
-// refuse data tokenized with its own tokenizer); gpt2, said in a note, when
+// refuse data tokenized with its own tokenizer), the file itself kept in the
+// checkpoint; gpt2, said in a note, when
 // there is none; --tokenizer when given; and a tokenizer.json that cannot be
 // read is one error naming the flag.
 TEST(HfLlamaConvertTest, RecordsTheTokenizerBesideTheWeights) {
@@ -416,6 +418,12 @@ TEST(HfLlamaConvertTest, RecordsTheTokenizerBesideTheWeights) {
             TokenizerIdentity::Of(**tokenizer).ToString());
   EXPECT_FALSE(state.tokenizer_identity.sha256.empty());
   EXPECT_THAT(beside->notes, testing::Contains(HasSubstr(file)));
+  // The checkpoint holds the file itself, for generation and export.
+  std::ifstream held(dir + "/beside/step_00000000/tokenizer.json",
+                     std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(held), {}),
+            hf_testing::Llama3StyleJson());
+  EXPECT_FALSE(fs::exists(dir + "/given/step_00000000/tokenizer.json"));
 
   ASSERT_TRUE(convert("given", "byte").ok());
   EXPECT_EQ(recorded("given").tokenizer, "byte");

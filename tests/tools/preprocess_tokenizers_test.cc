@@ -1,6 +1,7 @@
 // trellis-preprocess with the file-based tokenizers: --tokenizer=hf:PATH
 // and sentencepiece:PATH write the tokenizer's ids and its identity (kind,
-// vocabulary, end-of-text, SHA-256 of the file) into the token file; a
+// vocabulary, end-of-text, SHA-256 of the file) and the file itself into
+// the token file; a
 // Llama 3 tokenizer.json's <|begin_of_text|> starts every document.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 
 #include "data/token_dataset.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_file.h"
 #include "tests/data/hf_tokenizer_test_util.h"
 #include "tests/tools/tools_test_util.h"
 
@@ -54,6 +56,14 @@ void ExpectPreprocessed(const std::string& dir, const std::string& spec,
   const TokenizerIdentity want = TokenizerIdentity::Of(**tokenizer);
   EXPECT_EQ(dataset->tokenizer_identity().ToString(), want.ToString());
   EXPECT_EQ(want.sha256.size(), 64u);
+  // The tokenizer's own file is kept in the token file, whole.
+  absl::StatusOr<std::optional<TokenizerFile>> kept =
+      ReadTokenizerFile(output, dataset->tokenizer_identity());
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(kept->has_value());
+  std::ifstream source(spec.substr(spec.find(':') + 1), std::ios::binary);
+  EXPECT_EQ((*kept)->bytes,
+            std::string(std::istreambuf_iterator<char>(source), {}));
   ASSERT_EQ(dataset->num_tokens(), static_cast<int64_t>(ids.size()));
   std::vector<int32_t> stored(ids.size());
   ASSERT_TRUE(dataset->ReadTokens(0, ids.size(), stored.data()).ok());

@@ -51,12 +51,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_file.h"
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
 #include "tools/checkpoint/checkpoint_dir.h"
@@ -91,7 +93,18 @@ struct TrainingState {
   // The digest of each tensor file the state goes with, by file name
   // (file_tie.h); set by the save, empty in older checkpoints.
   std::map<std::string, std::string> files;
+  // The hf or sentencepiece tokenizer's own file (data/tokenizer_file.h),
+  // written by the save beside state.json under its name (not in
+  // state.json); read back with CheckpointTokenizerSpec.
+  std::optional<TokenizerFile> tokenizer_file;
 };
+
+// The tokenizer spec ("hf:DIR/tokenizer.json", ...) of the file checkpoint
+// `dir` holds for `state`'s tokenizer; nullopt when it holds none (byte and
+// gpt2 checkpoints, or ones written before the file was kept). DataLoss
+// when the file there does not hash to the recorded sha256.
+absl::StatusOr<std::optional<std::string>> CheckpointTokenizerSpec(
+    const std::string& dir, const TrainingState& state);
 
 // One rank's piece of a logical tensor, as checkpoints read and write it.
 // `tensor` is a handle: loading fills the memory it shares.

@@ -130,6 +130,10 @@ absl::Status PublishCheckpoint(const fs::path& save_dir, const fs::path& tmp,
                                bool supersede) {
   // The state names the files it goes with (file_tie.h).
   TRELLIS_RETURN_IF_ERROR(RecordFileDigests(tmp.string(), state));
+  if (state.tokenizer_file.has_value()) {
+    TRELLIS_RETURN_IF_ERROR(WriteTextFile(tmp / state.tokenizer_file->name,
+                                          state.tokenizer_file->bytes));
+  }
   TRELLIS_RETURN_IF_ERROR(
       WriteTextFile(tmp / kStateFile, StateToJson(state).dump(2) + "\n"));
   for (const auto& entry : fs::directory_iterator(tmp)) {

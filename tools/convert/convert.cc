@@ -54,6 +54,7 @@ struct Input {
   WholeModel model;
   TrainingState state;
   bool is_trellis = false;
+  std::string dir;                          // A trellis checkpoint's directory.
   std::vector<Tensor> exp_avg, exp_avg_sq;  // Model order; empty: none.
   int64_t optimizer_step = 0;
 };
@@ -142,6 +143,7 @@ absl::StatusOr<Input> ReadTrellis(const ConvertOptions& o, bool moments,
                            ResolveResume(o.input, "", "--input"));
   Input in;
   in.is_trellis = true;
+  in.dir = dir;
   TRELLIS_ASSIGN_OR_RETURN(in.state, ReadTrainingState(dir));
   in.model.config = in.state.model;
   in.model.source = in.state.source;
@@ -220,13 +222,25 @@ struct RecordedTokenizer {
   TokenizerIdentity identity = {};
   std::string note = {};
   std::string spec = {};  // What MakeTokenizer takes for it ("" for `name`).
+  // The tokenizer's own file, carried into the output (a checkpoint's, or
+  // the tokenizer.json beside Hugging Face weights).
+  std::optional<TokenizerFile> file = std::nullopt;
 };
 
 absl::StatusOr<RecordedTokenizer> TokenizerToRecord(const ConvertOptions& o,
                                                     const Input& in) {
   if (in.is_trellis) {
-    return RecordedTokenizer{in.state.tokenizer, in.state.tokenizer_identity,
-                             ""};
+    RecordedTokenizer recorded{in.state.tokenizer, in.state.tokenizer_identity,
+                               ""};
+    TRELLIS_ASSIGN_OR_RETURN(const std::optional<std::string> held,
+                             CheckpointTokenizerSpec(in.dir, in.state));
+    if (held.has_value()) {
+      recorded.spec = *held;
+      TRELLIS_ASSIGN_OR_RETURN(
+          recorded.file,
+          ReadSpecTokenizerFile(*held, in.state.tokenizer_identity.sha256));
+    }
+    return recorded;
   }
   if (!o.tokenizer.empty()) return RecordedTokenizer{o.tokenizer, {}, ""};
   if (in.model.config.family != ModelFamilyKind::kLlama) {
@@ -254,11 +268,14 @@ absl::StatusOr<RecordedTokenizer> TokenizerToRecord(const ConvertOptions& o,
                      "); name the model's tokenizer with --tokenizer"));
   }
   const TokenizerIdentity identity = TokenizerIdentity::Of(**tokenizer);
-  return RecordedTokenizer{
+  RecordedTokenizer recorded{
       (*tokenizer)->name(), identity,
       absl::StrCat("recorded tokenizer ", identity.ToString(), " from ",
                    file.string(), " (--tokenizer to name another)"),
       "hf:" + file.string()};
+  TRELLIS_ASSIGN_OR_RETURN(
+      recorded.file, ReadSpecTokenizerFile(recorded.spec, identity.sha256));
+  return recorded;
 }
 
 absl::Status WriteHf(const ConvertOptions& o, const Input& in,
@@ -293,6 +310,11 @@ absl::Status WriteHf(const ConvertOptions& o, const Input& in,
       WriteHfSafetensors(dir.string(), *tensors, o.max_shard_size, bar.Fn()));
   TRELLIS_RETURN_IF_ERROR(
       WriteTextFileAtomically((dir / "config.json").string(), config));
+  if (recorded.file.has_value()) {
+    // A whole model directory: the tokenizer with the weights.
+    TRELLIS_RETURN_IF_ERROR(WriteTextFileAtomically(
+        (dir / recorded.file->name).string(), recorded.file->bytes));
+  }
   s->output = dir.string();
   s->tensors = tensors->size();
   return absl::OkStatus();
@@ -326,9 +348,9 @@ absl::Status WriteTrellis(const ConvertOptions& o, const Input& in,
         DTypeName(dtype)));
   }
   TrainingState state = in.state;
+  TRELLIS_ASSIGN_OR_RETURN(const RecordedTokenizer recorded,
+                           TokenizerToRecord(o, in));
   if (!in.is_trellis) {
-    TRELLIS_ASSIGN_OR_RETURN(const RecordedTokenizer recorded,
-                             TokenizerToRecord(o, in));
     if (!recorded.note.empty()) s->notes.push_back(recorded.note);
     state = TrainingState();
     state.model = in.model.config;
@@ -337,6 +359,7 @@ absl::Status WriteTrellis(const ConvertOptions& o, const Input& in,
     state.source = in.model.source;
     state.source["file"] = o.input;
   }
+  state.tokenizer_file = recorded.file;
   const fs::path dir = fs::path(o.output) / CheckpointName(state.step);
   if (fs::exists(dir)) {
     return absl::AlreadyExistsError(absl::StrCat(

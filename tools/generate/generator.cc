@@ -26,13 +26,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> CheckpointTokenizer(
     const std::string& dir) {
   std::string spec = o.tokenizer;
   if (spec.empty()) {
-    if (state.tokenizer != "byte" && state.tokenizer != "gpt2") {
+    TRELLIS_ASSIGN_OR_RETURN(const std::optional<std::string> held,
+                             CheckpointTokenizerSpec(dir, state));
+    if (held.has_value()) {
+      spec = *held;
+    } else if (state.tokenizer != "byte" && state.tokenizer != "gpt2") {
       return absl::InvalidArgumentError(absl::StrCat(
           dir, " records tokenizer '", state.tokenizer,
           "', whose file it does not hold; pass --tokenizer=hf:PATH or "
           "--tokenizer=sentencepiece:PATH"));
+    } else {
+      spec = state.tokenizer;
     }
-    spec = state.tokenizer;
   }
   TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                            MakeTokenizer(spec, o.gpt2_assets));

@@ -155,6 +155,14 @@ absl::Status Trainer::Save() {
   state.model = options_.model;
   state.tokenizer = loader_->dataset().tokenizer();
   state.tokenizer_identity = loader_->dataset().tokenizer_identity();
+  if (groups_.world->rank() == 0) {
+    // The tokenizer's file, kept in the (first) token file, goes into the
+    // checkpoint: rank 0 publishes it.
+    TRELLIS_ASSIGN_OR_RETURN(
+        state.tokenizer_file,
+        ReadTokenizerFile(loader_->dataset().path(),
+                          loader_->dataset().tokenizer_identity()));
+  }
   state.dp = options_.dp;
   state.tp = options_.tp;
   state.pp = options_.pp;
