@@ -96,6 +96,7 @@ TrainOptions Unusual() {
   o.attention = AttentionPath::kSimt;
   o.loss_chunk_rows = 77;
   o.bias_grad_epilogue = true;
+  o.residual_in_gemm = false;
   o.gpu_comm = DeviceTransport::kHostStaged;
   o.memory_budget_gb = 1.5;
   o.peak_tflops = 123.5;
@@ -118,7 +119,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 67);  // 17 model + 30 run + 20 layout and device options
+  EXPECT_EQ(lines, 68);  // 17 model + 30 run + 21 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);
