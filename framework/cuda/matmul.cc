@@ -114,6 +114,16 @@ void CheckGemmTypes(const char* kernel, const Tensor& a, const Tensor& b,
       << DTypeName(a.dtype()) << " operands";
 }
 
+// A tensor that goes with a dense layer's output `out` (GELU's input, the
+// residual): of out's dtype and shape.
+void CheckLikeOutput(const char* kernel, const char* name, const Tensor& t,
+                     const Tensor& out) {
+  RequireDType(kernel, out.dtype(), {&t});
+  TRELLIS_CHECK(t.shape() == out.shape())
+      << kernel << ": " << name << " " << ShapeString(t.shape()) << ", out "
+      << ShapeString(out.shape());
+}
+
 // The GEMM of out = x @ w, with the bias (when defined) in its epilogue.
 Gemm ForwardGemm(const char* kernel, const Tensor& x, const Tensor& w,
                  const Tensor& bias, Tensor& out, const Dims& d,
@@ -217,10 +227,7 @@ void MatmulForwardResidual(const Tensor& x, const Tensor& w, const Tensor& bias,
   CudaDeviceGuard guard(device);
   const Dims d = CheckDense(kernel, x, w, out, bias, layout);
   CheckGemmTypes(kernel, x, w, out);
-  RequireDType(kernel, out.dtype(), {&residual});
-  TRELLIS_CHECK(residual.shape() == out.shape())
-      << kernel << ": residual " << ShapeString(residual.shape()) << ", out "
-      << ShapeString(out.shape());
+  CheckLikeOutput(kernel, "residual", residual, out);
   TRELLIS_CHECK(out.numel() == 0 || out.raw() != residual.raw())
       << kernel << ": out would overwrite the residual";
   if (d.K == 0) {
@@ -241,10 +248,7 @@ void MatmulForwardGelu(const Tensor& x, const Tensor& w, const Tensor& bias,
   CudaDeviceGuard guard(device);
   const Dims d = CheckDense(kernel, x, w, out, bias, layout);
   CheckGemmTypes(kernel, x, w, out);
-  RequireDType(kernel, out.dtype(), {&pre_gelu});
-  TRELLIS_CHECK(pre_gelu.shape() == out.shape())
-      << kernel << ": pre_gelu " << ShapeString(pre_gelu.shape()) << ", out "
-      << ShapeString(out.shape());
+  CheckLikeOutput(kernel, "pre_gelu", pre_gelu, out);
   const uint32_t aux_align =
       Alignment(pre_gelu.raw(), d.M, DTypeSize(out.dtype()));
   if (d.K == 0 || d.M % 8 != 0 || aux_align < 16) {

@@ -19,7 +19,9 @@
 //   MatmulForwardResidual against MatmulForward then Add on the CPU: the
 //     same tolerances as the dense layer (one rounding of the sum).
 #include <cstdint>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/gelu.h"
 #include "framework/kernels/layernorm.h"
@@ -36,7 +38,35 @@ using cuda_test::Tolerance;
 
 constexpr double kBf16Out = 8e-3;
 
-using CudaFusedTest = cuda_test::DTypeTest;
+struct DenseCase {
+  int64_t N, K, M;
+  WeightLayout layout;
+  bool bias;
+};
+
+// "64x96x256 in-out bias", for traces.
+std::string Label(const DenseCase& c) {
+  return absl::StrCat(c.N, "x", c.K, "x", c.M,
+                      c.layout == WeightLayout::kInOut ? " in-out" : " out-in",
+                      c.bias ? " bias" : "");
+}
+
+// A dense layer's CPU inputs: x (N, K), w in the case's layout, the bias
+// when the case has one; drawn from seeds seed, seed + 1, seed + 2.
+struct DenseInputs {
+  Tensor x, w, bias;
+};
+
+class CudaFusedTest : public cuda_test::DTypeTest {
+ protected:
+  DenseInputs Dense(const DenseCase& c, uint64_t seed) {
+    const Shape w_shape =
+        c.layout == WeightLayout::kInOut ? Shape{c.K, c.M} : Shape{c.M, c.K};
+    return {Input({c.N, c.K}, seed), Input(w_shape, seed + 1),
+            c.bias ? Input({c.M}, seed + 2) : Tensor()};
+  }
+  Tensor DevOrNone(const Tensor& t) { return t.defined() ? Dev(t) : Tensor(); }
+};
 
 TEST_P(CudaFusedTest, AddLayerNormMatchesAddThenLayerNorm) {
   for (const int64_t C : {768, 100}) {
@@ -90,12 +120,6 @@ TEST_P(CudaFusedTest, AddLayerNormMatchesAddThenLayerNorm) {
   }
 }
 
-struct DenseCase {
-  int64_t N, K, M;
-  WeightLayout layout;
-  bool bias;
-};
-
 TEST_P(CudaFusedTest, MatmulGeluMatchesMatmulThenGelu) {
   // M = 256 takes the GELU epilogue; M = 36 (not a multiple of 8) the
   // unfused fallback.
@@ -104,22 +128,15 @@ TEST_P(CudaFusedTest, MatmulGeluMatchesMatmulThenGelu) {
                              {37, 77, 36, WeightLayout::kInOut, true},
                              {37, 77, 36, WeightLayout::kOutIn, true}};
   for (const DenseCase& c : cases) {
-    SCOPED_TRACE(testing::Message()
-                 << c.N << "x" << c.K << "x" << c.M
-                 << (c.layout == WeightLayout::kInOut ? " in-out" : " out-in")
-                 << (c.bias ? " bias" : ""));
-    const Shape w_shape =
-        c.layout == WeightLayout::kInOut ? Shape{c.K, c.M} : Shape{c.M, c.K};
-    const Tensor x = Input({c.N, c.K}, 10), w = Input(w_shape, 11);
-    const Tensor bias = c.bias ? Input({c.M}, 12) : Tensor();
+    SCOPED_TRACE(Label(c));
+    const auto [x, w, bias] = Dense(c, 10);
     Tensor pre = Tensor::Empty({c.N, c.M}, DType::kF32);
     Tensor out = Tensor::Empty({c.N, c.M}, DType::kF32);
     MatmulForward(x, w, bias, pre, c.layout);
     GeluForward(pre, out);
 
     Tensor d_pre = DevEmpty({c.N, c.M}), d_out = DevEmpty({c.N, c.M});
-    MatmulForwardGelu(Dev(x), Dev(w), c.bias ? Dev(bias) : Tensor(), d_pre,
-                      d_out, c.layout);
+    MatmulForwardGelu(Dev(x), Dev(w), DevOrNone(bias), d_pre, d_out, c.layout);
     ExpectClose(d_pre, pre, Tolerance(dtype(), 1e-5, kBf16Out), "pre_gelu");
     ExpectClose(d_out, out, Tolerance(dtype(), 1e-4, kBf16Out), "gelu");
   }
@@ -137,14 +154,8 @@ TEST_P(CudaFusedTest, MatmulResidualMatchesMatmulThenAdd) {
                              {37, 77, 36, WeightLayout::kOutIn, true},
                              {8, 0, 16, WeightLayout::kInOut, true}};
   for (const DenseCase& c : cases) {
-    SCOPED_TRACE(testing::Message()
-                 << c.N << "x" << c.K << "x" << c.M
-                 << (c.layout == WeightLayout::kInOut ? " in-out" : " out-in")
-                 << (c.bias ? " bias" : ""));
-    const Shape w_shape =
-        c.layout == WeightLayout::kInOut ? Shape{c.K, c.M} : Shape{c.M, c.K};
-    const Tensor x = Input({c.N, c.K}, 20), w = Input(w_shape, 21);
-    const Tensor bias = c.bias ? Input({c.M}, 22) : Tensor();
+    SCOPED_TRACE(Label(c));
+    const auto [x, w, bias] = Dense(c, 20);
     // A residual larger than the product, as the stream is in a model.
     const Tensor residual = Input({c.N, c.M}, 23, -4.0, 4.0);
     Tensor out = Tensor::Empty({c.N, c.M}, DType::kF32);
@@ -153,8 +164,8 @@ TEST_P(CudaFusedTest, MatmulResidualMatchesMatmulThenAdd) {
 
     const Tensor d_residual = Dev(residual);
     Tensor d_out = DevEmpty({c.N, c.M});
-    MatmulForwardResidual(Dev(x), Dev(w), c.bias ? Dev(bias) : Tensor(),
-                          d_residual, d_out, c.layout);
+    MatmulForwardResidual(Dev(x), Dev(w), DevOrNone(bias), d_residual, d_out,
+                          c.layout);
     ExpectClose(d_out, out, Tolerance(dtype(), 1e-5, kBf16Out), "out");
     if (c.K == 0) {
       // The plain layer of no inputs is its bias in every row.

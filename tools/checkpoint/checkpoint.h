@@ -99,10 +99,14 @@ struct TrainingState {
   std::optional<TokenizerFile> tokenizer_file;
 };
 
-// The tokenizer spec ("hf:DIR/tokenizer.json", ...) of the file checkpoint
-// `dir` holds for `state`'s tokenizer; nullopt when it holds none (byte and
-// gpt2 checkpoints, or ones written before the file was kept). DataLoss
-// when the file there does not hash to the recorded sha256.
+// The tokenizer file checkpoint `dir` holds for `state`'s tokenizer, read
+// once; nullopt when it holds none (byte and gpt2 checkpoints, or ones
+// written before the file was kept). DataLoss when it does not hash to the
+// recorded sha256.
+absl::StatusOr<std::optional<TokenizerFile>> ReadCheckpointTokenizerFile(
+    const std::string& dir, const TrainingState& state);
+// The tokenizer spec ("hf:DIR/tokenizer.json", ...) of that file, checked
+// the same way.
 absl::StatusOr<std::optional<std::string>> CheckpointTokenizerSpec(
     const std::string& dir, const TrainingState& state);
 

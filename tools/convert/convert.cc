@@ -232,13 +232,12 @@ absl::StatusOr<RecordedTokenizer> TokenizerToRecord(const ConvertOptions& o,
   if (in.is_trellis) {
     RecordedTokenizer recorded{in.state.tokenizer, in.state.tokenizer_identity,
                                ""};
-    TRELLIS_ASSIGN_OR_RETURN(const std::optional<std::string> held,
-                             CheckpointTokenizerSpec(in.dir, in.state));
-    if (held.has_value()) {
-      recorded.spec = *held;
-      TRELLIS_ASSIGN_OR_RETURN(
-          recorded.file,
-          ReadSpecTokenizerFile(*held, in.state.tokenizer_identity.sha256));
+    TRELLIS_ASSIGN_OR_RETURN(recorded.file,
+                             ReadCheckpointTokenizerFile(in.dir, in.state));
+    if (recorded.file.has_value()) {
+      recorded.spec =
+          TokenizerSpecAt(in.state.tokenizer,
+                          (fs::path(in.dir) / recorded.file->name).string());
     }
     return recorded;
   }
