@@ -23,10 +23,11 @@
 //
 // Hooks read and write the tensors of BlockTensors in fixed roles (ln1/ln2
 // the norms' outputs, fc the MLP's up projection, gelu its activation,
-// dgelu the activation's gradient, cos/sin a position table), and declare
-// the shapes and places of the ones they own (Slots). Gradient rule: hooks'
-// weight gradients accumulate (+=), activation gradients are written (=)
-// unless a method says otherwise.
+// dgelu the activation's gradient, cos/sin a position table, the routing
+// roles a mixture of experts' MLP), and declare the shapes and places of
+// the ones they own (Slots). Gradient rule: hooks' weight gradients
+// accumulate (+=), activation gradients are written (=) unless a method
+// says otherwise.
 //
 // Thread safety: hooks are immutable after construction; the chunk's one
 // thread drives them.
@@ -64,6 +65,21 @@ struct BlockTensors {
   Tensor dgelu;      // like gelu, where the MLP needs it
   // Shared tables of the position hook (RoPE's cos and sin).
   Tensor cos, sin;
+  // A mixture of experts' routing (transformer/moe/moe_mlp.h): the
+  // router's logits (N, E), each token's experts and their weights
+  // (N, k), the route (N·k) and each expert's slot count (E)
+  // (framework/kernels/expert_rows.h), the balance losses (2), the rows in
+  // expert order (N·k, C) and the experts' outputs in that order (N·k, C,
+  // partial sums over tp). fc, gelu, dfc and dgelu then hold N·k rows.
+  Tensor logits, choice, choice_weight, route, counts, route_losses;
+  Tensor moe_in, moe_out;
+  // Their gradients: the logits' (N, E), the weights' (N, k), the
+  // experts' outputs' and inputs' (N·k, C).
+  Tensor dlogits, dchoice, dmoe_out, dmoe_in;
+  // The scale of this microbatch's loss gradient (ModelChunk::Forward's
+  // loss_scale), which losses of the MLP's own (a router's balance
+  // losses) take too; 0 when no backward follows.
+  double loss_scale = 0.0;
 };
 
 // Where a tensor lives: one per microbatch in flight, one shared by the
@@ -121,8 +137,11 @@ class BlockNorm {
 };
 
 // A block's MLP: up half (norm output -> activation), the row-parallel
-// down projection the skeleton runs (sequence-parallel aware), and their
-// backward. Reads and writes BlockTensors' fc, gelu, dy, dfc and dgelu.
+// down projection the skeleton runs (sequence-parallel aware) or, for an
+// MLP whose output is not one such layer (a mixture of experts), its own
+// partial sums over tp that the skeleton reduces, and their backward.
+// Reads and writes BlockTensors' ln2, fc, gelu, dy, dfc and dgelu and the
+// roles its Slots declare.
 class BlockMlp {
  public:
   virtual ~BlockMlp() = default;
@@ -131,15 +150,24 @@ class BlockMlp {
   // the block's options give them).
   virtual std::vector<Slot> Slots(int64_t n, DType dtype,
                                   SlotPlaces places) const = 0;
-  // fc and act from the norm's whole output ln (N, C).
-  virtual void Up(const Tensor& ln, Tensor& fc, Tensor& act) const = 0;
+  // a.fc and a.gelu from the norm's whole output a.ln2 (N, C). The
+  // tensors may hold more rows than the N of a.ln2 (the cached forward's
+  // scratch): the hook uses the first rows it needs.
+  virtual void Up(BlockTensors& a) const = 0;
   // act again from fc (recomputation).
   virtual void Activation(const Tensor& fc, Tensor& act) const = 0;
-  // act (N, width) -> (N, C) partial sums over tp.
-  virtual const RowParallelLinear& down() const = 0;
+  // The row-parallel layer the skeleton runs on a.gelu (N, width) into
+  // (N, C) partial sums over tp; null when the MLP forms them in Down.
+  virtual const RowParallelLinear* down() const = 0;
+  // out (N, C) = this rank's partial sums over tp of the MLP's output, N
+  // the rows of a.ln2, from what Up wrote. REQUIRES: down() is null.
+  virtual void Down(BlockTensors& a, Tensor& out) const;
   // dln (N, C) = this rank's share of dL/d(ln) from a.dy, through the down
   // projection and the activation; writes a.dfc (and a.dgelu) on the way.
-  virtual void BackwardInput(BlockTensors& a, Tensor& dln) const = 0;
+  // `tp` carries the MLP's own reductions (a router's weights' gradient,
+  // partial over tp), through the mappings of parallel/tensor_parallel.h.
+  virtual void BackwardInput(Communicator& tp, BlockTensors& a,
+                             Tensor& dln) const = 0;
   // The weight gradients from a.dy, a.gelu, a.dfc and a.ln2; bias
   // gradients in the GEMMs when `bias_in_gemm`, else appended to `jobs`.
   virtual void WeightGradients(const BlockTensors& a, bool bias_in_gemm,

@@ -65,7 +65,7 @@ void CachedBlock::Forward(Communicator& tp, int64_t start, Tensor& x,
   };
   Tensor ln = rows(s.t.ln1), mean = rows(s.t.mean1), rstd = rows(s.t.rstd1),
          qkv = rows(s.t.qkv), att = rows(s.t.att), x2 = rows(s.t.x2),
-         fc = rows(s.t.fc), act = rows(s.t.gelu), y = rows(s.y);
+         y = rows(s.y);
   parts_.norm1->Forward(x, ln, mean, rstd);
   qkv_proj_.Forward(ln, qkv);
   if (parts_.positions != nullptr) {
@@ -76,8 +76,17 @@ void CachedBlock::Forward(Communicator& tp, int64_t start, Tensor& x,
   CachedAttentionForward(qkv, at.heads, at.kv_heads, start, keys, values, att);
   out_proj_.Forward(tp, att, x2);
   parts_.norm2->AddForward(x2, x, x2, ln, mean, rstd);
-  parts_.mlp->Up(ln, fc, act);
-  parts_.mlp->down().Forward(tp, act, y);
+  // The MLP reads the second norm's output and uses its scratch's first
+  // rows.
+  BlockTensors mlp = s.t;
+  mlp.ln2 = ln;
+  parts_.mlp->Up(mlp);
+  if (const RowParallelLinear* down = parts_.mlp->down()) {
+    down->Forward(tp, rows(s.t.gelu), y);
+  } else {
+    parts_.mlp->Down(mlp, y);
+    ReduceFromTp::Forward(tp, y);
+  }
   Add(y, x2, x);
 }
 

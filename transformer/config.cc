@@ -1,6 +1,7 @@
 #include "transformer/config.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,12 +59,24 @@ std::string ModelFamilyName(ModelFamilyKind kind) {
 }
 
 int64_t ModelConfig::NumParameters() const {
-  // The ends of the model, then one layer (every layer has the same
-  // parameters): O(1) in n_layer.
-  const int64_t ends = DeclaredElements(*this, ChunkPlan{0, 0, true, true});
-  const int64_t with_layer =
-      DeclaredElements(*this, ChunkPlan{0, 1, true, true});
-  return ends + n_layer * (with_layer - ends);
+  // The ends of the model, then one layer of each class (layers of a class
+  // declare the same parameters): the declarations are O(classes), not
+  // O(n_layer).
+  const ModelFamily& family = FamilyOf(*this);
+  int64_t n = DeclaredElements(*this, ChunkPlan{0, 0, true, true});
+  std::map<int64_t, int64_t> class_elements;
+  for (int64_t l = 0; l < n_layer; ++l) {
+    const int64_t c = family.LayerClass(*this, l);
+    auto it = class_elements.find(c);
+    if (it == class_elements.end()) {
+      it = class_elements
+               .emplace(c,
+                        DeclaredElements(*this, ChunkPlan{l, 1, false, false}))
+               .first;
+    }
+    n += it->second;
+  }
+  return n;
 }
 
 int64_t ModelConfig::LlamaFfnHidden() const {
@@ -87,7 +100,7 @@ RopeScaling ModelConfig::Scaling() const {
 }
 
 double ModelConfig::TrainingFlopsPerToken() const {
-  return 6.0 * static_cast<double>(NumParameters()) +
+  return 6.0 * static_cast<double>(FamilyOf(*this).ActiveParameters(*this)) +
          6.0 * static_cast<double>(n_layer * d_model * seq_len);
 }
 

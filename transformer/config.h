@@ -52,8 +52,9 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name);
 // values other than their defaults.
 #define TRELLIS_MODEL_CONFIG_OPTIONS(X)                                       \
   X(Model, ModelFamilyKind, family, ModelFamilyKind::kGpt2,                   \
-    "model family: gpt2 (LayerNorm, GELU MLP, learned positions) or llama "   \
-    "(RMSNorm, SwiGLU MLP, RoPE, grouped-query attention)")                   \
+    "model family: gpt2 (LayerNorm, GELU MLP, learned positions), llama "     \
+    "(RMSNorm, SwiGLU MLP, RoPE, grouped-query attention) or moe (llama's "   \
+    "blocks with mixture-of-experts MLPs: Mixtral, Qwen3-MoE)")               \
   X(Model, int64_t, n_layer, 4, "transformer blocks")                         \
   X(Model, int64_t, n_head, 4, "attention heads")                             \
   X(Model, int64_t, d_model, 128, "model width (hidden size)")                \
@@ -83,7 +84,26 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name);
     "epsilon of the norms (gpt2 takes only 1e-5)")                            \
   X(Model, bool, tie_embeddings, true,                                        \
     "the LM head reuses the token embedding (gpt2: always; llama may untie: " \
-    "a separate lm_head)")
+    "a separate lm_head)")                                                    \
+  X(Model, int64_t, experts, 8,                                               \
+    "moe: routed experts in each mixture-of-experts layer")                   \
+  X(Model, int64_t, experts_per_token, 2,                                     \
+    "moe: experts each token is routed to (top-k)")                           \
+  X(Model, int64_t, moe_ffn_hidden, 0,                                        \
+    "moe: each expert's SwiGLU width; 0 = the dense MLP's width")             \
+  X(Model, int64_t, moe_first_dense, 0,                                       \
+    "moe: leading layers that keep a dense MLP")                              \
+  X(Model, int64_t, moe_layer_freq, 1,                                        \
+    "moe: after those, every Nth layer is a mixture of experts, the others "  \
+    "dense")                                                                  \
+  X(Model, bool, moe_sigmoid, false,                                          \
+    "moe: sigmoid router scores (DeepSeek-V3) instead of a softmax")          \
+  X(Model, bool, moe_norm_topk, true,                                         \
+    "moe: divide the chosen experts' scores by their sum")                    \
+  X(Model, double, moe_aux_loss_coeff, 0.0,                                   \
+    "moe: coefficient of the load-balancing (Switch) loss, per microbatch")   \
+  X(Model, double, moe_z_loss_coeff, 0.0,                                     \
+    "moe: coefficient of the router z-loss")
 
 struct ModelConfig {
 #define TRELLIS_MODEL_CONFIG_FIELD(group, type, name, value, help) \
@@ -107,7 +127,8 @@ struct ModelConfig {
   // Logical parameter count (a tied embedding counted once), from the
   // parameters the family declares.
   int64_t NumParameters() const;
-  // Training FLOPs per token: 6·N + 6·L·C·T (N parameters; the attention
+  // Training FLOPs per token: 6·N + 6·L·C·T (N the parameters a token
+  // reads, ModelFamily::ActiveParameters; the attention
   // score and value products, 12·L·C·T at full T×T, counted for the causal
   // half that a causal kernel computes).
   double TrainingFlopsPerToken() const;

@@ -1,5 +1,6 @@
 #include "transformer/decoder_block.h"
 
+#include <tuple>
 #include <utility>
 
 #include "framework/kernels/attention.h"
@@ -130,6 +131,21 @@ DecoderBlock::Workspace DecoderBlock::NewWorkspace(int64_t batch, DType dtype,
   return w;
 }
 
+bool DecoderBlock::SharesWorkspace(const DecoderBlock& other) const {
+  // The shapes for one window tell the places and widths apart.
+  auto workspace = [](const DecoderBlock& b) {
+    std::vector<std::tuple<Tensor Tensors::*, Shape, DType>> slots;
+    for (const Slot& s : b.Slots(1, DType::kF32, Device::Cpu())) {
+      if (s.place == Place::kWorkspace) {
+        slots.emplace_back(s.member, s.shape, s.dtype);
+      }
+    }
+    return slots;
+  };
+  return local_width_ == other.local_width_ && rows_.on() == other.rows_.on() &&
+         workspace(*this) == workspace(other);
+}
+
 size_t DecoderBlock::StateBytes(int64_t batch, DType dtype,
                                 Device device) const {
   size_t bytes =
@@ -162,6 +178,7 @@ DecoderBlock::Tensors DecoderBlock::Use(const State& s,
     t.*slot.member = slot.place == Place::kState ? s.kept.*slot.member
                                                  : w.shared.*slot.member;
   }
+  t.loss_scale = s.loss_scale;
   return t;
 }
 
@@ -208,19 +225,27 @@ void DecoderBlock::ForwardActivations(Communicator& tp, const Tensor& x,
   Tensor ln2 = rows_.Mine(a.ln2);
   parts_.norm2->AddForward(a.x2, x, a.x2, ln2, a.mean2, a.rstd2);
   rows_.GatherInput(tp, a.ln2);
-  parts_.mlp->Up(a.ln2, a.fc, a.gelu);
+  parts_.mlp->Up(a);
 }
 
 void DecoderBlock::Forward(Communicator& tp, const Tensor& x, State& s,
                            Workspace& work) const {
   Tensors a = Use(s, work);
   ForwardActivations(tp, x, s.doc_start, a, work.partial);
-  if (options_.residual_in_gemm) {
-    rows_.RowOutputResidual(tp, parts_.mlp->down(), a.gelu, a.x2, work.partial,
-                            s.y);
+  const RowParallelLinear* down = parts_.mlp->down();
+  if (down == nullptr) {
+    // The MLP's own partial sums, reduced as a row-parallel layer's.
+    Tensor& sums = rows_.on() ? work.partial : s.y;
+    parts_.mlp->Down(a, sums);
+    rows_.ReducePartial(tp, sums, s.y);
+    Add(s.y, a.x2, s.y);
     return;
   }
-  rows_.RowOutput(tp, parts_.mlp->down(), a.gelu, work.partial, s.y);
+  if (options_.residual_in_gemm) {
+    rows_.RowOutputResidual(tp, *down, a.gelu, a.x2, work.partial, s.y);
+    return;
+  }
+  rows_.RowOutput(tp, *down, a.gelu, work.partial, s.y);
   Add(s.y, a.x2, s.y);
 }
 
@@ -276,7 +301,7 @@ void DecoderBlock::BackwardInput(Communicator& tp, const Tensor& x,
   // backward, a reduce-scatter under sequence parallelism, leaving this
   // rank's rows). MLP: dy -> dln2 (all-reduced) -> dx2 = dy + norm2's
   // input gradient.
-  parts_.mlp->BackwardInput(a, a.dln2);
+  parts_.mlp->BackwardInput(tp, a, a.dln2);
   rows_.ReduceInputGrad(tp, a.dln2);
   Tensor dx2 = rows_.Mine(a.dx2);
   parts_.norm2->BackwardInputResidual(rows_.Mine(a.dln2), a.x2, a.mean2,

@@ -71,6 +71,9 @@ class DecoderBlock {
     // its own per microbatch before Forward; BackwardInput and
     // BackwardWeight (recomputation) read it too.
     Tensor doc_start;
+    // The scale of the microbatch's loss gradient (BlockTensors::
+    // loss_scale), set by the chunk before Forward like doc_start.
+    double loss_scale = 0.0;
   };
   struct Workspace {
     Tensors shared;  // The rest, reused by every microbatch.
@@ -92,6 +95,9 @@ class DecoderBlock {
   State NewState(int64_t batch, DType dtype, Device device) const;
   // Also fills the position hook's tables.
   Workspace NewWorkspace(int64_t batch, DType dtype, Device device) const;
+  // Whether `other`'s workspace holds the same tensors as this block's
+  // (blocks of one class: one workspace serves both).
+  bool SharesWorkspace(const DecoderBlock& other) const;
   // Bytes of one State / one Workspace (what New* allocate).
   size_t StateBytes(int64_t batch, DType dtype, Device device) const;
   size_t WorkspaceBytes(int64_t batch, DType dtype, Device device) const;

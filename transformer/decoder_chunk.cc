@@ -73,6 +73,15 @@ DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
       blocks_(std::move(blocks)) {
   TRELLIS_CHECK_EQ(tp_comm.size(), tp.size);
   TRELLIS_CHECK_EQ(static_cast<int64_t>(blocks_.size()), plan.num_layers);
+  // Blocks of one class share a workspace: the first of them makes it.
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    size_t first = 0;
+    while (!blocks_[first]->SharesWorkspace(*blocks_[l])) ++first;
+    if (first == l) workspace_makers_.push_back(l);
+    const auto maker =
+        std::find(workspace_makers_.begin(), workspace_makers_.end(), first);
+    work_of_.push_back(maker - workspace_makers_.begin());
+  }
   if (plan.has_embedding) TRELLIS_CHECK(ends_.embedding != nullptr);
   if (plan.has_head) {
     TRELLIS_CHECK(ends_.head != nullptr && ends_.norm != nullptr);
@@ -84,8 +93,9 @@ DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
 
 void DecoderChunk::AllocateWorkspace() {
   if (ping_.defined()) return;
-  if (!blocks_.empty()) {
-    work_ = blocks_.front()->NewWorkspace(micro_batch_, dtype_, device_);
+  for (const size_t maker : workspace_makers_) {
+    works_.push_back(
+        blocks_[maker]->NewWorkspace(micro_batch_, dtype_, device_));
   }
   ping_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
   pong_ = Tensor::Empty({rows(), config_.d_model}, dtype_, device_);
@@ -219,8 +229,8 @@ size_t DecoderChunk::WorkspaceBytes() const {
   if (NeedsFullRows()) {
     bytes += FullRows() * config_.d_model * DTypeSize(dtype_);
   }
-  if (!blocks_.empty()) {
-    bytes += blocks_.front()->WorkspaceBytes(micro_batch_, dtype_, device_);
+  for (const size_t maker : workspace_makers_) {
+    bytes += blocks_[maker]->WorkspaceBytes(micro_batch_, dtype_, device_);
   }
   return bytes + Bytes(HeadWorkspaceShapes());
 }
@@ -248,7 +258,10 @@ void DecoderChunk::TakeMasks(State& s, double loss_scale) {
         << "document masking: SetMasks before each Forward";
     s.doc_start.CopyFrom(masks.doc_start);
   }
-  for (DecoderBlock::State& b : s.blocks) b.doc_start = s.doc_start;
+  for (DecoderBlock::State& b : s.blocks) {
+    b.doc_start = s.doc_start;
+    b.loss_scale = loss_scale;
+  }
   s.weighted = masks.loss_weight.defined();
   if (s.weighted) s.loss_weight.CopyFrom(masks.loss_weight.View({FullRows()}));
   TRELLIS_CHECK(!(plan_.has_head && options_.eod_mask_loss && loss_scale > 0 &&
@@ -273,7 +286,7 @@ void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
   const Tensor* x = &s.x0;
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Reading(units, unit++, +1,
-            [&] { blocks_[l]->Forward(tp_comm_, *x, s.blocks[l], work_); });
+            [&] { blocks_[l]->Forward(tp_comm_, *x, s.blocks[l], Work(l)); });
     x = &s.blocks[l].y;
   }
   if (!plan_.has_head) {
@@ -433,7 +446,7 @@ void DecoderChunk::BackwardInput(int mb, const Tensor& doutput,
     Tensor& dx = (dy.raw() == ping_.raw()) ? pong_ : ping_;
     auto backward = [&] {
       blocks_[l]->BackwardInput(tp_comm_, block_input(l), dy, s.blocks[l],
-                                work_, dx);
+                                Work(l), dx);
     };
     Reading(units, --unit, -1, [&] {
       if (now) {
@@ -519,7 +532,8 @@ void DecoderChunk::BackwardWeight(int mb, const WeightsDone& done) {
   }
   for (int64_t l = num_blocks - 1; l >= 0; --l) {
     next([&] {
-      blocks_[l]->BackwardWeight(tp_comm_, block_input(l), s.blocks[l], work_);
+      blocks_[l]->BackwardWeight(tp_comm_, block_input(l), s.blocks[l],
+                                 Work(l));
     });
   }
   if (plan_.has_embedding) next([&] { EmbeddingBackwardWeight(s); });

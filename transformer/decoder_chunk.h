@@ -169,7 +169,15 @@ class DecoderChunk : public ModelChunk {
   SequenceSplit rows_;  // Where the hidden rows live over tp.
   VocabShard vocab_;
   std::vector<std::unique_ptr<DecoderBlock>> blocks_;
-  DecoderBlock::Workspace work_;
+  // The blocks' workspaces, one per class of blocks (SharesWorkspace):
+  // made by the blocks workspace_makers_ names; block l uses
+  // works_[work_of_[l]].
+  std::vector<DecoderBlock::Workspace> works_;
+  std::vector<size_t> workspace_makers_;
+  std::vector<size_t> work_of_;
+  DecoderBlock::Workspace& Work(size_t layer) {
+    return works_[work_of_[layer]];
+  }
   Tensor ping_, pong_;  // (Nl, C) gradient scratch
   // Sequence parallel: (N, C) partial sums of the embedding, then of the
   // head's d(ln_f), before their reduce-scatter.

@@ -72,6 +72,10 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name) {
       absl::StrCat("--family=", name, " is not a model family: use ", choices));
 }
 
+int64_t ModelFamily::ActiveParameters(const ModelConfig& config) const {
+  return config.NumParameters();
+}
+
 std::unique_ptr<ModelChunk> ModelFamily::NewChunk(const ModelConfig& config,
                                                   const ChunkSetup& s) const {
   TRELLIS_CHECK(config.family == kind());

@@ -195,6 +195,11 @@ class ModelFamily {
   // Whether `tp` ranks can split the model (heads, widths).
   virtual absl::Status CheckTensorParallel(const ModelConfig& config,
                                            int64_t tp) const = 0;
+  // Whether the family's kernels run on `device`. Default: every device.
+  virtual absl::Status CheckDevice(const ModelConfig& config,
+                                   DeviceType device) const {
+    return absl::OkStatus();
+  }
   // The parameter that the first and the last chunk both hold (a tied
   // embedding, whose gradients those stages sum), or "" when none is.
   virtual std::string TiedEmbedding(const ModelConfig& config) const = 0;
@@ -221,6 +226,16 @@ class ModelFamily {
   // made of, in DeclareParameters' order (hf_mapping.h).
   virtual std::vector<HfTensorMapping> HfTensors(
       const ModelConfig& config) const = 0;
+  // Layers of one class declare the same parameters but for their names
+  // (ModelConfig::NumParameters counts one layer of each). Default: one
+  // class (every layer alike).
+  virtual int64_t LayerClass(const ModelConfig& config, int64_t layer) const {
+    return 0;
+  }
+  // The parameters one token's forward reads, the N of the training FLOPs'
+  // 6·N (ModelConfig::TrainingFlopsPerToken). Default: all of them; a
+  // mixture of experts counts only the experts a token is routed to.
+  virtual int64_t ActiveParameters(const ModelConfig& config) const;
 
   // The chunk of `setup.plan`: a DecoderChunk of this family's ends and
   // blocks.

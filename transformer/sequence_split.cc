@@ -46,6 +46,16 @@ void SequenceSplit::RowOutputResidual(Communicator& tp,
   }
 }
 
+void SequenceSplit::ReducePartial(Communicator& tp, Tensor& sums,
+                                  Tensor& y) const {
+  if (on()) {
+    ScatterToSequence::Forward(tp, sums, y);
+  } else {
+    TRELLIS_CHECK(sums.raw() == y.raw()) << "without the split the sums are y";
+    ReduceFromTp::Forward(tp, y);
+  }
+}
+
 void SequenceSplit::ReduceInputGrad(Communicator& tp, Tensor& dfull) const {
   if (on()) {
     GatherFromSequence::Backward(tp, dfull);

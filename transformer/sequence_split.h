@@ -64,6 +64,10 @@ class SequenceSplit {
   void RowOutputResidual(Communicator& tp, const RowParallelLinear& layer,
                          const Tensor& x, const Tensor& residual,
                          Tensor& partial, Tensor& y) const;
+  // y (local rows) = the sum over tp of partial sums (N, M) the caller
+  // wrote into `sums`: `partial` with the split (reduce-scatter into y),
+  // else y itself (all-reduce in place). `sums` is one of the two.
+  void ReducePartial(Communicator& tp, Tensor& sums, Tensor& y) const;
   // A column-parallel layer's input gradient `dfull` (N, C), partial over
   // tp: afterwards Mine(dfull) holds its sum (reduce-scatter in place, or
   // all-reduce without the split).

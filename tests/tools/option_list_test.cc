@@ -29,6 +29,19 @@ std::filesystem::path Configs() {
   return std::filesystem::path(TRELLIS_SOURCE_DIR) / "configs";
 }
 
+// The experts' options unlike their defaults.
+void UnusualExperts(ModelConfig& m) {
+  m.experts = 6;
+  m.experts_per_token = 3;
+  m.moe_ffn_hidden = 48;
+  m.moe_first_dense = 1;
+  m.moe_layer_freq = 2;
+  m.moe_sigmoid = true;
+  m.moe_norm_topk = false;
+  m.moe_aux_loss_coeff = 1.0 / 3.0 * 1e-2;
+  m.moe_z_loss_coeff = 1e-3;
+}
+
 // Options with a value unlike its default in every field.
 TrainOptions Unusual() {
   TrainOptions o;
@@ -49,6 +62,7 @@ TrainOptions Unusual() {
   o.model.rope_original_max_positions = 4096;
   o.model.norm_eps = 1.0 / 3.0 * 1e-6;
   o.model.tie_embeddings = false;
+  UnusualExperts(o.model);
   o.data = "some/tokens.h5";
   o.val_fraction = 0.125;
   o.document_mask = true;
@@ -119,7 +133,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 68);  // 17 model + 30 run + 21 layout and device options
+  EXPECT_EQ(lines, 77);  // 26 model + 30 run + 21 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);
@@ -183,7 +197,7 @@ TEST(OptionListTest, BadValuesAreRefusedNamingTheFlagAndTheChoices) {
            Case{"--gpu_comm=gloo", "nccl or host"},
            Case{"--attention=flash", "cudnn, mma or simt"},
            Case{"--pp_layers=3,x", "'x' is not an integer"},
-           Case{"--family=gpt5", "gpt2 or llama"},
+           Case{"--family=gpt5", "gpt2, llama or moe"},
            Case{"--rope_scaling=yarn", "llama3"},
            Case{"--tie_embeddings=maybe", "--tie_embeddings=maybe"},
            Case{"--steps=ten", "--steps=ten"},

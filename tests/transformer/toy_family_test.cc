@@ -81,14 +81,17 @@ class ToyMlp : public BlockMlp {
             {&BlockTensors::gelu, {n, width_}, dtype, places.cheap},
             {&BlockTensors::dfc, {n, width_}, dtype, places.grad}};
   }
-  void Up(const Tensor& ln, Tensor& fc, Tensor& act) const override {
-    up_.ForwardGelu(ln, fc, act);
+  void Up(BlockTensors& a) const override {
+    const int64_t n = a.ln2.dim(0);
+    Tensor fc = a.fc.Narrow(0, n), act = a.gelu.Narrow(0, n);
+    up_.ForwardGelu(a.ln2, fc, act);
   }
   void Activation(const Tensor& fc, Tensor& act) const override {
     GeluForward(fc, act);
   }
-  const RowParallelLinear& down() const override { return down_; }
-  void BackwardInput(BlockTensors& a, Tensor& dln) const override {
+  const RowParallelLinear* down() const override { return &down_; }
+  void BackwardInput(Communicator&, BlockTensors& a,
+                     Tensor& dln) const override {
     MatmulBackwardInputGelu(a.dy, down_w_.value, a.fc, a.dfc);
     MatmulBackwardInput(a.dfc, up_w_.value, dln, WeightLayout::kInOut,
                         GradWrite::kWrite);

@@ -108,6 +108,7 @@ absl::Status CheckDeviceScalars(const TrainOptions& o) {
         "--precision=bf16 needs --device=cuda (the CPU kernels compute in "
         "float32); use --precision=fp32 on CPU");
   }
+  TRELLIS_RETURN_IF_ERROR(FamilyOf(o.model).CheckDevice(o.model, o.device));
   if (o.document_mask && o.device == DeviceType::kCUDA) {
     return Bad(
         "--document_mask runs on --device=cpu only for now (the CUDA "

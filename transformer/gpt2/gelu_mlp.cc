@@ -28,14 +28,17 @@ class GeluMlp : public BlockMlp {
             {&BlockTensors::gelu, {n, width}, dtype, places.cheap},
             {&BlockTensors::dfc, {n, width}, dtype, places.grad}};
   }
-  void Up(const Tensor& ln, Tensor& fc, Tensor& act) const override {
-    c_fc_.ForwardGelu(ln, fc, act);
+  void Up(BlockTensors& a) const override {
+    const int64_t n = a.ln2.dim(0);
+    Tensor fc = a.fc.Narrow(0, n), act = a.gelu.Narrow(0, n);
+    c_fc_.ForwardGelu(a.ln2, fc, act);
   }
   void Activation(const Tensor& fc, Tensor& act) const override {
     GeluForward(fc, act);
   }
-  const RowParallelLinear& down() const override { return c_proj_; }
-  void BackwardInput(BlockTensors& a, Tensor& dln) const override {
+  const RowParallelLinear* down() const override { return &c_proj_; }
+  void BackwardInput(Communicator&, BlockTensors& a,
+                     Tensor& dln) const override {
     // dy -> dfc (GELU's derivative in the GEMM's epilogue) -> dln.
     MatmulBackwardInputGelu(a.dy, proj_w_.value, a.fc, a.dfc);
     MatmulBackwardInput(a.dfc, fc_w_.value, dln, WeightLayout::kInOut,

@@ -21,65 +21,123 @@ absl::Status Bad(const std::string& message) {
   return absl::InvalidArgumentError(message);
 }
 
+}  // namespace
+
+absl::Status ValidateLlamaConfig(const ModelConfig& c) {
+  if (c.d_model % c.n_head != 0 || c.head_dim() % 2 != 0) {
+    return Bad(absl::StrCat("--d_model=", c.d_model, " / --n_head=", c.n_head,
+                            " must be an even whole head size for RoPE; "
+                            "choose d_model a multiple of 2 * n_head"));
+  }
+  if (c.n_kv_heads < 0 || c.n_head % c.kv_heads() != 0) {
+    return Bad(absl::StrCat("--n_kv_heads=", c.n_kv_heads,
+                            " does not divide --n_head=", c.n_head,
+                            "; choose a divisor of the head count (0: all)"));
+  }
+  // (The multiplier is bounded before LlamaFfnHidden converts its
+  // product to an integer.)
+  if (c.ffn_hidden < 0 || c.ffn_multiple_of < 1 ||
+      !(c.ffn_dim_multiplier > 0 && c.ffn_dim_multiplier <= 64) ||
+      c.LlamaFfnHidden() < 1 || c.LlamaFfnHidden() > kMaxFfnWidth) {
+    return Bad(absl::StrCat("the MLP width is not between 1 and ", kMaxFfnWidth,
+                            " (--ffn_hidden=", c.ffn_hidden,
+                            " --ffn_multiple_of=", c.ffn_multiple_of,
+                            " --ffn_dim_multiplier=", c.ffn_dim_multiplier,
+                            "); set --ffn_hidden to a positive width"));
+  }
+  if (c.norm_eps <= 0) {
+    return Bad(absl::StrCat("--norm_eps=", c.norm_eps,
+                            " must be positive (Llama 3: 1e-5)"));
+  }
+  const absl::StatusOr<std::vector<double>> freqs =
+      RopeInverseFrequencies(c.head_dim(), c.rope_theta, c.Scaling());
+  if (!freqs.ok()) {
+    return Bad(
+        absl::StrCat("the RoPE options (--rope_theta, --rope_*) are "
+                     "invalid: ",
+                     freqs.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLlamaAttentionTp(const ModelConfig& c, int64_t tp) {
+  // Query heads split over tp; key/value heads split too, or replicated
+  // over tp / n_kv_heads ranks each when tp exceeds them (qkv_proj's
+  // blocks).
+  const int64_t kv = c.kv_heads();
+  if (c.n_head % tp != 0) {
+    return Bad(absl::StrCat("--tp=", tp, " does not divide --n_head=", c.n_head,
+                            "; choose tp dividing the head count"));
+  }
+  if (kv % tp != 0 && tp % kv != 0) {
+    return Bad(absl::StrCat(
+        "--tp=", tp, " and --n_kv_heads=", kv,
+        ": tp must divide the key/value heads or be a multiple of them "
+        "(each head then replicated over tp / n_kv_heads ranks); choose tp "
+        "dividing ",
+        kv, " or a multiple of ", kv));
+  }
+  return absl::OkStatus();
+}
+
+BlockParts LlamaBlockParts(const ModelConfig& c, int64_t layer, TpPlace tp,
+                           const ParameterSet& params) {
+  TRELLIS_CHECK(CheckLlamaAttentionTp(c, tp.size).ok());
+  auto p = [&](const char* suffix) -> Parameter& {
+    return params.Get(LlamaLayerName(layer, suffix));
+  };
+  const int64_t heads = c.n_head / tp.size;
+  const int64_t kv_heads = LlamaLocalKvHeads(c, tp.size);
+  BlockParts parts;
+  parts.attention = {.qkv_weight = &p("self_attn.qkv_proj.weight"),
+                     .out_weight = &p("self_attn.o_proj.weight"),
+                     .heads = heads,
+                     .kv_heads = kv_heads,
+                     .head_dim = c.head_dim()};
+  // The fused projection's split must be the one the math assumes.
+  TRELLIS_CHECK_EQ(parts.attention.qkv_weight->spec.groups, 3);
+  parts.norm1 = NewRmsNorm(p("input_layernorm.weight"), c.norm_eps);
+  parts.norm2 = NewRmsNorm(p("post_attention_layernorm.weight"), c.norm_eps);
+  parts.positions = NewRopePositions(heads, kv_heads, c.head_dim(),
+                                     c.rope_theta, c.Scaling());
+  return parts;
+}
+
+std::shared_ptr<const BlockMlp> LlamaDenseMlp(int64_t width, int64_t layer,
+                                              const std::string& prefix,
+                                              const ParameterSet& params) {
+  const std::string name = LlamaLayerName(layer, prefix.c_str());
+  return NewSwiGluMlp(width, params.Get(name + "gate_up_proj.weight"),
+                      params.Get(name + "down_proj.weight"));
+}
+
+ChunkEnds LlamaEnds(const ModelConfig& c, const ChunkPlan& plan,
+                    const ParameterSet& params) {
+  ChunkEnds ends;
+  if (plan.has_embedding) ends.embedding = &params.Get(kLlamaEmbedding);
+  if (plan.has_head) {
+    ends.norm = NewRmsNorm(params.Get(kLlamaNorm), c.norm_eps);
+    ends.head = &params.Get(c.tie_embeddings ? kLlamaEmbedding : kLlamaHead);
+  }
+  return ends;
+}
+
+namespace {
+
 class Llama : public ModelFamily {
  public:
   ModelFamilyKind kind() const override { return ModelFamilyKind::kLlama; }
   std::vector<std::string> OptionTags() const override { return {"llama:"}; }
 
   absl::Status Validate(const ModelConfig& c) const override {
-    if (c.d_model % c.n_head != 0 || c.head_dim() % 2 != 0) {
-      return Bad(absl::StrCat("--d_model=", c.d_model, " / --n_head=", c.n_head,
-                              " must be an even whole head size for RoPE; "
-                              "choose d_model a multiple of 2 * n_head"));
-    }
-    if (c.n_kv_heads < 0 || c.n_head % c.kv_heads() != 0) {
-      return Bad(absl::StrCat("--n_kv_heads=", c.n_kv_heads,
-                              " does not divide --n_head=", c.n_head,
-                              "; choose a divisor of the head count (0: all)"));
-    }
-    // (The multiplier is bounded before LlamaFfnHidden converts its
-    // product to an integer.)
-    if (c.ffn_hidden < 0 || c.ffn_multiple_of < 1 ||
-        !(c.ffn_dim_multiplier > 0 && c.ffn_dim_multiplier <= 64) ||
-        c.LlamaFfnHidden() < 1 || c.LlamaFfnHidden() > kMaxFfnWidth) {
-      return Bad(absl::StrCat("the MLP width is not between 1 and ",
-                              kMaxFfnWidth, " (--ffn_hidden=", c.ffn_hidden,
-                              " --ffn_multiple_of=", c.ffn_multiple_of,
-                              " --ffn_dim_multiplier=", c.ffn_dim_multiplier,
-                              "); set --ffn_hidden to a positive width"));
-    }
-    if (c.norm_eps <= 0) {
-      return Bad(absl::StrCat("--norm_eps=", c.norm_eps,
-                              " must be positive (Llama 3: 1e-5)"));
-    }
-    const absl::StatusOr<std::vector<double>> freqs =
-        RopeInverseFrequencies(c.head_dim(), c.rope_theta, c.Scaling());
-    if (!freqs.ok()) {
-      return Bad(
-          absl::StrCat("the RoPE options (--rope_theta, --rope_*) are "
-                       "invalid: ",
-                       freqs.status().message()));
-    }
-    return absl::OkStatus();
+    return ValidateLlamaConfig(c);
   }
 
   absl::Status CheckTensorParallel(const ModelConfig& c,
                                    int64_t tp) const override {
-    // Query heads split over tp; key/value heads split too, or replicated
-    // over tp / n_kv_heads ranks each when tp exceeds them (qkv_proj's
-    // blocks); and the MLP's width (gate_up_proj's).
-    const int64_t kv = c.kv_heads();
-    if (c.n_head % tp != 0) {
-      return Bad(absl::StrCat("--tp=", tp, " does not divide --n_head=",
-                              c.n_head, "; choose tp dividing the head count"));
-    }
-    if (kv % tp != 0 && tp % kv != 0) {
-      return Bad(absl::StrCat(
-          "--tp=", tp, " and --n_kv_heads=", kv,
-          ": tp must divide the key/value heads or be a multiple of them "
-          "(each head then replicated over tp / n_kv_heads ranks); choose tp "
-          "dividing ",
-          kv, " or a multiple of ", kv));
+    // The attention's heads, and the MLP's width (gate_up_proj's).
+    if (absl::Status heads = CheckLlamaAttentionTp(c, tp); !heads.ok()) {
+      return heads;
     }
     if (c.LlamaFfnHidden() % tp != 0) {
       return Bad(absl::StrCat("--tp=", tp, " does not divide the MLP width ",
@@ -102,38 +160,15 @@ class Llama : public ModelFamily {
   BlockParts NewBlockParts(const ModelConfig& c, int64_t layer, TpPlace tp,
                            const ParameterSet& params) const override {
     TRELLIS_CHECK(CheckTensorParallel(c, tp.size).ok());
-    auto p = [&](const char* suffix) -> Parameter& {
-      return params.Get(LlamaLayerName(layer, suffix));
-    };
-    const int64_t heads = c.n_head / tp.size;
-    const int64_t kv_heads = LlamaLocalKvHeads(c, tp.size);
-    BlockParts parts;
-    parts.attention = {.qkv_weight = &p("self_attn.qkv_proj.weight"),
-                       .out_weight = &p("self_attn.o_proj.weight"),
-                       .heads = heads,
-                       .kv_heads = kv_heads,
-                       .head_dim = c.head_dim()};
-    // The fused projection's split must be the one the math assumes.
-    TRELLIS_CHECK_EQ(parts.attention.qkv_weight->spec.groups, 3);
-    parts.norm1 = NewRmsNorm(p("input_layernorm.weight"), c.norm_eps);
-    parts.norm2 = NewRmsNorm(p("post_attention_layernorm.weight"), c.norm_eps);
+    BlockParts parts = LlamaBlockParts(c, layer, tp, params);
     parts.mlp =
-        NewSwiGluMlp(c.LlamaFfnHidden() / tp.size, p("mlp.gate_up_proj.weight"),
-                     p("mlp.down_proj.weight"));
-    parts.positions = NewRopePositions(heads, kv_heads, c.head_dim(),
-                                       c.rope_theta, c.Scaling());
+        LlamaDenseMlp(c.LlamaFfnHidden() / tp.size, layer, "mlp.", params);
     return parts;
   }
 
   ChunkEnds Ends(const ModelConfig& c, const ChunkPlan& plan,
                  const ParameterSet& params) const override {
-    ChunkEnds ends;
-    if (plan.has_embedding) ends.embedding = &params.Get(kLlamaEmbedding);
-    if (plan.has_head) {
-      ends.norm = NewRmsNorm(params.Get(kLlamaNorm), c.norm_eps);
-      ends.head = &params.Get(c.tie_embeddings ? kLlamaEmbedding : kLlamaHead);
-    }
-    return ends;
+    return LlamaEnds(c, plan, params);
   }
 
   std::vector<HfTensorMapping> HfTensors(

@@ -6,8 +6,25 @@
 
 namespace trellis {
 
-std::vector<HfTensorMapping> LlamaHfTensors(const ModelConfig& c) {
-  const int64_t d = c.d_model, hd = c.head_dim(), f = c.LlamaFfnHidden();
+void AddLlamaHfMlp(const ModelConfig& c, int64_t layer,
+                   const std::string& prefix, int64_t width,
+                   std::vector<HfTensorMapping>& rows) {
+  const int64_t d = c.d_model, f = width;
+  const std::string name = LlamaLayerName(layer, prefix.c_str());
+  rows.push_back(
+      {name + "gate_up_proj.weight",
+       {d, 2 * f},
+       {{name + "gate_proj.weight", {f, d}}, {name + "up_proj.weight", {f, d}}},
+       true});
+  rows.push_back({name + "down_proj.weight",
+                  {f, d},
+                  {{name + "down_proj.weight", {d, f}}},
+                  true});
+}
+
+std::vector<HfTensorMapping> LlamaHfTensors(const ModelConfig& c,
+                                            const LlamaHfMlp& mlp) {
+  const int64_t d = c.d_model, hd = c.head_dim();
   const int64_t q = c.n_head * hd, kv = c.kv_heads() * hd;
   auto same = [](const std::string& name, Shape shape) {
     return HfSame(name, shape, name);
@@ -27,15 +44,11 @@ std::vector<HfTensorMapping> LlamaHfTensors(const ModelConfig& c) {
                  {{name("self_attn.o_proj.weight"), {d, q}}},
                  true});
     m.push_back(same(name("post_attention_layernorm.weight"), {d}));
-    m.push_back({name("mlp.gate_up_proj.weight"),
-                 {d, 2 * f},
-                 {{name("mlp.gate_proj.weight"), {f, d}},
-                  {name("mlp.up_proj.weight"), {f, d}}},
-                 true});
-    m.push_back({name("mlp.down_proj.weight"),
-                 {f, d},
-                 {{name("mlp.down_proj.weight"), {d, f}}},
-                 true});
+    if (mlp) {
+      mlp(l, m);
+    } else {
+      AddLlamaHfMlp(c, l, "mlp.", c.LlamaFfnHidden(), m);
+    }
   }
   m.push_back(same(kLlamaNorm, {d}));
   if (!c.tie_embeddings) m.push_back(same(kLlamaHead, {c.vocab_size, d}));

@@ -11,6 +11,9 @@
 #ifndef TRELLIS_TRANSFORMER_LLAMA_LLAMA_HF_H_
 #define TRELLIS_TRANSFORMER_LLAMA_LLAMA_HF_H_
 
+#include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "transformer/config.h"
@@ -18,8 +21,20 @@
 
 namespace trellis {
 
-// In DeclareLlamaParameters' order for the whole model.
-std::vector<HfTensorMapping> LlamaHfTensors(const ModelConfig& config);
+// Adds the rows of one layer's MLP to `rows` (a family built on Llama's
+// blocks with an MLP of its own: transformer/moe/).
+using LlamaHfMlp =
+    std::function<void(int64_t layer, std::vector<HfTensorMapping>& rows)>;
+
+// In DeclareLlamaParameters' order for the whole model, each layer's MLP
+// by `mlp` (Llama's own, AddLlamaHfMlp, when null).
+std::vector<HfTensorMapping> LlamaHfTensors(const ModelConfig& config,
+                                            const LlamaHfMlp& mlp = nullptr);
+// The rows of a SwiGLU MLP of width `width` under LlamaLayerName(layer,
+// prefix): gate_up_proj = [gate_proj; up_proj]ᵀ, down_proj = down_projᵀ.
+void AddLlamaHfMlp(const ModelConfig& config, int64_t layer,
+                   const std::string& prefix, int64_t width,
+                   std::vector<HfTensorMapping>& rows);
 
 }  // namespace trellis
 

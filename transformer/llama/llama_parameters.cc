@@ -10,9 +10,8 @@ namespace trellis {
 namespace {
 
 void AddLlamaLayer(const ModelConfig& config, int64_t layer,
-                   ParameterAdder& add) {
+                   const LlamaMlpDeclarer& mlp, ParameterAdder& add) {
   const int64_t c = config.d_model, d = config.head_dim();
-  const int64_t f = config.LlamaFfnHidden();
   const double std = 0.02;
   const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
   auto name = [&](const char* suffix) { return LlamaLayerName(layer, suffix); };
@@ -27,12 +26,25 @@ void AddLlamaLayer(const ModelConfig& config, int64_t layer,
   add.Row(name("self_attn.o_proj"), config.n_head * d, c, proj_std,
           /*with_bias=*/false);
   add.Replicated(name("post_attention_layernorm.weight"), {c}, false, 0, 1.0);
-  add.Column(name("mlp.gate_up_proj"), c, 2 * f, /*groups=*/2, std,
-             /*with_bias=*/false);
-  add.Row(name("mlp.down_proj"), f, c, proj_std, /*with_bias=*/false);
+  if (mlp) {
+    mlp(layer, add);
+  } else {
+    AddLlamaMlp(config, layer, "mlp.", config.LlamaFfnHidden(), add);
+  }
 }
 
 }  // namespace
+
+void AddLlamaMlp(const ModelConfig& config, int64_t layer,
+                 const std::string& prefix, int64_t width,
+                 ParameterAdder& add) {
+  const int64_t c = config.d_model;
+  const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
+  const std::string name = LlamaLayerName(layer, prefix.c_str());
+  add.Column(name + "gate_up_proj", c, 2 * width, /*groups=*/2, 0.02,
+             /*with_bias=*/false);
+  add.Row(name + "down_proj", width, c, proj_std, /*with_bias=*/false);
+}
 
 int64_t LlamaLocalKvHeads(const ModelConfig& config, int64_t tp) {
   const int64_t kv = config.kv_heads();
@@ -45,7 +57,8 @@ std::string LlamaLayerName(int64_t layer, const char* suffix) {
 
 void DeclareLlamaParameters(const ModelConfig& config, const ChunkPlan& plan,
                             TpPlace tp, uint64_t seed, Device device,
-                            DType dtype, ParameterSet& params) {
+                            DType dtype, ParameterSet& params,
+                            const LlamaMlpDeclarer& mlp) {
   ParameterAdder add{params, tp, seed, device, dtype};
   const int64_t c = config.d_model;
   const bool tied = config.tie_embeddings;
@@ -59,7 +72,7 @@ void DeclareLlamaParameters(const ModelConfig& config, const ChunkPlan& plan,
   }
   for (int64_t l = plan.first_layer; l < plan.first_layer + plan.num_layers;
        ++l) {
-    AddLlamaLayer(config, l, add);
+    AddLlamaLayer(config, l, mlp, add);
   }
   if (plan.has_head) {
     add.Replicated(kLlamaNorm, {c}, false, 0, 1.0);

@@ -35,11 +35,13 @@
 #define TRELLIS_TRANSFORMER_LLAMA_LLAMA_PARAMETERS_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "parallel/parameter.h"
 #include "transformer/chunk_options.h"
 #include "transformer/config.h"
+#include "transformer/parameter_adder.h"
 
 namespace trellis {
 
@@ -48,11 +50,23 @@ inline constexpr char kLlamaEmbedding[] = "model.embed_tokens.weight";
 inline constexpr char kLlamaHead[] = "lm_head.weight";
 inline constexpr char kLlamaNorm[] = "model.norm.weight";
 
+// Declares one layer's MLP (a family built on Llama's blocks with an MLP
+// of its own: transformer/moe/).
+using LlamaMlpDeclarer =
+    std::function<void(int64_t layer, ParameterAdder& add)>;
+
 // Declares the chunk's parameters in `params` (reusing the embedding when
-// the head is tied and this rank already holds it).
+// the head is tied and this rank already holds it); each layer's MLP by
+// `mlp`, Llama's own (AddLlamaMlp) when null.
 void DeclareLlamaParameters(const ModelConfig& config, const ChunkPlan& plan,
                             TpPlace tp, uint64_t seed, Device device,
-                            DType dtype, ParameterSet& params);
+                            DType dtype, ParameterSet& params,
+                            const LlamaMlpDeclarer& mlp = nullptr);
+// Llama's SwiGLU MLP of layer `layer` (gate_up_proj and down_proj), of
+// width `width` (LlamaFfnHidden for Llama's own) under `prefix` ("mlp.",
+// "mlp.experts.3."). Initialization as the header says.
+void AddLlamaMlp(const ModelConfig& config, int64_t layer,
+                 const std::string& prefix, int64_t width, ParameterAdder& add);
 
 // Key/value heads a tp rank holds: Hkv/tp, or 1 when tp exceeds Hkv (the
 // heads replicated over tp/Hkv ranks each).

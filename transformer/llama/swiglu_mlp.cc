@@ -33,15 +33,18 @@ class SwiGluMlp : public BlockMlp {
             {&BlockTensors::dfc, {n, 2 * f}, dtype, places.grad},
             {&BlockTensors::dgelu, {n, f}, dtype, dact}};
   }
-  void Up(const Tensor& ln, Tensor& fc, Tensor& act) const override {
-    gate_up_proj_.Forward(ln, fc);
+  void Up(BlockTensors& a) const override {
+    const int64_t n = a.ln2.dim(0);
+    Tensor fc = a.fc.Narrow(0, n), act = a.gelu.Narrow(0, n);
+    gate_up_proj_.Forward(a.ln2, fc);
     SwiGluForward(fc, act);
   }
   void Activation(const Tensor& fc, Tensor& act) const override {
     SwiGluForward(fc, act);
   }
-  const RowParallelLinear& down() const override { return down_proj_; }
-  void BackwardInput(BlockTensors& a, Tensor& dln) const override {
+  const RowParallelLinear* down() const override { return &down_proj_; }
+  void BackwardInput(Communicator&, BlockTensors& a,
+                     Tensor& dln) const override {
     // dy -> d(swiglu) -> d(gate_up) -> dln.
     MatmulBackwardInput(a.dy, down_w_.value, a.dgelu, WeightLayout::kInOut,
                         GradWrite::kWrite);

@@ -26,13 +26,14 @@
 // the tolerance is 2e-3 there; a wrong layout is off by far more. Without a
 // GPU that build skips.
 //
-// The cases live in three files of one binary
+// The cases live in four files of one binary
 // (tools_layout_equivalence_mpi_test; cuda_layout_equivalence_mpi_test
 // builds the same files): layout_equivalence_test.cc (dense
 // layouts, many microbatches, blends, document masks),
-// layout_equivalence_zero_test.cc (the ZeRO levels) and
+// layout_equivalence_zero_test.cc (the ZeRO levels),
 // layout_equivalence_llama_test.cc (Llama, replicated key/value heads,
-// sequence parallelism). They share this fixture, so it lives in a named
+// sequence parallelism) and layout_equivalence_moe_test.cc (mixtures of
+// experts). They share this fixture, so it lives in a named
 // namespace: GoogleTest requires one fixture type per suite.
 //
 // The suite's static state (the runtime, the scratch directory, the

@@ -1,0 +1,65 @@
+// A mixture of experts as a block's MLP (BlockMlp, block_parts.h):
+//
+//   logits = ln · router               (N, E), the router replicated over tp
+//   index, weight = RouterTopK(logits) (N, k)  (framework/kernels/router.h)
+//   out[t] = Σ_j weight[t, j] · expert_{index[t, j]}(ln[t])
+//   expert_e(x) = down_e(silu(gate_e) · up_e), [gate_e | up_e] = x · gate_up_e
+//
+// Dropless: each token's rows go to all k of its experts (RouteByExpert,
+// DispatchRows and CombineRows: framework/kernels/expert_rows.h), each
+// expert one GEMM over its contiguous rows. Up runs everything to the
+// experts' outputs (so that recomputing it refills them), Down combines. Each
+// expert is tensor-parallel as Llama's MLP (gate_up column-parallel, down
+// row-parallel), so the combined output is a partial sum over tp that the
+// skeleton reduces (Down). Backward, the weights' gradient (a dot product with
+// the experts' whole outputs) is summed over tp by one small all-reduce of (N,
+// k); the router's rows are whole on every tp rank, so its weight gradient is
+// whole there and its input gradient is added by tp rank 0 alone.
+//
+// The balance losses (Switch's aux loss and the router z-loss, over the
+// microbatch's N tokens) join the objective as
+// loss_scale · (aux_coeff · aux + z_coeff · z), loss_scale being the
+// microbatch's (BlockTensors::loss_scale): their gradient enters the
+// router's logits; their values are in route_losses.
+//
+// Tensors (BlockTensors): logits, choice, choice_weight, route, counts,
+// route_losses, moe_in (N·k, C), fc (N·k, 2·Fe/tp), gelu (N·k, Fe/tp),
+// moe_out (N·k, C) as the places say; dlogits, dchoice, dmoe_out, dfc and
+// the scratch dgelu, dmoe_in. Each expert's row count is read to the host
+// (one read per call on a device).
+//
+// Thread safety: immutable after construction.
+#ifndef TRELLIS_TRANSFORMER_MOE_MOE_MLP_H_
+#define TRELLIS_TRANSFORMER_MOE_MOE_MLP_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "framework/kernels/router.h"
+#include "parallel/parameter.h"
+#include "transformer/block_parts.h"
+
+namespace trellis {
+
+struct MoeMlpSpec {
+  int64_t experts = 0;
+  int64_t width = 0;  // Fe/tp: each expert's activation columns here
+  RouterSpec router;
+  double aux_loss_coeff = 0.0;
+  double z_loss_coeff = 0.0;
+  // Whether this rank adds the router's input gradient (tp rank 0: the
+  // others' would repeat it in the tp sum).
+  bool router_input_grad = true;
+};
+
+// REQUIRES: router (C, E) replicated; gate_up and down one per expert,
+// split as NewSwiGluMlp's (transformer/llama/swiglu_mlp.h).
+std::shared_ptr<const BlockMlp> NewMoeMlp(const MoeMlpSpec& spec,
+                                          Parameter& router,
+                                          std::vector<Parameter*> gate_up,
+                                          std::vector<Parameter*> down);
+
+}  // namespace trellis
+
+#endif  // TRELLIS_TRANSFORMER_MOE_MOE_MLP_H_
