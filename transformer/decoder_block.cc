@@ -131,6 +131,31 @@ DecoderBlock::Workspace DecoderBlock::NewWorkspace(int64_t batch, DType dtype,
   return w;
 }
 
+int64_t DecoderBlock::RoutedExperts() const {
+  for (const Slot& s : parts_.mlp->Slots(1, DType::kF32, Places())) {
+    if (s.member == &Tensors::counts) return s.shape[0];
+  }
+  return 0;
+}
+
+void DecoderBlock::AddRouting(const State& state, const Workspace& work,
+                              ModelChunk::LayerRouting& routing) const {
+  const Tensors t = Use(state, work);
+  if (!t.counts.defined()) return;
+  const Tensor losses = t.route_losses.To(Device::Cpu());
+  const Tensor counts = t.counts.To(Device::Cpu());
+  for (int i = 0; i < 2; ++i) {
+    const double v = losses.dtype() == DType::kF64
+                         ? losses.data<double>()[i]
+                         : static_cast<double>(losses.data<float>()[i]);
+    (i == 0 ? routing.aux_loss : routing.z_loss) += v;
+  }
+  routing.expert_slots.resize(counts.numel(), 0.0);
+  for (int64_t e = 0; e < counts.numel(); ++e) {
+    routing.expert_slots[e] += counts.data<int32_t>()[e];
+  }
+}
+
 bool DecoderBlock::SharesWorkspace(const DecoderBlock& other) const {
   // The shapes for one window tell the places and widths apart.
   auto workspace = [](const DecoderBlock& b) {

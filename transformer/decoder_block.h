@@ -56,6 +56,7 @@
 #include "transformer/block_parts.h"
 #include "transformer/chunk_options.h"
 #include "transformer/config.h"
+#include "transformer/model_family.h"
 #include "transformer/sequence_split.h"
 
 namespace trellis {
@@ -95,6 +96,13 @@ class DecoderBlock {
   State NewState(int64_t batch, DType dtype, Device device) const;
   // Also fills the position hook's tables.
   Workspace NewWorkspace(int64_t batch, DType dtype, Device device) const;
+  // Experts its MLP routes over (0: a dense MLP).
+  int64_t RoutedExperts() const;
+  // Adds the routing of the microbatch whose Forward just ran (its MLP's
+  // balance losses and each expert's slots) to `routing`, sized at the
+  // first call. Nothing for a dense MLP.
+  void AddRouting(const State& state, const Workspace& work,
+                  ModelChunk::LayerRouting& routing) const;
   // Whether `other`'s workspace holds the same tensors as this block's
   // (blocks of one class: one workspace serves both).
   bool SharesWorkspace(const DecoderBlock& other) const;

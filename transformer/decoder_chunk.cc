@@ -73,6 +73,10 @@ DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
       blocks_(std::move(blocks)) {
   TRELLIS_CHECK_EQ(tp_comm.size(), tp.size);
   TRELLIS_CHECK_EQ(static_cast<int64_t>(blocks_.size()), plan.num_layers);
+  routing_.resize(blocks_.size());
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    routing_[l].layer = plan.first_layer + static_cast<int64_t>(l);
+  }
   // Blocks of one class share a workspace: the first of them makes it.
   for (size_t l = 0; l < blocks_.size(); ++l) {
     size_t first = 0;
@@ -287,6 +291,8 @@ void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Reading(units, unit++, +1,
             [&] { blocks_[l]->Forward(tp_comm_, *x, s.blocks[l], Work(l)); });
+    if (loss_scale > 0)
+      blocks_[l]->AddRouting(s.blocks[l], Work(l), routing_[l]);
     x = &s.blocks[l].y;
   }
   if (!plan_.has_head) {
@@ -553,6 +559,26 @@ void DecoderChunk::Release(int mb) {
   TRELLIS_CHECK(it != live_.end()) << "microbatch " << mb << " not in flight";
   free_.push_back(std::move(it->second));
   live_.erase(it);
+}
+
+std::vector<ModelChunk::LayerRouting> DecoderChunk::TakeRouting() {
+  std::vector<LayerRouting> taken;
+  for (LayerRouting& r : routing_) {
+    if (r.expert_slots.empty()) continue;
+    taken.push_back(r);
+    const int64_t layer = r.layer;
+    r = LayerRouting{};
+    r.layer = layer;
+  }
+  return taken;
+}
+
+int64_t DecoderChunk::RoutedExperts() const {
+  int64_t experts = 0;
+  for (const auto& block : blocks_) {
+    experts = std::max(experts, block->RoutedExperts());
+  }
+  return experts;
 }
 
 }  // namespace trellis

@@ -106,6 +106,8 @@ class DecoderChunk : public ModelChunk {
   int InFlight() const override { return static_cast<int>(live_.size()); }
   int StatesAllocated() const override { return states_allocated_; }
   std::vector<Parameter*> TpPartialGradients() const override;
+  std::vector<LayerRouting> TakeRouting() override;
+  int64_t RoutedExperts() const override;
 
  private:
   struct State;
@@ -173,6 +175,8 @@ class DecoderChunk : public ModelChunk {
   // made by the blocks workspace_makers_ names; block l uses
   // works_[work_of_[l]].
   std::vector<DecoderBlock::Workspace> works_;
+  // The routing of the training microbatches since TakeRouting, by block.
+  std::vector<LayerRouting> routing_;
   std::vector<size_t> workspace_makers_;
   std::vector<size_t> work_of_;
   DecoderBlock::Workspace& Work(size_t layer) {

@@ -162,6 +162,18 @@ class ModelChunk {
   // high-water mark).
   virtual int InFlight() const = 0;
   virtual int StatesAllocated() const = 0;
+  // A mixture of experts' routing, per MoE layer of the chunk, over the
+  // training microbatches since the last TakeRouting (empty without such
+  // layers): the sums of the microbatches' balance losses and of the slots
+  // each expert received. TakeRouting returns them and starts anew.
+  struct LayerRouting {
+    int64_t layer = 0;
+    double aux_loss = 0, z_loss = 0;
+    std::vector<double> expert_slots;
+  };
+  virtual std::vector<LayerRouting> TakeRouting() { return {}; }
+  // The most experts any of its layers routes over (0: none).
+  virtual int64_t RoutedExperts() const { return 0; }
   // Parameters whose gradients this chunk leaves as partial sums over its
   // tp group (the norms' under sequence parallelism: each rank sums its own
   // rows); their owner sums them over tp once the step's backward is done.

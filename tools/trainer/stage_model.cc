@@ -199,6 +199,24 @@ void StageModel::BeginStep(const std::vector<MicroBatch>& microbatches) {
   seen_.clear();
 }
 
+std::vector<ModelChunk::LayerRouting> StageModel::TakeRouting() {
+  std::vector<ModelChunk::LayerRouting> all;
+  for (const auto& c : chunks_) {
+    for (ModelChunk::LayerRouting& r : c->TakeRouting()) {
+      all.push_back(std::move(r));
+    }
+  }
+  return all;
+}
+
+int64_t StageModel::RoutedExperts() const {
+  int64_t experts = 0;
+  for (const auto& c : chunks_) {
+    experts = std::max(experts, c->RoutedExperts());
+  }
+  return experts;
+}
+
 double StageModel::StepLoss() const {
   if (!loss_sum_.defined() || microbatches_.empty()) return 0.0;
   return ReadToHost(loss_sum_).data<double>()[0] /

@@ -132,6 +132,10 @@ class StageModel : public PipelineStageCallbacks {
   // elsewhere, without touching the device). Reads the device's total: one
   // host wait on the last stage.
   double StepLoss() const;
+  // Its chunks' routing since the last call (ModelChunk::TakeRouting), and
+  // the most experts any of their layers routes over.
+  std::vector<ModelChunk::LayerRouting> TakeRouting();
+  int64_t RoutedExperts() const;
 
   // Forward-only pass over `microbatches` in which only the first `rows[i]`
   // rows of microbatch i count, run by the pipeline executor on forward-only

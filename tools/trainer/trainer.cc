@@ -161,6 +161,12 @@ absl::Status Trainer::Build(DType dtype, ParameterFill fill) {
   gradients_ =
       std::make_unique<GradientSync>(*model_, o, groups_, declared, fill);
   optimizer_ = gradients_->NewOptimizer(OptimizerConfigOf(o));
+  // Every rank reports routing when any layer of the model routes.
+  const double experts = AllReduceScalar(
+      *groups_.world, static_cast<double>(model_->RoutedExperts()),
+      ReduceOp::kMax);
+  routing_ = std::make_unique<RoutingReport>(
+      o.model.n_layer, static_cast<int64_t>(experts), o.microbatches());
   return SetUpHealth();
 }
 
@@ -312,6 +318,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     const ScopedTraceSpan span = phase("optimizer");
     GuardedUpdate(m);
   }
+  routing_->Report(model_->TakeRouting(), *groups_.pp, *groups_.dp, m);
   MeasureStep(pipeline, start, m);
   // After the update, which may gather (ZeRO), the world's maxima.
   AgreeOnMaxima(pipeline, m);

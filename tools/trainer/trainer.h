@@ -37,6 +37,7 @@
 #include "tools/options/options.h"
 #include "tools/trainer/gradient_sync.h"
 #include "tools/trainer/health/metrics.h"
+#include "tools/trainer/health/routing_report.h"
 #include "tools/trainer/health/step_guard.h"
 #include "tools/trainer/health/step_tracer.h"
 #include "tools/trainer/health/straggler.h"
@@ -178,6 +179,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<StepGuard> guard_;
   std::unique_ptr<StragglerMonitor> stragglers_;
+  // A mixture of experts' routing per step; off for dense models.
+  std::unique_ptr<RoutingReport> routing_;
   std::string give_up_message_;
   MetricsWriter metrics_;
   // MFU's yardstick: FLOP/s of one rank's device; 0 when unknown.

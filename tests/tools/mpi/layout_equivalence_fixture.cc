@@ -48,6 +48,14 @@ void LayoutEquivalenceTest::CheckLayout(const Layout& layout,
     const double norm = reference_->grad_norms[step];
     EXPECT_NEAR(m->grad_norm, norm, kTolerance * norm)
         << "gradient norm, step " << step + 1;
+    // A mixture of experts' routing: statistics of the same microbatches.
+    const StepMetrics& one = reference_->metrics[step];
+    EXPECT_NEAR(m->moe_aux_loss, one.moe_aux_loss,
+                kTolerance * one.moe_aux_loss)
+        << "step " << step + 1;
+    EXPECT_NEAR(m->moe_z_loss, one.moe_z_loss, kTolerance * one.moe_z_loss)
+        << "step " << step + 1;
+    EXPECT_EQ(m->expert_load, one.expert_load) << "step " << step + 1;
   }
   // Training did something: the loss moved.
   EXPECT_LT(reference_->losses.back(), reference_->losses.front() - 0.05);

@@ -93,6 +93,7 @@ inline std::vector<Layout> BothSchedules(int dp, int tp, int pp) {
 struct Reference {
   std::vector<double> losses;                        // per step
   std::vector<double> grad_norms;                    // per step
+  std::vector<StepMetrics> metrics;                  // per step
   std::map<std::string, std::vector<double>> grads;  // after step 1, whole
   // After the last step: the loss over these windows (when any).
   std::vector<int64_t> eval_starts;
@@ -173,6 +174,7 @@ class LayoutEquivalenceTest : public ::testing::Test {
       if (!m.ok()) return ref;
       ref.losses.push_back(m->loss);
       ref.grad_norms.push_back(m->grad_norm);
+      ref.metrics.push_back(*m);
       if (step > 0) continue;
       for (const Parameter* p : (*trainer)->model().params().all()) {
         ref.grads[p->name] = LogicalGrad(*p);

@@ -4,7 +4,9 @@
 // expert split as Llama's MLP), pp with every schedule, sequence
 // parallelism and ZeRO 1 to 3. The balance losses are statistics of each
 // microbatch's tokens, which every layout forms alike, so every layout
-// trains to the one-process losses and gradients.
+// trains to the one-process losses and gradients, and reports the same
+// routing (the fixture compares each step's balance losses and expert
+// loads).
 #include <vector>
 
 #include "tests/tools/mpi/layout_equivalence_fixture.h"
@@ -30,6 +32,9 @@ TEST_F(LayoutEquivalenceTest, MoeLayoutsMatchOneProcess) {
   TrainOptions moe = Moe(*options_);
   Reference moe_reference = ComputeReference(moe);
   ASSERT_EQ(moe_reference.losses.size(), reference_->losses.size());
+  // Three MoE layers reported, each step.
+  ASSERT_EQ(moe_reference.metrics.front().expert_load.size(), 3u);
+  EXPECT_GT(moe_reference.metrics.front().moe_aux_loss, 0.5);
   UseOptions use(moe, &moe_reference);
   std::vector<Layout> layouts = {L(2, 1, 1), L(1, 2, 1), L(2, 2, 2),
                                  L(1, 4, 1)};

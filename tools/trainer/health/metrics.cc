@@ -31,6 +31,17 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps) {
   if (m.dp_wait_ms > 0) {
     absl::StrAppend(&line, absl::StrFormat(" | dp wait %.1f ms", m.dp_wait_ms));
   }
+  if (!m.expert_load.empty()) {
+    // The worst-loaded layer speaks for the rest.
+    auto worst = m.expert_load.front();
+    for (const auto& layer : m.expert_load) {
+      if (layer.second > worst.second) worst = layer;
+    }
+    absl::StrAppend(&line, absl::StrFormat(" | moe aux %.4f z %.4f load %.2f "
+                                           "(layer %d)",
+                                           m.moe_aux_loss, m.moe_z_loss,
+                                           worst.second, worst.first));
+  }
   if (m.val_loss) {
     absl::StrAppend(&line, absl::StrFormat(" | val_loss %.4f", *m.val_loss));
     for (size_t i = 0; i < m.val_loss_by_source.size(); ++i) {
@@ -74,6 +85,13 @@ Scalars TensorBoardScalars(const StepMetrics& m) {
   }
   if (m.straggler_ratio > 0) {
     s.emplace_back("health/slowest_over_median", m.straggler_ratio);
+  }
+  if (!m.expert_load.empty()) {
+    s.emplace_back("moe/aux_loss", m.moe_aux_loss);
+    s.emplace_back("moe/z_loss", m.moe_z_loss);
+    for (const auto& [layer, load] : m.expert_load) {
+      s.emplace_back(absl::StrCat("moe/expert_load/layer_", layer), load);
+    }
   }
   return s;
 }
@@ -136,6 +154,13 @@ void MetricsWriter::Write(const StepMetrics& m) {
   }
   for (const auto& [source, loss] : m.val_loss_by_source) {
     j["val_loss_by_source"][source] = loss;
+  }
+  if (!m.expert_load.empty()) {
+    j["moe_aux_loss"] = m.moe_aux_loss;
+    j["moe_z_loss"] = m.moe_z_loss;
+    for (const auto& [layer, load] : m.expert_load) {
+      j["expert_load"][absl::StrCat(layer)] = load;
+    }
   }
   errno = 0;
   out_ << j.dump() << "\n";

@@ -51,6 +51,12 @@ struct StepMetrics {
   // Whether any rank's stop check (e.g. a preemption signal) fired by the
   // end of the step.
   bool stop_requested = false;
+  // A mixture of experts' routing (RoutingReport; empty without MoE
+  // layers): per MoE layer, the slots its busiest expert received over the
+  // mean; the balance losses' mean over those layers and the microbatches.
+  std::vector<std::pair<int64_t, double>> expert_load;
+  double moe_aux_loss = 0;
+  double moe_z_loss = 0;
 };
 
 std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);
@@ -60,8 +66,9 @@ std::string FormatLogLine(const StepMetrics& m, int64_t total_steps);
 // perf/mfu (when a peak is known), pipeline/bubble and bubble_theory,
 // perf/dp_wait_ms, memory/peak_bytes and memory/planned_bytes,
 // health/skipped_steps and health/skipped (1 on a skipped
-// step, else 0), health/slowest_over_median after a straggler exchange, and
-// for a blend val/loss_by_source/<path>.
+// step, else 0), health/slowest_over_median after a straggler exchange,
+// for a blend val/loss_by_source/<path>, and with MoE layers moe/aux_loss,
+// moe/z_loss and moe/expert_load/layer_<i>.
 Scalars TensorBoardScalars(const StepMetrics& m);
 
 class MetricsWriter {
