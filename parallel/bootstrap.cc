@@ -162,6 +162,10 @@ absl::StatusOr<ParallelContext> ParallelContext::Create(
       context.Own(SplitGroup(world, mesh, rank, GroupKind::kPp));
   context.groups_.embed =
       context.Own(SplitGroup(world, mesh, rank, GroupKind::kEmbed));
+  context.groups_.ep =
+      context.Own(SplitGroup(world, mesh, rank, GroupKind::kEp));
+  context.groups_.expert_dp =
+      context.Own(SplitGroup(world, mesh, rank, GroupKind::kExpertDp));
   return context;
 }
 
@@ -173,6 +177,8 @@ ParallelContext ParallelContext::Single() {
   g.dp = context.Own(std::make_unique<SelfCommunicator>("dp"));
   g.pp = context.Own(std::make_unique<SelfCommunicator>("pp"));
   g.embed = context.Own(std::make_unique<SelfCommunicator>("embed"));
+  g.ep = context.Own(std::make_unique<SelfCommunicator>("ep"));
+  g.expert_dp = context.Own(std::make_unique<SelfCommunicator>("expert-dp"));
   return context;
 }
 

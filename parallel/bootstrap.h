@@ -83,6 +83,11 @@ struct ProcessGroups {
   Communicator* dp = nullptr;
   Communicator* pp = nullptr;
   Communicator* embed = nullptr;
+  // Expert parallelism (Mesh::WithExpertParallel): the ranks that exchange
+  // tokens for their experts, and those holding the same experts (dp
+  // itself, and a group of one, without it).
+  Communicator* ep = nullptr;
+  Communicator* expert_dp = nullptr;
 };
 
 class ParallelContext {

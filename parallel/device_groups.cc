@@ -144,6 +144,10 @@ absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
 
   std::unique_ptr<DeviceGroups> result(new DeviceGroups());
   result->groups_.world = host.world;
+  // Expert parallelism runs on the host's groups (its family has CPU
+  // kernels only).
+  result->groups_.ep = host.ep;
+  result->groups_.expert_dp = host.expert_dp;
   Communicator* const* sources[] = {&host.tp, &host.dp, &host.pp, &host.embed};
   Communicator** targets[] = {&result->groups_.tp, &result->groups_.dp,
                               &result->groups_.pp, &result->groups_.embed};

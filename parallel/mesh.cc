@@ -91,6 +91,10 @@ const char* GroupKindName(GroupKind kind) {
       return "pp";
     case GroupKind::kEmbed:
       return "embed";
+    case GroupKind::kEp:
+      return "ep";
+    case GroupKind::kExpertDp:
+      return "expert-dp";
   }
   return "?";
 }
@@ -118,6 +122,18 @@ Mesh Mesh::Single() {
   return Mesh(1, {1, 1, 1}, {MeshAxis::kTp, MeshAxis::kDp, MeshAxis::kPp});
 }
 
+absl::StatusOr<Mesh> Mesh::WithExpertParallel(int ep) const {
+  if (ep < 1 || dp() % ep != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ep=", ep, " must be at least 1 and divide --dp=", dp(),
+        " (experts are split over data-parallel ranks); choose ep dividing ",
+        dp()));
+  }
+  Mesh mesh = *this;
+  mesh.ep_ = ep;
+  return mesh;
+}
+
 Mesh::Mesh(int world, std::array<int, 3> sizes, std::array<MeshAxis, 3> order)
     : world_(world), sizes_(sizes), order_(order) {
   int stride = 1;
@@ -134,8 +150,9 @@ std::string Mesh::order() const {
 }
 
 std::string Mesh::DebugString() const {
-  return absl::StrCat("dp=", dp(), " × tp=", tp(), " × pp=", pp(), " (order ",
-                      order(), ")");
+  return absl::StrCat("dp=", dp(), " × tp=", tp(), " × pp=", pp(),
+                      ep_ > 1 ? absl::StrCat(" (ep=", ep_, ")") : "",
+                      " (order ", order(), ")");
 }
 
 MeshCoord Mesh::Coord(int rank) const {
@@ -180,6 +197,14 @@ Mesh::GroupSlot Mesh::Slot(GroupKind kind, int rank) const {
       slot.key = c.p == 0 ? 0 : 1;
       c.p = 0;
       break;
+    case GroupKind::kEp:
+      slot.key = c.d % ep_;
+      c.d -= c.d % ep_;
+      break;
+    case GroupKind::kExpertDp:
+      slot.key = c.d / ep_;
+      c.d %= ep_;
+      break;
   }
   slot.color = Rank(c);
   return slot;
@@ -203,6 +228,12 @@ std::vector<int> Mesh::Group(GroupKind kind, int rank) const {
       if (c.p != 0 && c.p != pp() - 1) break;
       with({c.d, c.t, 0});
       if (pp() > 1) with({c.d, c.t, pp() - 1});
+      break;
+    case GroupKind::kEp:
+      for (int i = 0; i < ep_; ++i) with({c.d - c.d % ep_ + i, c.t, c.p});
+      break;
+    case GroupKind::kExpertDp:
+      for (int d = c.d % ep_; d < dp(); d += ep_) with({d, c.t, c.p});
       break;
   }
   return ranks;

@@ -8,7 +8,14 @@
 //   - pp group: the ranks with the same (d, t), ordered by p;
 //   - embed group: the first and the last pipeline stage of the same (d, t)
 //     (one rank when pp == 1), which share the tied embedding. Middle stages
-//     belong to no embed group.
+//     belong to no embed group;
+//   - with expert parallelism over ep ranks (WithExpertParallel; ep divides
+//     dp, Megatron's folding of experts into data parallelism), each dp
+//     group is cut into runs of ep consecutive replicas: the ep group of
+//     (d, t, p) is the replicas [d - d % ep, d - d % ep + ep), ordered by
+//     d % ep (they exchange tokens and hold different experts), and its
+//     expert-data group the replicas with the same d % ep, ordered by
+//     d / ep (they hold the same experts and average their gradients).
 //
 // The order names the axes fastest first. The default "tp-dp-pp" gives
 //   rank = t + tp·(d + dp·p),
@@ -37,7 +44,7 @@ enum class MeshAxis { kTp = 0, kDp = 1, kPp = 2 };
 const char* MeshAxisName(MeshAxis axis);
 
 // The groups a rank belongs to. kEmbed is not an axis: see the file comment.
-enum class GroupKind { kTp, kDp, kPp, kEmbed };
+enum class GroupKind { kTp, kDp, kPp, kEmbed, kEp, kExpertDp };
 const char* GroupKindName(GroupKind kind);
 
 struct MeshCoord {
@@ -60,6 +67,10 @@ class Mesh {
 
   // A mesh of one rank (dp = tp = pp = 1).
   static Mesh Single();
+  // This mesh with experts split over `ep` ranks of each dp group. Fails
+  // (InvalidArgument, naming --ep and --dp) unless ep >= 1 divides dp.
+  absl::StatusOr<Mesh> WithExpertParallel(int ep) const;
+  int ep() const { return ep_; }
 
   int world() const { return world_; }
   int dp() const { return Size(MeshAxis::kDp); }
@@ -115,6 +126,7 @@ class Mesh {
   std::array<int, 3> sizes_;       // indexed by MeshAxis
   std::array<int, 3> strides_;     // indexed by MeshAxis
   std::array<MeshAxis, 3> order_;  // fastest first
+  int ep_ = 1;
 };
 
 }  // namespace trellis

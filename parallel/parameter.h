@@ -41,6 +41,11 @@ struct Parameter {
   // Pieces replicated over sub-groups of tp inside a split tensor are owned
   // element-wise instead (ShardSpec::OwnedRuns, parallel/replicas.h).
   bool primary = true;
+  // One of a mixture of experts' experts under expert parallelism: the
+  // data-parallel ranks holding it are its expert-data-parallel group (dp /
+  // ep of them), which average its gradient instead of the dp group; the
+  // ranks of an ep group hold different experts.
+  bool expert = false;
 
   // The local elements (spec's local shape: the value may be released
   // while ZeRO-3 keeps only a block of it).

@@ -270,6 +270,8 @@ WatchedGroups::WatchedGroups(const ProcessGroups& groups,
   groups_.dp = Wrap(groups.dp);
   groups_.pp = Wrap(groups.pp);
   groups_.embed = Wrap(groups.embed);
+  groups_.ep = Wrap(groups.ep);
+  groups_.expert_dp = Wrap(groups.expert_dp);
 }
 
 Communicator* WatchedGroups::Wrap(Communicator* group) {

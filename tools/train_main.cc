@@ -228,6 +228,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Mesh> mesh = Mesh::Create(
       world, static_cast<int>(probe.dp), static_cast<int>(probe.tp),
       static_cast<int>(probe.pp), probe.mesh_order);
+  if (mesh.ok()) mesh = mesh->WithExpertParallel(static_cast<int>(probe.ep));
   if (!mesh.ok()) return Fail(mesh.status(), root, true);
   absl::StatusOr<ParallelContext> context =
       ParallelContext::Create(runtime, *mesh);

@@ -76,10 +76,18 @@ struct BlockTensors {
   // Their gradients: the logits' (N, E), the weights' (N, k), the
   // experts' outputs' and inputs' (N·k, C).
   Tensor dlogits, dchoice, dmoe_out, dmoe_in;
+  // Under expert parallelism, the rows this rank's experts received from
+  // each rank of the ep group and their outputs (fc and gelu then hold
+  // these rows), with their gradients, and the rows each sender sent to
+  // each of this rank's experts (ep · E/ep).
+  Tensor expert_in, expert_out, dexpert_out, dexpert_in, recv_counts;
   // The scale of this microbatch's loss gradient (ModelChunk::Forward's
   // loss_scale), which losses of the MLP's own (a router's balance
   // losses) take too; 0 when no backward follows.
   double loss_scale = 0.0;
+  // The expert-parallel group the MLP exchanges tokens over (a mixture of
+  // experts' dispatch); null without expert parallelism.
+  Communicator* ep = nullptr;
 };
 
 // Where a tensor lives: one per microbatch in flight, one shared by the

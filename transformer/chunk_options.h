@@ -20,6 +20,10 @@ struct ChunkPlan {
   int64_t num_layers = 0;
   bool has_embedding = true;  // The token embedding: the model's first chunk.
   bool has_head = true;       // Final norm + LM head + loss: the last chunk.
+  // Expert parallelism: this rank is `expert_rank` of `expert_ranks` that
+  // split each MoE layer's experts (ranks hold equal, contiguous runs).
+  int64_t expert_rank = 0;
+  int64_t expert_ranks = 1;
 };
 
 // This rank's place in its tensor-parallel group.

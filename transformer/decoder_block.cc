@@ -204,6 +204,7 @@ DecoderBlock::Tensors DecoderBlock::Use(const State& s,
                                                  : w.shared.*slot.member;
   }
   t.loss_scale = s.loss_scale;
+  t.ep = ep_;
   return t;
 }
 

@@ -96,6 +96,9 @@ class DecoderBlock {
   State NewState(int64_t batch, DType dtype, Device device) const;
   // Also fills the position hook's tables.
   Workspace NewWorkspace(int64_t batch, DType dtype, Device device) const;
+  // The expert-parallel group its MLP exchanges tokens over (null: none).
+  // REQUIRES: outlives the block.
+  void set_expert_group(Communicator* ep) { ep_ = ep; }
   // Experts its MLP routes over (0: a dense MLP).
   int64_t RoutedExperts() const;
   // Adds the routing of the microbatch whose Forward just ran (its MLP's
@@ -175,6 +178,7 @@ class DecoderBlock {
   BlockParts parts_;
   ColumnParallelLinear qkv_proj_;
   RowParallelLinear out_proj_;
+  Communicator* ep_ = nullptr;
 };
 
 }  // namespace trellis

@@ -107,6 +107,11 @@ class DecoderChunk : public ModelChunk {
   int StatesAllocated() const override { return states_allocated_; }
   std::vector<Parameter*> TpPartialGradients() const override;
   std::vector<LayerRouting> TakeRouting() override;
+  // Hands every block the expert-parallel group (REQUIRES: outlives the
+  // chunk).
+  void set_expert_group(Communicator* ep) {
+    for (const auto& block : blocks_) block->set_expert_group(ep);
+  }
   int64_t RoutedExperts() const override;
 
  private:

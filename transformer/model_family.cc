@@ -72,6 +72,15 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name) {
       absl::StrCat("--family=", name, " is not a model family: use ", choices));
 }
 
+absl::Status ModelFamily::CheckExpertParallel(const ModelConfig& config,
+                                              int64_t ep) const {
+  if (ep == 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--ep=", ep, ": --family=", std::string(config.family.name()),
+      " has no experts to split; use --ep=1 or a mixture-of-experts family "
+      "(--family=moe)"));
+}
+
 int64_t ModelFamily::ActiveParameters(const ModelConfig& config) const {
   return config.NumParameters();
 }
@@ -79,9 +88,11 @@ int64_t ModelFamily::ActiveParameters(const ModelConfig& config) const {
 std::unique_ptr<ModelChunk> ModelFamily::NewChunk(const ModelConfig& config,
                                                   const ChunkSetup& s) const {
   TRELLIS_CHECK(config.family == kind());
-  return std::make_unique<DecoderChunk>(config, s.plan, s.tp, *s.tp_comm,
-                                        *s.params, s.micro_batch, s.device,
-                                        s.dtype, s.options);
+  auto chunk = std::make_unique<DecoderChunk>(config, s.plan, s.tp, *s.tp_comm,
+                                              *s.params, s.micro_batch,
+                                              s.device, s.dtype, s.options);
+  if (s.ep_comm != nullptr) chunk->set_expert_group(s.ep_comm);
+  return chunk;
 }
 
 std::unique_ptr<ModelDecoder> ModelFamily::NewDecoder(

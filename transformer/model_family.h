@@ -191,6 +191,8 @@ struct ChunkSetup {
   Device device;
   DType dtype = DType::kF32;
   BlockOptions options;
+  // The expert-parallel group (plan.expert_ranks ranks); null: none.
+  Communicator* ep_comm = nullptr;
 };
 
 class ModelFamily {
@@ -207,6 +209,10 @@ class ModelFamily {
   // Whether `tp` ranks can split the model (heads, widths).
   virtual absl::Status CheckTensorParallel(const ModelConfig& config,
                                            int64_t tp) const = 0;
+  // Whether `ep` ranks can split each layer's experts. Default: only 1 (a
+  // family without experts).
+  virtual absl::Status CheckExpertParallel(const ModelConfig& config,
+                                           int64_t ep) const;
   // Whether the family's kernels run on `device`. Default: every device.
   virtual absl::Status CheckDevice(const ModelConfig& config,
                                    DeviceType device) const {

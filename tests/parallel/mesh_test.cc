@@ -81,6 +81,10 @@ const std::vector<int>& ExpectedGroup(const BruteForce& b, GroupKind kind,
       if (!scratch.empty() && b.pp_size > 1) scratch.push_back(stages.back());
       return scratch;
     }
+    case GroupKind::kEp:
+    case GroupKind::kExpertDp:
+      // Checked by ExpertGroupsFoldIntoDataParallel.
+      break;
   }
   return scratch;
 }
@@ -239,6 +243,46 @@ TEST(MeshTest, RejectsBadLayoutsWithEveryFactor) {
   EXPECT_THAT(error(8, 0, 2, 2, "tp-dp-pp-"), HasSubstr("permutation"));
   EXPECT_THAT(error(1 << 30, 1 << 20, 1 << 20, 1 << 20),
               HasSubstr("= 1152921504606846976 does not match"));
+}
+
+}  // namespace
+}  // namespace trellis
+
+namespace trellis {
+namespace {
+
+// Expert parallelism cuts each dp group (ordered by d) into ep groups of
+// consecutive replicas and expert-data groups of replicas ep apart; the
+// slots agree with the groups, and ep must divide dp.
+TEST(MeshTest, ExpertGroupsFoldIntoDataParallel) {
+  absl::StatusOr<Mesh> base = Mesh::Create(16, 4, 2, 2);
+  ASSERT_TRUE(base.ok()) << base.status();
+  for (const int ep : {1, 2, 4}) {
+    SCOPED_TRACE(testing::Message() << "ep=" << ep);
+    absl::StatusOr<Mesh> mesh = base->WithExpertParallel(ep);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    EXPECT_EQ(mesh->ep(), ep);
+    for (int rank = 0; rank < mesh->world(); ++rank) {
+      const std::vector<int> dp = mesh->DpGroup(rank);
+      const int d = mesh->Coord(rank).d;
+      std::vector<int> want_ep, want_edp;
+      for (int i = 0; i < ep; ++i) want_ep.push_back(dp[d - d % ep + i]);
+      for (int i = d % ep; i < 4; i += ep) want_edp.push_back(dp[i]);
+      EXPECT_EQ(mesh->Group(GroupKind::kEp, rank), want_ep) << rank;
+      EXPECT_EQ(mesh->Group(GroupKind::kExpertDp, rank), want_edp) << rank;
+      for (const GroupKind kind : {GroupKind::kEp, GroupKind::kExpertDp}) {
+        const Mesh::GroupSlot slot = mesh->Slot(kind, rank);
+        const std::vector<int> group = mesh->Group(kind, rank);
+        EXPECT_EQ(slot.color, group.front());
+        EXPECT_EQ(group[slot.key], rank);
+      }
+    }
+  }
+  for (const int ep : {0, 3, 8}) {
+    const absl::StatusOr<Mesh> bad = base->WithExpertParallel(ep);
+    EXPECT_FALSE(bad.ok()) << ep;
+    EXPECT_NE(bad.status().message().find("--ep="), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -96,6 +96,7 @@ TrainOptions Unusual() {
   o.dp = 3;
   o.tp = 3;
   o.pp = 2;
+  o.ep = 3;
   o.mesh_order = "dp-tp-pp";
   o.schedule = ScheduleKind::kZeroBubbleH1;
   o.virtual_stages = 2;
@@ -133,7 +134,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 77);  // 26 model + 30 run + 21 layout and device options
+  EXPECT_EQ(lines, 78);  // 26 model + 30 run + 22 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

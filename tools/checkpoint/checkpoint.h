@@ -171,7 +171,10 @@ struct WeightGroups {
 
 // Saves a training checkpoint: the primary parameters and, when `optimizer`
 // is not null, their moments. `writer`: this rank belongs to data-parallel
-// replica 0. Collective over `world`; every rank returns the same verdict.
+// replica 0; `expert_writer`: under expert parallelism, it belongs to
+// replica 0's ep group, whose ranks hold the experts between them (it
+// writes its experts, parallel/parameter.h's `expert`). Collective over
+// `world`; every rank returns the same verdict.
 // A checkpoint of that step that already exists is left alone. With
 // `groups`, the weights and moments are read one group at a time (open,
 // hash and write, close: once per group; the checksums are added after
@@ -181,7 +184,8 @@ absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,
                             Communicator& world, bool writer,
-                            const WeightGroups* groups = nullptr);
+                            const WeightGroups* groups = nullptr,
+                            bool expert_writer = false);
 
 // The general form: each writer passes the shards it writes (each logical
 // element written by exactly one writer rank).

@@ -345,7 +345,7 @@ bool SavesMomentsOf(const Optimizer* optimizer, size_t i, bool writer) {
 absl::Status SaveByGroups(const std::string& save_dir,
                           const TrainingState& state,
                           const ParameterSet& params, Optimizer* optimizer,
-                          Communicator& world, bool writer,
+                          Communicator& world, bool writer, bool expert_writer,
                           const WeightGroups& groups) {
   std::unordered_map<const Parameter*, size_t> index;
   for (size_t i = 0; i < params.all().size(); ++i) index[params.all()[i]] = i;
@@ -358,12 +358,13 @@ absl::Status SaveByGroups(const std::string& save_dir,
   for (size_t g = 0; g < groups.groups.size(); ++g) {
     for (const Parameter* p : groups.groups[g]) {
       if (!p->primary) continue;
-      if (writer) {
+      const bool writes = writer || (p->expert && expert_writer);
+      if (writes) {
         mine.model.push_back({p->name, p->spec, Tensor()});
         weights[g].push_back(p);
       }
       const size_t i = index.at(p);
-      if (!SavesMomentsOf(optimizer, i, writer)) continue;
+      if (!SavesMomentsOf(optimizer, i, writes)) continue;
       mine.exp_avg.push_back({p->name, p->spec, Tensor()});
       mine.exp_avg_sq.push_back({p->name, p->spec, Tensor()});
       moments[g].push_back(i);
@@ -385,7 +386,8 @@ absl::Status SaveByGroups(const std::string& save_dir,
   SaveOptions options;
   options.walk = &walk;
   return SaveShards(save_dir, state, mine, world,
-                    writer || mine.has_optimizer(), options);
+                    !mine.model.empty() || writer || mine.has_optimizer(),
+                    options);
 }
 
 }  // namespace
@@ -394,10 +396,10 @@ absl::Status SaveCheckpoint(const std::string& save_dir,
                             const TrainingState& state,
                             const ParameterSet& params, Optimizer* optimizer,
                             Communicator& world, bool writer,
-                            const WeightGroups* groups) {
+                            const WeightGroups* groups, bool expert_writer) {
   if (groups != nullptr) {
     return SaveByGroups(save_dir, state, params, optimizer, world, writer,
-                        *groups);
+                        expert_writer, *groups);
   }
   // The model's writers write the primary parameters; their moments too,
   // unless the optimizer spreads those over its ranks (ZeRO).
@@ -406,16 +408,17 @@ absl::Status SaveCheckpoint(const std::string& save_dir,
   for (size_t i = 0; i < all.size(); ++i) {
     const Parameter& p = *all[i];
     if (!p.primary) continue;
+    const bool writes = writer || (p.expert && expert_writer);
     // bfloat16 runs store their float32 master weights.
-    if (writer) mine.model.push_back({p.name, p.spec, p.weights()});
-    if (SavesMomentsOf(optimizer, i, writer)) {
+    if (writes) mine.model.push_back({p.name, p.spec, p.weights()});
+    if (SavesMomentsOf(optimizer, i, writes)) {
       mine.exp_avg.push_back({p.name, p.spec, optimizer->exp_avg(i)});
       mine.exp_avg_sq.push_back({p.name, p.spec, optimizer->exp_avg_sq(i)});
     }
   }
   if (optimizer != nullptr) mine.optimizer_step = optimizer->step();
   return SaveShards(save_dir, state, mine, world,
-                    writer || mine.has_optimizer());
+                    !mine.model.empty() || writer || mine.has_optimizer());
 }
 
 absl::Status SaveShards(const std::string& save_dir_name,

@@ -202,6 +202,25 @@ absl::Status CheckSizes(const TrainOptions& o) {
   return absl::OkStatus();
 }
 
+// Expert parallelism: ep divides dp, the family splits its experts over
+// ep, and what does not cover experts yet is refused.
+absl::Status CheckExpertLayout(const TrainOptions& o) {
+  if (o.ep < 1 || o.dp % o.ep != 0) {
+    return Bad(absl::StrCat("--ep=", o.ep,
+                            " must be at least 1 and divide dp=", o.dp,
+                            " (experts are split over data-parallel "
+                            "ranks); choose ep dividing ",
+                            o.dp));
+  }
+  TRELLIS_RETURN_IF_ERROR(FamilyOf(o.model).CheckExpertParallel(o.model, o.ep));
+  if (o.ep > 1 && o.zero > 0) {
+    return Bad(absl::StrCat("--ep=", o.ep, " with --zero=", o.zero,
+                            ": ZeRO does not shard expert-parallel experts "
+                            "yet; use --zero=0 with --ep > 1"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLayout(const TrainOptions& o, int world) {
   if (o.tp < 1 || o.pp < 1 || o.dp < 0 || o.virtual_stages < 1) {
     return Bad(absl::StrCat("--tp=", o.tp, " --pp=", o.pp, " --dp=", o.dp,
@@ -217,6 +236,7 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
                      " ranks or choose sizes whose ", "product is ", world));
   }
   TRELLIS_RETURN_IF_ERROR(FamilyOf(o.model).CheckTensorParallel(o.model, o.tp));
+  TRELLIS_RETURN_IF_ERROR(CheckExpertLayout(o));
   const int64_t chunks = o.pp * o.virtual_stages;
   if (o.model.n_layer < chunks) {
     return Bad(absl::StrCat("--n_layer=", o.model.n_layer, " is fewer than ",

@@ -89,6 +89,9 @@ namespace trellis {
   X(Layout, int64_t, dp, 0, "data-parallel size (0: world / (tp * pp))")      \
   X(Layout, int64_t, tp, 1, "tensor-parallel size")                           \
   X(Layout, int64_t, pp, 1, "pipeline-parallel size")                         \
+  X(Layout, int64_t, ep, 1,                                                   \
+    "expert-parallel size: each MoE layer's experts split over ep "           \
+    "data-parallel ranks, which exchange tokens (divides dp)")                \
   X(Layout, std::string, mesh_order, "tp-dp-pp",                              \
     "mesh axes, fastest-varying first")                                       \
   X(Layout, ScheduleKind, schedule, ScheduleKind::k1F1B,                      \

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "framework/kernels/elementwise.h"
 #include "parallel/tp_gradient_sums.h"
 #include "tools/trainer/optim/sharded_optimizer.h"
 #include "transformer/model_family.h"
@@ -38,10 +39,23 @@ GradientSync::GradientSync(StageModel& model, const TrainOptions& options,
   const std::vector<const Parameter*> starts =
       options.zero == 3 ? model_.WeightGroupStarts()
                         : std::vector<const Parameter*>();
-  buckets_ = std::make_unique<GradientBuckets>(
-      model_.GradientReadyOrder(),
-      static_cast<int64_t>(options.dp_bucket_mb * 1024 * 1024), *groups_.dp,
-      SyncOfLevel(options.zero), alone, starts, declared);
+  // Under expert parallelism the experts' gradients are averaged over the
+  // ranks holding the same experts, in buckets of their own.
+  std::vector<Parameter*> dense, experts;
+  for (Parameter* p : model_.GradientReadyOrder()) {
+    (p->expert ? experts : dense).push_back(p);
+  }
+  const auto bucket_bytes =
+      static_cast<int64_t>(options.dp_bucket_mb * 1024 * 1024);
+  buckets_ = std::make_unique<GradientBuckets>(dense, bucket_bytes, *groups_.dp,
+                                               SyncOfLevel(options.zero), alone,
+                                               starts, declared);
+  if (!experts.empty()) {
+    TRELLIS_CHECK(options.zero == 0 && groups_.expert_dp != nullptr);
+    expert_buckets_ = std::make_unique<GradientBuckets>(experts, bucket_bytes,
+                                                        *groups_.expert_dp);
+    expert_scale_ = 1.0 / static_cast<double>(options.ep);
+  }
   if (zero) {
     // The tp sums run on the owned blocks: the tp ranks must own the same
     // elements.
@@ -56,8 +70,9 @@ GradientSync::GradientSync(StageModel& model, const TrainOptions& options,
 }
 
 void GradientSync::InstallHooks() {
-  model_.set_on_gradient_final(
-      [this](const Parameter* p) { buckets_->MarkReady(p); });
+  model_.set_on_gradient_final([this](const Parameter* p) {
+    (p->expert ? *expert_buckets_ : *buckets_).MarkReady(p);
+  });
   if (buckets_->sync() == GradSync::kShardGradients) {
     // ZeRO-2 holds a bucket only while its gradients are written.
     model_.set_gradient_writes(ModelChunk::GradientWrites{
@@ -83,10 +98,22 @@ double GradientSync::Finish(TraceRecorder* trace) {
   {
     const ScopedTraceSpan span = Phase(trace, "grad sync");
     dp_wait_s = buckets_->Wait();
+    if (expert_buckets_ != nullptr) dp_wait_s += FinishExperts();
   }
   SumOverTp(trace);
   SumTiedEmbedding(trace);
   return dp_wait_s;
+}
+
+double GradientSync::FinishExperts() {
+  const double wait_s = expert_buckets_->Wait();
+  // Averaged over the dp / ep ranks holding each expert; the step's
+  // gradient is the mean over all dp replicas' losses, and each expert
+  // already summed the tokens of its ep group's ep replicas.
+  for (Parameter* p : model_.params().all()) {
+    if (p->expert) Scale(p->grad, expert_scale_);
+  }
+  return wait_s;
 }
 
 void GradientSync::SumOverTp(TraceRecorder* trace) {
@@ -127,7 +154,9 @@ void GradientSync::SumTiedEmbedding(TraceRecorder* trace) {
 std::unique_ptr<Optimizer> GradientSync::NewOptimizer(
     const OptimizerConfig& config) const {
   if (buckets_->sync() == GradSync::kAllReduce) {
-    return std::make_unique<Optimizer>(config, model_.params());
+    auto optimizer = std::make_unique<Optimizer>(config, model_.params());
+    if (expert_buckets_ != nullptr) optimizer->set_expert_group(groups_.ep);
+    return optimizer;
   }
   return std::make_unique<ShardedOptimizer>(config, model_.params(), *buckets_,
                                             sharded_.get());

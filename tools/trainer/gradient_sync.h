@@ -3,7 +3,10 @@
 //
 // It builds the data-parallel gradient buckets over the stage's parameters
 // (their kind from --zero: all-reduce at 0, reduce-scatter at 1, sharded
-// gradients at 2 and 3), ZeRO-3's sharded weights, and installs the hooks
+// gradients at 2 and 3) and, under expert parallelism, the experts' own
+// buckets over the ranks holding the same experts (averaged there, then
+// scaled by 1/ep: each expert's gradient already sums the tokens of ep
+// replicas), ZeRO-3's sharded weights, and installs the hooks
 // the model's chunks call during the step: a gradient is final (its bucket
 // may start), ZeRO-2's gradient write windows, ZeRO-3's weight gathers.
 // After the pipeline, Finish() completes the step's gradients: it waits for
@@ -46,7 +49,10 @@ class GradientSync {
   GradientSync& operator=(const GradientSync&) = delete;
 
   // Before the step's first backward.
-  void StartStep() { buckets_->StartStep(); }
+  void StartStep() {
+    buckets_->StartStep();
+    if (expert_buckets_ != nullptr) expert_buckets_->StartStep();
+  }
   // After the pipeline: the step's gradients final and summed on every
   // rank. Returns the seconds spent waiting for the dp buckets. `trace`
   // (null when the step is not traced) gets a span per phase.
@@ -75,6 +81,14 @@ class GradientSync {
   // The tied embedding's name; empty for a family without one.
   std::string tied_;
   std::unique_ptr<GradientBuckets> buckets_;
+  // Under expert parallelism: the experts' buckets over the expert-data
+  // group, and the scale that turns their average there into the dp
+  // mean's share (1 / ep).
+  std::unique_ptr<GradientBuckets> expert_buckets_;
+  double expert_scale_ = 1.0;
+  // Waits for the experts' buckets and scales their gradients; seconds
+  // waited.
+  double FinishExperts();
   std::unique_ptr<ShardedParameters> sharded_;
 };
 

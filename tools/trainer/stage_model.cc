@@ -38,6 +38,8 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
     plan.num_layers = layers[k];
     plan.has_embedding = k == 0;
     plan.has_head = k == num_chunks() - 1;
+    plan.expert_rank = coord.d % options.ep;
+    plan.expert_ranks = options.ep;
     family.DeclareParameters(options.model, plan, tp, options.seed, device,
                              dtype, params_);
     plans.push_back(plan);
@@ -58,7 +60,7 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
     chunks_.push_back(family.NewChunk(
         options.model,
         ChunkSetup{plan, tp, groups.tp, &params_, options.micro_batch_size,
-                   device, dtype, block}));
+                   device, dtype, block, groups.ep}));
   }
   const int v = static_cast<int>(options.virtual_stages);
   if (schedules != nullptr) {

@@ -185,9 +185,10 @@ absl::Status Trainer::Save() {
     };
   }
   optimizer_->BeginCheckpointIo(CheckpointIo::kSave);
-  const absl::Status saved = SaveCheckpoint(
-      options_.save_dir, state, model_->params(), optimizer_.get(),
-      *groups_.world, coord_.d == 0, walked ? &walk : nullptr);
+  const absl::Status saved =
+      SaveCheckpoint(options_.save_dir, state, model_->params(),
+                     optimizer_.get(), *groups_.world, coord_.d == 0,
+                     walked ? &walk : nullptr, coord_.d < options_.ep);
   optimizer_->EndCheckpointIo(CheckpointIo::kSave);
   TRELLIS_RETURN_IF_ERROR(saved);
   if (options_.keep_checkpoints > 0 && groups_.world->rank() == 0) {

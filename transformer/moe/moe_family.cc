@@ -91,6 +91,13 @@ class Moe : public ModelFamily {
     return absl::OkStatus();
   }
 
+  absl::Status CheckExpertParallel(const ModelConfig& c,
+                                   int64_t ep) const override {
+    if (ep >= 1 && c.experts % ep == 0) return absl::OkStatus();
+    return Bad(absl::StrCat("--ep=", ep, " does not divide --experts=",
+                            c.experts, "; choose ep dividing the experts"));
+  }
+
   absl::Status CheckDevice(const ModelConfig&,
                            DeviceType device) const override {
     if (device == DeviceType::kCPU) return absl::OkStatus();
@@ -118,14 +125,24 @@ class Moe : public ModelFamily {
                                        "mlp.", params);
       return parts;
     }
+    // The experts this rank holds: a run of E / ep of them
+    // (DeclareMoeParameters), which tells its place in the ep group.
     std::vector<Parameter*> gate_up, down;
+    int64_t first = -1;
     for (int64_t e = 0; e < c.experts; ++e) {
       const std::string prefix = LlamaLayerName(layer, ExpertPrefix(e).c_str());
+      if (params.Find(prefix + "down_proj.weight") == nullptr) continue;
+      if (first < 0) first = e;
       gate_up.push_back(&params.Get(prefix + "gate_up_proj.weight"));
       down.push_back(&params.Get(prefix + "down_proj.weight"));
     }
+    const auto local = static_cast<int64_t>(down.size());
+    TRELLIS_CHECK(local > 0 && c.experts % local == 0 && first % local == 0)
+        << "layer " << layer << " holds " << local << " experts from " << first;
     const MoeMlpSpec spec{
         .experts = c.experts,
+        .ep = c.experts / local,
+        .ep_rank = first / local,
         .width = MoeFfnHidden(c) / tp.size,
         .router = {.top_k = c.experts_per_token,
                    .score = c.moe_sigmoid ? RouterScore::kSigmoid

@@ -1,10 +1,12 @@
 #include "transformer/moe/moe_mlp.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "framework/kernels/expert_rows.h"
 #include "framework/kernels/matmul.h"
 #include "framework/kernels/swiglu.h"
+#include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
 
 namespace trellis {
@@ -14,19 +16,30 @@ namespace {
 // forward's scratch holds more).
 Tensor First(const Tensor& t, int64_t rows) { return t.Narrow(0, rows); }
 
+// The rows this rank's experts work on, and their gradients: the
+// dispatched rows themselves without expert parallelism, else what the ep
+// group sent.
+struct ExpertRows {
+  Tensor in, out, dout, din;
+  Tensor counts;  // rows per (sender, own expert), sender-major
+};
+
 class MoeMlp : public BlockMlp {
  public:
   MoeMlp(const MoeMlpSpec& spec, Parameter& router,
          std::vector<Parameter*> gate_up, std::vector<Parameter*> down)
       : spec_(spec),
+        local_(spec.experts / spec.ep),
         router_(router),
         gate_up_(std::move(gate_up)),
         down_(std::move(down)) {
-    TRELLIS_CHECK(static_cast<int64_t>(gate_up_.size()) == spec_.experts &&
-                  static_cast<int64_t>(down_.size()) == spec_.experts);
+    TRELLIS_CHECK(spec_.ep >= 1 && spec_.experts % spec_.ep == 0 &&
+                  spec_.ep_rank >= 0 && spec_.ep_rank < spec_.ep);
+    TRELLIS_CHECK(static_cast<int64_t>(gate_up_.size()) == local_ &&
+                  static_cast<int64_t>(down_.size()) == local_);
     TRELLIS_CHECK(router_.spec.logical_shape.size() == 2 &&
                   router_.spec.logical_shape[1] == spec_.experts);
-    for (int64_t e = 0; e < spec_.experts; ++e) {
+    for (int64_t e = 0; e < local_; ++e) {
       // The layers' own split checks, as Llama's MLP builds them.
       ColumnParallelLinear check_gate_up(*gate_up_[e]);
       RowParallelLinear check_down(*down_[e]);
@@ -36,7 +49,7 @@ class MoeMlp : public BlockMlp {
 
   std::vector<Parameter*> parameters() const override {
     std::vector<Parameter*> params = {&router_};
-    for (int64_t e = 0; e < spec_.experts; ++e) {
+    for (int64_t e = 0; e < local_; ++e) {
       params.push_back(gate_up_[e]);
       params.push_back(down_[e]);
     }
@@ -58,23 +71,37 @@ class MoeMlp : public BlockMlp {
 
  private:
   int64_t k() const { return spec_.router.top_k; }
-  // Calls fn(e, rows of expert e) for each expert with rows, the rows
-  // [offset, offset + count) of the expert-ordered tensors.
+  bool parallel() const { return spec_.ep > 1; }
+  ExpertRows Rows(const BlockTensors& a) const {
+    if (!parallel())
+      return {a.moe_in, a.moe_out, a.dmoe_out, a.dmoe_in, a.counts};
+    return {a.expert_in, a.expert_out, a.dexpert_out, a.dexpert_in,
+            a.recv_counts};
+  }
+  // Rows sent to each ep rank, and received from each, this call.
+  std::vector<int64_t> SendRows(const Tensor& counts) const;
+  std::vector<int64_t> RecvRows(const Tensor& recv_counts) const;
+  // Calls fn(own expert, rows) for each (sender, own expert) block of
+  // rows the experts received, `rows` narrowing an expert-side tensor to
+  // the block.
   template <typename Fn>
-  void ForEachExpert(const Tensor& counts, Fn&& fn) const {
+  void ForEachBlock(const Tensor& counts, Fn&& fn) const {
     const std::vector<int64_t> count = ExpertCounts(counts);
     int64_t offset = 0;
-    for (int64_t e = 0; e < spec_.experts; ++e) {
-      if (count[e] > 0) {
-        fn(e, [&, offset, e](const Tensor& t) {
-          return t.Narrow(offset, count[e]);
+    for (size_t b = 0; b < count.size(); ++b) {
+      if (count[b] > 0) {
+        fn(static_cast<int64_t>(b) % local_, [&, offset, b](const Tensor& t) {
+          return t.Narrow(offset, count[b]);
         });
       }
-      offset += count[e];
+      offset += count[b];
     }
   }
+  // Sends the dispatched rows to their experts' ranks (and the counts).
+  void Dispatch(BlockTensors& a) const;
 
   MoeMlpSpec spec_;
+  int64_t local_;  // experts held here
   Parameter& router_;
   std::vector<Parameter*> gate_up_;
   std::vector<Parameter*> down_;
@@ -84,13 +111,15 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
                                 SlotPlaces places) const {
   const int64_t e = spec_.experts, f = spec_.width, nk = n * k();
   const int64_t c = router_.spec.logical_shape[0];
+  // Rows the experts may receive: every sender's tokens routed here.
+  const int64_t r = parallel() ? spec_.ep * n * std::min(k(), local_) : nk;
   const SlotPlace input = places.input, grad = places.grad;
   // Gradients only BackwardInput reads are scratch wherever gradients are
-  // made.
+  // made; so are the buffers only the exchanges read.
   const SlotPlace scratch =
       grad == SlotPlace::kUnused ? SlotPlace::kUnused : SlotPlace::kWorkspace;
   using B = BlockTensors;
-  return {
+  std::vector<Slot> slots = {
       {&B::logits, {n, e}, dtype, input},
       {&B::choice, {n, k()}, DType::kI32, input},
       {&B::choice_weight, {n, k()}, dtype, input},
@@ -98,42 +127,85 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
       {&B::counts, {e}, DType::kI32, input},
       {&B::route_losses, {2}, dtype, input},
       {&B::moe_in, {nk, c}, dtype, input},
-      {&B::fc, {nk, 2 * f}, dtype, input},
-      {&B::gelu, {nk, f}, dtype, places.cheap},
+      {&B::fc, {r, 2 * f}, dtype, input},
+      {&B::gelu, {r, f}, dtype, places.cheap},
       {&B::moe_out, {nk, c}, dtype, input},
       {&B::dlogits, {n, e}, dtype, grad},
-      {&B::dmoe_out, {nk, c}, dtype, grad},
-      {&B::dfc, {nk, 2 * f}, dtype, grad},
+      {&B::dfc, {r, 2 * f}, dtype, grad},
       {&B::dchoice, {n, k()}, dtype, scratch},
-      {&B::dgelu, {nk, f}, dtype, scratch},
+      {&B::dgelu, {r, f}, dtype, scratch},
       {&B::dmoe_in, {nk, c}, dtype, scratch},
   };
+  if (!parallel()) {
+    slots.push_back({&B::dmoe_out, {nk, c}, dtype, grad});
+    return slots;
+  }
+  const SlotPlace send =
+      input == SlotPlace::kUnused ? SlotPlace::kUnused : SlotPlace::kWorkspace;
+  for (const Slot& s : std::vector<Slot>{
+           {&B::dmoe_out, {nk, c}, dtype, scratch},
+           {&B::recv_counts, {spec_.ep * local_}, DType::kI32, input},
+           {&B::expert_in, {r, c}, dtype, input},
+           {&B::expert_out, {r, c}, dtype, send},
+           {&B::dexpert_out, {r, c}, dtype, grad},
+           {&B::dexpert_in, {r, c}, dtype, scratch}}) {
+    slots.push_back(s);
+  }
+  return slots;
+}
+
+std::vector<int64_t> MoeMlp::SendRows(const Tensor& counts) const {
+  const std::vector<int64_t> count = ExpertCounts(counts);
+  std::vector<int64_t> rows(spec_.ep, 0);
+  for (int64_t e = 0; e < spec_.experts; ++e) rows[e / local_] += count[e];
+  return rows;
+}
+
+std::vector<int64_t> MoeMlp::RecvRows(const Tensor& recv_counts) const {
+  const std::vector<int64_t> count = ExpertCounts(recv_counts);
+  std::vector<int64_t> rows(spec_.ep, 0);
+  for (size_t b = 0; b < count.size(); ++b) rows[b / local_] += count[b];
+  return rows;
+}
+
+void MoeMlp::Dispatch(BlockTensors& a) const {
+  TRELLIS_CHECK(a.ep != nullptr && a.ep->size() == spec_.ep &&
+                a.ep->rank() == spec_.ep_rank)
+      << "the MoE layer needs its expert-parallel group of " << spec_.ep;
+  // Each rank's counts for the receiver's experts, then the rows.
+  const std::vector<int64_t> per_rank(spec_.ep, local_);
+  Tensor counts = a.counts.View({spec_.experts, 1});
+  Tensor received = a.recv_counts.View({spec_.ep * local_, 1});
+  AllToAllRows(*a.ep, counts, per_rank, received, per_rank);
+  AllToAllRows(*a.ep, a.moe_in, SendRows(a.counts), a.expert_in,
+               RecvRows(a.recv_counts));
 }
 
 void MoeMlp::Up(BlockTensors& a) const {
   const int64_t n = a.ln2.dim(0), nk = n * k();
   Tensor logits = First(a.logits, n), choice = First(a.choice, n),
          weight = First(a.choice_weight, n), route = First(a.route, nk),
-         in = First(a.moe_in, nk), fc = First(a.fc, nk),
-         act = First(a.gelu, nk);
+         in = First(a.moe_in, nk);
   Tensor no_bias;
   MatmulForward(a.ln2, router_.value, no_bias, logits);
   RouterTopK(logits, no_bias, spec_.router, choice, weight);
   RouteByExpert(choice, spec_.experts, route, a.counts);
   RouterLosses(logits, a.counts, spec_.router, a.route_losses);
   DispatchRows(a.ln2, route, in);
-  ForEachExpert(a.counts, [&](int64_t e, auto rows) {
-    Tensor out = rows(fc);
-    MatmulForward(rows(in), gate_up_[e]->value, no_bias, out);
-  });
-  SwiGluForward(fc, act);
+  if (parallel()) Dispatch(a);
   // The experts' outputs here too, so that recomputing Up (full
   // recomputation) refills what backward reads.
-  Tensor expert_out = First(a.moe_out, nk);
-  ForEachExpert(a.counts, [&](int64_t e, auto rows) {
-    Tensor y = rows(expert_out);
-    MatmulForward(rows(act), down_[e]->value, no_bias, y);
+  const ExpertRows rows = Rows(a);
+  ForEachBlock(rows.counts, [&](int64_t e, auto block) {
+    Tensor fc = block(a.fc), act = block(a.gelu), y = block(rows.out);
+    MatmulForward(block(rows.in), gate_up_[e]->value, no_bias, fc);
+    SwiGluForward(fc, act);
+    MatmulForward(act, down_[e]->value, no_bias, y);
   });
+  if (parallel()) {
+    AllToAllRows(*a.ep, a.expert_out, RecvRows(a.recv_counts), a.moe_out,
+                 SendRows(a.counts));
+  }
 }
 
 void MoeMlp::Down(BlockTensors& a, Tensor& out) const {
@@ -151,17 +223,23 @@ void MoeMlp::BackwardInput(Communicator& tp, BlockTensors& a,
   CombineRowsBackward(a.dy, a.moe_out, a.route, a.choice_weight, a.dmoe_out,
                       a.dchoice);
   ReduceFromTp::Forward(tp, a.dchoice);
-  ForEachExpert(a.counts, [&](int64_t e, auto rows) {
-    Tensor dact = rows(a.dgelu);
-    MatmulBackwardInput(rows(a.dmoe_out), down_[e]->value, dact,
+  const ExpertRows rows = Rows(a);
+  if (parallel()) {
+    AllToAllRows(*a.ep, a.dmoe_out, SendRows(a.counts), a.dexpert_out,
+                 RecvRows(a.recv_counts));
+  }
+  ForEachBlock(rows.counts, [&](int64_t e, auto block) {
+    Tensor dact = block(a.dgelu), dfc = block(a.dfc), din = block(rows.din);
+    MatmulBackwardInput(block(rows.dout), down_[e]->value, dact,
                         WeightLayout::kInOut, GradWrite::kWrite);
+    SwiGluBackwardWrite(block(a.fc), dact, dfc);
+    MatmulBackwardInput(dfc, gate_up_[e]->value, din, WeightLayout::kInOut,
+                        GradWrite::kWrite);
   });
-  SwiGluBackwardWrite(a.fc, a.dgelu, a.dfc);
-  ForEachExpert(a.counts, [&](int64_t e, auto rows) {
-    Tensor din = rows(a.dmoe_in);
-    MatmulBackwardInput(rows(a.dfc), gate_up_[e]->value, din,
-                        WeightLayout::kInOut, GradWrite::kWrite);
-  });
+  if (parallel()) {
+    AllToAllRows(*a.ep, a.dexpert_in, RecvRows(a.recv_counts), a.dmoe_in,
+                 SendRows(a.counts));
+  }
   DispatchRowsBackward(a.dmoe_in, a.route, dln);
   RouterTopKBackward(a.logits, a.choice, a.choice_weight, a.dchoice,
                      spec_.router, a.dlogits);
@@ -177,10 +255,11 @@ void MoeMlp::WeightGradients(const BlockTensors& a, bool,
                              std::vector<ColumnSumJob>&) const {
   Tensor no_bias;
   MatmulBackwardWeight(a.dlogits, a.ln2, router_.grad, no_bias);
-  ForEachExpert(a.counts, [&](int64_t e, auto rows) {
-    MatmulBackwardWeight(rows(a.dmoe_out), rows(a.gelu), down_[e]->grad,
+  const ExpertRows rows = Rows(a);
+  ForEachBlock(rows.counts, [&](int64_t e, auto block) {
+    MatmulBackwardWeight(block(rows.dout), block(a.gelu), down_[e]->grad,
                          no_bias);
-    MatmulBackwardWeight(rows(a.dfc), rows(a.moe_in), gate_up_[e]->grad,
+    MatmulBackwardWeight(block(a.dfc), block(rows.in), gate_up_[e]->grad,
                          no_bias);
   });
 }

@@ -28,6 +28,16 @@
 // the scratch dgelu, dmoe_in. Each expert's row count is read to the host
 // (one read per call on a device).
 //
+// Expert parallelism (spec.ep > 1): the rows in expert order are in blocks
+// by the ep rank holding their experts; the ranks exchange the counts,
+// then the rows (AllToAllRows, parallel/expert_parallel.h) into
+// expert_in, run each (sender, expert) block's GEMMs into expert_out and
+// send the outputs back into moe_out, where the combine finds them as
+// without expert parallelism. Backward moves dmoe_out to the experts and
+// their input gradients back. The rows received are at most ep · N ·
+// min(k, E/ep) (every sender's tokens all routed here); the buffers hold
+// that many.
+//
 // Thread safety: immutable after construction.
 #ifndef TRELLIS_TRANSFORMER_MOE_MOE_MLP_H_
 #define TRELLIS_TRANSFORMER_MOE_MOE_MLP_H_
@@ -44,6 +54,10 @@ namespace trellis {
 
 struct MoeMlpSpec {
   int64_t experts = 0;
+  // Expert parallelism: this rank holds experts [ep_rank·E/ep, (ep_rank +
+  // 1)·E/ep) of the ep group's ranks (BlockTensors::ep).
+  int64_t ep = 1;
+  int64_t ep_rank = 0;
   int64_t width = 0;  // Fe/tp: each expert's activation columns here
   RouterSpec router;
   double aux_loss_coeff = 0.0;
@@ -53,8 +67,9 @@ struct MoeMlpSpec {
   bool router_input_grad = true;
 };
 
-// REQUIRES: router (C, E) replicated; gate_up and down one per expert,
-// split as NewSwiGluMlp's (transformer/llama/swiglu_mlp.h).
+// REQUIRES: router (C, E) replicated; gate_up and down one per expert
+// this rank holds (E / ep), split as NewSwiGluMlp's
+// (transformer/llama/swiglu_mlp.h).
 std::shared_ptr<const BlockMlp> NewMoeMlp(const MoeMlpSpec& spec,
                                           Parameter& router,
                                           std::vector<Parameter*> gate_up,

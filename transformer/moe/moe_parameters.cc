@@ -40,8 +40,16 @@ void DeclareMoeParameters(const ModelConfig& config, const ChunkPlan& plan,
     }
     add.Replicated(RouterName(layer), {config.d_model, config.experts},
                    /*decay=*/true, 0.02);
-    for (int64_t e = 0; e < config.experts; ++e) {
+    // This rank's run of experts.
+    const int64_t local = config.experts / plan.expert_ranks;
+    for (int64_t e = plan.expert_rank * local;
+         e < (plan.expert_rank + 1) * local; ++e) {
       AddLlamaMlp(config, layer, ExpertPrefix(e), MoeFfnHidden(config), add);
+      if (plan.expert_ranks == 1) continue;
+      for (const char* part : {"gate_up_proj.weight", "down_proj.weight"}) {
+        params.Find(LlamaLayerName(layer, (ExpertPrefix(e) + part).c_str()))
+            ->expert = true;
+      }
     }
   };
   DeclareLlamaParameters(config, plan, tp, seed, device, dtype, params, mlp);

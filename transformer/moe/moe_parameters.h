@@ -6,9 +6,11 @@
 //   model.layers.{i}.mlp.experts.{j}.gate_up_proj.weight (C, 2·Fe)
 //   model.layers.{i}.mlp.experts.{j}.down_proj.weight (Fe, C)
 // each expert split over tp and initialized as Llama's MLP is (Fe =
-// MoeFfnHidden). The other layers keep Llama's dense MLP of width
-// LlamaFfnHidden. Names follow Hugging Face's Qwen3-MoE with the fused
-// projections Llama's use (moe_hf.h maps them).
+// MoeFfnHidden). Under expert parallelism (plan.expert_ranks > 1) a rank
+// declares its own run of E / expert_ranks experts only, marked `expert`
+// (parallel/parameter.h); names keep the global expert index. The other layers
+// keep Llama's dense MLP of width LlamaFfnHidden. Names follow Hugging Face's
+// Qwen3-MoE with the fused projections Llama's use (moe_hf.h maps them).
 #ifndef TRELLIS_TRANSFORMER_MOE_MOE_PARAMETERS_H_
 #define TRELLIS_TRANSFORMER_MOE_MOE_PARAMETERS_H_
 

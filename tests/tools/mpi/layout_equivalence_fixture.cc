@@ -191,8 +191,12 @@ void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
   for (const Parameter* p : params.all()) {
     if (!p->primary) continue;
     const ShardSpec& spec = p->spec;
+    // Under expert parallelism each expert is held by dp / ep replicas
+    // (one rank of each ep group): it counts ep times, once per replica
+    // that would hold it without.
+    const int64_t copies = p->expert ? layout.ep : 1;
     if (spec.replicated()) {
-      held.data<int64_t>()[0] += NumElements(spec.logical_shape);
+      held.data<int64_t>()[0] += copies * NumElements(spec.logical_shape);
       continue;
     }
     // The runs a checkpoint writes: pieces replicated over a sub-group of
@@ -200,7 +204,7 @@ void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
     const int64_t across =
         NumElements(spec.logical_shape) / spec.logical_shape[spec.split_dim];
     for (const ShardSpec::Run& run : spec.OwnedRuns()) {
-      held.data<int64_t>()[0] += run.length * across;
+      held.data<int64_t>()[0] += copies * run.length * across;
     }
   }
   world.AllReduce(held, ReduceOp::kSum);

@@ -52,5 +52,28 @@ TEST_F(LayoutEquivalenceTest, MoeLayoutsMatchOneProcess) {
   }
 }
 
+// A layout whose dp ranks split the experts over `ep` of them.
+Layout WithEp(Layout layout, int ep) {
+  layout.ep = ep;
+  return layout;
+}
+
+// Expert parallelism: each MoE layer's 4 experts split over 2 or 4 of the
+// dp ranks, which exchange their tokens' rows (all-to-all) and average
+// their experts' gradients with the ranks holding the same ones; with tp,
+// pp under every schedule and sequence parallelism.
+TEST_F(LayoutEquivalenceTest, MoeExpertParallelLayoutsMatchOneProcess) {
+  if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
+  TrainOptions moe = Moe(*options_);
+  Reference moe_reference = ComputeReference(moe);
+  UseOptions use(moe, &moe_reference);
+  RunAll({WithEp(L(2, 1, 1), 2), WithEp(L(4, 1, 1), 4), WithEp(L(4, 1, 1), 2),
+          WithEp(L(2, 2, 2, "1f1b"), 2)});
+  RunAll({WithEp(L(2, 1, 2, "gpipe"), 2), WithEp(L(2, 1, 2, "zb-h1"), 2),
+          WithEp(L(2, 1, 2, "interleaved-1f1b", 2), 2), WithEp(L(2, 2, 1), 2)});
+  moe.sequence_parallel = true;
+  RunAll({WithEp(L(2, 2, 2, "zb-h1"), 2), WithEp(L(2, 2, 1), 2)});
+}
+
 }  // namespace
 }  // namespace trellis::layout_test

@@ -134,11 +134,13 @@ inline TrainOptions TinyModelOptions(const std::string& data) {
   return o;
 }
 
-// A (dp, tp, pp) layout and its pipeline schedule.
+// A (dp, tp, pp) layout and its pipeline schedule; experts split over ep
+// of the dp ranks.
 struct Layout {
   int dp = 1, tp = 1, pp = 1;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
+  int ep = 1;
 
   int world() const { return dp * tp * pp; }
   // "dp2·tp2·pp2 1f1b", "dp1·tp1·pp2 interleaved-1f1b v2".
@@ -146,6 +148,7 @@ struct Layout {
     std::string name = absl::StrCat("dp", dp, "·tp", tp, "·pp", pp);
     if (pp > 1) absl::StrAppend(&name, " ", schedule);
     if (virtual_stages > 1) absl::StrAppend(&name, " v", virtual_stages);
+    if (ep > 1) absl::StrAppend(&name, " ep", ep);
     return name;
   }
   void ApplyTo(TrainOptions& options) const {
@@ -154,6 +157,7 @@ struct Layout {
     options.pp = pp;
     options.schedule = ParseScheduleKind(schedule).value();
     options.virtual_stages = virtual_stages;
+    options.ep = ep;
   }
 };
 
@@ -175,6 +179,8 @@ inline absl::StatusOr<LayoutRun> StartLayout(
     MPI_Comm comm, MpiP2P pipeline_p2p = MpiP2P::kEager) {
   absl::StatusOr<Mesh> mesh =
       Mesh::Create(layout.world(), layout.dp, layout.tp, layout.pp);
+  if (!mesh.ok()) return mesh.status();
+  mesh = mesh->WithExpertParallel(layout.ep);
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<ParallelContext> context =
       ParallelContext::Create(runtime, *mesh, comm);

@@ -54,15 +54,24 @@ double Optimizer::GlobalGradNorm(Communicator& tp, Communicator& pp) const {
 double Optimizer::StageGradSquares(Communicator& tp) const {
   // One reduction over every counted gradient: on a GPU one host wait per
   // step rather than one per parameter.
-  std::vector<const Tensor*> grads;
-  std::vector<GradRange> ranges;
+  // Under expert parallelism the experts' squares are summed over the ep
+  // group first: its ranks hold different experts.
+  std::vector<const Tensor*> grads[2];
+  std::vector<GradRange> ranges[2];
   for (const Parameter* p : params_.all()) {
     if (!p->primary) continue;
-    grads.push_back(&p->grad);
-    ranges.push_back({p, 0, p->numel()});
+    const int expert = p->expert && expert_group_ != nullptr ? 1 : 0;
+    grads[expert].push_back(&p->grad);
+    ranges[expert].push_back({p, 0, p->numel()});
   }
   // Replicated pieces count on their owner only.
-  const double local = SumOfSquares(grads) - UnownedGradSquares(ranges);
+  double local = SumOfSquares(grads[0]) - UnownedGradSquares(ranges[0]);
+  if (expert_group_ != nullptr) {
+    Tensor experts = Tensor::Empty({1}, DType::kF64);
+    experts.data<double>()[0] = SumOfSquares(grads[1]);
+    expert_group_->AllReduce(experts, ReduceOp::kSum);
+    local += experts.data<double>()[0];
+  }
   Tensor total = Tensor::Empty({1}, DType::kF64);
   total.data<double>()[0] = local;
   if (tp.size() > 1) tp.AllReduce(total, ReduceOp::kSum);

@@ -62,6 +62,10 @@ class Optimizer {
   // reduced over `tp` (and, where the gradients are sharded, over dp):
   // what the stages add up for the global norm.
   virtual double StageGradSquares(Communicator& tp) const;
+  // Under expert parallelism: the ep group, over which the experts'
+  // squares are summed (its ranks hold different experts). REQUIRES:
+  // outlives the optimizer.
+  void set_expert_group(Communicator* ep) { expert_group_ = ep; }
   // Clips, steps every parameter, advances the step count.
   StepReport Step(Communicator& tp, Communicator& pp) {
     return Apply(GlobalGradNorm(tp, pp));
@@ -123,6 +127,7 @@ class Optimizer {
   std::vector<Tensor>& v() { return v_; }
 
  private:
+  Communicator* expert_group_ = nullptr;
   OptimizerConfig config_;
   const ParameterSet& params_;
   std::vector<Tensor> m_, v_;
