@@ -1,5 +1,6 @@
 #include "transformer/cached_block.h"
 
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -53,6 +54,19 @@ DecodeScratch CachedBlock::NewScratch(int64_t rows, int64_t capacity,
   }
   s.y = Tensor::Empty({rows, c}, dtype, device);
   return s;
+}
+
+bool CachedBlock::SharesScratch(const CachedBlock& other) const {
+  auto mlp = [](const CachedBlock& b) {
+    std::vector<std::tuple<Tensor BlockTensors::*, Shape, DType>> slots;
+    const SlotPlaces here{SlotPlace::kWorkspace, SlotPlace::kWorkspace,
+                          SlotPlace::kUnused};
+    for (const Slot& s : b.parts_.mlp->Slots(1, DType::kF32, here)) {
+      slots.emplace_back(s.member, s.shape, s.dtype);
+    }
+    return slots;
+  };
+  return mlp(*this) == mlp(other);
 }
 
 void CachedBlock::Forward(Communicator& tp, int64_t start, Tensor& x,

@@ -39,6 +39,10 @@ class CachedBlock {
   // Buffers for up to `rows` new tokens and a cache of `capacity`.
   DecodeScratch NewScratch(int64_t rows, int64_t capacity, DType dtype,
                            Device device) const;
+  // Whether `other`'s scratch holds the same MLP tensors as this block's
+  // (blocks of one class, e.g. dense or mixture-of-experts MLPs: one
+  // scratch serves both).
+  bool SharesScratch(const CachedBlock& other) const;
   // x (n, C): the hidden rows of the tokens at positions [start, start + n),
   // replaced by the block's output. Writes their keys and values into rows
   // [start, start + n) of `keys` and `values` (capacity, kv_width).

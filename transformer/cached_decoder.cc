@@ -54,7 +54,17 @@ CachedDecoder::CachedDecoder(const ModelConfig& config,
                 ends_.norm != nullptr);
   vocab_ = VocabShard::For(ends_.head->spec);
   const int64_t cap = config.seq_len, c = config.d_model;
-  scratch_ = blocks_.front().NewScratch(cap, cap, dtype_, device_);
+  // Blocks of one class share a scratch: the first of them makes it.
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    size_t first = 0;
+    while (!blocks_[first].SharesScratch(blocks_[l])) ++first;
+    if (first == l) {
+      scratch_of_.push_back(scratches_.size());
+      scratches_.push_back(blocks_[l].NewScratch(cap, cap, dtype_, device_));
+    } else {
+      scratch_of_.push_back(scratch_of_[first]);
+    }
+  }
   ids_ = Tensor::Empty({cap}, DType::kI32, device_);
   x_ = Tensor::Empty({cap, c}, dtype_, device_);
   lnf_ = Tensor::Empty({1, c}, dtype_, device_);
@@ -92,7 +102,7 @@ std::vector<float> CachedDecoder::Forward(std::span<const int32_t> tokens) {
   }
   for (size_t l = 0; l < blocks_.size(); ++l) {
     blocks_[l].Forward(tp_comm_, start, x, cache_.keys(l), cache_.values(l),
-                       scratch_);
+                       scratches_[scratch_of_[l]]);
   }
   cache_.Advance(n);
   return Logits(x.Narrow(n - 1, 1));

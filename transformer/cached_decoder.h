@@ -57,7 +57,10 @@ class CachedDecoder : public ModelDecoder {
   VocabShard vocab_;
   std::vector<CachedBlock> blocks_;
   KvCache cache_;
-  DecodeScratch scratch_;
+  // One scratch per class of blocks (CachedBlock::SharesScratch); block l
+  // uses scratches_[scratch_of_[l]].
+  std::vector<DecodeScratch> scratches_;
+  std::vector<size_t> scratch_of_;
   Tensor ids_;                // (capacity) int32
   Tensor x_;                  // (capacity, C)
   Tensor lnf_, mean_, rstd_;  // (1, C), (1), (1)

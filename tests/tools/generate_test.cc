@@ -216,7 +216,7 @@ TEST_P(GenerateTest, RefusesUnknownCheckpointsAndPipelineStages) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GenerateTest,
-                         ::testing::Values("gpt2", "llama"));
+                         ::testing::Values("gpt2", "llama", "moe"));
 
 }  // namespace
 }  // namespace trellis

@@ -44,10 +44,19 @@ inline std::string TinyCheckpoint(const std::string& family) {
   o.model.seq_len = kGenerateContext;
   o.steps = 60;
   o.eval_every = 0;
-  if (family == "llama") {
+  if (family == "llama" || family == "moe") {
     o.model.family = ModelFamilyKind::kLlama;
     o.model.n_kv_heads = 2;
     o.model.ffn_hidden = 64;
+  }
+  if (family == "moe") {
+    // A dense layer, then one of 4 experts, 2 per token.
+    o.model.family = ModelFamilyKind("moe");
+    o.model.experts = 4;
+    o.model.experts_per_token = 2;
+    o.model.moe_ffn_hidden = 32;
+    o.model.moe_first_dense = 1;
+    o.model.moe_aux_loss_coeff = 0.01;
   }
   std::vector<std::string> train = {Program("train")};
   for (const std::string& flag : std::vector<std::string>(
