@@ -35,12 +35,9 @@ void AllToAllRows(Communicator& group, const Tensor& send,
         mine.CopyFrom(send.Narrow(send_at, out));
       }
     } else {
-      if (out > 0) {
-        ops.push_back({P2POp::Type::kSend, send.Narrow(send_at, out), q, 0});
-      }
-      if (in > 0) {
-        ops.push_back({P2POp::Type::kRecv, recv.Narrow(recv_at, in), q, 0});
-      }
+      // Empty blocks too: every call is (n - 1) sends and receives.
+      ops.push_back({P2POp::Type::kSend, send.Narrow(send_at, out), q, 0});
+      ops.push_back({P2POp::Type::kRecv, recv.Narrow(recv_at, in), q, 0});
     }
     send_at += out;
     recv_at += in;

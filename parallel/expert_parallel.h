@@ -12,7 +12,8 @@
 // Built on Communicator::BatchSendRecv (MPI's nonblocking sends and
 // receives; grouped NCCL sends and receives on GPUs), so every transport
 // serves it and the group counts each block as one send and one receive.
-// A rank's block for itself is copied; empty blocks are not sent.
+// A rank's block for itself is copied; every other block is posted, empty
+// or not, so each call is group.size() - 1 sends and as many receives.
 //
 // Thread safety: as the communicator's.
 #ifndef TRELLIS_PARALLEL_EXPERT_PARALLEL_H_

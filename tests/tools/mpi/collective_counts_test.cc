@@ -159,6 +159,9 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
     Add(pp, CommOp::kAllReduce, 1, 2 * kDouble);
     t.volume["pp"] = {2 * kFloat * messages * nc, 2 * kDouble};
   }
+  // Dense models send nothing over the expert-parallel groups.
+  t.stats["ep"];
+  t.stats["expert-dp"];
   if (plan.first || plan.last) {
     CommStats& embed = t.stats["embed"];
     if (o.pp > 1) {
@@ -273,6 +276,69 @@ TEST_F(CollectiveCountsTest, TrainingStepTrafficFollowsTheLayout) {
                             want.stats.at(group));
       }
     }
+  });
+}
+
+// A mixture of experts under expert parallelism: per MoE layer and
+// microbatch the ep group runs five all-to-alls of ep - 1 sends and
+// receives each (forward the counts, the rows and the outputs back;
+// backward the outputs' gradients and the inputs' gradients back). The
+// counts' exchange moves E/ep int32 per peer; every row moved is C floats;
+// what the group sends it receives. The expert-data group all-reduces the
+// experts' gradients once (one bucket) when it has more than one rank;
+// the dp group no longer carries them.
+TEST_F(CollectiveCountsTest, ExpertParallelAllToAllsFollowTheLayout) {
+  const std::vector<mpitest::Layout> layouts = {{2, 1, 1, "1f1b", 1, 2},
+                                                {4, 1, 1, "1f1b", 1, 2},
+                                                {2, 1, 2, "1f1b", 1, 2}};
+  std::vector<int> sizes;
+  for (const mpitest::Layout& l : layouts) sizes.push_back(l.world());
+  mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
+    const mpitest::Layout& layout = layouts[job];
+    SCOPED_TRACE(layout.Name());
+    TrainOptions options = mpitest::TinyModelOptions(*data_);
+    options.model.family = ModelFamilyKind("moe");
+    options.model.n_kv_heads = 2;
+    options.model.experts = 4;
+    options.model.experts_per_token = 2;
+    options.model.moe_ffn_hidden = 32;
+    options.model.moe_first_dense = 1;  // layers 1-3 of 4
+    absl::StatusOr<mpitest::LayoutRun> run =
+        mpitest::StartLayout(*runtime_, layout, options, comm);
+    ASSERT_TRUE(run.ok()) << run.status();
+    const ParallelContext& context = *run->context;
+    const TrainOptions& o = run->trainer->options();
+    const int64_t stage_layers = o.model.n_layer / o.pp;
+    const int64_t first = context.coord().p * stage_layers;
+    const int64_t moe_layers =
+        stage_layers - (first < o.model.moe_first_dense ? 1 : 0);
+    const int64_t calls = o.microbatches() * moe_layers * 5 * (o.ep - 1);
+    const int64_t row = kFloat * o.model.d_model;
+    const int64_t counts = o.microbatches() * moe_layers * (o.ep - 1) *
+                           (o.model.experts / o.ep) * 4;
+    const std::map<std::string, CommStats> before = Snapshot(context);
+    ASSERT_TRUE(run->trainer->Step().ok());
+    const std::map<std::string, CommStats> after = Snapshot(context);
+    const CommStats ep = Difference(after.at("ep"), before.at("ep"));
+    EXPECT_EQ(ep.Calls(CommOp::kSend), calls);
+    EXPECT_EQ(ep.Calls(CommOp::kRecv), calls);
+    const int64_t rows_bytes = ep.Bytes(CommOp::kSend) - counts;
+    EXPECT_GT(rows_bytes, 0);
+    EXPECT_EQ(rows_bytes % row, 0);
+    // What the group's ranks send, they receive.
+    Tensor sums = Tensor::Empty({2}, DType::kI64);
+    sums.data<int64_t>()[0] = ep.Bytes(CommOp::kSend);
+    sums.data<int64_t>()[1] = ep.Bytes(CommOp::kRecv);
+    context.groups().ep->AllReduce(sums, ReduceOp::kSum);
+    EXPECT_EQ(sums.data<int64_t>()[0], sums.data<int64_t>()[1]);
+    const CommStats edp =
+        Difference(after.at("expert-dp"), before.at("expert-dp"));
+    const bool shared = o.dp / o.ep > 1;
+    EXPECT_EQ(edp.Calls(CommOp::kAllReduce), shared ? 1 : 0);
+    const int64_t experts_here = moe_layers * (o.model.experts / o.ep) * 3 *
+                                 o.model.d_model * o.model.moe_ffn_hidden;
+    EXPECT_EQ(edp.Bytes(CommOp::kAllReduce),
+              shared ? kFloat * experts_here : 0);
   });
 }
 
