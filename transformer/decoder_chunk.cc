@@ -76,6 +76,7 @@ DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
   routing_.resize(blocks_.size());
   for (size_t l = 0; l < blocks_.size(); ++l) {
     routing_[l].layer = plan.first_layer + static_cast<int64_t>(l);
+    routed_.push_back(blocks_[l]->RoutedExperts() > 0);
   }
   // Blocks of one class share a workspace: the first of them makes it.
   for (size_t l = 0; l < blocks_.size(); ++l) {
@@ -291,8 +292,10 @@ void DecoderChunk::Forward(int mb, const Tensor& tokens, const Tensor& input,
   for (size_t l = 0; l < blocks_.size(); ++l) {
     Reading(units, unit++, +1,
             [&] { blocks_[l]->Forward(tp_comm_, *x, s.blocks[l], Work(l)); });
-    if (loss_scale > 0)
+    // Only blocks that route have routing to read (dense ones skip it).
+    if (loss_scale > 0 && routed_[l]) {
       blocks_[l]->AddRouting(s.blocks[l], Work(l), routing_[l]);
+    }
     x = &s.blocks[l].y;
   }
   if (!plan_.has_head) {
@@ -575,8 +578,8 @@ std::vector<ModelChunk::LayerRouting> DecoderChunk::TakeRouting() {
 
 int64_t DecoderChunk::RoutedExperts() const {
   int64_t experts = 0;
-  for (const auto& block : blocks_) {
-    experts = std::max(experts, block->RoutedExperts());
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    if (routed_[l]) experts = std::max(experts, blocks_[l]->RoutedExperts());
   }
   return experts;
 }

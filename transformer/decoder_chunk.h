@@ -182,6 +182,7 @@ class DecoderChunk : public ModelChunk {
   std::vector<DecoderBlock::Workspace> works_;
   // The routing of the training microbatches since TakeRouting, by block.
   std::vector<LayerRouting> routing_;
+  std::vector<bool> routed_;  // whether block l routes (RoutedExperts)
   std::vector<size_t> workspace_makers_;
   std::vector<size_t> work_of_;
   DecoderBlock::Workspace& Work(size_t layer) {

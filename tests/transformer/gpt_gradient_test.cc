@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "framework/host_sync.h"
-#include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
 #include "tests/transformer/parameter_gradient_check.h"
@@ -30,14 +29,7 @@ ModelConfig SmallConfig() {
   return c;
 }
 
-Tensor RandomTokens(int64_t b, int64_t t, int64_t vocab, uint64_t stream) {
-  Tensor x = Tensor::Empty({b, t}, DType::kI32);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.data<int32_t>()[i] =
-        static_cast<int32_t>(RandomBits(7, stream, i) % vocab);
-  }
-  return x;
-}
+using test::RandomTokens;
 
 // Every recompute mode, with weight gradients deferred to BackwardWeight
 // (zero-bubble schedules) or computed in BackwardInput.

@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "framework/kernels/elementwise.h"
-#include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
 #include "tests/transformer/parameter_gradient_check.h"
@@ -44,14 +43,7 @@ ModelConfig SmallLlama(bool gqa) {
   return c;
 }
 
-Tensor RandomTokens(int64_t b, int64_t t, int64_t vocab, uint64_t stream) {
-  Tensor x = Tensor::Empty({b, t}, DType::kI32);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.data<int32_t>()[i] =
-        static_cast<int32_t>(RandomBits(7, stream, i) % vocab);
-  }
-  return x;
-}
+using test::RandomTokens;
 
 // (recompute, defer weight gradients, grouped-query attention)
 using Param = std::tuple<Recompute, bool, bool>;

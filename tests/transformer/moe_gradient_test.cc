@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "framework/kernels/elementwise.h"
-#include "framework/rng.h"
 #include "gtest/gtest.h"
 #include "parallel/communicator.h"
+#include "tests/framework/kernel_test_util.h"
 #include "tests/transformer/parameter_gradient_check.h"
 #include "transformer/decoder_chunk.h"
 #include "transformer/llama/llama_parameters.h"
@@ -46,23 +46,7 @@ ModelConfig SmallMoe() {
   return c;
 }
 
-Tensor RandomTokens(int64_t b, int64_t t, int64_t vocab, uint64_t stream) {
-  Tensor x = Tensor::Empty({b, t}, DType::kI32);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.data<int32_t>()[i] =
-        static_cast<int32_t>(RandomBits(7, stream, i) % vocab);
-  }
-  return x;
-}
-
-Tensor RandomValues(Shape shape, uint64_t stream) {
-  Tensor x = Tensor::Empty(std::move(shape), DType::kF64);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    x.data<double>()[i] =
-        static_cast<double>(RandomBits(11, stream, i) % 2001) / 1000.0 - 1.0;
-  }
-  return x;
-}
+using test::RandomTokens;
 
 // Spreads the routers' scores so that no choice sits within a
 // finite-difference step of a tie (their N(0, 0.02) start is nearly flat).
@@ -72,14 +56,6 @@ void WidenRouters(const ModelConfig& c, ParameterSet& params) {
       Scale(router->value, 60.0);
     }
   }
-}
-
-double Dot(const Tensor& a, const Tensor& b) {
-  double total = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    total += a.data<double>()[i] * b.data<double>()[i];
-  }
-  return total;
 }
 
 // (sigmoid scores, normalized weights)
@@ -105,8 +81,8 @@ TEST_P(MoeMlpGradientTest, InputRouterAndExpertsMatchFiniteDifferences) {
   for (const Slot& s : mlp.Slots(n, DType::kF64, all)) {
     a.*s.member = Tensor::Empty(s.shape, s.dtype, Device::Cpu());
   }
-  a.ln2 = RandomValues({n, c.d_model}, 1);
-  a.dy = RandomValues({n, c.d_model}, 2);
+  a.ln2 = kernel_test::Random({n, c.d_model}, 1);
+  a.dy = kernel_test::Random({n, c.d_model}, 2);
   a.loss_scale = 0.7;
   Tensor out = Tensor::Empty({n, c.d_model}, DType::kF64);
   Tensor dln = Tensor::Empty({n, c.d_model}, DType::kF64);
@@ -116,8 +92,9 @@ TEST_P(MoeMlpGradientTest, InputRouterAndExpertsMatchFiniteDifferences) {
     mlp.Up(a);
     mlp.Down(a, out);
     const double* losses = a.route_losses.data<double>();
-    return Dot(a.dy, out) + a.loss_scale * (c.moe_aux_loss_coeff * losses[0] +
-                                            c.moe_z_loss_coeff * losses[1]);
+    return kernel_test::Dot(a.dy, out) +
+           a.loss_scale * (c.moe_aux_loss_coeff * losses[0] +
+                           c.moe_z_loss_coeff * losses[1]);
   };
   auto loss = [&] {
     const double value = forward();

@@ -1,6 +1,7 @@
 // The finite-difference check every model family's gradient test runs:
 // each parameter's analytic gradient against central differences of the
-// whole model's loss, at a few elements spread over the tensor.
+// whole model's loss, at a few elements spread over the tensor; and the
+// random token windows those tests feed the model.
 //
 // Thread safety: none needed; each test calls it from its own thread.
 #ifndef TRELLIS_TESTS_TRANSFORMER_PARAMETER_GRADIENT_CHECK_H_
@@ -15,9 +16,21 @@
 #include <map>
 #include <string>
 
+#include "framework/rng.h"
 #include "parallel/parameter.h"
 
 namespace trellis::test {
+
+// (b, t) int32 tokens below `vocab`, a function of `stream` only.
+inline Tensor RandomTokens(int64_t b, int64_t t, int64_t vocab,
+                           uint64_t stream) {
+  Tensor x = Tensor::Empty({b, t}, DType::kI32);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    x.data<int32_t>()[i] =
+        static_cast<int32_t>(RandomBits(7, stream, i) % vocab);
+  }
+  return x;
+}
 
 // `loss` runs forward and backward of float64 `params` (adding into their
 // gradients) and returns the loss. Checks up to `samples` elements of each
