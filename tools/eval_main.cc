@@ -79,9 +79,11 @@ absl::StatusOr<StreamEval> Evaluate(const MpiRuntime& runtime) {
                : runtime.world_size() / std::max<int64_t>(1, o.tp * o.pp);
   o.global_batch_size = o.micro_batch_size * dp * std::max<int64_t>(1, o.pp);
   TRELLIS_ASSIGN_OR_RETURN(
-      Mesh mesh, Mesh::Create(runtime.world_size(), static_cast<int>(o.dp),
+      Mesh base, Mesh::Create(runtime.world_size(), static_cast<int>(o.dp),
                               static_cast<int>(o.tp), static_cast<int>(o.pp),
                               o.mesh_order));
+  TRELLIS_ASSIGN_OR_RETURN(Mesh mesh,
+                           base.WithExpertParallel(static_cast<int>(o.ep)));
   TRELLIS_ASSIGN_OR_RETURN(ParallelContext context,
                            ParallelContext::Create(runtime, mesh));
   TRELLIS_ASSIGN_OR_RETURN(

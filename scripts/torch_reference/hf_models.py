@@ -1,6 +1,7 @@
 """The forward passes of the PyTorch references: Hugging Face
-LlamaForCausalLM and GPT2LMHeadModel in plain torch (no transformers),
-reading the weights as common.read_model returns them.
+LlamaForCausalLM, MixtralForCausalLM and GPT2LMHeadModel in plain torch (no
+transformers), reading the weights as common.read_model returns them.
+Mixtral is Llama with modeling_mixtral's sparse MLP block in every layer.
 
 Llama follows transformers' modeling_llama: RMSNorm (x · rsqrt(mean x² +
 eps) · w), rotate_half RoPE with LlamaRotaryEmbedding's inv_freq and the
@@ -46,6 +47,27 @@ def rms_norm(torch, x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def mixtral_moe(torch, config, w, p, h):
+    """MixtralSparseMoeBlock: a softmax over the experts' router logits,
+    the top num_experts_per_tok renormalized, each chosen expert's
+    SiLU-gated MLP (w2(silu(w1 x) * w3 x)) weighted and summed."""
+    flat = h.reshape(-1, h.shape[-1])
+    probs = (flat @ w[p + "gate.weight"].T).softmax(-1)
+    top, chosen = probs.topk(config["num_experts_per_tok"], dim=-1)
+    top = top / top.sum(-1, keepdim=True)
+    out = torch.zeros_like(flat)
+    for e in range(config["num_local_experts"]):
+        rows, slot = (chosen == e).nonzero(as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        x = flat[rows]
+        q = f"{p}experts.{e}."
+        y = (torch.nn.functional.silu(x @ w[q + "w1.weight"].T)
+             * (x @ w[q + "w3.weight"].T)) @ w[q + "w2.weight"].T
+        out.index_add_(0, rows, y * top[rows, slot].unsqueeze(-1))
+    return out.view_as(h)
+
+
 def llama_logits(torch, config, w, inputs):
     """The next-token logits (B, T, V) of token ids `inputs` (B, T)."""
     c = config["hidden_size"]
@@ -79,6 +101,9 @@ def llama_logits(torch, config, w, inputs):
         a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
         x = x + a @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(torch, x, w[p + "post_attention_layernorm.weight"], eps)
+        if config.get("model_type") == "mixtral":
+            x = x + mixtral_moe(torch, config, w, p + "block_sparse_moe.", h)
+            continue
         gate = torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T)
         up = h @ w[p + "mlp.up_proj.weight"].T
         x = x + (gate * up) @ w[p + "mlp.down_proj.weight"].T
@@ -145,12 +170,12 @@ def gpt2_weights(tensors):
 
 class Forward:
     """The logits (B, T, V) of token ids (B, T) on `device`, by config.json's
-    model_type ("llama" or "gpt2")."""
+    model_type ("llama", "mixtral" or "gpt2")."""
 
     def __init__(self, torch, config, weights, device):
         self.device = device
         kind = config.get("model_type", "")
-        if kind == "llama":
+        if kind in ("llama", "mixtral"):
             self.fn = lambda ids: llama_logits(torch, config, weights, ids)
         elif kind == "gpt2":
             weights = gpt2_weights(weights)

@@ -3,7 +3,9 @@
 // (scripts/torch_reference/hf_llama_loss.py, transformers' LlamaForCausalLM
 // math in plain torch, float64) to 1e-4 under 1 rank, tp2, pp2 and
 // dp2·tp2·pp2: grouped-query attention, tied and untied heads, llama3 RoPE
-// scaling, bfloat16 and sharded inputs. PyTorch is required: without it
+// scaling, bfloat16 and sharded inputs; and a MixtralForCausalLM (four
+// experts, two per token, every layer) the same, and under expert
+// parallelism (dp2·ep2, dp4·ep4, dp2·ep2·tp2). PyTorch is required: without it
 // the test fails and says how to install it. An independent plain-Python
 // forward (tests/tools/hf_llama_reference.py) agrees with PyTorch to 1e-6,
 // and the same forward with RoPE channels paired the other way
@@ -35,7 +37,7 @@ constexpr double kTolerance = 1e-4;
 
 struct EvalLayout {
   const char* name;
-  int dp, tp, pp;
+  int dp, tp, pp, ep = 1;
   int world() const { return dp * tp * pp; }
 };
 
@@ -109,6 +111,7 @@ class HfLlamaEvalTest : public ::testing::TestWithParam<EvalCase> {
     argv.push_back(absl::StrCat("--dp=", layout.dp));
     argv.push_back(absl::StrCat("--tp=", layout.tp));
     argv.push_back(absl::StrCat("--pp=", layout.pp));
+    argv.push_back(absl::StrCat("--ep=", layout.ep));
     const std::string out = dir_ + "/eval.txt";
     std::filesystem::remove(out);
     EXPECT_EQ(test::RunProgram(argv, out), 0) << test::ReadFile(out);
@@ -133,12 +136,20 @@ TEST_P(HfLlamaEvalTest, ConvertedModelEvaluatesLikeTheReference) {
   ASSERT_TRUE(std::isfinite(reference));
   // A loss far from log(257) = 5.55: the weights shape the prediction.
   EXPECT_GT(std::abs(reference - std::log(257.0)), 0.1) << reference;
-  // The plain-Python forward agrees with PyTorch's.
-  EXPECT_NEAR(Reference(hf, "halves"), reference, 1e-6);
-  const EvalLayout layouts[] = {{"1x1x1", 1, 1, 1},
-                                {"tp2", 1, 2, 1},
-                                {"pp2", 1, 1, 2},
-                                {"dp2.tp2.pp2", 2, 2, 2}};
+  const bool moe = GetParam().model.experts > 0;
+  // The plain-Python forward (dense models) agrees with PyTorch's.
+  if (!moe) {
+    EXPECT_NEAR(Reference(hf, "halves"), reference, 1e-6);
+  }
+  std::vector<EvalLayout> layouts = {{"1x1x1", 1, 1, 1},
+                                     {"tp2", 1, 2, 1},
+                                     {"pp2", 1, 1, 2},
+                                     {"dp2.tp2.pp2", 2, 2, 2}};
+  if (moe) {
+    layouts.push_back({"dp2.ep2", 2, 1, 1, 2});
+    layouts.push_back({"dp4.ep4", 4, 1, 1, 4});
+    layouts.push_back({"dp2.ep2.tp2", 2, 2, 1, 2});
+  }
   double single = NAN;
   for (const EvalLayout& layout : layouts) {
     const double loss = Eval(dir_ + "/ckpt", layout);
@@ -148,6 +159,7 @@ TEST_P(HfLlamaEvalTest, ConvertedModelEvaluatesLikeTheReference) {
                 std::abs(loss - reference));
     if (layout.world() == 1) single = loss;
   }
+  if (moe) return;
   // The other RoPE pairing is a different model: the comparison can fail.
   const double wrong = Reference(hf, "interleaved");
   EXPECT_GT(std::abs(wrong - single), 100 * kTolerance);
@@ -160,7 +172,9 @@ INSTANTIATE_TEST_SUITE_P(
         EvalCase{"tied_bf16", {.dtype = DType::kBF16, .tied = true}},
         EvalCase{"llama3_rope", {.llama3 = true}},
         EvalCase{"sharded_tied_head_in_file",
-                 {.tied = true, .lm_head_in_file = true, .shards = 3}}),
+                 {.tied = true, .lm_head_in_file = true, .shards = 3}},
+        EvalCase{"mixtral_sharded_bf16",
+                 {.dtype = DType::kBF16, .shards = 3, .experts = 4}}),
     [](const ::testing::TestParamInfo<EvalCase>& info) {
       return std::string(info.param.name);
     });

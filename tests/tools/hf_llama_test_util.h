@@ -5,9 +5,11 @@
 //
 // The model: 2 layers, hidden 32, 4 heads of 8 (GQA: 2 key/value heads
 // unless told), MLP 64, max_position_embeddings 16, vocabulary 257 (the
-// byte tokenizer's). Weights are a fixed pseudo-random sequence, large
-// enough that attention is peaked and the loss depends on every detail of
-// the forward pass (RoPE pairing included), rounded to the stored dtype.
+// byte tokenizer's); or, with `experts`, a MixtralForCausalLM of that
+// shape whose every MLP is a mixture of experts 64 wide. Weights are a fixed
+// pseudo-random sequence, large enough that attention is peaked and the loss
+// depends on every detail of the forward pass (RoPE pairing included), rounded
+// to the stored dtype.
 //
 // Thread safety: none needed; each test calls these from its own thread.
 #ifndef TRELLIS_TESTS_TOOLS_HF_LLAMA_TEST_UTIL_H_
@@ -40,6 +42,10 @@ struct TinyLlama {
   bool lm_head_in_file = false;  // Tied models: write lm_head.weight too.
   bool llama3 = false;           // rope_scaling llama3, rope_theta 500.
   int shards = 1;                // > 1: that many files and the index.
+  // > 0: a MixtralForCausalLM with that many experts of width kLlamaFfn
+  // in every layer, `experts_per_token` per token.
+  int64_t experts = 0;
+  int64_t experts_per_token = 2;
   // For the error cases: tensors left out or given another shape, and
   // config.json keys overridden (a null value removes the key).
   std::vector<std::string> drop = {};
@@ -60,9 +66,21 @@ TinyLlamaTensors(const TinyLlama& m) {
     t.push_back({{p + "self_attn.k_proj.weight", {kv, c}}, 0.35f});
     t.push_back({{p + "self_attn.v_proj.weight", {kv, c}}, 0.3f});
     t.push_back({{p + "self_attn.o_proj.weight", {c, c}}, 0.2f});
-    t.push_back({{p + "mlp.gate_proj.weight", {f, c}}, 0.3f});
-    t.push_back({{p + "mlp.up_proj.weight", {f, c}}, 0.3f});
-    t.push_back({{p + "mlp.down_proj.weight", {c, f}}, 0.2f});
+    if (m.experts > 0) {
+      // Router logits of a few units: every expert is chosen somewhere.
+      const std::string moe = p + "block_sparse_moe.";
+      t.push_back({{moe + "gate.weight", {m.experts, c}}, 0.6f});
+      for (int64_t e = 0; e < m.experts; ++e) {
+        const std::string x = absl::StrCat(moe, "experts.", e, ".");
+        t.push_back({{x + "w1.weight", {f, c}}, 0.3f});
+        t.push_back({{x + "w2.weight", {c, f}}, 0.2f});
+        t.push_back({{x + "w3.weight", {f, c}}, 0.3f});
+      }
+    } else {
+      t.push_back({{p + "mlp.gate_proj.weight", {f, c}}, 0.3f});
+      t.push_back({{p + "mlp.up_proj.weight", {f, c}}, 0.3f});
+      t.push_back({{p + "mlp.down_proj.weight", {c, f}}, 0.2f});
+    }
     t.push_back({{p + "input_layernorm.weight", {c}}, -0.2f});
     t.push_back({{p + "post_attention_layernorm.weight", {c}}, -0.2f});
   }
@@ -105,6 +123,15 @@ inline nlohmann::json TinyLlamaConfig(const TinyLlama& m) {
       {"hidden_act", "silu"},
       {"tie_word_embeddings", m.tied},
       {"torch_dtype", m.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
+  if (m.experts > 0) {
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["model_type"] = "mixtral";
+    j["num_local_experts"] = m.experts;
+    j["num_experts_per_tok"] = m.experts_per_token;
+    j["router_aux_loss_coef"] = 0.02;
+    j["output_router_logits"] = false;
+    j["sliding_window"] = nullptr;
+  }
   if (m.llama3) {
     // Wavelengths 6.3, 30, 140, 660 against 32/4 and 32/1: every branch.
     j["rope_scaling"] = {{"rope_type", "llama3"},

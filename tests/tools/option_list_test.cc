@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tools/options/options.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -183,6 +184,17 @@ TEST(OptionListTest, TheLlamaPresetsHaveThePublishedShapes) {
       tiny.ApplyFlagString(ReadFile(Configs() / "llama-tiny.flags")).ok());
   EXPECT_TRUE(tiny.model.Validate().ok());
   EXPECT_EQ(tiny.model.family, ModelFamilyKind::kLlama);
+}
+
+TEST(OptionListTest, TheMixturePresetHasThePublishedShape) {
+  TrainOptions o;
+  ASSERT_TRUE(
+      o.ApplyFlagString(ReadFile(Configs() / "mixtral-8x7b.flags")).ok());
+  o.model.vocab_size = 32000;
+  ASSERT_TRUE(o.model.Validate().ok()) << o.model.Validate();
+  // Mixtral 8x7B: 46.7B parameters, 12.9B of them active per token.
+  EXPECT_EQ(o.model.NumParameters(), 46702792704);
+  EXPECT_EQ(FamilyOf(o.model).ActiveParameters(o.model), 12879925248);
 }
 
 TEST(OptionListTest, BadValuesAreRefusedNamingTheFlagAndTheChoices) {

@@ -24,8 +24,10 @@
 #include "tools/convert/hf_files.h"
 #include "tools/convert/llama_tensors.h"
 #include "tools/convert/llmc.h"
+#include "tools/convert/moe_tensors.h"
 #include "tools/convert/shard_export.h"
 #include "transformer/model_family.h"
+#include "transformer/moe/moe_family.h"
 
 namespace trellis {
 namespace fs = std::filesystem;
@@ -122,6 +124,16 @@ absl::StatusOr<Input> ReadHf(const ConvertOptions& o, TensorProgress& bar) {
     TRELLIS_RETURN_IF_ERROR(CheckLayers(files, config, config_path));
     TRELLIS_ASSIGN_OR_RETURN(in.model,
                              ReadHfLlamaModel(files, config, bar.Fn()));
+    return in;
+  }
+  if (family == moe::kKind) {
+    TRELLIS_ASSIGN_OR_RETURN(ModelConfig config,
+                             ReadHfMixtralConfig(config_path));
+    TRELLIS_RETURN_IF_ERROR(CheckLayers(files, config, config_path));
+    TRELLIS_ASSIGN_OR_RETURN(
+        in.model,
+        ReadHfLlamaBlocksModel(files, config, MixtralHfTensors(config),
+                               "MixtralForCausalLM", bar.Fn()));
     return in;
   }
   TRELLIS_ASSIGN_OR_RETURN(ModelConfig config, ReadHfConfig(config_path));
@@ -242,7 +254,7 @@ absl::StatusOr<RecordedTokenizer> TokenizerToRecord(const ConvertOptions& o,
     return recorded;
   }
   if (!o.tokenizer.empty()) return RecordedTokenizer{o.tokenizer, {}, ""};
-  if (in.model.config.family != ModelFamilyKind::kLlama) {
+  if (in.model.config.family == ModelFamilyKind::kGpt2) {
     return RecordedTokenizer{"gpt2", {}, ""};
   }
   std::error_code error;
@@ -295,6 +307,11 @@ absl::Status WriteHf(const ConvertOptions& o, const Input& in,
   if (m.config.family == ModelFamilyKind::kLlama) {
     tensors = HfLlamaTensors(m, dtype, lm_head);
     config = HfLlamaConfigJson(m.config, dtype, tokenizer, special);
+  } else if (m.config.family == moe::kKind) {
+    TRELLIS_RETURN_IF_ERROR(CheckMixtralShape(m.config));
+    tensors =
+        HfLlamaBlocksTensors(m, MixtralHfTensors(m.config), dtype, lm_head);
+    config = HfMixtralConfigJson(m.config, dtype, tokenizer, special);
   } else {
     tensors = HfGpt2Tensors(
         m, dtype, o.hf_prefix.value_or(SourceValue(m, "hf", "prefix")),

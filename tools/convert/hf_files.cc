@@ -13,6 +13,7 @@
 #include "framework/atomic_file.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
+#include "transformer/moe/moe_family.h"
 
 namespace trellis {
 namespace fs = std::filesystem;
@@ -57,20 +58,31 @@ absl::StatusOr<ModelFamilyKind> HfModelFamily(const std::string& path) {
   if (!j.contains("model_type")) return ModelFamilyKind::kGpt2;
   const nlohmann::json& type = j.at("model_type");
   if (type == "gpt2") return ModelFamilyKind::kGpt2;
-  if (type != "llama") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": model_type ", type.dump(),
-        " is not supported; trellis-convert reads gpt2 and llama"));
-  }
-  if (j.contains("architectures")) {
-    const nlohmann::json& a = j.at("architectures");
-    if (!a.is_array() || a.size() != 1 || a[0] != "LlamaForCausalLM") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": architectures ", a.dump(),
-          " is not supported; trellis-convert reads [\"LlamaForCausalLM\"]"));
+  struct Known {
+    const char* model_type;
+    const char* architecture;
+    ModelFamilyKind family;
+  };
+  static constexpr Known kKnown[] = {
+      {"llama", "LlamaForCausalLM", ModelFamilyKind::kLlama},
+      {"mixtral", "MixtralForCausalLM", moe::kKind}};
+  for (const Known& k : kKnown) {
+    if (type != k.model_type) continue;
+    if (j.contains("architectures")) {
+      const nlohmann::json& a = j.at("architectures");
+      if (!a.is_array() || a.size() != 1 || a[0] != k.architecture) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": architectures ", a.dump(),
+                         " is not supported; trellis-convert reads [\"",
+                         k.architecture, "\"] for model_type ", type.dump()));
+      }
     }
+    return k.family;
   }
-  return ModelFamilyKind::kLlama;
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": model_type ", type.dump(),
+                   " is not supported; trellis-convert reads gpt2, llama "
+                   "and mixtral"));
 }
 
 absl::StatusOr<HfSafetensors> HfSafetensors::Open(const std::string& input) {

@@ -41,8 +41,9 @@ inline constexpr char kHfSingleFile[] = "model.safetensors";
 inline constexpr int64_t kHfDefaultMaxShardSize = 5'000'000'000;
 
 // The family config.json at `path` describes: model_type "gpt2" (or no
-// model_type, as old GPT-2 configs) or "llama" with a causal-LM
-// architecture; else InvalidArgument naming the key and its value.
+// model_type, as old GPT-2 configs), "llama" (LlamaForCausalLM) or
+// "mixtral" (MixtralForCausalLM: the moe family); else InvalidArgument
+// naming the key and its value.
 absl::StatusOr<ModelFamilyKind> HfModelFamily(const std::string& path);
 
 class HfSafetensors {

@@ -113,7 +113,8 @@ absl::Status CheckSemantics(const json& j, const std::string& path,
 // A tensor the model does not use: inv_freq buffers pass, a tied lm_head
 // must equal the embedding, anything else is an error.
 absl::Status CheckExtra(const HfSafetensors& files, const std::string& name,
-                        WholeModel& model, int64_t* buffers) {
+                        const std::string& architecture, WholeModel& model,
+                        int64_t* buffers) {
   if (absl::EndsWith(name, ".rotary_emb.inv_freq")) {
     ++*buffers;
     return absl::OkStatus();
@@ -130,9 +131,20 @@ absl::Status CheckExtra(const HfSafetensors& files, const std::string& name,
     model.source.insert_or_assign("lm_head", std::string(1, '1'));
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      files.path(), ": tensor ", name,
-      " is not part of a LlamaForCausalLM of the shape config.json gives"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(files.path(), ": tensor ", name, " is not part of a ",
+                   architecture, " of the shape config.json gives"));
+}
+
+// The layer of "model.layers.<i>...." names, -1 for the others.
+int64_t LayerOf(const std::string& name) {
+  constexpr absl::string_view kPrefix = "model.layers.";
+  if (!absl::StartsWith(name, kPrefix)) return -1;
+  int64_t layer = 0;
+  for (size_t i = kPrefix.size(); i < name.size() && name[i] != '.'; ++i) {
+    layer = 10 * layer + (name[i] - '0');
+  }
+  return layer;
 }
 
 }  // namespace
@@ -218,10 +230,17 @@ std::string HfLlamaConfigJson(const ModelConfig& c, DType dtype,
 absl::StatusOr<WholeModel> ReadHfLlamaModel(const HfSafetensors& files,
                                             const ModelConfig& config,
                                             const ProgressFn& progress) {
+  return ReadHfLlamaBlocksModel(files, config,
+                                FamilyOf(config).HfTensors(config),
+                                "LlamaForCausalLM", progress);
+}
+
+absl::StatusOr<WholeModel> ReadHfLlamaBlocksModel(
+    const HfSafetensors& files, const ModelConfig& config,
+    const std::vector<HfTensorMapping>& mappings,
+    const std::string& architecture, const ProgressFn& progress) {
   WholeModel model;
   model.config = config;
-  const std::vector<HfTensorMapping> mappings =
-      FamilyOf(config).HfTensors(config);
   std::set<std::string> used;
   int64_t bytes = 0;
   for (const HfTensorMapping& m : mappings) {
@@ -236,7 +255,8 @@ absl::StatusOr<WholeModel> ReadHfLlamaModel(const HfSafetensors& files,
   int64_t buffers = 0;
   for (const std::string& name : files.names()) {
     if (used.count(name) == 0) {
-      TRELLIS_RETURN_IF_ERROR(CheckExtra(files, name, model, &buffers));
+      TRELLIS_RETURN_IF_ERROR(
+          CheckExtra(files, name, architecture, model, &buffers));
     }
   }
   if (buffers > 0) {
@@ -260,32 +280,41 @@ absl::StatusOr<WholeModel> ReadHfLlamaModel(const HfSafetensors& files,
 
 absl::StatusOr<std::vector<HfOutputTensor>> HfLlamaTensors(
     const WholeModel& model, DType dtype, bool lm_head) {
+  return HfLlamaBlocksTensors(
+      model, FamilyOf(model.config).HfTensors(model.config), dtype, lm_head);
+}
+
+absl::StatusOr<std::vector<HfOutputTensor>> HfLlamaBlocksTensors(
+    const WholeModel& model, const std::vector<HfTensorMapping>& mappings,
+    DType dtype, bool lm_head) {
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Hugging Face weights are float32, float16 or bfloat16, not ",
         DTypeName(dtype)));
   }
-  // State-dict order: each layer's attention and MLP, then its norms.
-  const std::vector<HfTensorMapping> mappings =
-      FamilyOf(model.config).HfTensors(model.config);
   std::vector<HfOutputTensor> out;
   auto add = [&](const HfTensorMapping& m, size_t k, const std::string& name) {
     const Tensor* t = model.Find(m.logical);
     TRELLIS_CHECK(t != nullptr) << m.logical;
     out.push_back(HfOutputPart(m, k, t, name, dtype));
   };
+  // State-dict order: each layer's attention and MLP, then its norms.
   std::vector<const HfTensorMapping*> norms;
+  auto flush = [&] {
+    for (const HfTensorMapping* n : norms) add(*n, 0, n->logical);
+    norms.clear();
+  };
   for (const HfTensorMapping& m : mappings) {
+    if (!norms.empty() && LayerOf(m.logical) != LayerOf(norms[0]->logical)) {
+      flush();
+    }
     if (absl::EndsWith(m.logical, "layernorm.weight")) {
       norms.push_back(&m);
       continue;
     }
     for (size_t k = 0; k < m.parts.size(); ++k) add(m, k, m.parts[k].name);
-    if (absl::EndsWith(m.logical, "mlp.down_proj.weight")) {
-      for (const HfTensorMapping* n : norms) add(*n, 0, n->logical);
-      norms.clear();
-    }
   }
+  flush();
   if (model.config.tie_embeddings && lm_head) {
     add(mappings.front(), 0, kLlamaHead);
   }

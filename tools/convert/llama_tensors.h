@@ -43,6 +43,7 @@
 #include "tools/convert/gpt2_tensors.h"
 #include "tools/convert/hf_files.h"
 #include "transformer/config.h"
+#include "transformer/hf_mapping.h"
 
 namespace trellis {
 
@@ -59,12 +60,24 @@ std::string HfLlamaConfigJson(const ModelConfig& config, DType dtype,
 absl::StatusOr<WholeModel> ReadHfLlamaModel(const HfSafetensors& files,
                                             const ModelConfig& config,
                                             const ProgressFn& progress);
+// The same for any model built on Llama's blocks whose HF names are
+// `mappings` (a mixture of experts: moe_tensors.h); `architecture` (e.g.
+// "MixtralForCausalLM") names it in errors.
+absl::StatusOr<WholeModel> ReadHfLlamaBlocksModel(
+    const HfSafetensors& files, const ModelConfig& config,
+    const std::vector<HfTensorMapping>& mappings,
+    const std::string& architecture, const ProgressFn& progress);
 
 // The HF tensors of `model` in `dtype` (kF32, kF16 or kBF16), in
 // LlamaForCausalLM's state-dict order, made on demand; lm_head.weight for a
 // tied model too when `lm_head`.
 absl::StatusOr<std::vector<HfOutputTensor>> HfLlamaTensors(
     const WholeModel& model, DType dtype, bool lm_head);
+// The same through `mappings`: each layer's rows in table order with its
+// norms last, as HF's state dicts of Llama-like models list them.
+absl::StatusOr<std::vector<HfOutputTensor>> HfLlamaBlocksTensors(
+    const WholeModel& model, const std::vector<HfTensorMapping>& mappings,
+    DType dtype, bool lm_head);
 
 }  // namespace trellis
 
