@@ -135,7 +135,7 @@ absl::StatusOr<Shape4> ParseShape(const std::string& text,
   s.B = config->train.micro_batch_size;
   s.T = m.seq_len;
   s.H = m.n_head;
-  s.D = m.d_model / m.n_head;
+  s.D = m.HeadDim();
   return s;
 }
 

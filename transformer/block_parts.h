@@ -25,7 +25,8 @@
 // the norms' outputs, fc the MLP's up projection, gelu its activation,
 // dgelu the activation's gradient, cos/sin a position table, the routing
 // roles a mixture of experts' MLP), and declare the shapes and places of
-// the ones they own (Slots). Gradient rule: hooks' weight gradients
+// the ones they own (Slots); an optional per-head norm of q and k
+// (QkNorm) runs before the positions. Gradient rule: hooks' weight gradients
 // accumulate (+=), activation gradients are written (=) unless a method
 // says otherwise.
 //
@@ -65,6 +66,10 @@ struct BlockTensors {
   Tensor dgelu;      // like gelu, where the MLP needs it
   // Shared tables of the position hook (RoPE's cos and sin).
   Tensor cos, sin;
+  // A per-head q/k norm's (QkNorm): the query and key channels before it
+  // (N, (H + Hkv)·D) and their statistics (N, H + Hkv), and its weights'
+  // gradients from this microbatch (2, D).
+  Tensor qk_in, qk_rstd, dqk_weight;
   // A mixture of experts' routing (transformer/moe/moe_mlp.h): the
   // router's logits (N, E), each token's experts and their weights
   // (N, k), the route (N·k) and each expert's slot count (E)
@@ -201,6 +206,42 @@ class BlockPositions {
   virtual void Backward(Tensor& dqkv, const BlockTensors& tables) const = 0;
 };
 
+// A per-head RMSNorm of the queries and keys between qkv_proj and the
+// positions (Qwen3's q_norm and k_norm; framework/kernels/qk_norm.h) on
+// this rank's heads. Each rank's weight gradients are its heads' share
+// (a key head replicated over tp ranks gets, on each, the gradient of that
+// rank's query heads): the chunk lists the weights as partial over tp
+// (TpPartialGradients).
+class QkNorm {
+ public:
+  // REQUIRES: the weights (head_dim) materialized when used (ZeRO-3's are
+  // gathered around the block's compute), eps > 0.
+  QkNorm(Parameter& q_weight, Parameter& k_weight, int64_t heads,
+         int64_t kv_heads, int64_t head_dim, double eps)
+      : q_weight_(&q_weight),
+        k_weight_(&k_weight),
+        heads_(heads),
+        kv_heads_(kv_heads),
+        head_dim_(head_dim),
+        eps_(eps) {}
+  std::vector<Parameter*> parameters() const { return {q_weight_, k_weight_}; }
+  // qk_in and qk_rstd (kept as qkv is: `places.input`) and dqk_weight
+  // (`places.grad`) for N rows.
+  std::vector<Slot> Slots(int64_t n, DType dtype, SlotPlaces places) const;
+  // qkv (N, W) normalized in place; a.qk_in and a.qk_rstd written.
+  void Forward(Tensor& qkv, BlockTensors& a) const;
+  // dqkv (N, W) through the norm in place; a.dqk_weight written.
+  void BackwardInput(Tensor& dqkv, BlockTensors& a) const;
+  // The weights' gradients += a.dqk_weight.
+  void WeightGradients(const BlockTensors& a) const;
+
+ private:
+  Parameter* q_weight_;
+  Parameter* k_weight_;
+  int64_t heads_, kv_heads_, head_dim_;
+  double eps_;
+};
+
 // The attention's parameters on this rank: qkv_proj (C, (H + 2·Hkv)·D/tp)
 // column-parallel and out_proj (H·D/tp, C) row-parallel, biases optional.
 struct AttentionParts {
@@ -219,6 +260,7 @@ struct BlockParts {
   std::shared_ptr<const BlockNorm> norm1, norm2;
   std::shared_ptr<const BlockMlp> mlp;
   std::shared_ptr<const BlockPositions> positions;  // null: none
+  std::shared_ptr<const QkNorm> qk_norm;            // null: none
 };
 
 // The parameters at the ends of the model, as the family names them; each

@@ -46,6 +46,13 @@ DecodeScratch CachedBlock::NewScratch(int64_t rows, int64_t capacity,
       t.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
     }
   }
+  if (parts_.qk_norm != nullptr) {
+    for (const Slot& slot : parts_.qk_norm->Slots(rows, dtype, here)) {
+      if (slot.place == SlotPlace::kWorkspace) {
+        t.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
+      }
+    }
+  }
   if (parts_.positions != nullptr) {
     for (const Slot& slot : parts_.positions->Slots(capacity, dtype, device)) {
       t.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
@@ -82,6 +89,12 @@ void CachedBlock::Forward(Communicator& tp, int64_t start, Tensor& x,
          y = rows(s.y);
   parts_.norm1->Forward(x, ln, mean, rstd);
   qkv_proj_.Forward(ln, qkv);
+  if (parts_.qk_norm != nullptr) {
+    BlockTensors norm;
+    norm.qk_in = rows(s.t.qk_in);
+    norm.qk_rstd = rows(s.t.qk_rstd);
+    parts_.qk_norm->Forward(qkv, norm);
+  }
   if (parts_.positions != nullptr) {
     // The tokens' positions start at `start`.
     Tensor rotated = qkv.View({1, n, qkv.dim(1)});

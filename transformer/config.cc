@@ -101,7 +101,7 @@ RopeScaling ModelConfig::Scaling() const {
 
 double ModelConfig::TrainingFlopsPerToken() const {
   return 6.0 * static_cast<double>(FamilyOf(*this).ActiveParameters(*this)) +
-         6.0 * static_cast<double>(n_layer * d_model * seq_len);
+         6.0 * static_cast<double>(n_layer * AttentionWidth() * seq_len);
 }
 
 absl::Status ModelConfig::Validate() const {
@@ -117,6 +117,7 @@ absl::Status ModelConfig::Validate() const {
   } sizes[] = {{"--n_layer", n_layer, kMaxLayers},
                {"--d_model", d_model, kMaxWidth},
                {"--n_kv_heads", n_kv_heads, kMaxWidth},
+               {"--head_dim", head_dim, kMaxWidth},
                {"--ffn_hidden", ffn_hidden, kMaxWidth},
                {"--ffn_multiple_of", ffn_multiple_of, kMaxWidth},
                {"--seq_len", seq_len, kMaxPositions},

@@ -63,6 +63,12 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name);
     "seq_len rows)")                                                          \
   X(Model, int64_t, n_kv_heads, 0,                                            \
     "llama: key/value heads (grouped-query attention); 0 = n_head")           \
+  X(Model, int64_t, head_dim, 0,                                              \
+    "llama: attention head width; 0 = d_model / n_head (Qwen3: 128 at "       \
+    "every width)")                                                           \
+  X(Model, bool, qk_norm, false,                                              \
+    "llama: RMSNorm of each query and key head before RoPE, with a learned "  \
+    "weight per channel (Qwen3)")                                             \
   X(Model, int64_t, ffn_hidden, 0,                                            \
     "llama: MLP hidden width; 0 = 8/3 * d_model * ffn_dim_multiplier "        \
     "rounded up to ffn_multiple_of")                                          \
@@ -115,7 +121,10 @@ struct ModelConfig {
 
   bool operator==(const ModelConfig&) const = default;
 
-  int64_t head_dim() const { return d_model / n_head; }
+  // Each attention head's width: head_dim, or d_model / n_head when 0.
+  int64_t HeadDim() const { return head_dim > 0 ? head_dim : d_model / n_head; }
+  // The query heads' total width (d_model unless head_dim says otherwise).
+  int64_t AttentionWidth() const { return n_head * HeadDim(); }
   // Key/value heads: n_kv_heads, or n_head when it is 0.
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_head; }
   // Llama's MLP width: ffn_hidden, or when 0 Meta's reference rule:
@@ -127,10 +136,10 @@ struct ModelConfig {
   // Logical parameter count (a tied embedding counted once), from the
   // parameters the family declares.
   int64_t NumParameters() const;
-  // Training FLOPs per token: 6·N + 6·L·C·T (N the parameters a token
-  // reads, ModelFamily::ActiveParameters; the attention
-  // score and value products, 12·L·C·T at full T×T, counted for the causal
-  // half that a causal kernel computes).
+  // Training FLOPs per token: 6·N + 6·L·A·T (N the parameters a token
+  // reads, ModelFamily::ActiveParameters; A the attention width; the
+  // attention score and value products, 12·L·A·T at full T×T, counted for
+  // the causal half that a causal kernel computes).
   double TrainingFlopsPerToken() const;
   // Checks positivity, then the family's own rules (its Validate).
   absl::Status Validate() const;

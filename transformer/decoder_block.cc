@@ -43,9 +43,17 @@ std::vector<Parameter*> DecoderBlock::parameters() const {
        {at.qkv_weight, at.qkv_bias, at.out_weight, at.out_bias}) {
     if (p != nullptr) params.push_back(p);
   }
+  if (parts_.qk_norm != nullptr) {
+    for (Parameter* p : parts_.qk_norm->parameters()) params.push_back(p);
+  }
   for (Parameter* p : parts_.norm2->parameters()) params.push_back(p);
   for (Parameter* p : parts_.mlp->parameters()) params.push_back(p);
   return params;
+}
+
+std::vector<Parameter*> DecoderBlock::QkNormParameters() const {
+  if (parts_.qk_norm == nullptr) return {};
+  return parts_.qk_norm->parameters();
 }
 
 std::vector<Parameter*> DecoderBlock::NormParameters() const {
@@ -92,6 +100,11 @@ std::vector<Slot> DecoderBlock::Slots(int64_t batch, DType dtype,
   }
   for (const Slot& s : parts_.mlp->Slots(n, dtype, places)) {
     slots.push_back(s);
+  }
+  if (parts_.qk_norm != nullptr) {
+    for (const Slot& s : parts_.qk_norm->Slots(n, dtype, places)) {
+      slots.push_back(s);
+    }
   }
   if (parts_.positions != nullptr) {
     for (const Slot& s : parts_.positions->Slots(seq_len_, dtype, device)) {
@@ -240,6 +253,7 @@ void DecoderBlock::ForwardActivations(Communicator& tp, const Tensor& x,
   parts_.norm1->Forward(x, ln1, a.mean1, a.rstd1);
   rows_.GatherInput(tp, a.ln1);
   qkv_proj_.Forward(a.ln1, a.qkv);
+  if (parts_.qk_norm != nullptr) parts_.qk_norm->Forward(a.qkv, a);
   if (parts_.positions != nullptr) {
     // Positions are row mod T: the view's second-to-last dimension.
     Tensor qkv = a.qkv.View({a.qkv.dim(0) / seq_len_, seq_len_, qkv_width_});
@@ -305,6 +319,7 @@ void DecoderBlock::AttentionBackward(const Tensor& doc_start, Tensors& a,
       a.att.View(att_shape), a.saved, parts_.attention.heads,
       parts_.attention.kv_heads, dqkv, options_.attention, GradWrite::kWrite);
   if (parts_.positions != nullptr) parts_.positions->Backward(dqkv, a);
+  if (parts_.qk_norm != nullptr) parts_.qk_norm->BackwardInput(a.dqkv, a);
   MatmulBackwardInput(a.dqkv, parts_.attention.qkv_weight->value, a.dln1,
                       WeightLayout::kInOut, GradWrite::kWrite);
 }
@@ -359,6 +374,7 @@ void DecoderBlock::WeightGradients(const Tensor& x, const Tensors& a) const {
   const bool in_gemm = options_.bias_grad_epilogue;
   std::vector<ColumnSumJob> jobs;
   parts_.mlp->WeightGradients(a, in_gemm, jobs);
+  if (parts_.qk_norm != nullptr) parts_.qk_norm->WeightGradients(a);
   const AttentionParts& at = parts_.attention;
   Tensor no_bias;
   const std::pair<const Tensor*, const Tensor*> gemms[] = {{&a.dx2, &a.att},

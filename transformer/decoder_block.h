@@ -127,11 +127,14 @@ class DecoderBlock {
   void BackwardWeight(Communicator& tp, const Tensor& x, State& state,
                       Workspace& work) const;
   // The block's parameters, in registration order: norm1's, qkv_proj's,
-  // out_proj's, norm2's, the MLP's.
+  // out_proj's, the q/k norm's, norm2's, the MLP's.
   std::vector<Parameter*> parameters() const;
   // The norms' parameters: under sequence parallelism their gradients are
   // partial sums over tp.
   std::vector<Parameter*> NormParameters() const;
+  // The q/k norm's (none without one): their gradients are partial sums
+  // over tp, each rank's heads' share.
+  std::vector<Parameter*> QkNormParameters() const;
   const SequenceSplit& rows() const { return rows_; }
   const BlockOptions& options() const { return options_; }
 

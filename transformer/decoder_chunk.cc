@@ -188,8 +188,11 @@ bool DecoderChunk::NeedsFullRows() const {
 }
 
 std::vector<Parameter*> DecoderChunk::TpPartialGradients() const {
-  if (!rows_.on()) return {};
   std::vector<Parameter*> partial;
+  for (const auto& block : blocks_) {
+    for (Parameter* p : block->QkNormParameters()) partial.push_back(p);
+  }
+  if (!rows_.on()) return partial;
   for (const auto& block : blocks_) {
     for (Parameter* p : block->NormParameters()) partial.push_back(p);
   }

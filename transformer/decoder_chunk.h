@@ -29,7 +29,7 @@
 // positions of its rows), the last chunk runs the final norm on its rows and
 // all-gathers them for the LM head, whose d(ln_f) is reduce-scattered in
 // turn; the norms' weight gradients are partial sums over tp
-// (TpPartialGradients).
+// (TpPartialGradients), as a q/k norm's are under any tp.
 //
 // All tensor-parallel communication goes through the `tp` communicator
 // handed in; the chunk never addresses another rank itself.

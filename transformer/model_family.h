@@ -176,7 +176,8 @@ class ModelChunk {
   virtual int64_t RoutedExperts() const { return 0; }
   // Parameters whose gradients this chunk leaves as partial sums over its
   // tp group (the norms' under sequence parallelism: each rank sums its own
-  // rows); their owner sums them over tp once the step's backward is done.
+  // rows; a q/k norm's: each rank its own heads); their owner sums them
+  // over tp once the step's backward is done.
   virtual std::vector<Parameter*> TpPartialGradients() const { return {}; }
 };
 

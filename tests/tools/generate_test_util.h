@@ -50,8 +50,11 @@ inline std::string TinyCheckpoint(const std::string& family) {
     o.model.ffn_hidden = 64;
   }
   if (family == "moe") {
-    // A dense layer, then one of 4 experts, 2 per token.
+    // A dense layer, then one of 4 experts, 2 per token, with Qwen3's
+    // attention (q/k norms, heads 12 wide).
     o.model.family = ModelFamilyKind("moe");
+    o.model.qk_norm = true;
+    o.model.head_dim = 12;
     o.model.experts = 4;
     o.model.experts_per_token = 2;
     o.model.moe_ffn_hidden = 32;

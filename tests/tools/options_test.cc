@@ -197,204 +197,267 @@ TEST_P(TrainOptionsBadTest, RefusedWithAMessageNamingTheFlags) {
 
 using O = TrainOptions;
 INSTANTIATE_TEST_SUITE_P(Cases, TrainOptionsBadTest,
-                         ::testing::Values(
-                             BadCase{"no_data",
-                                     1,
-                                     [](O& o) { o.data = ""; },
-                                     {"--data"}},
-                             BadCase{
-                                 "ep_without_experts",
-                                 2,
-                                 [](O& o) { o.ep = 2; },
-                                 {"--ep=2", "--family=gpt2", "--family=moe"}},
-                             BadCase{"ep_not_dividing_dp",
-                                     4,
-                                     [](O& o) {
-                                       o.model.family = ModelFamilyKind("moe");
-                                       o.ep = 3;
-                                     },
-                                     {"--ep=3", "dp=4"}},
-                             BadCase{"ep_not_dividing_experts",
-                                     6,
-                                     [](O& o) {
-                                       o.model.family = ModelFamilyKind("moe");
-                                       o.ep = 3;
-                                     },
-                                     {"--ep=3", "--experts=8"}},
-                             BadCase{"ep_with_zero",
-                                     2,
-                                     [](O& o) {
-                                       o.model.family = ModelFamilyKind("moe");
-                                       o.ep = 2;
-                                       o.zero = 1;
-                                     },
-                                     {"--ep=2", "--zero=1"}},
-                             BadCase{"zero_layers",
-                                     1,
-                                     [](O& o) { o.model.n_layer = 0; },
-                                     {"--n_layer"}},
-                             BadCase{"width_not_divisible_by_heads",
-                                     1,
-                                     [](O& o) { o.model.d_model = 30; },
-                                     {"--d_model=30", "--n_head=4"}},
-                             BadCase{"micro_batch_zero",
-                                     1,
-                                     [](O& o) { o.micro_batch_size = 0; },
-                                     {"--micro_batch_size=0"}},
-                             BadCase{"global_batch_negative",
-                                     1,
-                                     [](O& o) { o.global_batch_size = -4; },
-                                     {"--global_batch_size=-4"}},
-                             BadCase{"steps_negative",
-                                     1,
-                                     [](O& o) { o.steps = -1; },
-                                     {"--steps=-1"}},
-                             BadCase{"lr_zero",
-                                     1,
-                                     [](O& o) { o.lr = 0; },
-                                     {"--lr=0"}},
-                             BadCase{"min_lr_above_lr",
-                                     1,
-                                     [](O& o) { o.min_lr = 1; },
-                                     {"--min_lr=1", "--lr"}},
-                             BadCase{"warmup_negative",
-                                     1,
-                                     [](O& o) { o.warmup_steps = -1; },
-                                     {"--warmup_steps"}},
-                             BadCase{"grad_clip_negative",
-                                     1,
-                                     [](O& o) { o.grad_clip = -1; },
-                                     {"--grad_clip"}},
-                             BadCase{"val_fraction_one",
-                                     1,
-                                     [](O& o) { o.val_fraction = 1; },
-                                     {"--val_fraction=1"}},
-                             BadCase{"log_every_zero",
-                                     1,
-                                     [](O& o) { o.log_every = 0; },
-                                     {"--log_every"}},
-                             BadCase{"save_every_negative",
-                                     1,
-                                     [](O& o) { o.save_every = -5; },
-                                     {"--save_every"}},
-                             BadCase{"keep_checkpoints_negative",
-                                     1,
-                                     [](O& o) { o.keep_checkpoints = -1; },
-                                     {"--keep_checkpoints"}},
-                             BadCase{"peak_tflops_negative",
-                                     1,
-                                     [](O& o) { o.peak_tflops = -1; },
-                                     {"--peak_tflops=-1"}},
-                             BadCase{"bucket_size",
-                                     1,
-                                     [](O& o) { o.dp_bucket_mb = 0; },
-                                     {"--dp_bucket_mb"}},
-                             BadCase{"zero_four",
-                                     1,
-                                     [](O& o) { o.zero = 4; },
-                                     {"--zero=4", "0, 1, 2 or 3"}},
-                             BadCase{"zero_negative",
-                                     1,
-                                     [](O& o) { o.zero = -1; },
-                                     {"--zero=-1"}},
-                             BadCase{"tp_zero",
-                                     1,
-                                     [](O& o) { o.tp = 0; },
-                                     {"--tp=0"}},
-                             BadCase{"virtual_stages_zero",
-                                     1,
-                                     [](O& o) { o.virtual_stages = 0; },
-                                     {"--virtual_stages=0"}},
-                             BadCase{"world_not_divisible",
-                                     3,
-                                     [](O& o) { o.tp = 2; },
-                                     {"world size 3", "tp × pp = 2 × 1"}},
-                             BadCase{"layout_not_world",
-                                     4,
-                                     [](O& o) {
-                                       o.dp = 3;
-                                       o.tp = 2;
-                                     },
-                                     {"dp=3", "tp=2", "world size 4"}},
-                             BadCase{"tp_on_one_rank",
-                                     1,
-                                     [](O& o) { o.tp = 3; },
-                                     {"tp × pp = 3"}},
-                             BadCase{"heads_not_divisible_by_tp",
-                                     3,
-                                     [](O& o) { o.tp = 3; },
-                                     {"--n_head=4", "--tp=3"}},
-                             BadCase{
-                                 "too_few_layers",
-                                 8,
-                                 [](O& o) { o.pp = 8; },
-                                 {"--n_layer=4", "pp × virtual_stages = 8"}},
-                             BadCase{"pp_layers_entry_zero",
-                                     2,
-                                     [](O& o) {
-                                       o.pp = 2;
-                                       o.pp_layers = {0, 4};
-                                     },
-                                     {"--pp_layers"}},
-                             BadCase{"pp_layers_count",
-                                     2,
-                                     [](O& o) {
-                                       o.pp = 2;
-                                       o.pp_layers = {1, 1, 2};
-                                     },
-                                     {"--pp_layers=1,1,2", "2 stages",
-                                      "--n_layer=4"}},
-                             BadCase{"pp_layers_sum",
-                                     2,
-                                     [](O& o) {
-                                       o.pp = 2;
-                                       o.pp_layers = {1, 2};
-                                     },
-                                     {"--pp_layers=1,2", "--n_layer=4"}},
-                             BadCase{"pp_layers_with_virtual_stages",
-                                     2,
-                                     [](O& o) {
-                                       o.pp = 2;
-                                       o.pp_layers = {2, 2};
-                                       o.schedule =
-                                           ScheduleKind::kInterleaved1F1B;
-                                       o.virtual_stages = 2;
-                                     },
-                                     {"--pp_layers", "--virtual_stages"}},
-                             BadCase{"global_batch_not_multiple",
-                                     2,
-                                     [](O& o) { o.global_batch_size = 10; },
-                                     {"--global_batch_size=10",
-                                      "dp × micro_batch_size = 2 × 2 = 4",
-                                      "multiple of 4"}},
-                             BadCase{"interleaved_needs_virtual_stages",
-                                     2,
-                                     [](O& o) {
-                                       o.pp = 2;
-                                       o.schedule =
-                                           ScheduleKind::kInterleaved1F1B;
-                                     },
-                                     {"--schedule=interleaved-1f1b",
-                                      "--virtual_stages"}},
-                             BadCase{
-                                 "interleaved_microbatches_not_multiple_of_pp",
-                                 2,
-                                 [](O& o) {
-                                   o.pp = 2;
-                                   o.model.n_layer = 4;
-                                   o.global_batch_size = 6;
-                                   o.schedule = ScheduleKind::kInterleaved1F1B;
-                                   o.virtual_stages = 2;
-                                 },
-                                 {"microbatches (3)", "--pp=2"}},
-                             BadCase{"virtual_stages_without_interleaved",
-                                     2,
-                                     [](O& o) {
-                                       o.pp = 2;
-                                       o.virtual_stages = 2;
-                                     },
-                                     {"--virtual_stages",
-                                      "--schedule=interleaved-1f1b"}}),
+                         ::testing::Values(BadCase{"no_data",
+                                                   1,
+                                                   [](O& o) { o.data = ""; },
+                                                   {"--data"}},
+                                           BadCase{"ep_without_experts",
+                                                   2,
+                                                   [](O& o) { o.ep = 2; },
+                                                   {"--ep=2", "--family=gpt2",
+                                                    "--family=moe"}},
+                                           BadCase{"ep_not_dividing_dp",
+                                                   4,
+                                                   [](O& o) {
+                                                     o.model.family =
+                                                         ModelFamilyKind("moe");
+                                                     o.ep = 3;
+                                                   },
+                                                   {"--ep=3", "dp=4"}},
+                                           BadCase{"ep_not_dividing_experts",
+                                                   6,
+                                                   [](O& o) {
+                                                     o.model.family =
+                                                         ModelFamilyKind("moe");
+                                                     o.ep = 3;
+                                                   },
+                                                   {"--ep=3", "--experts=8"}},
+                                           BadCase{"ep_with_zero",
+                                                   2,
+                                                   [](O& o) {
+                                                     o.model.family =
+                                                         ModelFamilyKind("moe");
+                                                     o.ep = 2;
+                                                     o.zero = 1;
+                                                   },
+                                                   {"--ep=2", "--zero=1"}},
+                                           BadCase{
+                                               "qk_norm_on_cuda",
+                                               1,
+                                               [](O& o) {
+                                                 o.model.family =
+                                                     ModelFamilyKind::kLlama;
+                                                 o.model.qk_norm = true;
+                                                 o.device = DeviceType::kCUDA;
+                                               },
+                                               {"--qk_norm", "--device=cpu"}},
+                                           BadCase{
+                                               "odd_head_dim",
+                                               1,
+                                               [](O& o) {
+                                                 o.model.family =
+                                                     ModelFamilyKind::kLlama;
+                                                 o.model.head_dim = 7;
+                                               },
+                                               {"--head_dim=7", "even"}},
+                                           BadCase{"head_dim_on_gpt2",
+                                                   1,
+                                                   [](O& o) {
+                                                     o.model.head_dim = 8;
+                                                   },
+                                                   {"head_dim"}},
+                                           BadCase{"zero_layers",
+                                                   1,
+                                                   [](O& o) {
+                                                     o.model.n_layer = 0;
+                                                   },
+                                                   {"--n_layer"}},
+                                           BadCase{
+                                               "width_not_divisible_by_heads",
+                                               1,
+                                               [](O& o) {
+                                                 o.model.d_model = 30;
+                                               },
+                                               {"--d_model=30", "--n_head=4"}},
+                                           BadCase{"micro_batch_zero",
+                                                   1,
+                                                   [](O& o) {
+                                                     o.micro_batch_size = 0;
+                                                   },
+                                                   {"--micro_batch_size=0"}},
+                                           BadCase{"global_batch_negative",
+                                                   1,
+                                                   [](O& o) {
+                                                     o.global_batch_size = -4;
+                                                   },
+                                                   {"--global_batch_size=-4"}},
+                                           BadCase{"steps_negative",
+                                                   1,
+                                                   [](O& o) { o.steps = -1; },
+                                                   {"--steps=-1"}},
+                                           BadCase{"lr_zero",
+                                                   1,
+                                                   [](O& o) { o.lr = 0; },
+                                                   {"--lr=0"}},
+                                           BadCase{"min_lr_above_lr",
+                                                   1,
+                                                   [](O& o) { o.min_lr = 1; },
+                                                   {"--min_lr=1", "--lr"}},
+                                           BadCase{"warmup_negative",
+                                                   1,
+                                                   [](O& o) {
+                                                     o.warmup_steps = -1;
+                                                   },
+                                                   {"--warmup_steps"}},
+                                           BadCase{
+                                               "grad_clip_negative",
+                                               1,
+                                               [](O& o) { o.grad_clip = -1; },
+                                               {"--grad_clip"}},
+                                           BadCase{
+                                               "val_fraction_one",
+                                               1,
+                                               [](O& o) { o.val_fraction = 1; },
+                                               {"--val_fraction=1"}},
+                                           BadCase{
+                                               "log_every_zero",
+                                               1,
+                                               [](O& o) { o.log_every = 0; },
+                                               {"--log_every"}},
+                                           BadCase{
+                                               "save_every_negative",
+                                               1,
+                                               [](O& o) { o.save_every = -5; },
+                                               {"--save_every"}},
+                                           BadCase{"keep_checkpoints_negative",
+                                                   1,
+                                                   [](O& o) {
+                                                     o.keep_checkpoints = -1;
+                                                   },
+                                                   {"--keep_checkpoints"}},
+                                           BadCase{
+                                               "peak_tflops_negative",
+                                               1,
+                                               [](O& o) { o.peak_tflops = -1; },
+                                               {"--peak_tflops=-1"}},
+                                           BadCase{
+                                               "bucket_size",
+                                               1,
+                                               [](O& o) { o.dp_bucket_mb = 0; },
+                                               {"--dp_bucket_mb"}},
+                                           BadCase{
+                                               "zero_four",
+                                               1,
+                                               [](O& o) { o.zero = 4; },
+                                               {"--zero=4", "0, 1, 2 or 3"}},
+                                           BadCase{"zero_negative",
+                                                   1,
+                                                   [](O& o) { o.zero = -1; },
+                                                   {"--zero=-1"}},
+                                           BadCase{"tp_zero",
+                                                   1,
+                                                   [](O& o) { o.tp = 0; },
+                                                   {"--tp=0"}},
+                                           BadCase{"virtual_stages_zero",
+                                                   1,
+                                                   [](O& o) {
+                                                     o.virtual_stages = 0;
+                                                   },
+                                                   {"--virtual_stages=0"}},
+                                           BadCase{"world_not_divisible",
+                                                   3,
+                                                   [](O& o) { o.tp = 2; },
+                                                   {"world size 3",
+                                                    "tp × pp = 2 × 1"}},
+                                           BadCase{"layout_not_world",
+                                                   4,
+                                                   [](O& o) {
+                                                     o.dp = 3;
+                                                     o.tp = 2;
+                                                   },
+                                                   {"dp=3", "tp=2",
+                                                    "world size 4"}},
+                                           BadCase{"tp_on_one_rank",
+                                                   1,
+                                                   [](O& o) { o.tp = 3; },
+                                                   {"tp × pp = 3"}},
+                                           BadCase{"heads_not_divisible_by_tp",
+                                                   3,
+                                                   [](O& o) { o.tp = 3; },
+                                                   {"--n_head=4", "--tp=3"}},
+                                           BadCase{"too_few_layers",
+                                                   8,
+                                                   [](O& o) { o.pp = 8; },
+                                                   {"--n_layer=4",
+                                                    "pp × virtual_stages = 8"}},
+                                           BadCase{"pp_layers_entry_zero",
+                                                   2,
+                                                   [](O& o) {
+                                                     o.pp = 2;
+                                                     o.pp_layers = {0, 4};
+                                                   },
+                                                   {"--pp_layers"}},
+                                           BadCase{"pp_layers_count",
+                                                   2,
+                                                   [](O& o) {
+                                                     o.pp = 2;
+                                                     o.pp_layers = {1, 1, 2};
+                                                   },
+                                                   {"--pp_layers=1,1,2",
+                                                    "2 stages", "--n_layer=4"}},
+                                           BadCase{"pp_layers_sum",
+                                                   2,
+                                                   [](O& o) {
+                                                     o.pp = 2;
+                                                     o.pp_layers = {1, 2};
+                                                   },
+                                                   {"--pp_layers=1,2",
+                                                    "--n_layer=4"}},
+                                           BadCase{
+                                               "pp_layers_with_virtual_stages",
+                                               2,
+                                               [](O& o) {
+                                                 o.pp = 2;
+                                                 o.pp_layers = {2, 2};
+                                                 o.schedule = ScheduleKind::
+                                                     kInterleaved1F1B;
+                                                 o.virtual_stages = 2;
+                                               },
+                                               {"--pp_layers",
+                                                "--virtual_stages"}},
+                                           BadCase{"global_batch_not_multiple",
+                                                   2,
+                                                   [](O& o) {
+                                                     o.global_batch_size = 10;
+                                                   },
+                                                   {"--global_batch_size=10",
+                                                    "dp × micro_batch_size = 2 "
+                                                    "× 2 = 4",
+                                                    "multiple of 4"}},
+                                           BadCase{
+                                               "interleaved_needs_virtual_"
+                                               "stages",
+                                               2,
+                                               [](O& o) {
+                                                 o.pp = 2;
+                                                 o.schedule = ScheduleKind::
+                                                     kInterleaved1F1B;
+                                               },
+                                               {"--schedule=interleaved-1f1b",
+                                                "--virtual_stages"}},
+                                           BadCase{
+                                               "interleaved_microbatches_not_"
+                                               "multiple_of_pp",
+                                               2,
+                                               [](O& o) {
+                                                 o.pp = 2;
+                                                 o.model.n_layer = 4;
+                                                 o.global_batch_size = 6;
+                                                 o.schedule = ScheduleKind::
+                                                     kInterleaved1F1B;
+                                                 o.virtual_stages = 2;
+                                               },
+                                               {"microbatches (3)", "--pp=2"}},
+                                           BadCase{"virtual_stages_without_"
+                                                   "interleaved",
+                                                   2,
+                                                   [](O& o) {
+                                                     o.pp = 2;
+                                                     o.virtual_stages = 2;
+                                                   },
+                                                   {"--virtual_stages",
+                                                    "--schedule=interleaved-"
+                                                    "1f1b"}}),
                          [](const ::testing::TestParamInfo<BadCase>& info) {
                            return info.param.name;
                          });

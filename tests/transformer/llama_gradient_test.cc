@@ -1,7 +1,8 @@
 // The whole Llama model's gradient against central finite differences, in
 // double precision, for grouped-query and multi-head attention with a tied
-// or untied head; every recompute mode and deferred weight gradients equal
-// the keep-everything path bit for bit; the block's memory accounting.
+// or untied head, and Qwen3's attention (a per-head q/k norm, heads wider
+// than d_model / n_head); every recompute mode and deferred weight gradients
+// equal the keep-everything path bit for bit; the block's memory accounting.
 #include <cmath>
 #include <map>
 #include <memory>
@@ -21,9 +22,12 @@
 namespace trellis {
 namespace {
 
-// GQA (2 key/value heads for 4 query heads, llama3 RoPE scaling, untied)
-// or MHA (tied, plain RoPE).
-ModelConfig SmallLlama(bool gqa) {
+enum class Shape3 { kMhaTied, kGqaUntied, kQwen3 };
+
+// MHA (tied, plain RoPE); GQA (2 key/value heads for 4 query heads, llama3
+// RoPE scaling, untied); or that GQA with Qwen3's q/k norm and heads 6 wide
+// (24 channels of attention in a 16-wide model).
+ModelConfig SmallLlama(Shape3 shape) {
   ModelConfig c;
   c.family = ModelFamilyKind::kLlama;
   c.n_layer = 2;
@@ -33,25 +37,30 @@ ModelConfig SmallLlama(bool gqa) {
   c.vocab_size = 13;
   c.ffn_multiple_of = 8;  // 2·4·16/3 = 42 -> 48
   c.norm_eps = 1e-6;
-  if (gqa) {
+  if (shape != Shape3::kMhaTied) {
     c.n_kv_heads = 2;
     c.tie_embeddings = false;
     c.rope_scaling = RopeScalingType::kLlama3;
     c.rope_factor = 2.0;
     c.rope_original_max_positions = 4;
   }
+  if (shape == Shape3::kQwen3) {
+    c.qk_norm = true;
+    c.head_dim = 6;
+  }
   return c;
 }
 
 using test::RandomTokens;
 
-// (recompute, defer weight gradients, grouped-query attention)
-using Param = std::tuple<Recompute, bool, bool>;
+// (recompute, defer weight gradients, attention)
+using Param = std::tuple<Recompute, bool, Shape3>;
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
   const char* names[] = {"None", "Selective", "Full"};
-  const auto [recompute, defer, gqa] = info.param;
+  const char* shapes[] = {"MhaTied", "GqaUntied", "Qwen3"};
+  const auto [recompute, defer, shape] = info.param;
   return std::string(names[static_cast<int>(recompute)]) +
-         (defer ? "Deferred" : "Immediate") + (gqa ? "GqaUntied" : "MhaTied");
+         (defer ? "Deferred" : "Immediate") + shapes[static_cast<int>(shape)];
 }
 
 class LlamaGradientTest : public ::testing::TestWithParam<Param> {
@@ -108,8 +117,20 @@ TEST_P(LlamaGradientTest, DeclaresTheHeadAsConfigured) {
   const Parameter* qkv =
       params_.Find(LlamaLayerName(0, "self_attn.qkv_proj.weight"));
   ASSERT_NE(qkv, nullptr);
+  const int64_t d = config_.HeadDim();
   EXPECT_EQ(qkv->spec.logical_shape,
-            (Shape{16, (4 + 2 * config_.kv_heads()) * 4}));
+            (Shape{16, (4 + 2 * config_.kv_heads()) * d}));
+  EXPECT_EQ(params_.Find(LlamaLayerName(0, "self_attn.o_proj.weight"))
+                ->spec.logical_shape,
+            (Shape{4 * d, 16}));
+  for (const char* norm :
+       {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
+    const Parameter* p = params_.Find(LlamaLayerName(1, norm));
+    ASSERT_EQ(p != nullptr, config_.qk_norm) << norm;
+    if (p != nullptr) {
+      EXPECT_EQ(p->spec.logical_shape, (Shape{d}));
+    }
+  }
   EXPECT_EQ(params_.Find(LlamaLayerName(1, "mlp.gate_up_proj.weight"))
                 ->spec.logical_shape,
             (Shape{16, 96}));
@@ -202,9 +223,10 @@ TEST_P(LlamaGradientTest, StateBytesCountWhatTheBlockAllocates) {
   size_t state_bytes = state.y.nbytes(), work_bytes = work.datt.nbytes();
   auto add = [](const DecoderBlock::Tensors& t, size_t& bytes) {
     for (const Tensor* x :
-         {&t.ln1,  &t.mean1, &t.rstd1, &t.qkv,  &t.att,   &t.saved, &t.x2,
-          &t.ln2,  &t.mean2, &t.rstd2, &t.fc,   &t.gelu,  &t.dy,    &t.dfc,
-          &t.dln2, &t.dx2,   &t.dqkv,  &t.dln1, &t.dgelu, &t.cos,   &t.sin}) {
+         {&t.ln1,   &t.mean1, &t.rstd1, &t.qkv,   &t.att,     &t.saved,
+          &t.x2,    &t.ln2,   &t.mean2, &t.rstd2, &t.fc,      &t.gelu,
+          &t.dy,    &t.dfc,   &t.dln2,  &t.dx2,   &t.dqkv,    &t.dln1,
+          &t.dgelu, &t.cos,   &t.sin,   &t.qk_in, &t.qk_rstd, &t.dqk_weight}) {
       if (x->defined()) bytes += x->nbytes();
     }
   };
@@ -222,7 +244,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Recompute::kNone,
                                          Recompute::kSelective,
                                          Recompute::kFull),
-                       ::testing::Bool(), ::testing::Bool()),
+                       ::testing::Bool(),
+                       ::testing::Values(Shape3::kMhaTied, Shape3::kGqaUntied,
+                                         Shape3::kQwen3)),
     ParamName);
 
 }  // namespace

@@ -149,7 +149,7 @@ class ToyFamily : public ModelFamily {
  public:
   ModelFamilyKind kind() const override { return kToy; }
   absl::Status Validate(const ModelConfig& c) const override {
-    if (c.d_model % c.n_head != 0 || c.head_dim() % 2 != 0) {
+    if (c.d_model % c.n_head != 0 || c.HeadDim() % 2 != 0) {
       return absl::InvalidArgumentError("toy: an even head size");
     }
     return absl::OkStatus();
@@ -196,12 +196,12 @@ class ToyFamily : public ModelFamily {
                        .out_weight = &p("out.weight"),
                        .heads = heads,
                        .kv_heads = heads,
-                       .head_dim = c.head_dim()};
+                       .head_dim = c.HeadDim()};
     parts.norm1 = std::make_shared<ToyNorm>(p("norm1.weight"));
     parts.norm2 = std::make_shared<ToyNorm>(p("norm2.weight"));
     parts.mlp = std::make_shared<ToyMlp>(2 * c.d_model / tp.size,
                                          p("up.weight"), p("down.weight"));
-    parts.positions = std::make_shared<ToyPositions>(heads, c.head_dim());
+    parts.positions = std::make_shared<ToyPositions>(heads, c.HeadDim());
     return parts;
   }
   ChunkEnds Ends(const ModelConfig&, const ChunkPlan& plan,

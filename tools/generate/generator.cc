@@ -94,7 +94,7 @@ absl::Status CheckFits(const ModelConfig& c, int64_t tp, DType dtype,
   const double weights = static_cast<double>(c.NumParameters()) / tp * bytes;
   const double cache =
       2.0 * static_cast<double>(c.n_layer) * static_cast<double>(c.seq_len) *
-      static_cast<double>(c.kv_heads() * c.head_dim()) / tp * bytes;
+      static_cast<double>(c.kv_heads() * c.HeadDim()) / tp * bytes;
   if (weights + cache <= static_cast<double>(available)) {
     return absl::OkStatus();
   }
@@ -129,6 +129,9 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
   if (valid.ok()) {
     valid =
         FamilyOf(state->model).CheckTensorParallel(state->model, o.layout.tp);
+  }
+  if (valid.ok()) {
+    valid = FamilyOf(state->model).CheckDevice(state->model, o.layout.device);
   }
   TRELLIS_RETURN_IF_ERROR(AgreeOnStatus(*groups.world, valid));
   g->dir_ = *dir;

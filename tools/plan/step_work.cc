@@ -43,7 +43,7 @@ Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
   s.width = static_cast<double>(m.d_model);
   s.seq = static_cast<double>(m.seq_len);
   s.bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
-  s.attn = static_cast<double>(m.n_head * m.head_dim()) / o.tp;
+  s.attn = static_cast<double>(m.n_head * m.HeadDim()) / o.tp;
   s.vocab = static_cast<double>(PaddedVocab(m.vocab_size, o.tp)) / o.tp;
   s.gemm = static_cast<double>(BlockGemmElements(o));
   s.gemm_rate = cluster.peak_flops * cluster.gemm_efficiency;

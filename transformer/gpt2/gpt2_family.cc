@@ -69,7 +69,7 @@ class Gpt2 : public ModelFamily {
                        .out_bias = &p("attn.c_proj.bias"),
                        .heads = config.n_head / tp.size,
                        .kv_heads = config.n_head / tp.size,
-                       .head_dim = config.head_dim()};
+                       .head_dim = config.HeadDim()};
     parts.norm1 = NewLayerNorm(p("ln_1.weight"), p("ln_1.bias"));
     parts.norm2 = NewLayerNorm(p("ln_2.weight"), p("ln_2.bias"));
     parts.mlp = NewGeluMlp(4 * config.d_model / tp.size, p("mlp.c_fc.weight"),

@@ -24,10 +24,22 @@ absl::Status Bad(const std::string& message) {
 }  // namespace
 
 absl::Status ValidateLlamaConfig(const ModelConfig& c) {
-  if (c.d_model % c.n_head != 0 || c.head_dim() % 2 != 0) {
+  if (c.head_dim < 0 || (c.head_dim > 0 && c.head_dim % 2 != 0)) {
+    return Bad(absl::StrCat("--head_dim=", c.head_dim,
+                            " must be an even head width for RoPE (0: "
+                            "d_model / n_head)"));
+  }
+  if (c.head_dim == 0 && (c.d_model % c.n_head != 0 || c.HeadDim() % 2 != 0)) {
     return Bad(absl::StrCat("--d_model=", c.d_model, " / --n_head=", c.n_head,
                             " must be an even whole head size for RoPE; "
-                            "choose d_model a multiple of 2 * n_head"));
+                            "choose d_model a multiple of 2 * n_head, or "
+                            "set --head_dim"));
+  }
+  if (c.AttentionWidth() > kMaxFfnWidth) {
+    return Bad(absl::StrCat("--n_head=", c.n_head, " heads of ", c.HeadDim(),
+                            " exceed the ", kMaxFfnWidth,
+                            " attention width trellis builds; choose fewer "
+                            "or narrower heads"));
   }
   if (c.n_kv_heads < 0 || c.n_head % c.kv_heads() != 0) {
     return Bad(absl::StrCat("--n_kv_heads=", c.n_kv_heads,
@@ -50,7 +62,7 @@ absl::Status ValidateLlamaConfig(const ModelConfig& c) {
                             " must be positive (Llama 3: 1e-5)"));
   }
   const absl::StatusOr<std::vector<double>> freqs =
-      RopeInverseFrequencies(c.head_dim(), c.rope_theta, c.Scaling());
+      RopeInverseFrequencies(c.HeadDim(), c.rope_theta, c.Scaling());
   if (!freqs.ok()) {
     return Bad(
         absl::StrCat("the RoPE options (--rope_theta, --rope_*) are "
@@ -80,6 +92,13 @@ absl::Status CheckLlamaAttentionTp(const ModelConfig& c, int64_t tp) {
   return absl::OkStatus();
 }
 
+absl::Status CheckLlamaDevice(const ModelConfig& c, DeviceType device) {
+  if (!c.qk_norm || device == DeviceType::kCPU) return absl::OkStatus();
+  return Bad(
+      "--qk_norm runs on --device=cpu only for now (the per-head q/k norm "
+      "has no CUDA kernel yet); use --device=cpu or --qk_norm=false");
+}
+
 BlockParts LlamaBlockParts(const ModelConfig& c, int64_t layer, TpPlace tp,
                            const ParameterSet& params) {
   TRELLIS_CHECK(CheckLlamaAttentionTp(c, tp.size).ok());
@@ -93,13 +112,18 @@ BlockParts LlamaBlockParts(const ModelConfig& c, int64_t layer, TpPlace tp,
                      .out_weight = &p("self_attn.o_proj.weight"),
                      .heads = heads,
                      .kv_heads = kv_heads,
-                     .head_dim = c.head_dim()};
+                     .head_dim = c.HeadDim()};
   // The fused projection's split must be the one the math assumes.
   TRELLIS_CHECK_EQ(parts.attention.qkv_weight->spec.groups, 3);
   parts.norm1 = NewRmsNorm(p("input_layernorm.weight"), c.norm_eps);
   parts.norm2 = NewRmsNorm(p("post_attention_layernorm.weight"), c.norm_eps);
-  parts.positions = NewRopePositions(heads, kv_heads, c.head_dim(),
-                                     c.rope_theta, c.Scaling());
+  parts.positions =
+      NewRopePositions(heads, kv_heads, c.HeadDim(), c.rope_theta, c.Scaling());
+  if (c.qk_norm) {
+    parts.qk_norm = std::make_shared<QkNorm>(
+        p("self_attn.q_norm.weight"), p("self_attn.k_norm.weight"), heads,
+        kv_heads, c.HeadDim(), c.norm_eps);
+  }
   return parts;
 }
 
@@ -149,6 +173,11 @@ class Llama : public ModelFamily {
 
   std::string TiedEmbedding(const ModelConfig& c) const override {
     return c.tie_embeddings ? kLlamaEmbedding : "";
+  }
+
+  absl::Status CheckDevice(const ModelConfig& c,
+                           DeviceType device) const override {
+    return CheckLlamaDevice(c, device);
   }
 
   void DeclareParameters(const ModelConfig& config, const ChunkPlan& plan,

@@ -24,7 +24,7 @@ void AddLlamaHfMlp(const ModelConfig& c, int64_t layer,
 
 std::vector<HfTensorMapping> LlamaHfTensors(const ModelConfig& c,
                                             const LlamaHfMlp& mlp) {
-  const int64_t d = c.d_model, hd = c.head_dim();
+  const int64_t d = c.d_model, hd = c.HeadDim();
   const int64_t q = c.n_head * hd, kv = c.kv_heads() * hd;
   auto same = [](const std::string& name, Shape shape) {
     return HfSame(name, shape, name);
@@ -43,6 +43,10 @@ std::vector<HfTensorMapping> LlamaHfTensors(const ModelConfig& c,
                  {q, d},
                  {{name("self_attn.o_proj.weight"), {d, q}}},
                  true});
+    if (c.qk_norm) {
+      m.push_back(same(name("self_attn.q_norm.weight"), {hd}));
+      m.push_back(same(name("self_attn.k_norm.weight"), {hd}));
+    }
     m.push_back(same(name("post_attention_layernorm.weight"), {d}));
     if (mlp) {
       mlp(l, m);

@@ -11,7 +11,7 @@ namespace {
 
 void AddLlamaLayer(const ModelConfig& config, int64_t layer,
                    const LlamaMlpDeclarer& mlp, ParameterAdder& add) {
-  const int64_t c = config.d_model, d = config.head_dim();
+  const int64_t c = config.d_model, d = config.HeadDim();
   const double std = 0.02;
   const double proj_std = 0.02 / std::sqrt(2.0 * config.n_layer);
   auto name = [&](const char* suffix) { return LlamaLayerName(layer, suffix); };
@@ -25,6 +25,10 @@ void AddLlamaLayer(const ModelConfig& config, int64_t layer,
                    {config.n_head * d, kv * d, kv * d}, std, std::move(pieces));
   add.Row(name("self_attn.o_proj"), config.n_head * d, c, proj_std,
           /*with_bias=*/false);
+  if (config.qk_norm) {
+    add.Replicated(name("self_attn.q_norm.weight"), {d}, false, 0, 1.0);
+    add.Replicated(name("self_attn.k_norm.weight"), {d}, false, 0, 1.0);
+  }
   add.Replicated(name("post_attention_layernorm.weight"), {c}, false, 0, 1.0);
   if (mlp) {
     mlp(layer, add);

@@ -1,9 +1,10 @@
 // Generation's cached forward under tensor parallelism: on 4 ranks, tp
 // groups of 1, 2 and 4 give every rank the logits one rank computes alone,
-// to 1e-5, for both families (Llama with 4 key/value heads split over tp
-// up to 4, 2 split over tp 2 and replicated over tp 4, and 1 replicated),
-// prefill and one token at a time; and tp groups return the same logits on
-// each of their ranks.
+// to 1e-5, for every family (Llama with 4 key/value heads split over tp
+// up to 4, 2 split over tp 2 and replicated over tp 4, and 1 replicated;
+// Llama with Qwen3's q/k norms; a mixture of experts with them), prefill
+// and one token at a time; and tp groups return the same logits on each of
+// their ranks.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -19,7 +20,10 @@
 namespace trellis {
 namespace {
 
-ModelConfig Config(ModelFamilyKind family, int64_t kv_heads) {
+// GPT-2, Llama, or (qwen3) Llama with Qwen3's attention, or (experts) a
+// mixture of experts with it: a dense layer, then 4 experts, 2 per token.
+ModelConfig Config(ModelFamilyKind family, int64_t kv_heads, bool qwen3 = false,
+                   bool experts = false) {
   ModelConfig c;
   c.family = family;
   c.n_layer = 2;
@@ -30,6 +34,16 @@ ModelConfig Config(ModelFamilyKind family, int64_t kv_heads) {
   if (family == ModelFamilyKind::kLlama) {
     c.n_kv_heads = kv_heads;
     c.ffn_hidden = 64;
+  }
+  if (qwen3) {
+    c.qk_norm = true;
+    c.head_dim = 12;
+  }
+  if (experts) {
+    c.family = ModelFamilyKind("moe");
+    c.experts = 4;
+    c.moe_ffn_hidden = 32;
+    c.moe_first_dense = 1;
   }
   return c;
 }
@@ -66,17 +80,17 @@ MpiRuntime* GenerateTpTest::runtime_ = nullptr;
 TEST_F(GenerateTpTest, EveryTpGivesOneRanksLogits) {
   ASSERT_EQ(mpitest::WorldSize(), 4) << "run with 4 ranks";
   const ParallelContext single = ParallelContext::Single();
-  for (const auto& [family, kv_heads] :
-       std::vector<std::pair<ModelFamilyKind, int64_t>>{
-           {ModelFamilyKind::kGpt2, 4},
-           {ModelFamilyKind::kLlama, 4},
-           {ModelFamilyKind::kLlama, 2},
-           {ModelFamilyKind::kLlama, 1}}) {
-    const ModelConfig config = Config(family, kv_heads);
+  const ModelFamilyKind llama = ModelFamilyKind::kLlama;
+  for (const ModelConfig& config :
+       {Config(ModelFamilyKind::kGpt2, 4), Config(llama, 4), Config(llama, 2),
+        Config(llama, 1), Config(llama, 1, /*qwen3=*/true),
+        Config(llama, 2, /*qwen3=*/true, /*experts=*/true)}) {
+    const ModelFamilyKind family = config.family;
+    const int64_t kv_heads = config.kv_heads();
     const auto want = DecodeLogits(config, *single.groups().tp);
     for (int tp : {1, 2, 4}) {
       // Key/value heads split over tp, or replicated when tp exceeds them.
-      if (config.kv_heads() % tp != 0 && tp % config.kv_heads() != 0) continue;
+      if (kv_heads % tp != 0 && tp % kv_heads != 0) continue;
       absl::StatusOr<Mesh> mesh = Mesh::Create(4, 4 / tp, tp, 1);
       ASSERT_TRUE(mesh.ok()) << mesh.status();
       absl::StatusOr<ParallelContext> context =
@@ -84,8 +98,9 @@ TEST_F(GenerateTpTest, EveryTpGivesOneRanksLogits) {
       ASSERT_TRUE(context.ok()) << context.status();
       const auto got = DecodeLogits(config, *context->groups().tp);
       ASSERT_EQ(got.size(), want.size());
-      const std::string what =
-          absl::StrCat(ModelFamilyName(family), " kv ", kv_heads, " tp ", tp);
+      const std::string what = absl::StrCat(ModelFamilyName(family),
+                                            config.qk_norm ? " qk_norm" : "",
+                                            " kv ", kv_heads, " tp ", tp);
       for (size_t s = 0; s < want.size(); ++s) {
         ASSERT_EQ(got[s].size(), 257u) << what;
         for (size_t v = 0; v < want[s].size(); ++v) {

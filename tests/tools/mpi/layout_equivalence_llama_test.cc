@@ -1,6 +1,7 @@
 // Layout equivalence (layout_equivalence_fixture.h) for sequence
 // parallelism against tensor parallelism in both families, Llama under
-// every schedule and split, and key/value heads replicated over tp.
+// every schedule and split, key/value heads replicated over tp, and
+// Qwen3's attention (q/k norm, a head width of its own).
 #include <cmath>
 #include <vector>
 
@@ -133,6 +134,30 @@ TEST_F(LayoutEquivalenceTest, LlamaReplicatedKeyValueHeadsMatchOneProcess) {
       RunAll({L(1, 4, 1), L(1, 4, 2, "zb-h1")});
     }
   }
+}
+
+// Qwen3's attention: a per-head RMSNorm of q and k (its weights' gradients
+// partial over tp, each rank's heads; the one key head replicated over tp
+// 2 gets on each rank the gradient of that rank's query heads) with heads
+// 12 wide, wider than d_model / n_head; under tp, pp, every schedule,
+// sequence parallelism and ZeRO.
+TEST_F(LayoutEquivalenceTest, Qwen3AttentionLayoutsMatchOneProcess) {
+  TrainOptions qwen = Llama(*options_);
+  qwen.model.qk_norm = true;
+  qwen.model.head_dim = 12;
+  qwen.model.n_kv_heads = 1;
+  Reference qwen_reference = ComputeReference(qwen);
+  ASSERT_EQ(qwen_reference.losses.size(), reference_->losses.size());
+  UseOptions use(qwen, &qwen_reference);
+  RunAll({L(1, 2, 1), L(2, 2, 2, "1f1b"), L(1, 2, 2, "zb-h1"),
+          L(1, 1, 2, "interleaved-1f1b", 2)});
+  qwen.sequence_parallel = true;
+  RunAll({L(1, 2, 1), L(2, 2, 2, "zb-h1")});
+  qwen.zero = 1;
+  RunAll({L(2, 2, 1)});
+  qwen.sequence_parallel = false;
+  qwen.zero = 3;
+  RunAll({L(2, 2, 1, "1f1b")});
 }
 
 }  // namespace
