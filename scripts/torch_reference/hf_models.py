@@ -1,7 +1,10 @@
 """The forward passes of the PyTorch references: Hugging Face
-LlamaForCausalLM, MixtralForCausalLM and GPT2LMHeadModel in plain torch (no
-transformers), reading the weights as common.read_model returns them.
-Mixtral is Llama with modeling_mixtral's sparse MLP block in every layer.
+LlamaForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM
+and GPT2LMHeadModel in plain torch (no transformers), reading the weights as
+common.read_model returns them. Qwen3 is Llama with an RMSNorm of each
+query and key head before RoPE and heads head_dim wide; Mixtral is Llama
+with modeling_mixtral's sparse MLP block in every layer; Qwen3-MoE is Qwen3
+with modeling_qwen3_moe's sparse block in the layers its config names.
 
 Llama follows transformers' modeling_llama: RMSNorm (x · rsqrt(mean x² +
 eps) · w), rotate_half RoPE with LlamaRotaryEmbedding's inv_freq and the
@@ -47,25 +50,53 @@ def rms_norm(torch, x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def mixtral_moe(torch, config, w, p, h):
-    """MixtralSparseMoeBlock: a softmax over the experts' router logits,
-    the top num_experts_per_tok renormalized, each chosen expert's
-    SiLU-gated MLP (w2(silu(w1 x) * w3 x)) weighted and summed."""
+def sparse_moe(torch, w, p, h, top_k, experts, renormalize, names):
+    """A sparse MoE block (modeling_mixtral's, modeling_qwen3_moe's): a
+    softmax over the router's logits (weight `p`gate.weight), the top_k
+    experts (renormalized when `renormalize`), each chosen expert's
+    SiLU-gated MLP (down(silu(gate x) * up x), weights `p`experts.{e}.NAME
+    for names (gate, up, down)) weighted and summed."""
+    gate, up, down = names
     flat = h.reshape(-1, h.shape[-1])
     probs = (flat @ w[p + "gate.weight"].T).softmax(-1)
-    top, chosen = probs.topk(config["num_experts_per_tok"], dim=-1)
-    top = top / top.sum(-1, keepdim=True)
+    top, chosen = probs.topk(top_k, dim=-1)
+    if renormalize:
+        top = top / top.sum(-1, keepdim=True)
     out = torch.zeros_like(flat)
-    for e in range(config["num_local_experts"]):
+    for e in range(experts):
         rows, slot = (chosen == e).nonzero(as_tuple=True)
         if rows.numel() == 0:
             continue
         x = flat[rows]
         q = f"{p}experts.{e}."
-        y = (torch.nn.functional.silu(x @ w[q + "w1.weight"].T)
-             * (x @ w[q + "w3.weight"].T)) @ w[q + "w2.weight"].T
+        y = (torch.nn.functional.silu(x @ w[q + gate].T)
+             * (x @ w[q + up].T)) @ w[q + down].T
         out.index_add_(0, rows, y * top[rows, slot].unsqueeze(-1))
     return out.view_as(h)
+
+
+def mlp(torch, config, w, p, layer, h):
+    """The layer's MLP: Llama's dense SwiGLU, Mixtral's sparse block
+    (every layer), or Qwen3-MoE's (the layers decoder_sparse_step and
+    mlp_only_layers give it)."""
+    kind = config.get("model_type")
+    if kind == "mixtral":
+        return sparse_moe(torch, w, p + "block_sparse_moe.", h,
+                          config["num_experts_per_tok"],
+                          config["num_local_experts"], True,
+                          ("w1.weight", "w3.weight", "w2.weight"))
+    if (kind == "qwen3_moe" and config.get("num_experts", 0) > 0
+            and layer not in config.get("mlp_only_layers", [])
+            and (layer + 1) % config.get("decoder_sparse_step", 1) == 0):
+        return sparse_moe(torch, w, p + "mlp.", h,
+                          config["num_experts_per_tok"],
+                          config["num_experts"],
+                          config.get("norm_topk_prob", False),
+                          ("gate_proj.weight", "up_proj.weight",
+                           "down_proj.weight"))
+    gate = torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T)
+    up = h @ w[p + "mlp.up_proj.weight"].T
+    return (gate * up) @ w[p + "mlp.down_proj.weight"].T
 
 
 def llama_logits(torch, config, w, inputs):
@@ -73,8 +104,9 @@ def llama_logits(torch, config, w, inputs):
     c = config["hidden_size"]
     n_head = config["num_attention_heads"]
     n_kv = config.get("num_key_value_heads", n_head)
-    d = c // n_head
+    d = config.get("head_dim") or c // n_head
     eps = config.get("rms_norm_eps", 1e-6)
+    qk_norm = config.get("model_type") in ("qwen3", "qwen3_moe")
     b, t = inputs.shape
     angles = torch.outer(torch.arange(t, dtype=torch.float64),
                          inv_freq(torch, config, d))
@@ -92,21 +124,19 @@ def llama_logits(torch, config, w, inputs):
         q = heads("self_attn.q_proj.weight", n_head)
         k = heads("self_attn.k_proj.weight", n_kv)
         v = heads("self_attn.v_proj.weight", n_kv)
+        if qk_norm:  # Qwen3: RMSNorm of each head before RoPE
+            q = rms_norm(torch, q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(torch, k, w[p + "self_attn.k_norm.weight"], eps)
         q = q * cos + rotate_half(torch, q) * sin
         k = k * cos + rotate_half(torch, k) * sin
         k = k.repeat_interleave(n_head // n_kv, dim=1)  # repeat_kv
         v = v.repeat_interleave(n_head // n_kv, dim=1)
         scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
         scores = scores.masked_fill(~mask, float("-inf"))
-        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, c)
+        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, n_head * d)
         x = x + a @ w[p + "self_attn.o_proj.weight"].T
         h = rms_norm(torch, x, w[p + "post_attention_layernorm.weight"], eps)
-        if config.get("model_type") == "mixtral":
-            x = x + mixtral_moe(torch, config, w, p + "block_sparse_moe.", h)
-            continue
-        gate = torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T)
-        up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (gate * up) @ w[p + "mlp.down_proj.weight"].T
+        x = x + mlp(torch, config, w, p, layer, h)
     x = rms_norm(torch, x, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"]
     if not config.get("tie_word_embeddings", False):
@@ -170,12 +200,12 @@ def gpt2_weights(tensors):
 
 class Forward:
     """The logits (B, T, V) of token ids (B, T) on `device`, by config.json's
-    model_type ("llama", "mixtral" or "gpt2")."""
+    model_type ("llama", "qwen3", "mixtral", "qwen3_moe" or "gpt2")."""
 
     def __init__(self, torch, config, weights, device):
         self.device = device
         kind = config.get("model_type", "")
-        if kind in ("llama", "mixtral"):
+        if kind in ("llama", "mixtral", "qwen3", "qwen3_moe"):
             self.fn = lambda ids: llama_logits(torch, config, weights, ids)
         elif kind == "gpt2":
             weights = gpt2_weights(weights)

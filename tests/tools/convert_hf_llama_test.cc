@@ -4,9 +4,8 @@
 // sharded; the trellis tensors are HF's transposed and stacked as
 // llama_parameters.h says, q/k rows unpermuted; --to=hf shards above
 // --max_shard_size with an index; what trellis cannot hold is refused in
-// one line naming the key and its value. The same for MixtralForCausalLM
-// (the moe family): its router and experts in trellis's layout, and what
-// Mixtral cannot express refused on the way out.
+// one line naming the key and its value (Mixtral's and Qwen3's keys
+// included; their conversions: convert_hf_moe_test.cc).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -26,6 +25,7 @@
 #include "parallel/communicator.h"
 #include "tests/data/hf_tokenizer_test_util.h"
 #include "tests/tools/checkpoint_test_util.h"
+#include "tests/tools/hf_convert_test_util.h"
 #include "tests/tools/hf_llama_test_util.h"
 #include "tools/checkpoint/checkpoint.h"
 #include "tools/convert/convert.h"
@@ -36,62 +36,13 @@
 namespace trellis {
 namespace {
 
+using test::ConvertTo;
+using test::ExpectSameTensors;
+using test::ReadJson;
+using test::TrellisTensor;
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
-
-absl::StatusOr<ConvertSummary> ConvertTo(const std::string& input,
-                                         const std::string& to,
-                                         const std::string& output,
-                                         int64_t max_shard_size = 0) {
-  ConvertOptions o;
-  o.input = input;
-  o.to = to;
-  o.output = output;
-  o.tokenizer = "byte";
-  if (max_shard_size > 0) o.max_shard_size = max_shard_size;
-  return Convert(o);
-}
-
-nlohmann::json ReadJson(const std::string& path) {
-  return nlohmann::json::parse(test::ReadFile(path), nullptr, false);
-}
-
-// Every tensor of two HF directories: same names, dtypes, shapes, bytes.
-void ExpectSameTensors(const std::string& a_dir, const std::string& b_dir) {
-  absl::StatusOr<HfSafetensors> a = HfSafetensors::Open(a_dir);
-  absl::StatusOr<HfSafetensors> b = HfSafetensors::Open(b_dir);
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  const std::vector<std::string> names = a->names(), b_names = b->names();
-  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()),
-            std::set<std::string>(b_names.begin(), b_names.end()));
-  for (const std::string& name : names) {
-    const SafetensorsEntry* e = a->Find(name);
-    const SafetensorsEntry* f = b->Find(name);
-    ASSERT_NE(f, nullptr) << name;
-    EXPECT_EQ(f->dtype, e->dtype) << name;
-    absl::StatusOr<Tensor> x = a->Read(name, e->shape);
-    absl::StatusOr<Tensor> y = b->Read(name, e->shape);
-    ASSERT_TRUE(x.ok() && y.ok()) << name;
-    const std::string xb(static_cast<const char*>(x->raw()), x->nbytes());
-    const std::string yb(static_cast<const char*>(y->raw()), y->nbytes());
-    EXPECT_EQ(test::FirstDifference(xb, yb), -1) << name;
-  }
-}
-
-// A stored tensor of a trellis checkpoint, through plain HDF5.
-std::vector<float> TrellisTensor(const std::string& step_dir,
-                                 const std::string& name) {
-  absl::StatusOr<hdf5::File> f = hdf5::File::Open(step_dir + "/model.h5");
-  EXPECT_TRUE(f.ok()) << f.status();
-  absl::StatusOr<hdf5::Dataset> d = f->OpenDataset(name);
-  EXPECT_TRUE(d.ok()) << name << ": " << d.status();
-  if (!d.ok()) return {};
-  absl::StatusOr<Tensor> t = d->ReadAll(DType::kF32);
-  EXPECT_TRUE(t.ok());
-  return std::vector<float>(t->data<float>(), t->data<float>() + t->numel());
-}
 
 struct RoundTripCase {
   const char* name;
@@ -387,6 +338,25 @@ INSTANTIATE_TEST_SUITE_P(
             {.experts = 4,
              .drop = {"model.layers.1.block_sparse_moe.experts.2.w3.weight"}},
             {"model.layers.1.block_sparse_moe.experts.2.w3.weight"}},
+        Refusal{"qwen3_sliding_window",
+                {.qwen3 = true, .config_patch = {{"use_sliding_window", true}}},
+                {"use_sliding_window true"}},
+        Refusal{"qwen3_moe_layer_pattern",
+                {.experts = 4,
+                 .qwen3 = true,
+                 .config_patch = {{"num_hidden_layers", 4},
+                                  {"mlp_only_layers", {1}}}},
+                {"mlp_only_layers [1]", "places experts where trellis cannot"}},
+        Refusal{"qwen3_moe_without_experts",
+                {.experts = 4,
+                 .qwen3 = true,
+                 .config_patch = {{"mlp_only_layers", {0, 1}}}},
+                {"mlp_only_layers [0,1]", "no layer of experts"}},
+        Refusal{"qwen3_moe_missing_q_norm",
+                {.experts = 4,
+                 .qwen3 = true,
+                 .drop = {"model.layers.1.self_attn.q_norm.weight"}},
+                {"model.layers.1.self_attn.q_norm.weight"}},
         Refusal{"bad_shard_size",
                 {},
                 {"--max_shard_size: 'lots'"},
@@ -394,101 +364,6 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<Refusal>& info) {
       return std::string(info.param.name);
     });
-
-TEST(HfMixtralConvertTest, HfToTrellisToHfIsBitExactInTrellisLayout) {
-  const test::TinyLlama m{.dtype = DType::kBF16, .shards = 2, .experts = 4};
-  const std::string dir = test::Scratch();
-  fs::create_directories(dir + "/in");
-  test::WriteTinyLlama(dir + "/in", m);
-  absl::StatusOr<ConvertSummary> in =
-      ConvertTo(dir + "/in", "trellis", dir + "/ckpt");
-  ASSERT_TRUE(in.ok()) << in.status();
-  absl::StatusOr<TrainingState> state =
-      ReadTrainingState(dir + "/ckpt/step_00000000");
-  ASSERT_TRUE(state.ok()) << state.status();
-  EXPECT_EQ(state->model.family, moe::kKind);
-  EXPECT_EQ(state->model.experts, 4);
-  EXPECT_EQ(state->model.experts_per_token, 2);
-  EXPECT_EQ(state->model.moe_ffn_hidden, test::kLlamaFfn);
-  EXPECT_TRUE(state->model.moe_norm_topk);
-  EXPECT_FALSE(state->model.moe_sigmoid);
-  // output_router_logits false: HF adds no balance loss, nor does trellis.
-  EXPECT_EQ(state->model.moe_aux_loss_coeff, 0.0);
-
-  // The router is gateᵀ, gate_up_proj [w1; w3]ᵀ, down_proj w2ᵀ.
-  const auto hf = test::TinyLlamaTensors(m);
-  auto value = [&](const std::string& name, int64_t i) {
-    for (size_t k = 0; k < hf.size(); ++k) {
-      if (hf[k].first.first == name) {
-        return test::TinyLlamaValue(k, i, hf[k].second, m.dtype);
-      }
-    }
-    ADD_FAILURE() << name;
-    return 0.0f;
-  };
-  const int64_t c = test::kLlamaHidden, f = test::kLlamaFfn, e = 4;
-  const std::string step = dir + "/ckpt/step_00000000";
-  const std::string moe = "model.layers.1.block_sparse_moe.";
-  const std::vector<float> router =
-      TrellisTensor(step, "model.layers.1.mlp.gate.weight");
-  ASSERT_THAT(router, SizeIs(c * e));
-  EXPECT_EQ(router[5 * e + 3], value(moe + "gate.weight", 3 * c + 5));
-  const std::vector<float> gate_up =
-      TrellisTensor(step, "model.layers.1.mlp.experts.2.gate_up_proj.weight");
-  ASSERT_THAT(gate_up, SizeIs(c * 2 * f));
-  EXPECT_EQ(gate_up[5 * 2 * f + 7],
-            value(moe + "experts.2.w1.weight", 7 * c + 5));
-  EXPECT_EQ(gate_up[5 * 2 * f + f + 7],
-            value(moe + "experts.2.w3.weight", 7 * c + 5));
-  const std::vector<float> down =
-      TrellisTensor(step, "model.layers.1.mlp.experts.2.down_proj.weight");
-  EXPECT_EQ(down[9 * c + 2], value(moe + "experts.2.w2.weight", 2 * f + 9));
-
-  absl::StatusOr<ConvertSummary> out =
-      ConvertTo(dir + "/ckpt", "hf", dir + "/out", 60'000);
-  ASSERT_TRUE(out.ok()) << out.status();
-  ExpectSameTensors(dir + "/in", dir + "/out");
-  const nlohmann::json a = ReadJson(dir + "/in/config.json");
-  const nlohmann::json b = ReadJson(dir + "/out/config.json");
-  for (const char* key :
-       {"model_type", "architectures", "hidden_size", "intermediate_size",
-        "num_attention_heads", "num_hidden_layers", "num_key_value_heads",
-        "num_local_experts", "num_experts_per_tok", "output_router_logits",
-        "sliding_window", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
-        "torch_dtype"}) {
-    EXPECT_EQ(b.value(key, nlohmann::json()), a.value(key, nlohmann::json()))
-        << key;
-  }
-}
-
-TEST(HfMixtralConvertTest, RefusesToWriteWhatMixtralCannotExpress) {
-  ModelConfig config;
-  config.family = moe::kKind;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.d_model = 8;
-  config.seq_len = 8;
-  config.vocab_size = 11;
-  config.experts = 4;
-  config.experts_per_token = 2;
-  config.moe_first_dense = 1;
-  const std::string dir = test::Scratch();
-  ParameterSet params;
-  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true},
-                     TpPlace{}, 5, Device::Cpu(), DType::kF32, params);
-  TrainingState state;
-  state.model = config;
-  state.tokenizer = "byte";
-  SelfCommunicator world("world");
-  ASSERT_TRUE(
-      SaveCheckpoint(dir + "/a", state, params, nullptr, world, true).ok());
-  absl::StatusOr<ConvertSummary> hf = ConvertTo(dir + "/a", "hf", dir + "/hf");
-  ASSERT_FALSE(hf.ok());
-  EXPECT_THAT(std::string(hf.status().message()),
-              testing::AllOf(HasSubstr("MixtralForCausalLM"),
-                             HasSubstr("--moe_first_dense=1")));
-  EXPECT_FALSE(fs::exists(dir + "/hf/config.json"));
-}
 
 // The tokenizer a Llama checkpoint converted from Hugging Face records: the
 // tokenizer.json beside the weights, as trellis-preprocess records

@@ -6,7 +6,9 @@
 // The model: 2 layers, hidden 32, 4 heads of 8 (GQA: 2 key/value heads
 // unless told), MLP 64, max_position_embeddings 16, vocabulary 257 (the
 // byte tokenizer's); or, with `experts`, a MixtralForCausalLM of that
-// shape whose every MLP is a mixture of experts 64 wide. Weights are a fixed
+// shape whose every MLP is a mixture of experts 64 wide; or, with `qwen3`,
+// a Qwen3ForCausalLM (heads 12 wide, q/k norms), a Qwen3MoeForCausalLM
+// with experts too. Weights are a fixed
 // pseudo-random sequence, large enough that attention is peaked and the loss
 // depends on every detail of the forward pass (RoPE pairing included), rounded
 // to the stored dtype.
@@ -33,7 +35,8 @@
 namespace trellis::test {
 
 inline constexpr int64_t kLlamaLayers = 2, kLlamaHidden = 32, kLlamaHeads = 4,
-                         kLlamaFfn = 64, kLlamaSeq = 16, kLlamaVocab = 257;
+                         kLlamaFfn = 64, kLlamaSeq = 16, kLlamaVocab = 257,
+                         kQwenHeadDim = 12;
 
 struct TinyLlama {
   DType dtype = DType::kF32;
@@ -46,6 +49,11 @@ struct TinyLlama {
   // in every layer, `experts_per_token` per token.
   int64_t experts = 0;
   int64_t experts_per_token = 2;
+  // A Qwen3ForCausalLM (Qwen3MoeForCausalLM with `experts`, each
+  // kLlamaFfn / 2 wide, but in `dense_layers`): q/k norms and heads
+  // kQwenHeadDim wide.
+  bool qwen3 = false;
+  std::vector<int64_t> dense_layers = {};
   // For the error cases: tensors left out or given another shape, and
   // config.json keys overridden (a null value removes the key).
   std::vector<std::string> drop = {};
@@ -56,30 +64,52 @@ struct TinyLlama {
 // The HF tensors, in state-dict order, with the scale of their values.
 inline std::vector<std::pair<std::pair<std::string, Shape>, float>>
 TinyLlamaTensors(const TinyLlama& m) {
-  const int64_t c = kLlamaHidden, d = kLlamaHidden / kLlamaHeads;
-  const int64_t kv = m.kv_heads * d, f = kLlamaFfn, v = kLlamaVocab;
+  const int64_t c = kLlamaHidden;
+  const int64_t d = m.qwen3 ? kQwenHeadDim : kLlamaHidden / kLlamaHeads;
+  const int64_t q = kLlamaHeads * d, kv = m.kv_heads * d, f = kLlamaFfn;
+  const int64_t v = kLlamaVocab;
   std::vector<std::pair<std::pair<std::string, Shape>, float>> t = {
       {{"model.embed_tokens.weight", {v, c}}, 1.0f}};
+  auto swiglu = [&](const std::string& p, const char* gate, const char* up,
+                    const char* down, int64_t width) {
+    t.push_back({{p + gate, {width, c}}, 0.3f});
+    if (gate[1] == '1') {  // Mixtral's order: w1, w2, w3
+      t.push_back({{p + down, {c, width}}, 0.2f});
+      t.push_back({{p + up, {width, c}}, 0.3f});
+      return;
+    }
+    t.push_back({{p + up, {width, c}}, 0.3f});
+    t.push_back({{p + down, {c, width}}, 0.2f});
+  };
   for (int64_t l = 0; l < kLlamaLayers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    t.push_back({{p + "self_attn.q_proj.weight", {c, c}}, 0.35f});
+    t.push_back({{p + "self_attn.q_proj.weight", {q, c}}, 0.35f});
     t.push_back({{p + "self_attn.k_proj.weight", {kv, c}}, 0.35f});
     t.push_back({{p + "self_attn.v_proj.weight", {kv, c}}, 0.3f});
-    t.push_back({{p + "self_attn.o_proj.weight", {c, c}}, 0.2f});
-    if (m.experts > 0) {
+    t.push_back({{p + "self_attn.o_proj.weight", {c, q}}, 0.2f});
+    if (m.qwen3) {
+      t.push_back({{p + "self_attn.q_norm.weight", {d}}, -0.3f});
+      t.push_back({{p + "self_attn.k_norm.weight", {d}}, -0.3f});
+    }
+    const bool dense = m.experts == 0 || std::count(m.dense_layers.begin(),
+                                                    m.dense_layers.end(), l);
+    if (dense) {
+      swiglu(p + "mlp.", "gate_proj.weight", "up_proj.weight",
+             "down_proj.weight", f);
+    } else if (m.qwen3) {
+      t.push_back({{p + "mlp.gate.weight", {m.experts, c}}, 0.6f});
+      for (int64_t e = 0; e < m.experts; ++e) {
+        swiglu(absl::StrCat(p, "mlp.experts.", e, "."), "gate_proj.weight",
+               "up_proj.weight", "down_proj.weight", f / 2);
+      }
+    } else {
       // Router logits of a few units: every expert is chosen somewhere.
       const std::string moe = p + "block_sparse_moe.";
       t.push_back({{moe + "gate.weight", {m.experts, c}}, 0.6f});
       for (int64_t e = 0; e < m.experts; ++e) {
-        const std::string x = absl::StrCat(moe, "experts.", e, ".");
-        t.push_back({{x + "w1.weight", {f, c}}, 0.3f});
-        t.push_back({{x + "w2.weight", {c, f}}, 0.2f});
-        t.push_back({{x + "w3.weight", {f, c}}, 0.3f});
+        swiglu(absl::StrCat(moe, "experts.", e, "."), "w1.weight", "w3.weight",
+               "w2.weight", f);
       }
-    } else {
-      t.push_back({{p + "mlp.gate_proj.weight", {f, c}}, 0.3f});
-      t.push_back({{p + "mlp.up_proj.weight", {f, c}}, 0.3f});
-      t.push_back({{p + "mlp.down_proj.weight", {c, f}}, 0.2f});
     }
     t.push_back({{p + "input_layernorm.weight", {c}}, -0.2f});
     t.push_back({{p + "post_attention_layernorm.weight", {c}}, -0.2f});
@@ -123,7 +153,23 @@ inline nlohmann::json TinyLlamaConfig(const TinyLlama& m) {
       {"hidden_act", "silu"},
       {"tie_word_embeddings", m.tied},
       {"torch_dtype", m.dtype == DType::kBF16 ? "bfloat16" : "float32"}};
-  if (m.experts > 0) {
+  if (m.qwen3) {
+    j["architectures"] = {m.experts > 0 ? "Qwen3MoeForCausalLM"
+                                        : "Qwen3ForCausalLM"};
+    j["model_type"] = m.experts > 0 ? "qwen3_moe" : "qwen3";
+    j["head_dim"] = kQwenHeadDim;
+    j["use_sliding_window"] = false;
+  }
+  if (m.qwen3 && m.experts > 0) {
+    j["num_experts"] = m.experts;
+    j["num_experts_per_tok"] = m.experts_per_token;
+    j["moe_intermediate_size"] = kLlamaFfn / 2;
+    j["norm_topk_prob"] = true;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = m.dense_layers;
+    j["output_router_logits"] = false;
+    j["router_aux_loss_coef"] = 0.001;
+  } else if (m.experts > 0) {
     j["architectures"] = {"MixtralForCausalLM"};
     j["model_type"] = "mixtral";
     j["num_local_experts"] = m.experts;

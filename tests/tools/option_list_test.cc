@@ -52,6 +52,8 @@ TrainOptions Unusual() {
   o.model.d_model = 96;
   o.model.seq_len = 33;
   o.model.n_kv_heads = 1;
+  o.model.head_dim = 40;
+  o.model.qk_norm = true;
   o.model.ffn_hidden = 250;
   o.model.ffn_multiple_of = 64;
   o.model.ffn_dim_multiplier = 1.3;
@@ -135,7 +137,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 78);  // 26 model + 30 run + 22 layout and device options
+  EXPECT_EQ(lines, 80);  // 28 model + 30 run + 22 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);
@@ -186,15 +188,24 @@ TEST(OptionListTest, TheLlamaPresetsHaveThePublishedShapes) {
   EXPECT_EQ(tiny.model.family, ModelFamilyKind::kLlama);
 }
 
-TEST(OptionListTest, TheMixturePresetHasThePublishedShape) {
-  TrainOptions o;
-  ASSERT_TRUE(
-      o.ApplyFlagString(ReadFile(Configs() / "mixtral-8x7b.flags")).ok());
-  o.model.vocab_size = 32000;
-  ASSERT_TRUE(o.model.Validate().ok()) << o.model.Validate();
-  // Mixtral 8x7B: 46.7B parameters, 12.9B of them active per token.
-  EXPECT_EQ(o.model.NumParameters(), 46702792704);
-  EXPECT_EQ(FamilyOf(o.model).ActiveParameters(o.model), 12879925248);
+TEST(OptionListTest, TheMixturePresetsHaveThePublishedShapes) {
+  struct Preset {
+    const char* file;
+    int64_t vocab, parameters, active;
+  };
+  // Mixtral 8x7B: 46.7B parameters, 12.9B of them active per token;
+  // Qwen3-30B-A3B: 30.5B and 3.3B.
+  for (const Preset& p :
+       {Preset{"mixtral-8x7b.flags", 32000, 46702792704, 12879925248},
+        Preset{"qwen3-30b-a3b.flags", 151936, 30532122624, 3353032704}}) {
+    TrainOptions o;
+    ASSERT_TRUE(o.ApplyFlagString(ReadFile(Configs() / p.file)).ok());
+    o.model.vocab_size = p.vocab;
+    ASSERT_TRUE(o.model.Validate().ok())
+        << p.file << ": " << o.model.Validate();
+    EXPECT_EQ(o.model.NumParameters(), p.parameters) << p.file;
+    EXPECT_EQ(FamilyOf(o.model).ActiveParameters(o.model), p.active) << p.file;
+  }
 }
 
 TEST(OptionListTest, BadValuesAreRefusedNamingTheFlagAndTheChoices) {

@@ -25,6 +25,7 @@
 #include "tools/convert/llama_tensors.h"
 #include "tools/convert/llmc.h"
 #include "tools/convert/moe_tensors.h"
+#include "tools/convert/qwen3_tensors.h"
 #include "tools/convert/shard_export.h"
 #include "transformer/model_family.h"
 #include "transformer/moe/moe_family.h"
@@ -116,29 +117,22 @@ absl::StatusOr<Input> ReadHf(const ConvertOptions& o, TensorProgress& bar) {
   TRELLIS_ASSIGN_OR_RETURN(HfSafetensors files, HfSafetensors::Open(o.input));
   const std::string config_path =
       (fs::path(files.dir()) / "config.json").string();
-  TRELLIS_ASSIGN_OR_RETURN(ModelFamilyKind family, HfModelFamily(config_path));
-  Input in;
-  if (family == ModelFamilyKind::kLlama) {
-    TRELLIS_ASSIGN_OR_RETURN(ModelConfig config,
-                             ReadHfLlamaConfig(config_path));
-    TRELLIS_RETURN_IF_ERROR(CheckLayers(files, config, config_path));
-    TRELLIS_ASSIGN_OR_RETURN(in.model,
-                             ReadHfLlamaModel(files, config, bar.Fn()));
-    return in;
-  }
-  if (family == moe::kKind) {
-    TRELLIS_ASSIGN_OR_RETURN(ModelConfig config,
-                             ReadHfMixtralConfig(config_path));
-    TRELLIS_RETURN_IF_ERROR(CheckLayers(files, config, config_path));
-    TRELLIS_ASSIGN_OR_RETURN(
-        in.model,
-        ReadHfLlamaBlocksModel(files, config, MixtralHfTensors(config),
-                               "MixtralForCausalLM", bar.Fn()));
-    return in;
-  }
-  TRELLIS_ASSIGN_OR_RETURN(ModelConfig config, ReadHfConfig(config_path));
+  TRELLIS_ASSIGN_OR_RETURN(const HfArchitecture arch,
+                           ReadHfArchitecture(config_path));
+  TRELLIS_ASSIGN_OR_RETURN(ModelConfig config, ReadHfModelConfig(config_path));
   TRELLIS_RETURN_IF_ERROR(CheckLayers(files, config, config_path));
-  TRELLIS_ASSIGN_OR_RETURN(in.model, ReadHfModel(files, config, bar.Fn()));
+  Input in;
+  if (arch.family == ModelFamilyKind::kGpt2) {
+    TRELLIS_ASSIGN_OR_RETURN(in.model, ReadHfModel(files, config, bar.Fn()));
+    return in;
+  }
+  // Llama's blocks: the family's own names, or Mixtral's.
+  const std::vector<HfTensorMapping> mappings =
+      arch.model_type == "mixtral" ? MixtralHfTensors(config)
+                                   : FamilyOf(config).HfTensors(config);
+  TRELLIS_ASSIGN_OR_RETURN(
+      in.model,
+      ReadHfLlamaBlocksModel(files, config, mappings, arch.name, bar.Fn()));
   return in;
 }
 
@@ -305,8 +299,15 @@ absl::Status WriteHf(const ConvertOptions& o, const Input& in,
   absl::StatusOr<std::vector<HfOutputTensor>> tensors;
   std::string config;
   if (m.config.family == ModelFamilyKind::kLlama) {
+    // Q/k norms are Qwen3's; Llama's config has none.
     tensors = HfLlamaTensors(m, dtype, lm_head);
-    config = HfLlamaConfigJson(m.config, dtype, tokenizer, special);
+    config = m.config.qk_norm
+                 ? HfQwen3ConfigJson(m.config, dtype, tokenizer, special)
+                 : HfLlamaConfigJson(m.config, dtype, tokenizer, special);
+  } else if (m.config.family == moe::kKind && m.config.qk_norm) {
+    TRELLIS_RETURN_IF_ERROR(CheckQwen3Shape(m.config));
+    tensors = HfLlamaTensors(m, dtype, lm_head);
+    config = HfQwen3ConfigJson(m.config, dtype, tokenizer, special);
   } else if (m.config.family == moe::kKind) {
     TRELLIS_RETURN_IF_ERROR(CheckMixtralShape(m.config));
     tensors =
@@ -435,6 +436,15 @@ absl::Status WriteShardFiles(const ConvertOptions& o, const WholeModel& m,
 }
 
 }  // namespace
+
+absl::StatusOr<ModelConfig> ReadHfModelConfig(const std::string& path) {
+  TRELLIS_ASSIGN_OR_RETURN(const HfArchitecture a, ReadHfArchitecture(path));
+  if (a.model_type == "llama") return ReadHfLlamaConfig(path);
+  if (a.model_type == "qwen3") return ReadHfQwen3Config(path);
+  if (a.model_type == "mixtral") return ReadHfMixtralConfig(path);
+  if (a.model_type == "qwen3_moe") return ReadHfQwen3MoeConfig(path);
+  return ReadHfConfig(path);
+}
 
 absl::StatusOr<std::string> DetectFormat(const std::string& input) {
   const fs::path p(input);

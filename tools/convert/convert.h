@@ -2,8 +2,10 @@
 //
 //   hf       a Hugging Face directory: config.json and model.safetensors,
 //            or shards and model.safetensors.index.json (hf_files.h);
-//            GPT2LMHeadModel (gpt2_tensors.h) or LlamaForCausalLM
-//            (llama_tensors.h), in and out
+//            GPT2LMHeadModel (gpt2_tensors.h), LlamaForCausalLM
+//            (llama_tensors.h), Qwen3ForCausalLM and Qwen3MoeForCausalLM
+//            (qwen3_tensors.h) or MixtralForCausalLM (moe_tensors.h), in
+//            and out
 //   llmc     an llm.c model file (gpt2_124M.bin style), GPT-2 only
 //   trellis  a trellis save directory (<dir>/step_N/…, `latest`) or one
 //            step_N directory
@@ -72,6 +74,10 @@ struct ConvertSummary {
   std::vector<std::string> notes;  // What was left out or changed.
 };
 
+// The model a Hugging Face config.json at `path` describes, read by its
+// architecture's reader (gpt2_tensors.h, llama_tensors.h, qwen3_tensors.h,
+// moe_tensors.h).
+absl::StatusOr<ModelConfig> ReadHfModelConfig(const std::string& path);
 // "hf", "llmc" or "trellis", from what `input` holds.
 absl::StatusOr<std::string> DetectFormat(const std::string& input);
 // "float32", "float16"/"fp16", "bfloat16"/"bf16".

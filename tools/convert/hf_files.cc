@@ -53,36 +53,39 @@ absl::Status RemoveIfExists(const fs::path& path) {
 
 }  // namespace
 
-absl::StatusOr<ModelFamilyKind> HfModelFamily(const std::string& path) {
+absl::StatusOr<HfArchitecture> ReadHfArchitecture(const std::string& path) {
   TRELLIS_ASSIGN_OR_RETURN(const nlohmann::json j, ReadJsonObject(path));
-  if (!j.contains("model_type")) return ModelFamilyKind::kGpt2;
+  const HfArchitecture gpt2{ModelFamilyKind::kGpt2, "gpt2", "GPT2LMHeadModel"};
+  if (!j.contains("model_type")) return gpt2;
   const nlohmann::json& type = j.at("model_type");
-  if (type == "gpt2") return ModelFamilyKind::kGpt2;
-  struct Known {
-    const char* model_type;
-    const char* architecture;
-    ModelFamilyKind family;
-  };
-  static constexpr Known kKnown[] = {
-      {"llama", "LlamaForCausalLM", ModelFamilyKind::kLlama},
-      {"mixtral", "MixtralForCausalLM", moe::kKind}};
-  for (const Known& k : kKnown) {
+  if (type == "gpt2") return gpt2;
+  static const HfArchitecture kKnown[] = {
+      {ModelFamilyKind::kLlama, "llama", "LlamaForCausalLM"},
+      {ModelFamilyKind::kLlama, "qwen3", "Qwen3ForCausalLM"},
+      {moe::kKind, "mixtral", "MixtralForCausalLM"},
+      {moe::kKind, "qwen3_moe", "Qwen3MoeForCausalLM"}};
+  for (const HfArchitecture& k : kKnown) {
     if (type != k.model_type) continue;
     if (j.contains("architectures")) {
       const nlohmann::json& a = j.at("architectures");
-      if (!a.is_array() || a.size() != 1 || a[0] != k.architecture) {
+      if (!a.is_array() || a.size() != 1 || a[0] != k.name) {
         return absl::InvalidArgumentError(
             absl::StrCat(path, ": architectures ", a.dump(),
-                         " is not supported; trellis-convert reads [\"",
-                         k.architecture, "\"] for model_type ", type.dump()));
+                         " is not supported; trellis-convert reads [\"", k.name,
+                         "\"] for model_type ", type.dump()));
       }
     }
-    return k.family;
+    return k;
   }
   return absl::InvalidArgumentError(
       absl::StrCat(path, ": model_type ", type.dump(),
-                   " is not supported; trellis-convert reads gpt2, llama "
-                   "and mixtral"));
+                   " is not supported; trellis-convert reads gpt2, llama, "
+                   "qwen3, mixtral and qwen3_moe"));
+}
+
+absl::StatusOr<ModelFamilyKind> HfModelFamily(const std::string& path) {
+  TRELLIS_ASSIGN_OR_RETURN(const HfArchitecture a, ReadHfArchitecture(path));
+  return a.family;
 }
 
 absl::StatusOr<HfSafetensors> HfSafetensors::Open(const std::string& input) {

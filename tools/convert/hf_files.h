@@ -41,10 +41,21 @@ inline constexpr char kHfSingleFile[] = "model.safetensors";
 inline constexpr int64_t kHfDefaultMaxShardSize = 5'000'000'000;
 
 // The family config.json at `path` describes: model_type "gpt2" (or no
-// model_type, as old GPT-2 configs), "llama" (LlamaForCausalLM) or
-// "mixtral" (MixtralForCausalLM: the moe family); else InvalidArgument
+// model_type, as old GPT-2 configs), "llama" (LlamaForCausalLM) or "qwen3"
+// (Qwen3ForCausalLM): the llama family; "mixtral" (MixtralForCausalLM) or
+// "qwen3_moe" (Qwen3MoeForCausalLM): the moe family; else InvalidArgument
 // naming the key and its value.
 absl::StatusOr<ModelFamilyKind> HfModelFamily(const std::string& path);
+
+// The architecture config.json at `path` names: its trellis family and
+// its model_type ("gpt2", "llama", "qwen3", "mixtral", "qwen3_moe") and
+// class name (e.g. "Qwen3ForCausalLM"); errors as HfModelFamily's.
+struct HfArchitecture {
+  ModelFamilyKind family;
+  std::string model_type;
+  std::string name;
+};
+absl::StatusOr<HfArchitecture> ReadHfArchitecture(const std::string& path);
 
 class HfSafetensors {
  public:

@@ -95,13 +95,6 @@ absl::Status CheckSemantics(const json& j, const std::string& path,
       return Refuse(path, key, b, "is not supported; trellis has no biases");
     }
   }
-  const json hd = Get(j, "head_dim", c.d_model / c.n_head);
-  if (c.d_model % c.n_head != 0 || hd != c.d_model / c.n_head) {
-    return Refuse(path, "head_dim", hd,
-                  absl::StrCat("is not supported; trellis's head size is "
-                               "hidden_size / num_attention_heads = ",
-                               c.d_model, " / ", c.n_head));
-  }
   if (c.n_head % c.kv_heads() != 0) {
     return Refuse(
         path, "num_key_value_heads", c.kv_heads(),
@@ -163,6 +156,14 @@ absl::StatusOr<ModelConfig> ReadHfLlamaConfig(const std::string& path) {
   TRELLIS_ASSIGN_OR_RETURN(c.d_model, Int(j, path, "hidden_size"));
   TRELLIS_ASSIGN_OR_RETURN(c.n_kv_heads,
                            Int(j, path, "num_key_value_heads", c.n_head));
+  // A head width of its own (Qwen3's 128 at any width), else 0: d_model /
+  // n_head.
+  if (!Get(j, "head_dim", nullptr).is_null()) {
+    TRELLIS_ASSIGN_OR_RETURN(const int64_t width, Int(j, path, "head_dim"));
+    if (c.d_model % c.n_head != 0 || width != c.d_model / c.n_head) {
+      c.head_dim = width;
+    }
+  }
   TRELLIS_ASSIGN_OR_RETURN(c.ffn_hidden, Int(j, path, "intermediate_size"));
   TRELLIS_ASSIGN_OR_RETURN(c.seq_len,
                            Int(j, path, "max_position_embeddings", 2048));
@@ -203,7 +204,7 @@ std::string HfLlamaConfigJson(const ModelConfig& c, DType dtype,
                               {"model_type", "llama"},
                               {"attention_bias", false},
                               {"attention_dropout", 0.0},
-                              {"head_dim", c.head_dim()},
+                              {"head_dim", c.HeadDim()},
                               {"hidden_act", "silu"},
                               {"hidden_size", c.d_model},
                               {"initializer_range", 0.02},

@@ -11,8 +11,9 @@
 //   tie_word_embeddings → tie_embeddings (absent: false), vocab_size.
 // The absent-key defaults are LlamaConfig's. Refused, in one line naming
 // the key and its value: a hidden_act other than silu, attention or MLP
-// biases, a head_dim other than hidden_size / num_attention_heads, other
-// rope_scaling types, num_key_value_heads not dividing num_attention_heads.
+// biases, other rope_scaling types, num_key_value_heads not dividing
+// num_attention_heads. head_dim (absent: hidden_size /
+// num_attention_heads) → head_dim when it differs.
 //
 // Tensors (HF nn.Linear weights are (out, in); trellis stores (in, out),
 // see transformer/llama_parameters.h):
