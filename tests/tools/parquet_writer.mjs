@@ -14,9 +14,10 @@
 //     encodings, as DuckDB's parquet_metadata() reports them).
 //   MODE seeds: the small files of tests/data/testdata/parquet/ (also the
 //     fuzz corpus's seeds).
-//   MODE shard MEGABYTES SOURCE_TEXT: one zstd file (DuckDB's defaults) of
-//     about MEGABYTES of English-like text, documents of 1 to 8 KB made by a
-//     word-bigram chain over SOURCE_TEXT (docs/performance.md).
+//   MODE shard MEGABYTES SOURCE_TEXT: one zstd file (DuckDB, PLAIN pages,
+//     row groups of 8192 rows) of about MEGABYTES of English-like text,
+//     documents of 1 to 8 KB made by a word-bigram chain over SOURCE_TEXT
+//     (docs/performance.md).
 // Beside each X.parquet whose `text` column is text goes X.jsonl: its
 // non-null values in file order, read back by DuckDB and written as
 // {"text": ...} lines.
@@ -292,7 +293,8 @@ async function writeShard(megabytes, source) {
     while (doc.length < target) {
       const followers = next.get(word) ?? tokens;
       word = followers[Math.floor(rng() * followers.length)];
-      doc += (doc.length > 0 && rng() < 0.02 ? '\n\n' : ' ') + word;
+      const gap = doc.length === 0 ? '' : rng() < 0.02 ? '\n\n' : ' ';
+      doc += gap + word;
     }
     fs.writeSync(out, JSON.stringify({i: i++, text: doc}) + '\n');
     bytes += Buffer.byteLength(doc);
@@ -304,7 +306,7 @@ async function writeShard(megabytes, source) {
   fs.unlinkSync(rowsFile);
   const file = path.join(outDir, 'shard.parquet');
   await writeParquet('SELECT text FROM shard ORDER BY i', file,
-      `COMPRESSION 'zstd'`);
+      `COMPRESSION 'zstd', ROW_GROUP_SIZE 8192`);
   await writeJsonl(file);
   process.stdout.write(JSON.stringify(await describe('shard', file)) + '\n');
 }
