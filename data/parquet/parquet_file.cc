@@ -35,6 +35,21 @@ struct TopLevel {
   size_t leaves = 0;
 };
 
+// A name from the file or the command line, quoted for a one-line message:
+// control characters are escaped, UTF-8 is kept.
+std::string Quoted(std::string_view name) {
+  std::string out = "\"";
+  for (const char c : name) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7F) {
+      absl::StrAppend(&out, "\\x", absl::Hex(byte, absl::kZeroPad2));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out + "\"";
+}
+
 // The schema's top-level fields, in order, walked without recursion (a
 // hostile schema may nest as deep as it is long); `leaves` gets the count
 // of all leaves.
@@ -71,7 +86,7 @@ std::string ColumnList(const std::vector<SchemaElement>& schema,
                        const std::vector<TopLevel>& fields) {
   std::vector<std::string> names;
   for (size_t i = 0; i < fields.size() && i < kListedColumns; ++i) {
-    names.push_back(schema[fields[i].element].name);
+    names.push_back(Quoted(schema[fields[i].element].name));
   }
   std::string list = absl::StrJoin(names, ", ");
   if (fields.size() > kListedColumns) {
@@ -109,10 +124,10 @@ absl::Status CheckTextAnnotation(const SchemaElement& e,
                                              {17, "GEOMETRY"},
                                              {18, "GEOGRAPHY"}})
           : AnnotationName(*e.converted_type, {{5, "DECIMAL"}, {20, "BSON"}});
-  return absl::InvalidArgumentError(
-      absl::StrCat("column \"", column, "\" is BYTE_ARRAY annotated as ", what,
-                   ", not as text; choose a string column with "
-                   "--parquet_column"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "column ", Quoted(column), " is BYTE_ARRAY annotated as ", what,
+      ", not as text; choose a string column with "
+      "--parquet_column"));
 }
 
 absl::StatusOr<Selected> SelectColumn(const std::vector<SchemaElement>& schema,
@@ -127,11 +142,11 @@ absl::StatusOr<Selected> SelectColumn(const std::vector<SchemaElement>& schema,
   }
   if (found == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        "no column \"", column, "\"; its columns are ",
+        "no column ", Quoted(column), "; its columns are ",
         ColumnList(schema, fields), " (choose one with --parquet_column)"));
   }
   const SchemaElement& e = schema[found->element];
-  const std::string quoted = absl::StrCat("column \"", column, "\"");
+  const std::string quoted = absl::StrCat("column ", Quoted(column));
   if (e.num_children > 0) {
     // ConvertedType LIST 3, MAP 1 and MAP_KEY_VALUE 2; LogicalType LIST 3,
     // MAP 2.
@@ -288,17 +303,18 @@ absl::Status ParquetFile::AddGroups(const FileMetaData& meta, size_t leaf,
     if (!chunk.ok()) return WithPrefix(chunk.status(), at);
     if (chunk->has_file_path || !chunk->has_meta_data) {
       return WithPrefix(
-          absl::UnimplementedError(absl::StrCat(
-              "column \"", column, "\" is stored in another file")),
+          absl::UnimplementedError(absl::StrCat("column ", Quoted(column),
+                                                " is stored in another file")),
           at);
     }
     if (chunk->path != std::vector<std::string>{column} ||
         chunk->type != static_cast<int32_t>(PhysicalType::kByteArray)) {
-      return WithPrefix(absl::InvalidArgumentError(absl::StrCat(
-                            "its chunk ", g, " is of ", TypeName(chunk->type),
-                            " column ", absl::StrJoin(chunk->path, "."),
-                            ", not of BYTE_ARRAY column ", column)),
-                        at);
+      return WithPrefix(
+          absl::InvalidArgumentError(absl::StrCat(
+              "a corrupt footer: the chunk of BYTE_ARRAY column ",
+              Quoted(column), " describes ", TypeName(chunk->type), " column ",
+              Quoted(absl::StrJoin(chunk->path, ".")))),
+          at);
     }
     absl::Status codec = CheckCodec(chunk->codec);
     if (!codec.ok()) return WithPrefix(codec, at);

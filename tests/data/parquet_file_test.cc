@@ -199,8 +199,11 @@ std::string OpenError(ParquetFileTest& test, std::vector<pt::Column> columns,
 
 TEST_F(ParquetFileTest, ColumnsItCannotReadAreRefusedByName) {
   EXPECT_THAT(OpenError(*this, {{"alpha"}, {"beta"}}, 2, 2),
-              HasSubstr("no column \"text\"; its columns are alpha, beta "
-                        "(choose one with --parquet_column)"));
+              HasSubstr("no column \"text\"; its columns are \"alpha\", "
+                        "\"beta\" (choose one with --parquet_column)"));
+  // Names from the file are shown on one line.
+  EXPECT_THAT(OpenError(*this, {{"a\nb"}}, 1, 1),
+              HasSubstr("its columns are \"a\\x0ab\""));
   EXPECT_THAT(OpenError(*this, {{"text", 2}}, 1, 1),
               HasSubstr("column \"text\" is INT64, not a string"));
   EXPECT_THAT(

@@ -261,8 +261,8 @@ TEST_F(PreprocessParquetTest, BadInputEndsWithOneLineAndNoOutput) {
       {"", Input("types.parquet"), "--parquet_column=id",
        "column \"id\" is INT64, not a string (BYTE_ARRAY) column"},
       {"", Input("types.parquet"), "--parquet_column=body",
-       "no column \"body\"; its columns are id, text, meta, tags, raw, "
-       "amount"},
+       "no column \"body\"; its columns are \"id\", \"text\", \"meta\", "
+       "\"tags\", \"raw\", \"amount\""},
       {"", Input("types.parquet"), "--parquet_column=tags",
        "column \"tags\" is nested (a list)"},
       {"", Input("types.parquet"), "--parquet_column=raw",
