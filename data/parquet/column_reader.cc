@@ -12,6 +12,16 @@
 namespace trellis::parquet {
 namespace {
 
+// Pages are decompressed into memory each decoding thread keeps, so that
+// a row group's pages reuse it; past kKeptPageBytes it is freed after each
+// chunk.
+constexpr size_t kKeptPageBytes = size_t{64} << 20;
+
+PageBuffer& ThreadPageBuffer() {
+  thread_local PageBuffer buffer;
+  return buffer;
+}
+
 class ChunkDecoder {
  public:
   ChunkDecoder(std::string_view chunk, const ColumnChunkSpec& spec,
@@ -19,7 +29,8 @@ class ChunkDecoder {
       : chunk_(chunk),
         spec_(spec),
         out_(out),
-        dictionary_(out.values.max_memory()) {}
+        dictionary_(out.values.max_memory()),
+        buffer_(ThreadPageBuffer()) {}
 
   absl::Status Run();
 
@@ -44,7 +55,7 @@ class ChunkDecoder {
   ColumnText& out_;
   ByteArrays dictionary_;
   bool has_dictionary_ = false;
-  std::string buffer_;  // a decompressed page
+  PageBuffer& buffer_;  // a decompressed page
   int64_t page_offset_ = 0;
 };
 
@@ -279,7 +290,9 @@ absl::Status ChunkDecoder::Values(int32_t encoding, std::string_view data,
 
 absl::Status DecodeColumnChunk(std::string_view chunk,
                                const ColumnChunkSpec& spec, ColumnText& out) {
-  return ChunkDecoder(chunk, spec, out).Run();
+  const absl::Status status = ChunkDecoder(chunk, spec, out).Run();
+  ThreadPageBuffer().Shrink(kKeptPageBytes);
+  return status;
 }
 
 }  // namespace trellis::parquet

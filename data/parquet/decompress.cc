@@ -18,15 +18,15 @@ absl::Status Fails(int32_t codec, absl::string_view why) {
       "a ", CodecName(codec), " page does not decompress (", why, ")"));
 }
 
-absl::Status Inflate(std::string_view data, std::string& out) {
+absl::Status Inflate(std::string_view data, char* out, size_t size) {
   z_stream stream{};
   if (inflateInit2(&stream, 15 + 32) != Z_OK) {  // gzip or zlib header
     return Fails(static_cast<int32_t>(Codec::kGzip), "zlib cannot start");
   }
   stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
   stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
+  stream.next_out = reinterpret_cast<Bytef*>(out);
+  stream.avail_out = static_cast<uInt>(size);
   int rc = Z_OK;
   while (true) {
     rc = inflate(&stream, Z_FINISH);
@@ -53,6 +53,21 @@ absl::Status Inflate(std::string_view data, std::string& out) {
 
 }  // namespace
 
+char* PageBuffer::Get(size_t size) {
+  if (size > capacity_) {
+    data_.reset();  // before the new one: never both at once
+    data_.reset(new char[size]);
+    capacity_ = size;
+  }
+  return data_.get();
+}
+
+void PageBuffer::Shrink(size_t keep) {
+  if (capacity_ <= keep) return;
+  data_.reset();
+  capacity_ = 0;
+}
+
 absl::Status CheckCodec(int32_t codec) {
   switch (static_cast<Codec>(codec)) {
     case Codec::kUncompressed:
@@ -70,7 +85,7 @@ absl::Status CheckCodec(int32_t codec) {
 
 absl::StatusOr<std::string_view> Decompress(int32_t codec,
                                             std::string_view data, size_t size,
-                                            std::string& buffer) {
+                                            PageBuffer& buffer) {
   if (static_cast<Codec>(codec) == Codec::kUncompressed) {
     if (data.size() != size) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -82,7 +97,7 @@ absl::StatusOr<std::string_view> Decompress(int32_t codec,
       data.size() > std::numeric_limits<int32_t>::max()) {
     return Fails(codec, "over 2 GiB");
   }
-  buffer.resize(size);
+  char* const out = buffer.Get(size);
   switch (static_cast<Codec>(codec)) {
     case Codec::kSnappy: {
       size_t length = 0;
@@ -93,19 +108,18 @@ absl::StatusOr<std::string_view> Decompress(int32_t codec,
         return Fails(codec, absl::StrCat("it holds ", length,
                                          " bytes, the page declares ", size));
       }
-      if (!snappy::RawUncompress(data.data(), data.size(), buffer.data())) {
+      if (!snappy::RawUncompress(data.data(), data.size(), out)) {
         return Fails(codec, "corrupt data");
       }
       break;
     }
     case Codec::kGzip: {
-      const absl::Status status = Inflate(data, buffer);
+      const absl::Status status = Inflate(data, out, size);
       if (!status.ok()) return status;
       break;
     }
     case Codec::kZstd: {
-      const size_t got =
-          ZSTD_decompress(buffer.data(), size, data.data(), data.size());
+      const size_t got = ZSTD_decompress(out, size, data.data(), data.size());
       if (ZSTD_isError(got)) return Fails(codec, ZSTD_getErrorName(got));
       if (got != size) {
         return Fails(codec, absl::StrCat("it holds ", got,
@@ -116,7 +130,7 @@ absl::StatusOr<std::string_view> Decompress(int32_t codec,
     default:
       return CheckCodec(codec);
   }
-  return std::string_view(buffer);
+  return std::string_view(out, size);
 }
 
 }  // namespace trellis::parquet

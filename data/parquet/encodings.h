@@ -56,6 +56,8 @@ class ByteArrays {
   absl::Status OverBudget() const;
   // Counts `bytes` held elsewhere for the same text against the budget.
   absl::Status Charge(size_t bytes);
+  // Room for `bytes` of values without growing (an estimate; not charged).
+  void Reserve(size_t bytes) { bytes_.reserve(bytes); }
   void Clear();
 
  private:

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -337,8 +338,11 @@ absl::Status ParquetFile::AddGroups(const FileMetaData& meta, size_t leaf,
     if (rows > std::numeric_limits<uint64_t>::max() / 2 - first_row) {
       return WithPrefix(absl::InvalidArgumentError("too many rows"), at);
     }
-    groups_.push_back(
-        {{chunk->codec, nullable, start, rows}, size, first_row, size});
+    groups_.push_back({{chunk->codec, nullable, start, rows},
+                       size,
+                       chunk->total_uncompressed_size,
+                       first_row,
+                       size});
     first_row += rows;
     accounted += size;
   }
@@ -360,6 +364,11 @@ absl::StatusOr<ColumnText> ParquetFile::ReadRowGroup(int group) const {
     budget = std::max(budget, size * limits_.expansion);
   }
   ColumnText text{ByteArrays(budget), {}, 0};
+  // The text takes about the pages' uncompressed size: reserved at once, it
+  // is not copied as it grows. The footer's word is trusted only so far.
+  text.values.Reserve(static_cast<size_t>(
+      std::min<uint64_t>({static_cast<uint64_t>(g.uncompressed), budget,
+                          16 * static_cast<uint64_t>(size) + (1 << 20)})));
   const absl::Status status = DecodeColumnChunk(chunk, g.spec, text);
   if (status.ok()) return text;
   std::string hint;

@@ -71,7 +71,8 @@ class ParquetFile {
  private:
   struct Group {
     ColumnChunkSpec spec;
-    int64_t size = 0;  // the chunk's bytes, from spec.file_offset
+    int64_t size = 0;          // the chunk's bytes, from spec.file_offset
+    int64_t uncompressed = 0;  // as the footer says: a hint for the text
     uint64_t first_row = 0;
     int64_t input_bytes = 0;
   };
