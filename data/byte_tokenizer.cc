@@ -7,8 +7,13 @@ namespace trellis {
 
 void ByteTokenizer::Encode(std::string_view text,
                            std::vector<uint32_t>& out) const {
-  out.reserve(out.size() + text.size());
-  for (char c : text) out.push_back(static_cast<unsigned char>(c));
+  // resize grows the vector geometrically; an exact reserve per call would
+  // copy it whole for every piece of a batch.
+  const size_t start = out.size();
+  out.resize(start + text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    out[start + i] = static_cast<unsigned char>(text[i]);
+  }
 }
 
 absl::StatusOr<std::string> ByteTokenizer::Decode(

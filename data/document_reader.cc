@@ -158,14 +158,10 @@ absl::Status DocumentReader::RunJsonl(const std::string& file, const Emit& emit,
   while (true) {
     absl::StatusOr<bool> more = reader.Next(doc_);
     if (!more.ok()) {
-      if (more.status().code() != absl::StatusCode::kInvalidArgument ||
-          options_.bad_lines == BadLines::kFail) {
+      if (more.status().code() != absl::StatusCode::kInvalidArgument) {
         return more.status();
       }
-      ++skipped_lines_;
-      if (first_skipped_.size() < kKeptMessages) {
-        first_skipped_.emplace_back(more.status().message());
-      }
+      TRELLIS_RETURN_IF_ERROR(PassOver(more.status(), skipped_lines_));
       continue;
     }
     if (!*more) break;
@@ -181,10 +177,78 @@ absl::Status DocumentReader::RunJsonl(const std::string& file, const Emit& emit,
   return absl::OkStatus();
 }
 
+absl::Status DocumentReader::PassOver(absl::Status bad, int64_t& count) {
+  if (options_.bad_lines == BadLines::kFail) return bad;
+  ++count;
+  if (first_skipped_.size() < kKeptMessages) {
+    first_skipped_.emplace_back(bad.message());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DocumentReader::EmitRowGroup(
+    const parquet::RowGroupStream::Item& group, const Emit& emit) {
+  const parquet::ColumnText& text = group.text;
+  size_t next_null = 0, next_bad = 0;
+  uint64_t nulls_before = 0;  // null rows before value v
+  for (size_t v = 0; v < text.values.size(); ++v) {
+    while (next_null < text.nulls.size() &&
+           text.nulls[next_null].before_value <= v) {
+      nulls_before += text.nulls[next_null++].count;
+    }
+    if (next_bad < group.invalid_utf8.size() &&
+        group.invalid_utf8[next_bad].first == v) {
+      const uint64_t row = v + nulls_before;
+      TRELLIS_RETURN_IF_ERROR(PassOver(
+          absl::InvalidArgumentError(absl::StrCat(
+              group.file->path(), ": row group ", group.row_group, " row ", row,
+              " (row ", group.file->first_row(group.row_group) + row,
+              " of the file): not valid UTF-8 at byte ",
+              group.invalid_utf8[next_bad].second + 1)),
+          skipped_rows_));
+      ++next_bad;
+      continue;
+    }
+    doc_.assign(text.values[v]);
+    MaybeCut(emit);
+    FinishDocument(emit);
+  }
+  null_rows_ += static_cast<int64_t>(text.null_rows);
+  return absl::OkStatus();
+}
+
+absl::Status DocumentReader::RunParquet(std::vector<std::string> files,
+                                        const Emit& emit,
+                                        const Consumed& consumed) {
+  parquet::RowGroupStream stream(
+      std::move(files), {options_.parquet_column, options_.threads, {}});
+  parquet::RowGroupStream::Item group;
+  while (true) {
+    TRELLIS_ASSIGN_OR_RETURN(const bool more, stream.Next(group));
+    if (!more) break;
+    TRELLIS_RETURN_IF_ERROR(EmitRowGroup(group, emit));
+    if (!consumed(group.input_bytes)) return absl::CancelledError("cancelled");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status DocumentReader::Run(const Emit& emit, const Consumed& consumed) {
-  for (const std::string& file : files_) {
+  for (size_t i = 0; i < files_.size();) {
+    const std::string& file = files_[i];
+    if (parquet::IsParquetPath(file)) {
+      // A run of Parquet files shares one stream, which decodes ahead
+      // across their boundaries.
+      size_t end = i + 1;
+      while (end < files_.size() && parquet::IsParquetPath(files_[end])) ++end;
+      TRELLIS_RETURN_IF_ERROR(RunParquet(
+          std::vector<std::string>(files_.begin() + i, files_.begin() + end),
+          emit, consumed));
+      i = end;
+      continue;
+    }
     TRELLIS_RETURN_IF_ERROR(IsJsonlPath(file) ? RunJsonl(file, emit, consumed)
                                               : RunText(file, emit, consumed));
+    ++i;
   }
   return absl::OkStatus();
 }

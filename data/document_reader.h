@@ -13,13 +13,23 @@
 // read with its "<path>:<line>: <what>" error under BadLines::kFail, and is
 // counted and passed over under kSkip.
 //
+// Parquet (.parquet; parquet/parquet_file.h): each row's string in the
+// column `parquet_column` is one document whatever the split, in file
+// order, row group by row group; an empty string is no document, a null
+// row none either (it is counted). A row that is not valid UTF-8 is a bad
+// line as above ("<path>: row group <g> row <r> ...: not valid UTF-8").
+// Consecutive Parquet inputs are decoded `threads` row groups at a time
+// (parquet/row_group_stream.h); the documents come in the same order
+// whatever the count.
+//
 // Pieces: a long document is cut into pieces of about kPieceBytes just
 // before a whitespace character that follows a non-whitespace one; GPT-2's
 // pre-tokenizer never joins characters across such a point, so the pieces
 // tokenize exactly as the whole would. A document without such a point is
 // cut between UTF-8 characters once it passes 4 * kPieceBytes.
 //
-// Thread safety: none; Run() on one thread at a time.
+// Thread safety: none; Run() on one thread at a time (it starts and ends
+// Parquet's decoding threads itself).
 #ifndef TRELLIS_DATA_DOCUMENT_READER_H_
 #define TRELLIS_DATA_DOCUMENT_READER_H_
 
@@ -30,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "data/parquet/row_group_stream.h"
 
 namespace trellis {
 
@@ -54,6 +65,8 @@ class DocumentReader {
     Split split = Split::kFile;
     std::string json_key = "text";
     BadLines bad_lines = BadLines::kFail;
+    std::string parquet_column = "text";
+    int threads = 1;  // Parquet row groups decoded at once
   };
   DocumentReader(std::vector<std::string> files, Options options)
       : files_(std::move(files)), options_(std::move(options)) {}
@@ -66,9 +79,12 @@ class DocumentReader {
   // Cancelled when consumed returns false, with the first error otherwise.
   absl::Status Run(const Emit& emit, const Consumed& consumed);
 
-  // Bad lines passed over (BadLines::kSkip), and the first few of their
-  // messages.
+  // Bad lines (JSON Lines) and rows (Parquet) passed over (BadLines::kSkip),
+  // and the first few of their messages.
   int64_t skipped_lines() const { return skipped_lines_; }
+  int64_t skipped_rows() const { return skipped_rows_; }
+  // Parquet rows whose value is null.
+  int64_t null_rows() const { return null_rows_; }
   const std::vector<std::string>& first_skipped() const {
     return first_skipped_;
   }
@@ -78,6 +94,14 @@ class DocumentReader {
                        const Consumed& consumed);
   absl::Status RunJsonl(const std::string& file, const Emit& emit,
                         const Consumed& consumed);
+  // Parquet files, in order.
+  absl::Status RunParquet(std::vector<std::string> files, const Emit& emit,
+                          const Consumed& consumed);
+  // The documents of one decoded row group.
+  absl::Status EmitRowGroup(const parquet::RowGroupStream::Item& group,
+                            const Emit& emit);
+  // Counts a bad line or row under kSkip; its error otherwise.
+  absl::Status PassOver(absl::Status bad, int64_t& count);
   // Emits the front of the document buffer while it is past kPieceBytes.
   void MaybeCut(const Emit& emit);
   // Ends the document: a paragraph loses its last "\n", then
@@ -94,6 +118,8 @@ class DocumentReader {
   size_t line_start_ = 0;     // where the current line begins in doc_
   bool line_cut_ = false;     // part of the current line was emitted
   int64_t skipped_lines_ = 0;
+  int64_t skipped_rows_ = 0;
+  int64_t null_rows_ = 0;
   std::vector<std::string> first_skipped_;
 };
 

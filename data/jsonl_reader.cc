@@ -21,17 +21,6 @@ bool IsBlankLine(std::string_view line) {
   });
 }
 
-// The offset of the first byte that is not valid UTF-8, or npos.
-size_t FirstInvalidUtf8(std::string_view text) {
-  size_t pos = 0;
-  char32_t code_point = 0;
-  while (pos < text.size()) {
-    const size_t at = pos;
-    if (!NextUtf8(text, pos, code_point)) return at;
-  }
-  return std::string_view::npos;
-}
-
 }  // namespace
 
 bool IsJsonlPath(const std::string& path) {

@@ -1,5 +1,8 @@
 #include "data/utf8.h"
 
+#include <cstdint>
+#include <cstring>
+
 #include "framework/status.h"
 
 namespace trellis {
@@ -75,12 +78,26 @@ bool NextUtf8(std::string_view text, size_t& pos, char32_t& code_point) {
 }
 
 bool IsValidUtf8(std::string_view text) {
+  return FirstInvalidUtf8(text) == std::string_view::npos;
+}
+
+size_t FirstInvalidUtf8(std::string_view text) {
+  constexpr uint64_t kHighBits = 0x8080808080808080ull;
   size_t pos = 0;
   char32_t code_point;
   while (pos < text.size()) {
-    if (!NextUtf8(text, pos, code_point)) return false;
+    uint64_t word;
+    if (text.size() - pos >= sizeof(word)) {
+      std::memcpy(&word, text.data() + pos, sizeof(word));
+      if ((word & kHighBits) == 0) {
+        pos += sizeof(word);
+        continue;
+      }
+    }
+    const size_t at = pos;
+    if (!NextUtf8(text, pos, code_point)) return at;
   }
-  return true;
+  return std::string_view::npos;
 }
 
 }  // namespace trellis

@@ -26,6 +26,11 @@ bool NextUtf8(std::string_view text, size_t& pos, char32_t& code_point);
 // True when all of `text` is valid UTF-8.
 bool IsValidUtf8(std::string_view text);
 
+// The offset of the first byte of `text` that does not start a valid UTF-8
+// sequence, or std::string_view::npos when all of it is valid. ASCII runs
+// are checked eight bytes at a time.
+size_t FirstInvalidUtf8(std::string_view text);
+
 }  // namespace trellis
 
 #endif  // TRELLIS_DATA_UTF8_H_

@@ -23,7 +23,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev
   nlohmann-json3-dev libpcre2-dev libssl-dev
-  libzstd-dev zlib1g-dev
+  libzstd-dev zlib1g-dev libsnappy-dev
   libsentencepiece-dev
   bible-kjv
 )

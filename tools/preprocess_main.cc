@@ -6,13 +6,16 @@
 //
 // Inputs: a comma list of files and glob patterns (input_files.h). Plain
 // text, JSON Lines (--json_key names the text's key) and either of them
-// compressed with gzip or zstd; what a document is in each, and how a bad
-// JSON line is handled (--on_bad_line), is in document_reader.h.
+// compressed with gzip or zstd, and Parquet (--parquet_column names the
+// text's column); what a document is in each, and how a bad JSON line or
+// Parquet row is handled (--on_bad_line), is in document_reader.h.
 //
 // Pipeline: a reader thread cuts the inputs into batches of about 1 MB of
 // text, worker threads tokenize batches, and the main thread writes them in
 // input order. At most a few batches per worker are in flight, so memory
-// stays bounded whatever the input size.
+// stays bounded whatever the input size. Parquet row groups are decoded
+// ahead of the reader on up to kParquetThreads threads of their own, a row
+// group each.
 //
 // Each document is written as its tokens and the end-of-text token, after
 // the tokenizer's beginning-of-sequence token when it defines one
@@ -54,12 +57,16 @@
 ABSL_FLAG(std::string, input, "",
           "comma-separated files or glob patterns to tokenize, in order: "
           "plain text or JSON Lines (.jsonl), either optionally compressed "
-          "(.gz, .zst)");
+          "(.gz, .zst), or Parquet (.parquet)");
 ABSL_FLAG(std::string, json_key, "text",
           "the key of each JSON Lines object that holds the document's text");
+ABSL_FLAG(std::string, parquet_column, "text",
+          "the string column of each Parquet file that holds the documents' "
+          "text, one row a document");
 ABSL_FLAG(std::string, on_bad_line, "fail",
           "a JSON line that is not valid UTF-8 or JSON, or lacks a string "
-          "--json_key: fail (stop, write nothing) or skip (count it)");
+          "--json_key, or a Parquet row that is not valid UTF-8: fail (stop, "
+          "write nothing) or skip (count it)");
 ABSL_FLAG(std::string, output, "", "token file to write (HDF5, e.g. data.h5)");
 ABSL_FLAG(std::string, split, "file",
           "what a document is: file (a whole file), line (one non-blank "
@@ -72,12 +79,16 @@ ABSL_FLAG(std::string, tokenizer_dir, trellis::kDefaultGpt2AssetsDir,
           "--tokenizer=gpt2)");
 ABSL_FLAG(int, threads,
           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
-          "tokenizer threads (1 to 1024)");
+          "tokenizer threads (1 to 1024); Parquet row groups are decoded "
+          "on up to 4 more");
 
 namespace trellis {
 namespace {
 
 constexpr size_t kBatchBytes = size_t{1} << 20;  // text per batch
+// Parquet decoding outruns any tokenizer on a few threads, and each holds a
+// row group; more would cost memory, not time.
+constexpr int kParquetThreads = 4;
 
 struct Batch {
   std::vector<Piece> pieces;
@@ -288,8 +299,9 @@ absl::Status CheckOutputIsNoInput(const std::string& output,
   return absl::OkStatus();
 }
 
-// How the documents are read, from --split, --on_bad_line and --json_key.
-absl::StatusOr<DocumentReader::Options> ReaderOptionsFromFlags() {
+// How the documents are read, from --split, --on_bad_line, --json_key,
+// --parquet_column and --threads.
+absl::StatusOr<DocumentReader::Options> ReaderOptionsFromFlags(int threads) {
   DocumentReader::Options read;
   TRELLIS_ASSIGN_OR_RETURN(read.split, ParseSplit(absl::GetFlag(FLAGS_split)));
   TRELLIS_ASSIGN_OR_RETURN(read.bad_lines,
@@ -299,6 +311,13 @@ absl::StatusOr<DocumentReader::Options> ReaderOptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--json_key is empty; name the key that holds the text (e.g. text)");
   }
+  read.parquet_column = absl::GetFlag(FLAGS_parquet_column);
+  if (read.parquet_column.empty()) {
+    return absl::InvalidArgumentError(
+        "--parquet_column is empty; name the column that holds the text "
+        "(e.g. text)");
+  }
+  read.threads = std::min(threads, kParquetThreads);
   return read;
 }
 
@@ -313,9 +332,22 @@ void PrintSummary(const std::string& output, int64_t documents, int64_t tokens,
                output.c_str(), static_cast<long long>(documents),
                static_cast<long long>(tokens), total_bytes / 1e6, seconds,
                tokens / std::max(seconds, 1e-9) / 1e6);
+  if (reader.null_rows() > 0) {
+    std::fprintf(stderr, "passed over %lld null Parquet rows (no document)\n",
+                 static_cast<long long>(reader.null_rows()));
+  }
   if (reader.skipped_lines() > 0) {
-    std::fprintf(stderr, "skipped %lld bad lines (--on_bad_line=skip), e.g.\n",
+    std::fprintf(stderr, "skipped %lld bad lines (--on_bad_line=skip)\n",
                  static_cast<long long>(reader.skipped_lines()));
+  }
+  if (reader.skipped_rows() > 0) {
+    std::fprintf(stderr,
+                 "skipped %lld Parquet rows that are not valid UTF-8 "
+                 "(--on_bad_line=skip)\n",
+                 static_cast<long long>(reader.skipped_rows()));
+  }
+  if (!reader.first_skipped().empty()) {
+    std::fprintf(stderr, "the first of them:\n");
     for (const std::string& line : reader.first_skipped()) {
       std::fprintf(stderr, "  %s\n", line.c_str());
     }
@@ -338,8 +370,6 @@ absl::Status Run() {
   TRELLIS_ASSIGN_OR_RETURN(const std::vector<std::string> inputs,
                            ExpandInputList(absl::GetFlag(FLAGS_input)));
   TRELLIS_ASSIGN_OR_RETURN(const int64_t total_bytes, InputBytes(inputs));
-  TRELLIS_ASSIGN_OR_RETURN(const DocumentReader::Options read,
-                           ReaderOptionsFromFlags());
   TRELLIS_RETURN_IF_ERROR(CheckOutputIsNoInput(output, inputs));
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads < 1 || threads > 1024) {
@@ -348,6 +378,8 @@ absl::Status Run() {
                      " is outside [1, 1024]; give a positive count "
                      "(the default is one per core)"));
   }
+  TRELLIS_ASSIGN_OR_RETURN(const DocumentReader::Options read,
+                           ReaderOptionsFromFlags(threads));
   TRELLIS_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
                            MakeTokenizer(absl::GetFlag(FLAGS_tokenizer),
                                          absl::GetFlag(FLAGS_tokenizer_dir)));
@@ -381,11 +413,13 @@ absl::Status Run() {
   const int64_t documents = (*writer)->num_documents();
   const int64_t tokens = (*writer)->num_tokens();
   if (status.ok() && documents == 0) {
-    status = absl::InvalidArgumentError(
-        absl::StrCat("the input holds no document (every file is empty or "
-                     "blank with --split=",
-                     absl::GetFlag(FLAGS_split), ", every JSON text empty",
-                     reader.skipped_lines() > 0 ? " or skipped" : "", ")"));
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "the input holds no document (every file is empty or "
+        "blank with --split=",
+        absl::GetFlag(FLAGS_split),
+        ", every JSON or Parquet text empty or null",
+        reader.skipped_lines() + reader.skipped_rows() > 0 ? " or skipped" : "",
+        ")"));
   }
   if (status.ok()) status = (*writer)->Finish();
   writer->reset();
@@ -415,7 +449,8 @@ int main(int argc, char** argv) {
       "tokenizes text into a token file for trellis-train.\n"
       "  trellis-preprocess --input=a.txt,'shards/*.jsonl.zst' "
       "--output=data.h5 --tokenizer=gpt2 [--split=file|line|blank_line] "
-      "[--json_key=text] [--on_bad_line=fail|skip]");
+      "[--json_key=text] [--parquet_column=text] "
+      "[--on_bad_line=fail|skip]");
   if (trellis::PrintHelpIfAsked(argc, argv,
                                 std::string(absl::ProgramUsageMessage()))) {
     return 0;
