@@ -10,6 +10,7 @@
 #include "framework/float16.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
+#include "tools/convert/hf_config_keys.h"
 #include "tools/convert/hf_tensors.h"
 #include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
@@ -18,17 +19,8 @@ namespace trellis {
 namespace {
 
 using json = nlohmann::json;
-
-// The value of `key`, or `fallback` when absent or null.
-json Get(const json& j, const char* key, json fallback) {
-  return j.contains(key) && !j.at(key).is_null() ? j.at(key) : fallback;
-}
-
-absl::Status Refuse(const std::string& path, const std::string& key,
-                    const json& value, const std::string& why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": ", key, " ", value.dump(), " ", why));
-}
+using hf_config::Get;
+using hf_config::Refuse;
 
 absl::StatusOr<int64_t> Int(const json& j, const std::string& path,
                             const char* key, json fallback = nullptr) {

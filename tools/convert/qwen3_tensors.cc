@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
+#include "tools/convert/hf_config_keys.h"
 #include "tools/convert/llama_tensors.h"
 #include "transformer/model_family.h"
 #include "transformer/moe/moe_family.h"
@@ -18,16 +19,8 @@ namespace trellis {
 namespace {
 
 using json = nlohmann::json;
-
-json Get(const json& j, const char* key, json fallback) {
-  return j.contains(key) && !j.at(key).is_null() ? j.at(key) : fallback;
-}
-
-absl::Status Refuse(const std::string& path, const std::string& key,
-                    const json& value, const std::string& why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(path, ": ", key, " ", value.dump(), " ", why));
-}
+using hf_config::Get;
+using hf_config::Refuse;
 
 absl::StatusOr<int64_t> PositiveInt(const json& j, const std::string& path,
                                     const char* key) {
