@@ -166,6 +166,8 @@ absl::StatusOr<ParallelContext> ParallelContext::Create(
       context.Own(SplitGroup(world, mesh, rank, GroupKind::kEp));
   context.groups_.expert_dp =
       context.Own(SplitGroup(world, mesh, rank, GroupKind::kExpertDp));
+  context.groups_.cp =
+      context.Own(SplitGroup(world, mesh, rank, GroupKind::kCp));
   return context;
 }
 
@@ -179,6 +181,7 @@ ParallelContext ParallelContext::Single() {
   g.embed = context.Own(std::make_unique<SelfCommunicator>("embed"));
   g.ep = context.Own(std::make_unique<SelfCommunicator>("ep"));
   g.expert_dp = context.Own(std::make_unique<SelfCommunicator>("expert-dp"));
+  g.cp = context.Own(std::make_unique<SelfCommunicator>("cp"));
   return context;
 }
 

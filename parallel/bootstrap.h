@@ -88,6 +88,9 @@ struct ProcessGroups {
   // itself, and a group of one, without it).
   Communicator* ep = nullptr;
   Communicator* expert_dp = nullptr;
+  // Context parallelism (Mesh::WithContextParallel): the ranks that split
+  // each window (a group of one without it).
+  Communicator* cp = nullptr;
 };
 
 class ParallelContext {

@@ -148,6 +148,7 @@ absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
   // kernels only).
   result->groups_.ep = host.ep;
   result->groups_.expert_dp = host.expert_dp;
+  result->groups_.cp = host.cp;
   Communicator* const* sources[] = {&host.tp, &host.dp, &host.pp, &host.embed};
   Communicator** targets[] = {&result->groups_.tp, &result->groups_.dp,
                               &result->groups_.pp, &result->groups_.embed};

@@ -95,6 +95,8 @@ const char* GroupKindName(GroupKind kind) {
       return "ep";
     case GroupKind::kExpertDp:
       return "expert-dp";
+    case GroupKind::kCp:
+      return "cp";
   }
   return "?";
 }
@@ -134,6 +136,24 @@ absl::StatusOr<Mesh> Mesh::WithExpertParallel(int ep) const {
   return mesh;
 }
 
+absl::StatusOr<Mesh> Mesh::WithContextParallel(int cp) const {
+  if (cp < 1 || dp() % cp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cp=", cp, " must be at least 1 and divide the ", dp(),
+                     " ranks left for data parallelism (world / (tp·pp)); "
+                     "launch dp·cp·tp·pp "
+                     "ranks"));
+  }
+  if (cp > 1 && ep_ > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cp=", cp, " with --ep=", ep_,
+        ": context and expert parallelism do not combine yet; use one"));
+  }
+  Mesh mesh = *this;
+  mesh.cp_ = cp;
+  return mesh;
+}
+
 Mesh::Mesh(int world, std::array<int, 3> sizes, std::array<MeshAxis, 3> order)
     : world_(world), sizes_(sizes), order_(order) {
   int stride = 1;
@@ -152,6 +172,7 @@ std::string Mesh::order() const {
 std::string Mesh::DebugString() const {
   return absl::StrCat("dp=", dp(), " × tp=", tp(), " × pp=", pp(),
                       ep_ > 1 ? absl::StrCat(" (ep=", ep_, ")") : "",
+                      cp_ > 1 ? absl::StrCat(" (cp=", cp_, ")") : "",
                       " (order ", order(), ")");
 }
 
@@ -205,6 +226,10 @@ Mesh::GroupSlot Mesh::Slot(GroupKind kind, int rank) const {
       slot.key = c.d / ep_;
       c.d %= ep_;
       break;
+    case GroupKind::kCp:
+      slot.key = c.d % cp_;
+      c.d -= c.d % cp_;
+      break;
   }
   slot.color = Rank(c);
   return slot;
@@ -234,6 +259,9 @@ std::vector<int> Mesh::Group(GroupKind kind, int rank) const {
       break;
     case GroupKind::kExpertDp:
       for (int d = c.d % ep_; d < dp(); d += ep_) with({d, c.t, c.p});
+      break;
+    case GroupKind::kCp:
+      for (int i = 0; i < cp_; ++i) with({c.d - c.d % cp_ + i, c.t, c.p});
       break;
   }
   return ranks;

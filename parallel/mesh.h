@@ -15,7 +15,13 @@
 //     (d, t, p) is the replicas [d - d % ep, d - d % ep + ep), ordered by
 //     d % ep (they exchange tokens and hold different experts), and its
 //     expert-data group the replicas with the same d % ep, ordered by
-//     d / ep (they hold the same experts and average their gradients).
+//     d / ep (they hold the same experts and average their gradients);
+//   - with context parallelism over cp ranks (WithContextParallel; cp
+//     divides dp), the dp axis holds dp/cp replicas of cp ranks each, the
+//     cp ranks of a replica consecutive along it: the cp group of (d, t, p)
+//     is [d - d % cp, d - d % cp + cp), ordered by d % cp (they split each
+//     window's tokens), and the replica is d / cp. The dp group spans
+//     both, so gradients are averaged and ZeRO shards over dp × cp.
 //
 // The order names the axes fastest first. The default "tp-dp-pp" gives
 //   rank = t + tp·(d + dp·p),
@@ -44,7 +50,7 @@ enum class MeshAxis { kTp = 0, kDp = 1, kPp = 2 };
 const char* MeshAxisName(MeshAxis axis);
 
 // The groups a rank belongs to. kEmbed is not an axis: see the file comment.
-enum class GroupKind { kTp, kDp, kPp, kEmbed, kEp, kExpertDp };
+enum class GroupKind { kTp, kDp, kPp, kEmbed, kEp, kExpertDp, kCp };
 const char* GroupKindName(GroupKind kind);
 
 struct MeshCoord {
@@ -71,6 +77,11 @@ class Mesh {
   // (InvalidArgument, naming --ep and --dp) unless ep >= 1 divides dp.
   absl::StatusOr<Mesh> WithExpertParallel(int ep) const;
   int ep() const { return ep_; }
+  // This mesh with each window split over `cp` consecutive ranks of each
+  // dp group (the file comment). Fails (InvalidArgument, naming --cp) unless
+  // cp >= 1 divides dp, or when expert parallelism is on.
+  absl::StatusOr<Mesh> WithContextParallel(int cp) const;
+  int cp() const { return cp_; }
 
   int world() const { return world_; }
   int dp() const { return Size(MeshAxis::kDp); }
@@ -127,6 +138,7 @@ class Mesh {
   std::array<int, 3> strides_;     // indexed by MeshAxis
   std::array<MeshAxis, 3> order_;  // fastest first
   int ep_ = 1;
+  int cp_ = 1;
 };
 
 }  // namespace trellis

@@ -272,6 +272,7 @@ WatchedGroups::WatchedGroups(const ProcessGroups& groups,
   groups_.embed = Wrap(groups.embed);
   groups_.ep = Wrap(groups.ep);
   groups_.expert_dp = Wrap(groups.expert_dp);
+  groups_.cp = Wrap(groups.cp);
 }
 
 Communicator* WatchedGroups::Wrap(Communicator* group) {

@@ -74,16 +74,19 @@ absl::StatusOr<StreamEval> Evaluate(const MpiRuntime& runtime) {
   o.steps = 1;
   // pp microbatches per data-parallel rank per step: enough to fill the
   // pipeline (and a multiple of pp, as interleaved schedules need).
-  const int64_t dp =
-      o.dp > 0 ? o.dp
-               : runtime.world_size() / std::max<int64_t>(1, o.tp * o.pp);
+  const int64_t dp = o.dp > 0 ? o.dp
+                              : runtime.world_size() /
+                                    std::max<int64_t>(1, o.cp * o.tp * o.pp);
   o.global_batch_size = o.micro_batch_size * dp * std::max<int64_t>(1, o.pp);
   TRELLIS_ASSIGN_OR_RETURN(
-      Mesh base, Mesh::Create(runtime.world_size(), static_cast<int>(o.dp),
-                              static_cast<int>(o.tp), static_cast<int>(o.pp),
-                              o.mesh_order));
-  TRELLIS_ASSIGN_OR_RETURN(Mesh mesh,
+      Mesh base,
+      Mesh::Create(runtime.world_size(), static_cast<int>(o.dp * o.cp),
+                   static_cast<int>(o.tp), static_cast<int>(o.pp),
+                   o.mesh_order));
+  TRELLIS_ASSIGN_OR_RETURN(Mesh experts,
                            base.WithExpertParallel(static_cast<int>(o.ep)));
+  TRELLIS_ASSIGN_OR_RETURN(Mesh mesh,
+                           experts.WithContextParallel(static_cast<int>(o.cp)));
   TRELLIS_ASSIGN_OR_RETURN(ParallelContext context,
                            ParallelContext::Create(runtime, mesh));
   TRELLIS_ASSIGN_OR_RETURN(

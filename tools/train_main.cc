@@ -70,9 +70,16 @@ std::vector<std::string> Hostnames(Communicator& world,
 // launched). Rank 0 prints it.
 absl::Status PlanOnly(const TrainOptions& options, const MpiRuntime& runtime) {
   TrainOptions o = options;
+  if (o.cp > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--plan_only with --cp=", o.cp,
+        ": the planner does not model context parallelism yet; plan without "
+        "--cp"));
+  }
   TRELLIS_ASSIGN_OR_RETURN(TokenFileMetadata data, BlendMetadata(o.data));
   o.model.vocab_size = data.vocab_size;
-  const int64_t world = o.dp > 0 ? o.dp * o.tp * o.pp : runtime.world_size();
+  const int64_t world =
+      o.dp > 0 ? o.dp * o.cp * o.tp * o.pp : runtime.world_size();
   std::string name = absl::GetFlag(FLAGS_plan_cluster);
   if (name.empty()) {
     name = o.device == DeviceType::kCPU
@@ -225,10 +232,23 @@ int Main(int argc, char** argv) {
   // allocated; every rank reaches the same verdict.
   TrainOptions probe = options;
   const int world = runtime.world_size();
+  if (probe.cp > 1 && probe.dp > 0 &&
+      probe.dp * probe.cp * probe.tp * probe.pp != world) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "layout dp=", probe.dp, " × cp=", probe.cp,
+                    " × tp=", probe.tp, " × pp=", probe.pp, " = ",
+                    probe.dp * probe.cp * probe.tp * probe.pp,
+                    " does not match the world size ", world, "; launch ",
+                    probe.dp * probe.cp * probe.tp * probe.pp,
+                    " ranks or choose sizes whose product is ", world)),
+                root, true);
+  }
+  // The mesh's dp axis holds the replicas' cp ranks too (Mesh's comment).
   absl::StatusOr<Mesh> mesh = Mesh::Create(
-      world, static_cast<int>(probe.dp), static_cast<int>(probe.tp),
+      world, static_cast<int>(probe.dp * probe.cp), static_cast<int>(probe.tp),
       static_cast<int>(probe.pp), probe.mesh_order);
   if (mesh.ok()) mesh = mesh->WithExpertParallel(static_cast<int>(probe.ep));
+  if (mesh.ok()) mesh = mesh->WithContextParallel(static_cast<int>(probe.cp));
   if (!mesh.ok()) return Fail(mesh.status(), root, true);
   absl::StatusOr<ParallelContext> context =
       ParallelContext::Create(runtime, *mesh);

@@ -86,6 +86,12 @@ struct BlockTensors {
   // these rows), with their gradients, and the rows each sender sent to
   // each of this rank's experts (ep · E/ep).
   Tensor expert_in, expert_out, dexpert_out, dexpert_in, recv_counts;
+  // Under context parallelism, what the context attention keeps per
+  // microbatch and its scratch (ContextSlots, parallel/context_parallel.h);
+  // `saved` then holds its saved state.
+  Tensor cp_kept0, cp_kept1;
+  Tensor cp_scratch0, cp_scratch1, cp_scratch2, cp_scratch3, cp_scratch4,
+      cp_scratch5;
   // The scale of this microbatch's loss gradient (ModelChunk::Forward's
   // loss_scale), which losses of the MLP's own (a router's balance
   // losses) take too; 0 when no backward follows.
@@ -198,6 +204,11 @@ class BlockPositions {
                                   Device device) const = 0;
   // Fills the tables Slots declared, in a new workspace or decode scratch.
   virtual void FillTables(int64_t seq_len, BlockTensors& tables) const = 0;
+  // The same with table row i for window position positions[i] (context
+  // parallelism: a rank's tokens sit at scattered positions); Slots was
+  // given positions.size().
+  virtual void FillTablesAt(const std::vector<int32_t>& positions,
+                            BlockTensors& tables) const = 0;
   // qkv (B, T, W): rows at window positions 0..T-1, `first` added to each
   // (the cached decoder's offset), mapped in place.
   virtual void Forward(Tensor& qkv, int64_t first,

@@ -1,5 +1,6 @@
 #include "transformer/decoder_block.h"
 
+#include <iterator>
 #include <tuple>
 #include <utility>
 
@@ -78,8 +79,11 @@ std::vector<Slot> DecoderBlock::Slots(int64_t batch, DType dtype,
       {&Tensors::qkv, {n, w}, dtype, input},
       {&Tensors::att, {n, cl}, dtype, cheap},
       {&Tensors::saved,
-       AttentionSavedShape(device, batch, seq_len_, parts_.attention.heads),
-       // The CPU keeps probabilities (activations), CUDA row statistics.
+       context_ != nullptr ? ContextShapes(batch).saved
+                           : AttentionSavedShape(device, batch, seq_len_,
+                                                 parts_.attention.heads),
+       // The CPU keeps probabilities (activations) or what the context
+       // attention saves; CUDA row statistics.
        device.is_cpu() ? dtype : stats, cheap},
       {&Tensors::x2, {nl, c}, dtype, input},
       {&Tensors::ln2, {n, c}, dtype, input},
@@ -111,6 +115,7 @@ std::vector<Slot> DecoderBlock::Slots(int64_t batch, DType dtype,
       slots.push_back(s);
     }
   }
+  if (context_ != nullptr) AddContextSlots(batch, dtype, cheap, slots);
   return slots;
 }
 
@@ -138,7 +143,9 @@ DecoderBlock::Workspace DecoderBlock::NewWorkspace(int64_t batch, DType dtype,
   if (rows_.on()) {
     w.partial = Tensor::Empty({batch * seq_len_, d_model_}, dtype, device);
   }
-  if (parts_.positions != nullptr) {
+  if (parts_.positions != nullptr && context_ != nullptr) {
+    parts_.positions->FillTablesAt(context_->split().Mine(), w.shared);
+  } else if (parts_.positions != nullptr) {
     parts_.positions->FillTables(seq_len_, w.shared);
   }
   return w;
@@ -236,9 +243,60 @@ DecoderBlock::Place DecoderBlock::DyPlace() const {
   return rows_.on() ? Place::kWorkspace : Place::kUnused;
 }
 
+namespace {
+
+Tensor BlockTensors::*const kContextKept[] = {&BlockTensors::cp_kept0,
+                                              &BlockTensors::cp_kept1};
+Tensor BlockTensors::*const kContextScratch[] = {
+    &BlockTensors::cp_scratch0, &BlockTensors::cp_scratch1,
+    &BlockTensors::cp_scratch2, &BlockTensors::cp_scratch3,
+    &BlockTensors::cp_scratch4, &BlockTensors::cp_scratch5};
+
+}  // namespace
+
+ContextSlots DecoderBlock::ContextShapes(int64_t batch) const {
+  const AttentionParts& at = parts_.attention;
+  ContextSlots slots =
+      context_->Slots(batch, at.heads, at.kv_heads, at.head_dim);
+  TRELLIS_CHECK(slots.kept.size() <= std::size(kContextKept) &&
+                slots.scratch.size() <= std::size(kContextScratch));
+  return slots;
+}
+
+void DecoderBlock::AddContextSlots(int64_t batch, DType dtype, Place kept,
+                                   std::vector<Slot>& slots) const {
+  const ContextSlots shapes = ContextShapes(batch);
+  for (size_t i = 0; i < shapes.kept.size(); ++i) {
+    slots.push_back({kContextKept[i], shapes.kept[i], dtype, kept});
+  }
+  for (size_t i = 0; i < shapes.scratch.size(); ++i) {
+    const ContextSlot& c = shapes.scratch[i];
+    slots.push_back({kContextScratch[i], c.shape, c.index ? DType::kI32 : dtype,
+                     Place::kWorkspace});
+  }
+}
+
+ContextTensors DecoderBlock::Context(const Tensors& a) {
+  ContextTensors t;
+  for (Tensor Tensors::*m : kContextKept) {
+    if ((a.*m).defined()) t.kept.push_back(a.*m);
+  }
+  for (Tensor Tensors::*m : kContextScratch) {
+    if ((a.*m).defined()) t.scratch.push_back(a.*m);
+  }
+  return t;
+}
+
 void DecoderBlock::Attention(Tensors& a, const Tensor& doc_start) const {
   const int64_t b = a.qkv.dim(0) / seq_len_;
   Tensor att = a.att.View({b, seq_len_, local_width_});
+  if (context_ != nullptr) {
+    ContextTensors t = Context(a);
+    context_->Forward(a.qkv.View({b, seq_len_, qkv_width_}), doc_start,
+                      parts_.attention.heads, parts_.attention.kv_heads, att,
+                      a.saved, t);
+    return;
+  }
   AttentionForward(a.qkv.View({b, seq_len_, qkv_width_}), doc_start,
                    parts_.attention.heads, parts_.attention.kv_heads, att,
                    a.saved, options_.attention);
@@ -314,10 +372,17 @@ void DecoderBlock::AttentionBackward(const Tensor& doc_start, Tensors& a,
   const Shape qkv_shape = {b, seq_len_, qkv_width_};
   const Shape att_shape = {b, seq_len_, local_width_};
   Tensor dqkv = a.dqkv.View(qkv_shape);
-  ::trellis::AttentionBackward(
-      datt.View(att_shape), a.qkv.View(qkv_shape), doc_start,
-      a.att.View(att_shape), a.saved, parts_.attention.heads,
-      parts_.attention.kv_heads, dqkv, options_.attention, GradWrite::kWrite);
+  if (context_ != nullptr) {
+    ContextTensors t = Context(a);
+    context_->Backward(datt.View(att_shape), a.qkv.View(qkv_shape), doc_start,
+                       a.att.View(att_shape), a.saved, parts_.attention.heads,
+                       parts_.attention.kv_heads, dqkv, t);
+  } else {
+    ::trellis::AttentionBackward(
+        datt.View(att_shape), a.qkv.View(qkv_shape), doc_start,
+        a.att.View(att_shape), a.saved, parts_.attention.heads,
+        parts_.attention.kv_heads, dqkv, options_.attention, GradWrite::kWrite);
+  }
   if (parts_.positions != nullptr) parts_.positions->Backward(dqkv, a);
   if (parts_.qk_norm != nullptr) parts_.qk_norm->BackwardInput(a.dqkv, a);
   MatmulBackwardInput(a.dqkv, parts_.attention.qkv_weight->value, a.dln1,

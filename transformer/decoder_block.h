@@ -51,6 +51,7 @@
 
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
+#include "parallel/context_parallel.h"
 #include "parallel/parameter.h"
 #include "parallel/tensor_parallel.h"
 #include "transformer/block_parts.h"
@@ -99,6 +100,10 @@ class DecoderBlock {
   // The expert-parallel group its MLP exchanges tokens over (null: none).
   // REQUIRES: outlives the block.
   void set_expert_group(Communicator* ep) { ep_ = ep; }
+  // Context parallelism: the block's windows are a cp rank's share and its
+  // attention is `context`'s (null: whole windows). REQUIRES: outlives the
+  // block; set before the first NewWorkspace.
+  void set_context(const ContextAttention* context) { context_ = context; }
   // Experts its MLP routes over (0: a dense MLP).
   int64_t RoutedExperts() const;
   // Adds the routing of the microbatch whose Forward just ran (its MLP's
@@ -156,6 +161,14 @@ class DecoderBlock {
   void ForwardActivations(Communicator& tp, const Tensor& x,
                           const Tensor& doc_start, Tensors& a,
                           Tensor& partial) const;
+  // The context attention's slots for `batch` windows, and its tensors
+  // among a's.
+  ContextSlots ContextShapes(int64_t batch) const;
+  static ContextTensors Context(const Tensors& a);
+  // Appends the context attention's slots: what it keeps at `kept`, its
+  // scratch in the workspace.
+  void AddContextSlots(int64_t batch, DType dtype, Place kept,
+                       std::vector<Slot>& slots) const;
   // Attention on the (position-mapped) qkv into a.att.
   void Attention(Tensors& a, const Tensor& doc_start) const;
   // Refills what the recompute mode dropped; the MLP's activation only
@@ -182,6 +195,7 @@ class DecoderBlock {
   ColumnParallelLinear qkv_proj_;
   RowParallelLinear out_proj_;
   Communicator* ep_ = nullptr;
+  const ContextAttention* context_ = nullptr;
 };
 
 }  // namespace trellis

@@ -113,8 +113,19 @@ class DecoderChunk : public ModelChunk {
     for (const auto& block : blocks_) block->set_expert_group(ep);
   }
   int64_t RoutedExperts() const override;
+  // Context parallelism: every window here is this cp rank's share
+  // (config.seq_len = T/cp tokens at the split's positions) and attention
+  // is `context`'s. REQUIRES: outlives the chunk; set before the first
+  // Forward.
+  void set_context(const ContextAttention* context);
 
  private:
+  // Calls add(row, position, run) for each run of `count` rows from the
+  // flattened (B, T) row `first` on whose window positions are
+  // consecutive (position: the run's first; runs end at windows and, under
+  // context parallelism, at the split's chunks).
+  template <typename Fn>
+  void ForEachPositionRun(int64_t first, int64_t count, Fn add) const;
   struct State;
   State& Acquire(int mb);
   State& Live(int mb);
@@ -202,6 +213,7 @@ class DecoderChunk : public ModelChunk {
   GradientWrites writes_;
   WeightGathers gathers_;
   const std::vector<Parameter*> no_unit_;
+  const ContextAttention* context_ = nullptr;
 };
 
 }  // namespace trellis

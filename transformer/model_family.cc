@@ -92,6 +92,7 @@ std::unique_ptr<ModelChunk> ModelFamily::NewChunk(const ModelConfig& config,
                                               *s.params, s.micro_batch,
                                               s.device, s.dtype, s.options);
   if (s.ep_comm != nullptr) chunk->set_expert_group(s.ep_comm);
+  if (s.context != nullptr) chunk->set_context(s.context);
   return chunk;
 }
 

@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "framework/tensor.h"
 #include "parallel/communicator.h"
+#include "parallel/context_parallel.h"
 #include "parallel/parameter.h"
 #include "transformer/block_parts.h"
 #include "transformer/chunk_options.h"
@@ -194,6 +195,9 @@ struct ChunkSetup {
   BlockOptions options;
   // The expert-parallel group (plan.expert_ranks ranks); null: none.
   Communicator* ep_comm = nullptr;
+  // Context parallelism: each window's attention over the cp group (its
+  // split gives the chunk's token positions); null: whole windows.
+  const ContextAttention* context = nullptr;
 };
 
 class ModelFamily {
@@ -214,6 +218,13 @@ class ModelFamily {
   // family without experts).
   virtual absl::Status CheckExpertParallel(const ModelConfig& config,
                                            int64_t ep) const;
+  // Whether `cp` ranks can split each window (parallel/context_parallel.h).
+  // Default: yes (its per-token work does not mix tokens outside
+  // attention).
+  virtual absl::Status CheckContextParallel(const ModelConfig& config,
+                                            int64_t cp) const {
+    return absl::OkStatus();
+  }
   // Whether the family's kernels run on `device`. Default: every device.
   virtual absl::Status CheckDevice(const ModelConfig& config,
                                    DeviceType device) const {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "framework/kernels/cpu_common.h"
@@ -274,7 +275,65 @@ void MergeCpu(int64_t rows, int64_t H, int64_t Tq, int64_t D, T* out, T* lse,
   }
 }
 
+// Copies `width` columns from column `from` of each of `rows` rows of src
+// (row stride ls) to column `to` of dst (row stride ld).
+template <typename T>
+void CopyBand(const T* src, int64_t ls, int64_t from, T* dst, int64_t ld,
+              int64_t to, int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy(src + r * ls + from, src + r * ls + from + width,
+              dst + r * ld + to);
+  }
+}
+
+// The widths of the q and kv bands of qkv, checked against q and kv.
+std::pair<int64_t, int64_t> Bands(const char* kernel, const Tensor& qkv,
+                                  int64_t n_head, int64_t n_kv_head,
+                                  const Tensor& q, const Tensor& kv) {
+  const int64_t parts = n_head + 2 * n_kv_head;
+  TRELLIS_CHECK(n_head > 0 && n_kv_head > 0 && qkv.ndim() == 3 &&
+                qkv.dim(2) % parts == 0)
+      << kernel << ": qkv " << ShapeString(qkv.shape()) << ", " << n_head
+      << " heads, " << n_kv_head << " kv heads";
+  const int64_t d = qkv.dim(2) / parts;
+  const Shape qs{qkv.dim(0), qkv.dim(1), n_head * d};
+  const Shape kvs{qkv.dim(0), qkv.dim(1), 2 * n_kv_head * d};
+  TRELLIS_CHECK(q.shape() == qs && kv.shape() == kvs)
+      << kernel << ": q " << ShapeString(q.shape()) << " and kv "
+      << ShapeString(kv.shape()) << ", expected " << ShapeString(qs) << " and "
+      << ShapeString(kvs);
+  return {qs[2], kvs[2]};
+}
+
 }  // namespace
+
+void SplitQkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, Tensor& q,
+              Tensor& kv) {
+  const char* kernel = "SplitQkv";
+  RequireCpu(kernel, {&qkv, &q, &kv});
+  RequireDType(kernel, qkv.dtype(), {&q, &kv});
+  const auto [wq, wkv] = Bands(kernel, qkv, n_head, n_kv_head, q, kv);
+  const int64_t rows = qkv.dim(0) * qkv.dim(1), w = qkv.dim(2);
+  DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    CopyBand(qkv.data<T>(), w, 0, q.data<T>(), wq, 0, rows, wq);
+    CopyBand(qkv.data<T>(), w, wq, kv.data<T>(), wkv, 0, rows, wkv);
+  });
+}
+
+void JoinQkv(const Tensor& dq, const Tensor& dkv, int64_t n_head,
+             int64_t n_kv_head, Tensor& dqkv) {
+  const char* kernel = "JoinQkv";
+  RequireCpu(kernel, {&dq, &dkv, &dqkv});
+  RequireDType(kernel, dqkv.dtype(), {&dq, &dkv});
+  const auto [wq, wkv] = Bands(kernel, dqkv, n_head, n_kv_head, dq, dkv);
+  const int64_t rows = dqkv.dim(0) * dqkv.dim(1), w = dqkv.dim(2);
+  DispatchFloat(kernel, dqkv.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    CopyBand(dq.data<T>(), wq, 0, dqkv.data<T>(), w, 0, rows, wq);
+    CopyBand(dkv.data<T>(), wkv, 0, dqkv.data<T>(), w, wq, rows, wkv);
+  });
+}
 
 void BlockAttentionForward(const Tensor& q, const Tensor& kv,
                            const BlockMask& mask, int64_t n_head,

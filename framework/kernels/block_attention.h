@@ -61,6 +61,15 @@ void BlockAttentionBackward(const Tensor& dout, const Tensor& q,
                             int64_t n_head, int64_t n_kv_head, Tensor& dq,
                             Tensor& dkv);
 
+// q (B, T, H·D) and kv (B, T, 2·Hkv·D) = the two bands of qkv (B, T,
+// (H + 2·Hkv)·D) as attention.h lays it out (queries, then keys and
+// values), copied out.
+void SplitQkv(const Tensor& qkv, int64_t n_head, int64_t n_kv_head, Tensor& q,
+              Tensor& kv);
+// dqkv = [dq | dkv], written (the inverse of SplitQkv).
+void JoinQkv(const Tensor& dq, const Tensor& dkv, int64_t n_head,
+             int64_t n_kv_head, Tensor& dqkv);
+
 }  // namespace trellis
 
 #endif  // TRELLIS_FRAMEWORK_KERNELS_BLOCK_ATTENTION_H_

@@ -9,14 +9,14 @@ TEST(BootstrapTest, SingleHasAGroupOfOneForEveryKind) {
   ParallelContext context = ParallelContext::Single();
   const ProcessGroups& g = context.groups();
   for (Communicator* c :
-       {g.world, g.tp, g.dp, g.pp, g.embed, g.ep, g.expert_dp}) {
+       {g.world, g.tp, g.dp, g.pp, g.embed, g.ep, g.expert_dp, g.cp}) {
     ASSERT_NE(c, nullptr);
     EXPECT_EQ(c->size(), 1);
     EXPECT_EQ(c->rank(), 0);
   }
   EXPECT_EQ(g.tp->name(), "tp");
   EXPECT_EQ(context.mesh().world(), 1);
-  EXPECT_EQ(context.communicators().size(), 7u);
+  EXPECT_EQ(context.communicators().size(), 8u);
   // Moving the context keeps the group pointers valid.
   ParallelContext moved = std::move(context);
   EXPECT_EQ(moved.groups().dp, g.dp);

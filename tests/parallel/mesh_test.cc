@@ -83,7 +83,9 @@ const std::vector<int>& ExpectedGroup(const BruteForce& b, GroupKind kind,
     }
     case GroupKind::kEp:
     case GroupKind::kExpertDp:
-      // Checked by ExpertGroupsFoldIntoDataParallel.
+    case GroupKind::kCp:
+      // Checked by ExpertGroupsFoldIntoDataParallel and
+      // ContextGroupsFoldIntoDataParallel.
       break;
   }
   return scratch;
@@ -283,6 +285,41 @@ TEST(MeshTest, ExpertGroupsFoldIntoDataParallel) {
     EXPECT_FALSE(bad.ok()) << ep;
     EXPECT_NE(bad.status().message().find("--ep="), std::string::npos);
   }
+}
+
+// Context parallelism cuts each dp group into runs of cp consecutive
+// ranks (one replica's window split); the dp group keeps all of them for
+// the gradients. cp must divide dp and does not combine with ep yet.
+TEST(MeshTest, ContextGroupsFoldIntoDataParallel) {
+  absl::StatusOr<Mesh> base = Mesh::Create(16, 4, 2, 2);
+  ASSERT_TRUE(base.ok()) << base.status();
+  for (const int cp : {1, 2, 4}) {
+    SCOPED_TRACE(testing::Message() << "cp=" << cp);
+    absl::StatusOr<Mesh> mesh = base->WithContextParallel(cp);
+    ASSERT_TRUE(mesh.ok()) << mesh.status();
+    EXPECT_EQ(mesh->cp(), cp);
+    for (int rank = 0; rank < mesh->world(); ++rank) {
+      const std::vector<int> dp = mesh->DpGroup(rank);
+      ASSERT_EQ(dp.size(), 4u);
+      const int d = mesh->Coord(rank).d;
+      std::vector<int> want;
+      for (int i = 0; i < cp; ++i) want.push_back(dp[d - d % cp + i]);
+      EXPECT_EQ(mesh->Group(GroupKind::kCp, rank), want) << rank;
+      const Mesh::GroupSlot slot = mesh->Slot(GroupKind::kCp, rank);
+      EXPECT_EQ(slot.color, want.front());
+      EXPECT_EQ(want[slot.key], rank);
+    }
+  }
+  for (const int cp : {0, 3, 8}) {
+    const absl::StatusOr<Mesh> bad = base->WithContextParallel(cp);
+    EXPECT_FALSE(bad.ok()) << cp;
+    EXPECT_NE(bad.status().message().find("--cp="), std::string::npos);
+  }
+  absl::StatusOr<Mesh> experts = base->WithExpertParallel(2);
+  ASSERT_TRUE(experts.ok());
+  const absl::StatusOr<Mesh> both = experts->WithContextParallel(2);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("--ep=2"), std::string::npos);
 }
 
 }  // namespace

@@ -100,6 +100,8 @@ TrainOptions Unusual() {
   o.tp = 3;
   o.pp = 2;
   o.ep = 3;
+  o.cp = 2;
+  o.cp_comm = "a2a";
   o.mesh_order = "dp-tp-pp";
   o.schedule = ScheduleKind::kZeroBubbleH1;
   o.virtual_stages = 2;
@@ -137,7 +139,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 80);  // 28 model + 30 run + 22 layout and device options
+  EXPECT_EQ(lines, 82);  // 28 model + 30 run + 24 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

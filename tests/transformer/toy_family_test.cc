@@ -4,6 +4,7 @@
 // of GPT-2's or Llama's. Its whole model's gradient matches central finite
 // differences, and a model cut into two pipeline stages computes the same
 // loss and gradients as the whole one.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -127,6 +128,17 @@ class ToyPositions : public BlockPositions {
     ASSERT_TRUE(tables.ok()) << tables.status();
     t.cos.CopyFrom(tables->cos);
     t.sin.CopyFrom(tables->sin);
+  }
+  void FillTablesAt(const std::vector<int32_t>& positions,
+                    BlockTensors& t) const override {
+    const int32_t last = *std::max_element(positions.begin(), positions.end());
+    absl::StatusOr<RopeTables> tables =
+        RopeTable(head_dim_, last + 1, 100.0, RopeScaling{}, t.cos.dtype());
+    ASSERT_TRUE(tables.ok()) << tables.status();
+    for (size_t i = 0; i < positions.size(); ++i) {
+      t.cos.Narrow(i, 1).CopyFrom(tables->cos.Narrow(positions[i], 1));
+      t.sin.Narrow(i, 1).CopyFrom(tables->sin.Narrow(positions[i], 1));
+    }
   }
   void Forward(Tensor& qkv, int64_t first,
                const BlockTensors& t) const override {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "framework/status.h"
+#include "parallel/context_parallel.h"
 #include "parallel/schedule.h"
 #include "transformer/config.h"
 #include "transformer/model_family.h"
@@ -221,20 +222,60 @@ absl::Status CheckExpertLayout(const TrainOptions& o) {
   return absl::OkStatus();
 }
 
+// Context parallelism: cp splits each window into 2·cp chunks; what does
+// not cover it yet is refused.
+absl::Status CheckContextLayout(const TrainOptions& o) {
+  TRELLIS_RETURN_IF_ERROR(
+      ContextSplit::Check(o.model.seq_len, static_cast<int>(o.cp)));
+  TRELLIS_ASSIGN_OR_RETURN(const ContextComm comm, ParseContextComm(o.cp_comm));
+  if (o.cp == 1) return absl::OkStatus();
+  TRELLIS_RETURN_IF_ERROR(
+      FamilyOf(o.model).CheckContextParallel(o.model, o.cp));
+  // All-to-all gives each cp rank 1/cp of this tp rank's heads (key/value
+  // heads fewer than tp are replicated, one per rank).
+  const int64_t heads = o.model.n_head / o.tp;
+  const int64_t kv_heads = std::max<int64_t>(1, o.model.kv_heads() / o.tp);
+  if (comm == ContextComm::kAllToAll &&
+      (heads % o.cp != 0 || kv_heads % o.cp != 0)) {
+    return Bad(absl::StrCat(
+        "--cp_comm=a2a splits each tensor-parallel rank's heads over --cp=",
+        o.cp, ", but it holds ", heads, " query and ", kv_heads,
+        " key/value heads (--n_head=", o.model.n_head,
+        " --n_kv_heads=", o.model.kv_heads(), " over --tp=", o.tp,
+        "); use --cp_comm=ring or a --cp dividing both"));
+  }
+  if (o.device == DeviceType::kCUDA) {
+    return Bad(absl::StrCat(
+        "--cp=", o.cp,
+        " runs on --device=cpu only for now (the blockwise attention has no "
+        "CUDA kernels yet); use --cp=1 on cuda"));
+  }
+  if (o.ep > 1) {
+    return Bad(absl::StrCat("--cp=", o.cp, " with --ep=", o.ep,
+                            ": context and expert parallelism do not combine "
+                            "yet; use one"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLayout(const TrainOptions& o, int world) {
-  if (o.tp < 1 || o.pp < 1 || o.dp < 0 || o.virtual_stages < 1) {
+  if (o.tp < 1 || o.pp < 1 || o.dp < 0 || o.cp < 1 || o.virtual_stages < 1) {
     return Bad(absl::StrCat("--tp=", o.tp, " --pp=", o.pp, " --dp=", o.dp,
+                            " --cp=", o.cp,
                             " --virtual_stages=", o.virtual_stages,
                             ": sizes must be ≥ 1 (dp may be 0: derived)"));
   }
-  const int64_t model_parallel = o.tp * o.pp;
+  const int64_t model_parallel = o.cp * o.tp * o.pp;
   if (o.dp * model_parallel != world) {
-    return Bad(
-        absl::StrCat("layout dp=", o.dp, " × tp=", o.tp, " × pp=", o.pp, " = ",
-                     o.dp * model_parallel, " does not match the world size ",
-                     world, "; launch ", o.dp * model_parallel,
-                     " ranks or choose sizes whose ", "product is ", world));
+    const std::string cp =
+        o.cp > 1 ? absl::StrCat(" × cp=", o.cp) : std::string();
+    return Bad(absl::StrCat(
+        "layout dp=", o.dp, cp, " × tp=", o.tp, " × pp=", o.pp, " = ",
+        o.dp * model_parallel, " does not match the world size ", world,
+        "; launch ", o.dp * model_parallel, " ranks or choose sizes whose ",
+        "product is ", world));
   }
+  TRELLIS_RETURN_IF_ERROR(CheckContextLayout(o));
   TRELLIS_RETURN_IF_ERROR(FamilyOf(o.model).CheckTensorParallel(o.model, o.tp));
   TRELLIS_RETURN_IF_ERROR(CheckExpertLayout(o));
   const int64_t chunks = o.pp * o.virtual_stages;
@@ -265,12 +306,13 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
                      "rows over the tensor-parallel ranks); --tp=",
                      o.tp, ": raise --tp or drop --sequence_parallel"));
   }
-  const int64_t rows = o.micro_batch_size * o.model.seq_len;
+  const int64_t rows = o.micro_batch_size * o.local_seq_len();
   if (o.sequence_parallel && rows % o.tp != 0) {
-    return Bad(absl::StrCat(
-        "--sequence_parallel needs --micro_batch_size × --seq_len = ",
-        o.micro_batch_size, " × ", o.model.seq_len, " = ", rows,
-        " rows divisible by --tp=", o.tp, "; change one of them"));
+    return Bad(
+        absl::StrCat("--sequence_parallel needs --micro_batch_size × --seq_len",
+                     o.cp > 1 ? " / --cp" : "", " = ", o.micro_batch_size,
+                     " × ", o.local_seq_len(), " = ", rows,
+                     " rows divisible by --tp=", o.tp, "; change one of them"));
   }
   const int64_t per_step = o.dp * o.micro_batch_size;
   if (o.global_batch_size % per_step != 0) {
@@ -300,13 +342,17 @@ absl::Status TrainOptions::Resolve(int world, int64_t vocab_size) {
   TRELLIS_RETURN_IF_ERROR(model.Validate());
   TRELLIS_RETURN_IF_ERROR(CheckScalars(*this));
   TRELLIS_RETURN_IF_ERROR(CheckSizes(*this));
-  if (dp == 0 && tp > 0 && pp > 0) {
-    if (world % (tp * pp) != 0) {
-      return Bad(absl::StrCat("the world size ", world,
-                              " is not divisible by tp × pp = ", tp, " × ", pp,
-                              "; launch a multiple of ", tp * pp, " ranks"));
+  if (dp == 0 && tp > 0 && pp > 0 && cp > 0) {
+    const int64_t others = cp * tp * pp;
+    if (world % others != 0) {
+      const std::string factors =
+          cp > 1 ? absl::StrCat("cp × tp × pp = ", cp, " × ", tp, " × ", pp)
+                 : absl::StrCat("tp × pp = ", tp, " × ", pp);
+      return Bad(absl::StrCat("the world size ", world, " is not divisible by ",
+                              factors, "; launch a multiple of ", others,
+                              " ranks"));
     }
-    dp = world / (tp * pp);
+    dp = world / others;
   }
   return CheckLayout(*this, world);
 }

@@ -92,6 +92,13 @@ namespace trellis {
   X(Layout, int64_t, ep, 1,                                                   \
     "expert-parallel size: each MoE layer's experts split over ep "           \
     "data-parallel ranks, which exchange tokens (divides dp)")                \
+  X(Layout, int64_t, cp, 1,                                                   \
+    "context-parallel size: each window's tokens split over cp ranks per "    \
+    "replica (world = dp·cp·tp·pp)")                                          \
+  X(Layout, std::string, cp_comm, "ring",                                     \
+    "how cp ranks attend over the split window: ring (key/value blocks "      \
+    "passed round) or a2a (all-to-all to a head split; heads on each tp "     \
+    "rank divisible by cp)")                                                  \
   X(Layout, std::string, mesh_order, "tp-dp-pp",                              \
     "mesh axes, fastest-varying first")                                       \
   X(Layout, ScheduleKind, schedule, ScheduleKind::k1F1B,                      \
@@ -158,6 +165,11 @@ struct TrainOptions {
   TRELLIS_PARALLEL_OPTIONS(TRELLIS_TRAIN_OPTION_FIELD)
 #undef TRELLIS_TRAIN_OPTION_FIELD
 
+  // The ranks that average gradients and shard ZeRO state: the dp replicas
+  // and, within each, the cp ranks that split its windows.
+  int64_t gradient_replicas() const { return dp * cp; }
+  // Tokens of each window a rank holds: seq_len / cp.
+  int64_t local_seq_len() const { return model.seq_len / cp; }
   // Microbatches per data-parallel rank per step.
   int64_t microbatches() const {
     return global_batch_size / (dp * micro_batch_size);

@@ -130,7 +130,8 @@ absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
                                        int source) {
   const int64_t b = options.micro_batch_size;
   std::vector<int64_t> mine;
-  for (size_t i = coord.d; i < starts.size(); i += options.dp) {
+  // Windows go round the replicas; a replica's cp ranks share its windows.
+  for (size_t i = coord.d / options.cp; i < starts.size(); i += options.dp) {
     mine.push_back(starts[i]);
   }
   // Pad to whole microbatches; padded rows are not counted.
@@ -187,7 +188,8 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
     TRELLIS_RETURN_IF_ERROR(
         CheckCheckpointMatches(dir, state, options.model, d, d.path()));
   }
-  if (groups.tp->size() != options.tp || groups.dp->size() != options.dp ||
+  if (groups.tp->size() != options.tp ||
+      groups.dp->size() != options.gradient_replicas() ||
       groups.pp->size() != options.pp) {
     return absl::InvalidArgumentError(
         "the process groups do not match the layout flags");
@@ -224,7 +226,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   config.micro_batch = options.micro_batch_size;
   config.seed = options.seed;
   config.dp = static_cast<int>(options.dp);
-  config.dp_rank = coord.d;
+  config.dp_rank = static_cast<int>(coord.d / options.cp);
   config.reads_tokens = e->model_->reads_tokens();
   config.document_mask = options.document_mask;
   config.prefetch = false;  // evaluation reads its windows itself

@@ -14,6 +14,34 @@ namespace {
 // alignment, so that the plan counts exactly what the arena reserves.
 constexpr int64_t kLossBlock = MemoryArena::kAlignment / sizeof(double);
 
+// The context attention over the cp group, or null without --cp.
+std::unique_ptr<ContextAttention> NewStageContext(const TrainOptions& o,
+                                                  const ProcessGroups& groups) {
+  if (o.cp == 1) return nullptr;
+  TRELLIS_CHECK(groups.cp != nullptr && groups.cp->size() == o.cp);
+  absl::StatusOr<ContextComm> comm = ParseContextComm(o.cp_comm);
+  TRELLIS_CHECK(comm.ok()) << comm.status();  // Resolve checked it.
+  return NewContextAttention(
+      *comm, *groups.cp,
+      ContextSplit(o.model.seq_len, static_cast<int>(o.cp), groups.cp->rank()));
+}
+
+BlockOptions StageBlockOptions(const TrainOptions& o) {
+  BlockOptions block;
+  block.recompute = o.recompute;
+  block.attention = o.attention;
+  // Zero-bubble schedules run W apart from B: only they need the weight
+  // gradients' inputs kept per microbatch.
+  block.defer_weight_grads = o.schedule == ScheduleKind::kZeroBubbleH1;
+  block.loss_chunk_rows = o.head_chunk_rows();
+  block.bias_grad_epilogue = o.bias_grad_epilogue;
+  block.residual_in_gemm = o.residual_in_gemm;
+  block.document_mask = o.document_mask;
+  block.eod_mask_loss = o.eod_mask_loss;
+  block.sequence_parallel = o.sequence_parallel;
+  return block;
+}
+
 }  // namespace
 
 StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
@@ -44,23 +72,17 @@ StageModel::StageModel(const TrainOptions& options, const ProcessGroups& groups,
                              dtype, params_);
     plans.push_back(plan);
   }
-  // Zero-bubble schedules run W apart from B: only they need the weight
-  // gradients' inputs kept per microbatch.
-  BlockOptions block;
-  block.recompute = options.recompute;
-  block.attention = options.attention;
-  block.defer_weight_grads = options.schedule == ScheduleKind::kZeroBubbleH1;
-  block.loss_chunk_rows = options.head_chunk_rows();
-  block.bias_grad_epilogue = options.bias_grad_epilogue;
-  block.residual_in_gemm = options.residual_in_gemm;
-  block.document_mask = options.document_mask;
-  block.eod_mask_loss = options.eod_mask_loss;
-  block.sequence_parallel = options.sequence_parallel;
+  // Under context parallelism the chunks see windows of seq_len / cp
+  // tokens (the parameters above were declared for whole windows).
+  context_ = NewStageContext(options, groups);
+  ModelConfig local = options.model;
+  local.seq_len = options.local_seq_len();
+  const BlockOptions block = StageBlockOptions(options);
   for (const ChunkPlan& plan : plans) {
     chunks_.push_back(family.NewChunk(
-        options.model,
+        local,
         ChunkSetup{plan, tp, groups.tp, &params_, options.micro_batch_size,
-                   device, dtype, block, groups.ep}));
+                   device, dtype, block, groups.ep, context_.get()}));
   }
   const int v = static_cast<int>(options.virtual_stages);
   if (schedules != nullptr) {
@@ -111,13 +133,20 @@ void StageModel::Allocate(ParameterFill fill) {
 
 Shape StageModel::StepDataShape() const {
   return {StepDataParts() * options_.microbatches(), options_.micro_batch_size,
-          options_.model.seq_len};
+          options_.local_seq_len()};
 }
 
 Shape StageModel::StepWeightShape() const {
   if (!last_stage() || !options_.eod_mask_loss) return {};
   return {options_.microbatches(), options_.micro_batch_size,
-          options_.model.seq_len};
+          options_.local_seq_len()};
+}
+
+MicroBatch StageModel::Share(const MicroBatch& full) const {
+  if (context_ == nullptr) return full;
+  const ContextSplit& split = context_->split();
+  return MicroBatch{split.Take(full.tokens), split.Take(full.targets),
+                    split.Take(full.doc_start), split.Take(full.loss_weight)};
 }
 
 std::vector<ChunkPlan> StageModel::chunk_plans() const {
@@ -176,8 +205,12 @@ void StageModel::BeginStep(const std::vector<MicroBatch>& microbatches) {
   if (reads_tokens()) {
     std::vector<std::pair<const Tensor*, Tensor*>> copies;
     const int64_t k = StepDataParts();
+    // This rank's share of each window (the batch itself without cp),
+    // copied out by Upload before it returns.
+    std::vector<MicroBatch> shares;
+    for (const MicroBatch& full : microbatches) shares.push_back(Share(full));
     for (int64_t i = 0; i < m; ++i) {
-      const MicroBatch& host = microbatches[i];
+      const MicroBatch& host = shares[i];
       MicroBatch& mb = microbatches_[i];
       const Shape shape = host.tokens.shape();
       mb.tokens = step_data_.Narrow(k * i, 1).View(shape);
@@ -370,8 +403,10 @@ std::pair<double, int64_t> StageModel::ForwardOnly(
   const int v = static_cast<int>(options_.virtual_stages);
   for (size_t first = 0; first < microbatches.size(); first += step) {
     const size_t n = std::min(step, microbatches.size() - first);
-    microbatches_.assign(microbatches.begin() + first,
-                         microbatches.begin() + first + n);
+    microbatches_.clear();
+    for (size_t i = first; i < first + n; ++i) {
+      microbatches_.push_back(Share(microbatches[i]));
+    }
     eval_rows_.assign(rows.begin() + first, rows.begin() + first + n);
     const PipelineBufferSlots slots = ForwardOnlySlots(static_cast<int>(n));
     PipelineExecutor executor(
@@ -393,7 +428,7 @@ void StageModel::EvaluateForward(int v, int mb) {
   // No loss scale: losses only, no gradient is touched.
   RunForward(v, mb, 0.0);
   if (c.plan().has_head) {
-    const int64_t t = options_.model.seq_len;
+    const int64_t t = options_.local_seq_len();
     const Tensor host = ReadToHost(c.TokenLosses(mb));
     for (int64_t i = 0; i < eval_rows_[mb] * t; ++i) {
       eval_.loss_sum += host.dtype() == DType::kF64 ? host.data<double>()[i]

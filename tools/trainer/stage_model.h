@@ -190,6 +190,10 @@ class StageModel : public PipelineStageCallbacks {
   Device device_;
   DType dtype_;
   ParameterSet params_;
+  // Context parallelism: the attention over the cp group (its split picks
+  // this rank's tokens of every window); null without it. Declared before
+  // the chunks, which hold it.
+  std::unique_ptr<ContextAttention> context_;
   std::vector<std::unique_ptr<ModelChunk>> chunks_;  // by virtual stage
   // This stage's training schedule, its buffer slots, and the slots
   // planned (training and evaluation).
@@ -202,6 +206,9 @@ class StageModel : public PipelineStageCallbacks {
   // The step's microbatches on device_: views of step_data_ (tokens,
   // targets and doc starts of each microbatch) and step_weights_, filled
   // by upload_.
+  // This rank's share of each window of `full` (the batch itself without
+  // context parallelism): tokens, targets, document starts, loss weights.
+  MicroBatch Share(const MicroBatch& full) const;
   std::vector<MicroBatch> microbatches_;
   Tensor step_data_;     // StepDataShape() int32, on ranks that read tokens
   Tensor step_weights_;  // StepWeightShape() float32, when not empty

@@ -30,11 +30,15 @@ double Seconds(std::chrono::steady_clock::time_point start) {
 
 // The communicators handed in must form the layout the options describe.
 absl::Status CheckGroups(const TrainOptions& o, const ProcessGroups& g) {
-  if (g.tp->size() != o.tp || g.dp->size() != o.dp || g.pp->size() != o.pp) {
+  // The dp group spans the replicas and, within each, its cp ranks.
+  const int cp = g.cp != nullptr ? g.cp->size() : 1;
+  if (g.tp->size() != o.tp || g.dp->size() != o.gradient_replicas() ||
+      g.pp->size() != o.pp || cp != o.cp) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the process groups (tp ", g.tp->size(), ", dp ", g.dp->size(), ", pp ",
-        g.pp->size(), ") do not match the layout --tp=", o.tp, " --dp=", o.dp,
-        " --pp=", o.pp, "; build the ParallelContext from the same sizes"));
+        "the process groups (tp ", g.tp->size(), ", dp ", g.dp->size(), ", cp ",
+        cp, ", pp ", g.pp->size(), ") do not match the layout --tp=", o.tp,
+        " --dp=", o.dp, " --cp=", o.cp, " --pp=", o.pp,
+        "; build the ParallelContext from the same sizes"));
   }
   return absl::OkStatus();
 }
@@ -206,7 +210,8 @@ absl::Status Trainer::OpenData() {
   data.micro_batch = o.micro_batch_size;
   data.seed = o.seed;
   data.dp = static_cast<int>(o.dp);
-  data.dp_rank = coord_.d;
+  // The cp ranks of a replica read the same windows (each takes its share).
+  data.dp_rank = static_cast<int>(coord_.d / o.cp);
   data.reads_tokens = model_->reads_tokens();
   data.document_mask = o.document_mask;
   data.eod_mask_loss = o.eod_mask_loss;
@@ -313,7 +318,7 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
   StepMetrics m;
   const double dp_wait_s = gradients_->Finish(trace);
   // Reported only when there is data parallelism to wait on.
-  m.dp_wait_ms = options_.dp > 1 ? 1e3 * dp_wait_s : 0.0;
+  m.dp_wait_ms = options_.gradient_replicas() > 1 ? 1e3 * dp_wait_s : 0.0;
   {
     const ScopedTraceSpan span = phase("optimizer");
     GuardedUpdate(m);

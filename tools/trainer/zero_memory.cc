@@ -72,7 +72,8 @@ size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o) {
       elements += items[i].elements;
       bucket_of[i] = static_cast<int>(b);
     }
-    elements = (elements + o.dp - 1) / o.dp * o.dp;
+    const int64_t n = o.gradient_replicas();
+    elements = (elements + n - 1) / n * n;
     bytes[b] = static_cast<size_t>(elements) * value_bytes;
   }
   // A unit holds its buckets whole; one is computed while the next is
@@ -124,7 +125,7 @@ size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
   }
   return GradientBuckets::PlanBoundBytes(
       items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024),
-      static_cast<int>(o.dp), groups, early, largest_bucket);
+      static_cast<int>(o.gradient_replicas()), groups, early, largest_bucket);
 }
 
 size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
@@ -177,7 +178,8 @@ size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
     largest_group = std::max(largest_group, static_cast<size_t>(sum));
   }
   for (int64_t e : bucket_elements) {
-    const int64_t padded = (e + o.dp - 1) / o.dp * o.dp;
+    const int64_t n = o.gradient_replicas();
+    const int64_t padded = (e + n - 1) / n * n;
     largest_bucket = std::max(largest_bucket, static_cast<size_t>(padded));
   }
   return 2 * moment_bytes * largest_group +
@@ -191,7 +193,8 @@ MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
   const size_t in_flight =
       o.zero >= 2 ? PlanBucketsInFlight(model, o, replicated, &largest_bucket)
                   : 0;
-  const size_t dp = static_cast<size_t>(o.dp);
+  // Gradients are averaged, and ZeRO shards, over dp × cp ranks.
+  const size_t dp = static_cast<size_t>(o.gradient_replicas());
   size_t staging = 0;
   if (staged_reduce_scatter && dp > 1) {
     staging = o.zero == 1 ? (replicated.gradients + dp - 1) / dp
@@ -199,8 +202,8 @@ MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
                                 ((largest_bucket + dp - 1) / dp);
   }
   const size_t gathered = o.zero >= 3 ? PlanGatheredUnits(model, o) : 0;
-  MemoryPlan plan =
-      ShardOverDp(replicated, o.zero, o.dp, in_flight, staging, gathered);
+  MemoryPlan plan = ShardOverDp(replicated, o.zero, o.gradient_replicas(),
+                                in_flight, staging, gathered);
   plan.checkpoint = PlanCheckpointIo(model, o, replicated);
   return plan;
 }

@@ -1,5 +1,8 @@
 #include "transformer/llama/rope_positions.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace trellis {
 namespace {
 
@@ -35,6 +38,15 @@ class RopePositions : public BlockPositions {
     tables.cos.CopyFrom(t->cos);
     tables.sin.CopyFrom(t->sin);
   }
+  void FillTablesAt(const std::vector<int32_t>& positions,
+                    BlockTensors& tables) const override {
+    const int32_t last = *std::max_element(positions.begin(), positions.end());
+    absl::StatusOr<RopeTables> t =
+        RopeTable(head_dim_, last + 1, theta_, scaling_, tables.cos.dtype());
+    TRELLIS_CHECK(t.ok()) << t.status();
+    tables.cos.CopyFrom(GatherRows(t->cos, positions));
+    tables.sin.CopyFrom(GatherRows(t->sin, positions));
+  }
   void Forward(Tensor& qkv, int64_t first,
                const BlockTensors& tables) const override {
     // The kernel rotates row r of a window by the angle of table row r:
@@ -48,6 +60,19 @@ class RopePositions : public BlockPositions {
   }
 
  private:
+  // Rows `rows` of a host table, in that order.
+  static Tensor GatherRows(const Tensor& table,
+                           const std::vector<int32_t>& rows) {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    Tensor out = Tensor::Empty({n, table.dim(1)}, table.dtype());
+    const size_t row_bytes = table.dim(1) * DTypeSize(table.dtype());
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(static_cast<char*>(out.raw()) + i * row_bytes,
+                  static_cast<const char*>(table.raw()) + rows[i] * row_bytes,
+                  row_bytes);
+    }
+    return out;
+  }
   static Tensor Rows(const Tensor& table, int64_t first, int64_t n) {
     return first == 0 && table.dim(0) == n ? table : table.Narrow(first, n);
   }

@@ -74,8 +74,12 @@ void CheckpointResumeTest::ExpectResumesUnderAnyLayout(const std::string& data,
   ASSERT_EQ(full.size(), static_cast<size_t>(kSteps));
   const std::string checkpoint = o.save_dir + "/" + CheckpointName(kSaveStep);
 
+  // The last splits each window over cp 2 (world dp·cp·tp·pp = 4).
+  Layout context{1, 2, 1};
+  context.cp = 2;
   const std::vector<Layout> layouts = {Layout{1, 4, 2}, Layout{1, 1, 4},
-                                       Layout{1, 1, 1}, Layout{2, 2, 2}};
+                                       Layout{1, 1, 1}, Layout{2, 2, 2},
+                                       context};
   std::vector<int> sizes;
   for (const Layout& l : layouts) sizes.push_back(l.world());
   mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
@@ -98,6 +102,47 @@ void CheckpointResumeTest::ExpectResumesUnderAnyLayout(const std::string& data,
         EXPECT_NEAR(resumed[i], want, 1e-4 * std::abs(want))
             << layout.Name() << " step " << kSaveStep + i + 1;
       }
+    }
+  });
+}
+
+// A run under context parallelism (dp2·cp2·tp2) saves the same
+// layout-free checkpoint: resumed on one rank, under dp 2 and under cp 4 it
+// follows the same loss curve.
+TEST_F(CheckpointResumeTest, ContextParallelCheckpointsResumeWithoutCp) {
+  TrainOptions o = Options();
+  o.save_dir = *dir_ + "/context";
+  o.save_every = kSaveStep;
+  Layout source{2, 2, 1};
+  source.cp = 2;
+  std::vector<double> full;
+  {
+    absl::StatusOr<mpitest::LayoutRun> run =
+        mpitest::StartLayout(*runtime_, source, o, MPI_COMM_WORLD);
+    ASSERT_TRUE(run.ok()) << run.status();
+    ASSERT_TRUE(run->trainer->Run().ok());
+    full = run->trainer->losses();
+  }
+  ASSERT_EQ(full.size(), static_cast<size_t>(kSteps));
+  Layout four{1, 1, 1};
+  four.cp = 4;
+  const std::vector<Layout> layouts = {Layout{1, 1, 1}, Layout{2, 1, 1}, four};
+  std::vector<int> sizes;
+  for (const Layout& l : layouts) sizes.push_back(l.world());
+  mpitest::RunSideBySide(sizes, [&](int job, MPI_Comm comm) {
+    const Layout& layout = layouts[job];
+    TrainOptions r = Options();
+    r.resume = o.save_dir + "/" + CheckpointName(kSaveStep);
+    absl::StatusOr<mpitest::LayoutRun> run =
+        mpitest::StartLayout(*runtime_, layout, r, comm);
+    ASSERT_TRUE(run.ok()) << layout.Name() << ": " << run.status();
+    ASSERT_TRUE(run->trainer->Run().ok()) << layout.Name();
+    const std::vector<double>& resumed = run->trainer->losses();
+    ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - kSaveStep));
+    for (int i = 0; i < kSteps - kSaveStep; ++i) {
+      const double want = full[kSaveStep + i];
+      EXPECT_NEAR(resumed[i], want, 1e-4 * std::abs(want))
+          << layout.Name() << " step " << kSaveStep + i + 1;
     }
   });
 }

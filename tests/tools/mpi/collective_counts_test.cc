@@ -19,7 +19,15 @@
 //                 N·C floats; and one all-reduce of two doubles (the
 //                 stage's gradient squares and the loss, both sums);
 //   embed (pp > 1, first or last stage): one all-reduce of the local `wte`
-//                 gradient.
+//                 gradient;
+//   cp (cp > 1):  per block and microbatch, with K the (B, T/cp, 2·C/tp)
+//                 key/value block: the ring's cp-1 sends of K forward and
+//                 2·(cp-1)+1 backward (the blocks and their gradients);
+//                 all-to-all's 4 exchanges of cp-1 sends each (qkv, the
+//                 output; backward the output's and qkv's gradients), with
+//                 (cp-1)/cp of the rank's 3·N·C/tp (qkv) or N·C/tp floats
+//                 on the wire. Rows are then N = B·T/cp, and dp spans
+//                 dp·cp ranks.
 // The world group carries two all-reduces per step, none for a world of
 // one: the step guard's verdict (one double), then the maxima (three
 // doubles: the bubble, the memory high-water mark, the stop check). The
@@ -124,13 +132,15 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
                             bool bucket_per_parameter) {
   const StagePlan plan = PlanFor(o, coord.p);
   const int64_t m = o.microbatches();
-  const int64_t n = o.micro_batch_size * o.model.seq_len;
+  const int64_t n = o.micro_batch_size * o.local_seq_len();
   const int64_t nc = n * o.model.d_model;
   Traffic t;
   CommStats& world = t.stats["world"];
   // The step guard's verdict (one float64), then the maxima: bubble,
   // memory high-water mark, stop check (three).
-  if (o.dp * o.tp * o.pp > 1) Add(world, CommOp::kAllReduce, 2, 4 * kDouble);
+  if (o.gradient_replicas() * o.tp * o.pp > 1) {
+    Add(world, CommOp::kAllReduce, 2, 4 * kDouble);
+  }
   CommStats& tp = t.stats["tp"];
   if (o.tp > 1) {
     const int64_t big = m * (4 * plan.layers + plan.first + plan.last);
@@ -145,7 +155,7 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
                       kFloat * m * plan.last * 3 * n + kDouble};
   }
   CommStats& dp = t.stats["dp"];
-  if (o.dp > 1) {
+  if (o.gradient_replicas() > 1) {
     const int64_t buckets = bucket_per_parameter ? LocalParameters(plan) : 1;
     const int64_t grads = kFloat * LocalElements(o, plan);
     Add(dp, CommOp::kAllReduce, buckets + 1, grads + kDouble);
@@ -162,6 +172,22 @@ Traffic ExpectedStepTraffic(const TrainOptions& o, MeshCoord coord,
   // Dense models send nothing over the expert-parallel groups.
   t.stats["ep"];
   t.stats["expert-dp"];
+  CommStats& cp = t.stats["cp"];
+  if (o.cp > 1) {
+    const int64_t width = nc / o.tp;  // one rank's N·C/tp
+    const int64_t blocks = m * plan.layers;
+    if (o.cp_comm == "ring") {
+      const int64_t sends = blocks * (3 * o.cp - 2);
+      Add(cp, CommOp::kSend, sends, kFloat * sends * 2 * width);
+      Add(cp, CommOp::kRecv, sends, kFloat * sends * 2 * width);
+    } else {
+      const int64_t sends = blocks * 4 * (o.cp - 1);
+      const int64_t floats =
+          blocks * 2 * (3 * width + width) / o.cp * (o.cp - 1);
+      Add(cp, CommOp::kSend, sends, kFloat * floats);
+      Add(cp, CommOp::kRecv, sends, kFloat * floats);
+    }
+  }
   if (plan.first || plan.last) {
     CommStats& embed = t.stats["embed"];
     if (o.pp > 1) {
@@ -237,6 +263,13 @@ struct CountCase {
   int64_t loss_chunk_rows = 1024;  // N = 16 rows: 1024 means one chunk
 };
 
+mpitest::Layout CpLayout(int dp, int cp, int tp, int pp, const char* comm) {
+  mpitest::Layout layout{dp, tp, pp};
+  layout.cp = cp;
+  layout.cp_comm = comm;
+  return layout;
+}
+
 TEST_F(CollectiveCountsTest, TrainingStepTrafficFollowsTheLayout) {
   const std::vector<CountCase> cases = {
       {{2, 2, 2, "1f1b"}, false},
@@ -246,6 +279,13 @@ TEST_F(CollectiveCountsTest, TrainingStepTrafficFollowsTheLayout) {
       {{2, 1, 2, "gpipe"}, true},
       {{2, 2, 1}, true, 3},
       {{1, 1, 4, "1f1b"}, false},
+      {CpLayout(1, 2, 1, 1, "ring"), false},
+      {CpLayout(2, 2, 1, 1, "ring"), true},
+      {CpLayout(1, 4, 1, 1, "ring"), false},
+      {CpLayout(1, 2, 2, 2, "ring"), false},
+      {CpLayout(1, 2, 1, 1, "a2a"), false},
+      {CpLayout(1, 4, 1, 1, "a2a"), false},
+      {CpLayout(1, 2, 2, 2, "a2a"), true},
   };
   std::vector<int> sizes;
   for (const CountCase& c : cases) sizes.push_back(c.layout.world());

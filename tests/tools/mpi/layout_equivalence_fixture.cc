@@ -208,7 +208,8 @@ void LayoutEquivalenceTest::ExpectEveryElementHeld(const ParameterSet& params,
     }
   }
   world.AllReduce(held, ReduceOp::kSum);
-  EXPECT_EQ(held.data<int64_t>()[0], layout.dp * total);
+  // Each replica's cp ranks hold the whole model each.
+  EXPECT_EQ(held.data<int64_t>()[0], layout.dp * layout.cp * total);
 }
 
 }  // namespace trellis::layout_test

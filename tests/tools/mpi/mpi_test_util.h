@@ -141,14 +141,17 @@ struct Layout {
   std::string schedule = "1f1b";
   int virtual_stages = 1;
   int ep = 1;
+  int cp = 1;
+  std::string cp_comm = "ring";
 
-  int world() const { return dp * tp * pp; }
+  int world() const { return dp * cp * tp * pp; }
   // "dp2·tp2·pp2 1f1b", "dp1·tp1·pp2 interleaved-1f1b v2".
   std::string Name() const {
     std::string name = absl::StrCat("dp", dp, "·tp", tp, "·pp", pp);
     if (pp > 1) absl::StrAppend(&name, " ", schedule);
     if (virtual_stages > 1) absl::StrAppend(&name, " v", virtual_stages);
     if (ep > 1) absl::StrAppend(&name, " ep", ep);
+    if (cp > 1) absl::StrAppend(&name, " cp", cp, " ", cp_comm);
     return name;
   }
   void ApplyTo(TrainOptions& options) const {
@@ -158,6 +161,8 @@ struct Layout {
     options.schedule = ParseScheduleKind(schedule).value();
     options.virtual_stages = virtual_stages;
     options.ep = ep;
+    options.cp = cp;
+    options.cp_comm = cp_comm;
   }
 };
 
@@ -178,9 +183,11 @@ inline absl::StatusOr<LayoutRun> StartLayout(
     const MpiRuntime& runtime, const Layout& layout, TrainOptions options,
     MPI_Comm comm, MpiP2P pipeline_p2p = MpiP2P::kEager) {
   absl::StatusOr<Mesh> mesh =
-      Mesh::Create(layout.world(), layout.dp, layout.tp, layout.pp);
+      Mesh::Create(layout.world(), layout.dp * layout.cp, layout.tp, layout.pp);
   if (!mesh.ok()) return mesh.status();
   mesh = mesh->WithExpertParallel(layout.ep);
+  if (!mesh.ok()) return mesh.status();
+  mesh = mesh->WithContextParallel(layout.cp);
   if (!mesh.ok()) return mesh.status();
   absl::StatusOr<ParallelContext> context =
       ParallelContext::Create(runtime, *mesh, comm);

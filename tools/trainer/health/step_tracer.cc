@@ -19,14 +19,16 @@ StepTracer::StepTracer(const TrainOptions& options, const ProcessGroups& groups,
   path_ = absl::StrCat(options.trace_dir, "/", TraceFileName(rank));
   recorder_.SetProcessName(absl::StrCat("rank ", rank, " (d", coord.d, " t",
                                         coord.t, " p", coord.p, ")"));
-  for (const char* lane : {"step", "compute", "pp", "dp", "tp", "embed"}) {
+  for (const char* lane :
+       {"step", "compute", "pp", "dp", "tp", "embed", "cp"}) {
     recorder_.AddLane(lane);
   }
   const std::pair<Communicator * ProcessGroups::*, int> wrapped[] = {
       {&ProcessGroups::tp, kTensorParallelLane},
       {&ProcessGroups::dp, kDataParallelLane},
       {&ProcessGroups::pp, kPipelineLane},
-      {&ProcessGroups::embed, kEmbedLane}};
+      {&ProcessGroups::embed, kEmbedLane},
+      {&ProcessGroups::cp, kContextLane}};
   for (const auto& [member, lane] : wrapped) {
     if (groups.*member == nullptr) continue;
     wrappers_.push_back(std::make_unique<TracingCommunicator>(*(groups.*member),
@@ -40,6 +42,7 @@ StepTracer::StepTracer(const TrainOptions& options, const ProcessGroups& groups,
       {"dp", options.dp},
       {"tp", options.tp},
       {"pp", options.pp},
+      {"cp", options.cp},
       {"stage", coord.p},
       {"coord", {{"d", coord.d}, {"t", coord.t}, {"p", coord.p}}},
       {"schedule", ScheduleKindName(options.schedule)},

@@ -44,7 +44,8 @@ class StepTracer {
     kPipelineLane,
     kDataParallelLane,
     kTensorParallelLane,
-    kEmbedLane
+    kEmbedLane,
+    kContextLane  // the cp group's ring or all-to-all transfers
   };
 
   // REQUIRES: options resolved, with a trace_dir; `groups` outlive this.
@@ -53,7 +54,7 @@ class StepTracer {
   StepTracer(const TrainOptions& options, const ProcessGroups& groups,
              MeshCoord coord, std::shared_ptr<TraceClock> device_clock);
 
-  // The run's groups with tp, dp, pp and embed traced: hand these to the
+  // The run's groups with tp, dp, pp, embed and cp traced: hand these to the
   // model, executor, buckets and optimizer.
   const ProcessGroups& groups() const { return traced_; }
 

@@ -1,0 +1,117 @@
+// --cp and --cp_comm (context parallelism): the data-parallel size is
+// derived over cp, and every combination that cannot run is refused in one
+// line that names the flags to change.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tools/options/options.h"
+
+namespace trellis {
+namespace {
+
+using ::testing::HasSubstr;
+
+TrainOptions Small() {
+  TrainOptions o;
+  o.model.n_layer = 4;
+  o.model.n_head = 4;
+  o.model.d_model = 32;
+  o.model.seq_len = 16;
+  o.data = "tokens.h5";
+  o.micro_batch_size = 2;
+  o.global_batch_size = 16;
+  return o;
+}
+
+TEST(ContextOptionsTest, DataParallelSizeIsWhatCpLeaves) {
+  TrainOptions o = Small();
+  o.cp = 2;
+  o.tp = 2;
+  ASSERT_TRUE(o.Resolve(8, 257).ok());
+  EXPECT_EQ(o.dp, 2);
+  EXPECT_EQ(o.gradient_replicas(), 4);
+  EXPECT_EQ(o.local_seq_len(), 8);
+  EXPECT_EQ(o.microbatches(), 4);  // 16 / (dp 2 · 2): cp ranks share windows
+  o.cp_comm = "a2a";  // 4 heads over tp 2: 2 per rank, split over cp 2
+  EXPECT_TRUE(o.Resolve(8, 257).ok());
+}
+
+struct Bad {
+  std::string name;
+  int world;
+  std::function<void(TrainOptions&)> change;
+  std::vector<std::string> parts;  // each must appear
+};
+
+TEST(ContextOptionsTest, BadCombinationsNameTheFlags) {
+  const std::vector<Bad> cases = {
+      {"window not in 2·cp chunks",
+       2,
+       [](TrainOptions& o) {
+         o.cp = 2;
+         o.model.seq_len = 6;
+       },
+       {"--seq_len=6", "--cp"}},
+      {"world",
+       3,
+       [](TrainOptions& o) {
+         o.cp = 2;
+         o.dp = 1;
+       },
+       {"cp=2", "world size 3"}},
+      {"not divisible",
+       3,
+       [](TrainOptions& o) { o.cp = 2; },
+       {"cp × tp × pp = 2 × 1 × 1"}},
+      {"experts",
+       2,
+       [](TrainOptions& o) {
+         o.model.family = ModelFamilyKind("moe");
+         o.cp = 2;
+       },
+       {"--cp=2", "--family=moe"}},
+      {"unknown way",
+       2,
+       [](TrainOptions& o) {
+         o.cp = 2;
+         o.cp_comm = "p2p";
+       },
+       {"--cp_comm=p2p", "ring", "a2a"}},
+      {"a2a heads",
+       4,
+       [](TrainOptions& o) {
+         o.cp = 4;
+         o.model.n_head = 6;
+         o.model.d_model = 48;
+         o.cp_comm = "a2a";
+       },
+       {"--cp_comm=a2a", "--cp=4", "--n_head=6"}},
+      {"cuda",
+       2,
+       [](TrainOptions& o) {
+         o.cp = 2;
+         o.device = DeviceType::kCUDA;
+       },
+       {"--cp=2", "--device=cpu"}},
+  };
+  for (const Bad& c : cases) {
+    SCOPED_TRACE(c.name);
+    TrainOptions o = Small();
+    c.change(o);
+    const absl::Status status = o.Resolve(c.world, 257);
+    ASSERT_FALSE(status.ok());
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(status.message());
+    for (const std::string& part : c.parts) {
+      EXPECT_THAT(message, HasSubstr(part));
+    }
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace trellis
