@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "framework/kernels/attention.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
+#include "tools/plan/kernel_cost_measure.h"
 #include "tools/plan/pass_measure.h"
 #include "tools/trainer/health/peak_flops.h"
 
@@ -157,6 +159,42 @@ absl::StatusOr<ClusterSpec> Preset(const std::string& name) {
       " is neither a preset (h100-sxm-8xN, h200-8xN, cpu) nor a .json file"));
 }
 
+// The optional "kernel_costs": a table inline, or a file named relative to
+// the cluster file's directory; it must be of the cluster's device.
+absl::Status ReadKernelCosts(const nlohmann::json& j, const std::string& where,
+                             ClusterSpec& c) {
+  if (!j.contains("kernel_costs")) return absl::OkStatus();
+  const nlohmann::json& v = j.at("kernel_costs");
+  absl::StatusOr<KernelCosts> costs;
+  if (v.is_string()) {
+    std::filesystem::path path = v.get<std::string>();
+    if (path.is_relative()) {
+      path = std::filesystem::path(where).parent_path() / path;
+    }
+    costs = LoadKernelCosts(path.string());
+  } else if (v.is_object()) {
+    costs = KernelCostsFromJson(v, absl::StrCat(where, " (inline)"));
+  } else {
+    return Bad(where,
+               "field \"kernel_costs\" must name a kernel cost table file "
+               "(trellis-bench --profile --json=FILE) or hold one");
+  }
+  if (!costs.ok()) {
+    return Bad(where, absl::StrCat("field \"kernel_costs\": ",
+                                   costs.status().message()));
+  }
+  const std::string device = c.device == DeviceType::kCPU ? "cpu" : "cuda";
+  if (costs->device != device) {
+    return Bad(where,
+               absl::StrCat("field \"kernel_costs\" was measured on ",
+                            costs->device, " but the cluster runs on ", device,
+                            "; measure it on the cluster's "
+                            "device"));
+  }
+  c.kernel_costs = std::make_shared<const KernelCosts>(*std::move(costs));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& j,
@@ -230,29 +268,32 @@ absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& j,
         Positive(j, where, "split_backward_ratio",
                  "zero-bubble B + W over the fused backward, e.g. 1.05"));
   }
+  TRELLIS_RETURN_IF_ERROR(ReadKernelCosts(j, where, c));
   TRELLIS_ASSIGN_OR_RETURN(
       c.source, Text(j, where, "source", absl::StrCat("file ", where)));
   return c;
 }
 
 nlohmann::json ClusterToJson(const ClusterSpec& c) {
-  return {{"name", c.name},
-          {"device", c.device == DeviceType::kCPU ? "cpu" : "cuda"},
-          {"gpus_per_node", c.devices_per_node},
-          {"nodes", c.nodes},
-          {"memory_gib", c.memory_bytes / kGiB},
-          {"reserved_gib", c.reserved_bytes / kGiB},
-          {"peak_tflops", c.peak_flops / 1e12},
-          {"gemm_efficiency", c.gemm_efficiency},
-          {"attention_efficiency", c.attention_efficiency},
-          {"memory_bandwidth_gbs", c.memory_bandwidth / kGB},
-          {"intra_node_bandwidth_gbs", c.intra.bandwidth / kGB},
-          {"intra_node_latency_us", c.intra.latency / kMicro},
-          {"inter_node_bandwidth_gbs", c.inter.bandwidth / kGB},
-          {"inter_node_latency_us", c.inter.latency / kMicro},
-          {"async_collectives", c.async_collectives},
-          {"split_backward_ratio", c.split_backward_ratio},
-          {"source", c.source}};
+  nlohmann::json j = {{"name", c.name},
+                      {"device", c.device == DeviceType::kCPU ? "cpu" : "cuda"},
+                      {"gpus_per_node", c.devices_per_node},
+                      {"nodes", c.nodes},
+                      {"memory_gib", c.memory_bytes / kGiB},
+                      {"reserved_gib", c.reserved_bytes / kGiB},
+                      {"peak_tflops", c.peak_flops / 1e12},
+                      {"gemm_efficiency", c.gemm_efficiency},
+                      {"attention_efficiency", c.attention_efficiency},
+                      {"memory_bandwidth_gbs", c.memory_bandwidth / kGB},
+                      {"intra_node_bandwidth_gbs", c.intra.bandwidth / kGB},
+                      {"intra_node_latency_us", c.intra.latency / kMicro},
+                      {"inter_node_bandwidth_gbs", c.inter.bandwidth / kGB},
+                      {"inter_node_latency_us", c.inter.latency / kMicro},
+                      {"async_collectives", c.async_collectives},
+                      {"split_backward_ratio", c.split_backward_ratio},
+                      {"source", c.source}};
+  if (c.kernel_costs) j["kernel_costs"] = KernelCostsToJson(*c.kernel_costs);
+  return j;
 }
 
 absl::StatusOr<ClusterSpec> LoadCluster(const std::string& name_or_path) {
@@ -347,9 +388,13 @@ ClusterSpec MeasureCpuCluster() {
   c.inter = c.intra;
   c.async_collectives = false;
   c.split_backward_ratio = MeasureSplitBackward();
+  c.kernel_costs = std::make_shared<const KernelCosts>(MeasureKernelCosts(
+      Device::Cpu(), DType::kF32, [] {}, c.peak_flops, c.memory_bandwidth,
+      "measured on this machine's core when the cpu preset loaded"));
   c.source = absl::StrFormat(
       "measured on this machine: %s; attention %.0f%% of it; copies %.1f "
-      "GB/s; split backward %.3f of the fused one",
+      "GB/s; split backward %.3f of the fused one; kernel costs by shape "
+      "measured",
       gemm.what, 100 * c.attention_efficiency, c.memory_bandwidth / kGB,
       c.split_backward_ratio);
   return c;
