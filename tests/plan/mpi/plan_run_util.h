@@ -65,6 +65,7 @@ inline ClusterSpec MeasuredCluster(const MpiRuntime& runtime,
 struct Figures {
   std::string what;
   double predicted_ms = 0, measured_ms = 0;
+  double untabled_ms = 0;  // predicted without the kernel cost table; 0: not
   double planned_bytes = 0, arena_peak_bytes = 0;
 };
 
@@ -134,14 +135,18 @@ inline double TimeTolerance(std::string* status) {
   return loaded ? 0 : tolerance;
 }
 
-// The table of every row, and the worst errors.
+// The table of every row, and the worst errors; with `untabled`, a column
+// of the prediction without the kernel cost table and its error.
 inline std::string Table(const std::vector<Figures>& rows,
-                         const ClusterSpec& cluster, int timed) {
+                         const ClusterSpec& cluster, int timed,
+                         bool untabled = false) {
   std::string table = absl::StrFormat(
       "cluster: %s\n\n| layout | predicted ms | measured ms (median of %d) | "
-      "error | planned memory | arena peak | error |\n"
-      "|---|---|---|---|---|---|---|\n",
-      cluster.source, timed);
+      "error | planned memory | arena peak | error |%s\n"
+      "|---|---|---|---|---|---|---|%s\n",
+      cluster.source, timed,
+      untabled ? " without the table ms | its error |" : "",
+      untabled ? "---|---|" : "");
   double worst_time = 0, worst_memory = 0;
   for (const Figures& f : rows) {
     const double time = f.predicted_ms / f.measured_ms - 1;
@@ -149,10 +154,15 @@ inline std::string Table(const std::vector<Figures>& rows,
     worst_time = std::max(worst_time, std::abs(time));
     worst_memory = std::max(worst_memory, std::abs(memory));
     absl::StrAppendFormat(
-        &table, "| %s | %.1f | %.1f | %+.1f%% | %s | %s | %+.2f%% |\n", f.what,
+        &table, "| %s | %.1f | %.1f | %+.1f%% | %s | %s | %+.2f%% |", f.what,
         f.predicted_ms, f.measured_ms, 100 * time,
         Readable(static_cast<size_t>(f.planned_bytes)),
         Readable(static_cast<size_t>(f.arena_peak_bytes)), 100 * memory);
+    if (untabled) {
+      absl::StrAppendFormat(&table, " %.1f | %+.1f%% |", f.untabled_ms,
+                            100 * (f.untabled_ms / f.measured_ms - 1));
+    }
+    table += "\n";
   }
   absl::StrAppendFormat(&table,
                         "\nworst step-time error %.1f%%, worst memory error "
