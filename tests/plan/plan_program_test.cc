@@ -125,6 +125,10 @@ TEST(PlanProgramTest, ExplainBreaksTheBestLayoutDown) {
         "optimizer", "memory per rank"}) {
     EXPECT_THAT(o.out, HasSubstr(part));
   }
+  // The rates its kernels were costed at: this cluster file's own figures.
+  EXPECT_THAT(o.out, HasSubstr("kernel rates (the cluster's peak × "
+                               "efficiencies) on N = "));
+  EXPECT_THAT(o.out, HasSubstr("attention 0.006 TFLOP/s; element-wise 5 GB/s"));
   // A zero-2 and a sequence-parallel layout, by name.
   for (const auto& [name, shown] :
        {std::pair<std::string, std::string>{
@@ -229,10 +233,12 @@ TEST(PlanProgramTest, BenchProfileTableFeedsThePlan) {
   ASSERT_EQ(bench.code, 0) << bench.err;
   EXPECT_THAT(bench.out, HasSubstr("kernel costs (cpu, f32"));
   const std::string cluster = WriteCluster("small.json", SmallCluster(4));
-  const Output plan = Plan(absl::StrCat(kModel, " --cluster=", cluster,
-                                        " --profile=", summary, " --top=1"));
+  const Output plan = Plan(absl::StrCat(
+      kModel, " --cluster=", cluster, " --profile=", summary, " --explain=1"));
   ASSERT_EQ(plan.code, 0) << plan.err;
-  EXPECT_THAT(plan.out, HasSubstr("kernel costs by shape from"));
+  // The cluster file has no table: the profile's is what --explain shows.
+  EXPECT_THAT(plan.out,
+              HasSubstr("kernel rates (by shape, from the kernel cost table)"));
   nlohmann::json named = SmallCluster(4);
   named["kernel_costs"] = summary;
   const Output file = Plan(absl::StrCat(

@@ -311,6 +311,20 @@ double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
   return exposed;
 }
 
+KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster) {
+  const Sizes s = SizesOf(o, cluster);
+  const double flops = 2 * s.rows * static_cast<double>(BlockGemmElements(o));
+  KernelRates r;
+  r.by_shape = cluster.kernel_costs != nullptr;
+  r.rows = s.rows;
+  r.gemm_forward = flops / s.gemm_f;
+  r.gemm_backward_input = flops / s.gemm_b;
+  r.gemm_backward_weight = flops / s.gemm_w;
+  r.attention = s.attn_rate;
+  r.elementwise = s.memory_rate;
+  return r;
+}
+
 int64_t TransferBytes(const TrainOptions& o) {
   const int64_t rows = o.micro_batch_size * o.model.seq_len;
   const int64_t bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
