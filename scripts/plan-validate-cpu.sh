@@ -5,7 +5,8 @@
 #   scripts/plan-validate-cpu.sh [BUILD_DIR]   (default: build)
 #
 # First `trellis-bench --profile` measures this machine's kernel cost table
-# once; then, per shape (widths 64 to 512, sequence lengths 32 to 512),
+# once (scaled to its own profiled step of a 384-wide model); then, per
+# shape (widths 64 to 512, sequence lengths 32 to 512),
 # trellis-bench trains it on one rank (median of 5 timed steps, wall and
 # CPU time) and trellis-plan predicts the same step with that table, and
 # without it (the cpu preset's single sgemm rate and memcpy bandwidth, as
@@ -20,9 +21,10 @@ trap 'rm -rf "$work"' EXIT
 export OPENBLAS_NUM_THREADS=1
 bin=$build/bin
 
-"$bin/trellis-bench" --n_layer=1 --n_head=2 --d_model=64 --seq_len=32 \
-  --micro_batch_size=1 --global_batch_size=1 --steps=1 --warmup=0 \
-  --profile --json="$work/table.json" >/dev/null
+# The bench's own model (6 layers, 384 wide, T 256), one warm-up step and
+# one profiled: the table is scaled to that step's kernels.
+"$bin/trellis-bench" --steps=1 --warmup=1 --profile \
+  --json="$work/table.json" | grep "in the profiled step"
 # The cpu preset as measured now, less its table: the single-rate model.
 "$bin/trellis-plan" --n_layer=1 --n_head=2 --d_model=64 --seq_len=32 \
   --vocab_size=257 --global_batch_size=1 --cluster=cpu --world=1 --top=1 \

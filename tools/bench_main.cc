@@ -36,6 +36,7 @@
 #include "tools/bench/bench_device.h"
 #include "tools/bench/bench_report.h"
 #include "tools/options/program_help.h"
+#include "tools/plan/kernel_cost_calibrate.h"
 #include "tools/plan/kernel_cost_measure.h"
 #include "tools/trainer/trainer.h"
 
@@ -174,19 +175,38 @@ absl::StatusOr<double> PeakTflops(const BenchConfig& c,
 }
 
 // --profile: the device's kernel cost table, printed and kept for --json.
-void MeasureCostTable(const BenchConfig& c, const BenchDevice& device,
-                      BenchRun& run) {
+// `stepped`: the trainer's resolved options.
+void MeasureCostTable(const BenchConfig& c, const TrainOptions& stepped,
+                      const BenchDevice& device, BenchRun& run) {
   const Device where = c.cuda() ? Device::Cuda(device.index()) : Device::Cpu();
   const DType dtype =
       c.train.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
   std::printf("kernel cost table (%s, %s): measuring...\n",
               device.name().c_str(), run.precision.c_str());
   std::fflush(stdout);
-  const KernelCosts costs = MeasureKernelCosts(
+  KernelCosts costs = MeasureKernelCosts(
       where, dtype, [&] { device.Synchronize(); },
       run.peak_tflops > 0 ? run.peak_tflops * 1e12 : run.gemm.wall, 0,
       absl::StrCat("trellis-bench --profile on ", device.name(), " (",
                    run.device, ", ", run.precision, ")"));
+  // The kernels ran slower inside the profiled step than alone: scale the
+  // table to it, unless that step was the run's first (cold: pages not
+  // yet touched, nothing warmed).
+  if (stepped.steps < 2) {
+    std::printf(
+        "kernel cost table not scaled to the profiled step: it was the "
+        "run's first (give --steps of 2 or more)\n");
+  } else {
+    const StepCalibration k = CalibrateToStep(stepped, run.kernels, costs);
+    std::printf(
+        "in the profiled step: GEMMs %.2f ms (table alone %.2f), attention "
+        "%.2f ms (%.2f), AdamW %.2f ms (%.2f); rates scaled by %.3f, %.3f, "
+        "%.3f\n",
+        1e3 * k.gemm_measured, 1e3 * k.gemm_predicted,
+        1e3 * k.attention_measured, 1e3 * k.attention_predicted,
+        1e3 * k.adamw_measured, 1e3 * k.adamw_predicted, k.gemm, k.attention,
+        k.adamw);
+  }
   std::printf("%s", FormatKernelCosts(costs).c_str());
   run.kernel_costs = KernelCostsToJson(costs);
 }
@@ -272,8 +292,9 @@ absl::Status Bench(const BenchFlags& flags) {
       Readable(arena.peak_in_use).c_str(), arena.fallbacks,
       Readable(arena.fallback_bytes).c_str());
   // The table's largest operands need the memory the trainer held.
+  const TrainOptions stepped = trainer->options();
   trainer.reset();
-  if (c.profile) MeasureCostTable(c, device, run);
+  if (c.profile) MeasureCostTable(c, stepped, device, run);
   return WriteJson(c, run);
 }
 
