@@ -1,6 +1,7 @@
 // Scaling a kernel cost table to a profiled step: each kernel class's rates
 // by the table's predicted time for that step over the measured one, and
-// nothing for a class the step did not run.
+// nothing for a class the step did not run; and to measured passes, the
+// compute grids by one factor.
 #include "tools/plan/kernel_cost_calibrate.h"
 
 #include <gmock/gmock.h>
@@ -74,6 +75,25 @@ TEST(KernelCostCalibrateTest, FactorsAreClamped) {
   const StepCalibration s =
       CalibrateToStep(Step(), {{"MatmulForward", 1, 1e9}}, k);
   EXPECT_EQ(s.gemm, 0.25);
+}
+
+TEST(KernelCostCalibrateTest, PassesScaleTheComputeGridsByOneFactor) {
+  KernelCosts once = FlatTable(), twice = FlatTable();
+  PassTimes passes;
+  passes.forward = 0.002;
+  passes.fused_backward = 0.004;
+  const double f = CalibrateToPasses(Step(), passes, once);
+  passes.forward *= 2;
+  passes.fused_backward *= 2;
+  // Passes twice as slow: rates half as fast, whatever the table said.
+  const double g = CalibrateToPasses(Step(), passes, twice);
+  ASSERT_GT(f, 0.25);
+  ASSERT_LT(f, 4);
+  EXPECT_NEAR(g, f / 2, 1e-12);
+  EXPECT_NEAR(twice.gemm_forward.rates[0], 1e11 * g, 1e-3);
+  EXPECT_NEAR(twice.attention.rates[0], 5e10 * g, 1e-3);
+  EXPECT_NEAR(twice.elementwise.rates[0], 2e10 * g, 1e-3);
+  EXPECT_EQ(twice.adamw.rates[0], 1e10);  // not in a block's passes
 }
 
 }  // namespace

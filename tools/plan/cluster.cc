@@ -20,6 +20,7 @@
 #include "framework/kernels/attention.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
+#include "tools/plan/kernel_cost_calibrate.h"
 #include "tools/plan/kernel_cost_measure.h"
 #include "tools/plan/pass_measure.h"
 #include "tools/trainer/health/peak_flops.h"
@@ -352,9 +353,10 @@ double MeasureCopyBandwidth() {
   return 2.0 * kReps * kBytes / SecondsSince(start);
 }
 
-// A zero-bubble schedule's B + W over the fused backward, in CPU time, on
-// a small chunk of two GPT-2 blocks.
-double MeasureSplitBackward() {
+// The small chunk of two GPT-2 blocks whose passes are timed: for a
+// zero-bubble schedule's B + W over the fused backward, and the kernel cost
+// table's factor to real passes.
+TrainOptions SplitBackwardModel() {
   TrainOptions o;
   o.model.n_layer = 2;
   o.model.n_head = 4;
@@ -362,7 +364,7 @@ double MeasureSplitBackward() {
   o.model.seq_len = 64;
   o.model.vocab_size = 257;
   o.micro_batch_size = 2;
-  return MeasurePassTimes(o, 9).SplitRatio();
+  return o;
 }
 
 }  // namespace
@@ -387,16 +389,22 @@ ClusterSpec MeasureCpuCluster() {
   c.intra = {c.memory_bandwidth / 2 / 2, 5 * kMicro};
   c.inter = c.intra;
   c.async_collectives = false;
-  c.split_backward_ratio = MeasureSplitBackward();
-  c.kernel_costs = std::make_shared<const KernelCosts>(MeasureKernelCosts(
+  const TrainOptions blocks = SplitBackwardModel();
+  const PassTimes passes = MeasurePassTimes(blocks, 9);
+  c.split_backward_ratio = passes.SplitRatio();
+  // The table, scaled to the same blocks' measured passes (kernels alone
+  // keep their operands in cache; inside a pass they do not).
+  KernelCosts costs = MeasureKernelCosts(
       Device::Cpu(), DType::kF32, [] {}, c.peak_flops, c.memory_bandwidth,
-      "measured on this machine's core when the cpu preset loaded"));
+      "measured on this machine's core when the cpu preset loaded");
+  const double factor = CalibrateToPasses(blocks, passes, costs);
+  c.kernel_costs = std::make_shared<const KernelCosts>(std::move(costs));
   c.source = absl::StrFormat(
       "measured on this machine: %s; attention %.0f%% of it; copies %.1f "
       "GB/s; split backward %.3f of the fused one; kernel costs by shape "
-      "measured",
+      "measured, scaled x%.3f to two blocks' passes",
       gemm.what, 100 * c.attention_efficiency, c.memory_bandwidth / kGB,
-      c.split_backward_ratio);
+      c.split_backward_ratio, factor);
   return c;
 }
 

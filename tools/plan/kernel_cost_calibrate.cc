@@ -83,4 +83,39 @@ StepCalibration CalibrateToStep(const TrainOptions& o,
   return s;
 }
 
+double CalibrateToPasses(const TrainOptions& o, const PassTimes& passes,
+                         KernelCosts& costs) {
+  const ModelConfig& m = o.model;
+  const double rows = static_cast<double>(o.micro_batch_size * m.seq_len);
+  const double width = static_cast<double>(m.d_model);
+  const double seq = static_cast<double>(m.seq_len);
+  const double heads = static_cast<double>(m.n_head);
+  const double head_dim = static_cast<double>(m.HeadDim());
+  // One block's F, B and W as step_work.cc costs them (float32, tp = 1).
+  double block = 3 * 2 * rows * seq * heads * head_dim /
+                     AttentionRate(costs, seq, head_dim, heads) +
+                 3 * rows * 4 * (14 * width + 8 * 4 * width) /
+                     ElementwiseRate(costs, rows, width);
+  for (GemmPass pass : {GemmPass::kForward, GemmPass::kBackwardInput,
+                        GemmPass::kBackwardWeight}) {
+    for (const GemmShape& g : BlockGemmShapes(o)) {
+      block += GemmSeconds(costs, pass, rows, static_cast<double>(g.in),
+                           static_cast<double>(g.out), 4);
+    }
+  }
+  const double blocks = static_cast<double>(std::min<int64_t>(2, m.n_layer));
+  const double factor =
+      Factor(blocks * block, passes.forward + passes.fused_backward);
+  for (RateGrid* g :
+       {&costs.gemm_forward, &costs.gemm_backward_input,
+        &costs.gemm_backward_weight, &costs.attention, &costs.elementwise}) {
+    Scale(*g, factor);
+  }
+  absl::StrAppendFormat(&costs.source,
+                        "; scaled x%.3f to the measured passes of %g "
+                        "%lld-wide blocks",
+                        factor, blocks, static_cast<long long>(m.d_model));
+  return factor;
+}
+
 }  // namespace trellis

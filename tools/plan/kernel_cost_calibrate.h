@@ -21,6 +21,7 @@
 #include "framework/kernel_profile.h"
 #include "tools/options/options.h"
 #include "tools/plan/kernel_costs.h"
+#include "tools/plan/pass_measure.h"
 
 namespace trellis {
 
@@ -40,6 +41,15 @@ struct StepCalibration {
 StepCalibration CalibrateToStep(const TrainOptions& options,
                                 const std::vector<KernelTime>& kernels,
                                 KernelCosts& costs);
+
+// The same without a profiled step (the cpu preset): `passes` are the
+// measured forward and fused backward of one microbatch of a chunk of
+// min(2, n_layer) of `options`' blocks (MeasurePassTimes). The table's
+// time for those blocks' GEMMs, attention and element-wise kernels
+// against the measured scales all three grids by one factor, returned
+// (clamped to [1/4, 4]) and appended to costs.source.
+double CalibrateToPasses(const TrainOptions& options, const PassTimes& passes,
+                         KernelCosts& costs);
 
 }  // namespace trellis
 
