@@ -17,8 +17,10 @@
 #   generate           trellis-generate of that model, greedy: the tokens
 #                      on the device equal the CPU's
 #   bench:<preset>     trellis-bench, seq_len 1024, bf16, recompute off,
-#                      --profile (tokens/s, TFLOP/s, MFU, peak memory and
-#                      the per-kernel table), each followed by
+#                      --profile (tokens/s, TFLOP/s, MFU, peak memory, the
+#                      per-kernel table and the kernel cost table), and
+#                      trellis-plan's step for it from that table against
+#                      the measured one; each followed by
 #   torch:<preset>     a compiled PyTorch GPT-2 (or Llama, for a llama-*
 #                      preset) of the preset's shape
 #   llmc:<preset>      llm.c's GPT-2 trainer (when LLMC_DIR holds it) at

@@ -256,7 +256,40 @@ section_bench() {
   local preset="$1" bench_flags
   set_bench_flags "$preset"
   "$GC_BIN/trellis-bench" "${bench_flags[@]}" --profile \
-    --json="$GC_RESULTS/bench-$preset.json"
+    --json="$GC_RESULTS/bench-$preset.json" || return 1
+  plan_bench_step "$GC_RESULTS/bench-$preset.json"
+}
+
+# trellis-plan's step for the run in bench JSON $1, costed from the kernel
+# cost table that run measured (docs/planning.md, "Kernel cost tables"):
+# one line, predicted against the measured median.
+plan_bench_step() {
+  local json="$1" flags cluster=h100-sxm-8x1 layout predicted
+  [ "$GC_DRY" = 1 ] && cluster=cpu
+  flags="$(run_python -c '
+import json, sys
+j = json.load(open(sys.argv[1])); m = j["model"]
+flags = ["--family=" + m["family"], "--n_layer=%d" % m["n_layer"],
+         "--n_head=%d" % m["n_head"], "--d_model=%d" % m["d_model"],
+         "--seq_len=%d" % m["seq_len"], "--vocab_size=%d" % m["vocab_size"],
+         "--micro_batch_size=%d" % j["micro_batch_size"],
+         "--global_batch_size=%d" % j["global_batch_size"]]
+if m["family"] == "llama":
+    flags += ["--n_kv_heads=%d" % m["n_kv_heads"],
+              "--ffn_hidden=%d" % m["ffn_hidden"]]
+print(" ".join(flags))' "$json")" || return 1
+  layout="dp1.tp1.pp1/1f1b/v1/mbs${flags##*--micro_batch_size=}"
+  layout="${layout%% *}/z0/none"
+  # shellcheck disable=SC2086
+  predicted="$("$GC_BIN/trellis-plan" $flags --cluster="$cluster" --world=1 \
+    --profile="$json" --explain="$layout" | head -n 1)" || return 1
+  run_python -c '
+import json, re, sys
+measured = json.load(open(sys.argv[1]))["median"]["ms"]
+step = float(re.search(r"step ([0-9.]+) ms", sys.argv[2]).group(1))
+print("plan: %s predicted %.2f ms, measured %.2f ms (median): %+.1f%%"
+      % (sys.argv[3], step, measured, 100 * (step / measured - 1)))' \
+    "$json" "$predicted" "$layout"
 }
 
 section_attention() {

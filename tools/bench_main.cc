@@ -8,7 +8,10 @@
 // the model FLOP rate (FLOPs per token 6·N + 6·L·C·T, see
 // tools/bench/bench_report.h), MFU against the device's dense bf16 peak,
 // the ratio to the GEMM rate, and peak memory. --profile adds the per-kernel
-// time table of the last timed step; --json writes the summary.
+// time table of the last timed step and then measures the device's kernel
+// cost table (the GEMMs, attention, element-wise kernels and AdamW by shape,
+// tools/plan/kernel_cost_measure.h), which --json writes into the summary
+// under "kernel_costs" for trellis-plan --profile or a cluster file.
 // Use OPENBLAS_NUM_THREADS=1 for single-thread CPU figures.
 #include <time.h>
 #include <unistd.h>
@@ -33,6 +36,8 @@
 #include "tools/bench/bench_device.h"
 #include "tools/bench/bench_report.h"
 #include "tools/options/program_help.h"
+#include "tools/plan/kernel_cost_calibrate.h"
+#include "tools/plan/kernel_cost_measure.h"
 #include "tools/trainer/trainer.h"
 
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda");
@@ -79,7 +84,8 @@ ABSL_FLAG(double, peak_tflops, 0,
           "device peak in TFLOP/s for MFU (0: the known dense bf16 peak of "
           "H100 and H200 GPUs; none on cpu)");
 ABSL_FLAG(bool, profile, false,
-          "print the per-kernel time table of the last timed step");
+          "print the per-kernel time table of the last timed step, then "
+          "measure the device's kernel cost table by shape (into --json)");
 ABSL_FLAG(std::string, json, "", "write the summary as JSON to this file");
 
 namespace trellis {
@@ -168,6 +174,56 @@ absl::StatusOr<double> PeakTflops(const BenchConfig& c,
   return *known;
 }
 
+// --profile: the device's kernel cost table, printed and kept for --json.
+// `stepped`: the trainer's resolved options.
+void MeasureCostTable(const BenchConfig& c, const TrainOptions& stepped,
+                      const BenchDevice& device, BenchRun& run) {
+  const Device where = c.cuda() ? Device::Cuda(device.index()) : Device::Cpu();
+  const DType dtype =
+      c.train.precision == Precision::kBf16 ? DType::kBF16 : DType::kF32;
+  std::printf("kernel cost table (%s, %s): measuring...\n",
+              device.name().c_str(), run.precision.c_str());
+  std::fflush(stdout);
+  KernelCosts costs = MeasureKernelCosts(
+      where, dtype, [&] { device.Synchronize(); },
+      run.peak_tflops > 0 ? run.peak_tflops * 1e12 : run.gemm.wall, 0,
+      absl::StrCat("trellis-bench --profile on ", device.name(), " (",
+                   run.device, ", ", run.precision, ")"));
+  // The kernels ran slower inside the profiled step than alone: scale the
+  // table to it, unless that step was the run's first (cold: pages not
+  // yet touched, nothing warmed).
+  if (stepped.steps < 2) {
+    std::printf(
+        "kernel cost table not scaled to the profiled step: it was the "
+        "run's first (give --steps of 2 or more)\n");
+  } else {
+    const StepCalibration k = CalibrateToStep(stepped, run.kernels, costs);
+    std::printf(
+        "in the profiled step: GEMMs %.2f ms (table alone %.2f), attention "
+        "%.2f ms (%.2f), AdamW %.2f ms (%.2f); rates scaled by %.3f, %.3f, "
+        "%.3f\n",
+        1e3 * k.gemm_measured, 1e3 * k.gemm_predicted,
+        1e3 * k.attention_measured, 1e3 * k.attention_predicted,
+        1e3 * k.adamw_measured, 1e3 * k.adamw_predicted, k.gemm, k.attention,
+        k.adamw);
+  }
+  std::printf("%s", FormatKernelCosts(costs).c_str());
+  run.kernel_costs = KernelCostsToJson(costs);
+}
+
+// --json: the summary.
+absl::Status WriteJson(const BenchConfig& c, const BenchRun& run) {
+  if (c.json.empty()) return absl::OkStatus();
+  std::ofstream out(c.json, std::ios::trunc);
+  out << SummaryJson(run).dump(2) << "\n";
+  out.close();
+  if (!out) {
+    return absl::InternalError(
+        absl::StrCat("--json=", c.json, ": cannot write the summary"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Bench(const BenchFlags& flags) {
   TRELLIS_ASSIGN_OR_RETURN(BenchConfig c, ResolveBenchConfig(flags));
   TRELLIS_ASSIGN_OR_RETURN(BenchDevice device,
@@ -235,16 +291,11 @@ absl::Status Bench(const BenchFlags& flags) {
       Readable(trainer->arena().capacity()).c_str(),
       Readable(arena.peak_in_use).c_str(), arena.fallbacks,
       Readable(arena.fallback_bytes).c_str());
-  if (!c.json.empty()) {
-    std::ofstream out(c.json, std::ios::trunc);
-    out << SummaryJson(run).dump(2) << "\n";
-    out.close();
-    if (!out) {
-      return absl::InternalError(
-          absl::StrCat("--json=", c.json, ": cannot write the summary"));
-    }
-  }
-  return absl::OkStatus();
+  // The table's largest operands need the memory the trainer held.
+  const TrainOptions stepped = trainer->options();
+  trainer.reset();
+  if (c.profile) MeasureCostTable(c, stepped, device, run);
+  return WriteJson(c, run);
 }
 
 }  // namespace

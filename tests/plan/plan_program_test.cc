@@ -1,5 +1,6 @@
 // trellis-plan through the program: --help, --json's shape, --explain, a
-// bad cluster file as one line, and "nothing fits" as a table.
+// bad cluster file as one line, "nothing fits" as a table, and the kernel
+// cost table trellis-bench --profile writes as its --profile.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -124,6 +125,10 @@ TEST(PlanProgramTest, ExplainBreaksTheBestLayoutDown) {
         "optimizer", "memory per rank"}) {
     EXPECT_THAT(o.out, HasSubstr(part));
   }
+  // The rates its kernels were costed at: this cluster file's own figures.
+  EXPECT_THAT(o.out, HasSubstr("kernel rates (the cluster's peak × "
+                               "efficiencies) on N = "));
+  EXPECT_THAT(o.out, HasSubstr("attention 0.006 TFLOP/s; element-wise 5 GB/s"));
   // A zero-2 and a sequence-parallel layout, by name.
   for (const auto& [name, shown] :
        {std::pair<std::string, std::string>{
@@ -211,6 +216,41 @@ TEST(PlanProgramTest, TrainPlanOnlyExplainsItsLayoutAndAllocatesNothing) {
   EXPECT_EQ(bad.code, 1);
   EXPECT_THAT(bad.err, HasSubstr("trellis-train: error:"));
   EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
+
+// trellis-bench --profile measures the device's kernel cost table into its
+// --json summary; trellis-plan --profile reads it as the cluster's, a
+// cluster file can name it, and a damaged one is one line saying so.
+TEST(PlanProgramTest, BenchProfileTableFeedsThePlan) {
+  const std::string summary = absl::StrCat(::testing::TempDir(), "/",
+                                           ::getpid(), "_bench_profile.json");
+  const Output bench = RunProgram(
+      "bench", absl::StrCat("--n_layer=1 --n_head=2 --d_model=64 --seq_len=32 "
+                            "--micro_batch_size=1 --global_batch_size=1 "
+                            "--steps=1 --warmup=0 --gemm_size=128 --profile "
+                            "--json=",
+                            summary));
+  ASSERT_EQ(bench.code, 0) << bench.err;
+  EXPECT_THAT(bench.out, HasSubstr("kernel costs (cpu, f32"));
+  const std::string cluster = WriteCluster("small.json", SmallCluster(4));
+  const Output plan = Plan(absl::StrCat(
+      kModel, " --cluster=", cluster, " --profile=", summary, " --explain=1"));
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  // The cluster file has no table: the profile's is what --explain shows.
+  EXPECT_THAT(plan.out,
+              HasSubstr("kernel rates (by shape, from the kernel cost table)"));
+  nlohmann::json named = SmallCluster(4);
+  named["kernel_costs"] = summary;
+  const Output file = Plan(absl::StrCat(
+      kModel, " --cluster=", WriteCluster("named.json", named), " --top=1"));
+  EXPECT_EQ(file.code, 0) << file.err;
+  std::ofstream(summary) << "{\"kernel_costs\": {\"kernel_costs\": 1}}";
+  const Output bad = Plan(
+      absl::StrCat(kModel, " --cluster=", cluster, " --profile=", summary));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("kernel cost table"));
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+  std::remove(summary.c_str());
 }
 
 }  // namespace

@@ -213,6 +213,7 @@ nlohmann::json SummaryJson(const BenchRun& run) {
       {"peak_memory_what", run.memory_what},
       {"kernels", kernels}};
   if (run.peak_tflops > 0) j["peak_tflops"] = run.peak_tflops;
+  if (!run.kernel_costs.is_null()) j["kernel_costs"] = run.kernel_costs;
   return j;
 }
 

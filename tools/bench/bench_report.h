@@ -43,6 +43,9 @@ struct BenchRun {
   std::string memory_what;
   std::vector<StepSample> steps;
   std::vector<KernelTime> kernels;  // the profiled step's; empty if none
+  // --profile: the device's kernel cost table (tools/plan/kernel_costs.h)
+  // in its JSON form; null if none.
+  nlohmann::json kernel_costs;
 
   bool cuda() const { return device == "cuda"; }
   double tokens_per_step() const {

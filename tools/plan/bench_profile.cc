@@ -1,9 +1,12 @@
 #include "tools/plan/bench_profile.h"
 
 #include <algorithm>
+#include <memory>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "framework/status.h"
 #include "tools/options/options.h"
 #include "tools/plan/stage_facts.h"
 
@@ -19,6 +22,20 @@ absl::Status Bad(const std::string& where, const std::string& message) {
 
 absl::Status ApplyBenchProfile(const nlohmann::json& p,
                                const std::string& where, ClusterSpec& cluster) {
+  if (p.is_object() && p.contains("kernel_costs")) {
+    TRELLIS_ASSIGN_OR_RETURN(KernelCosts costs, KernelCostsFromJson(p, where));
+    const std::string device =
+        cluster.device == DeviceType::kCPU ? "cpu" : "cuda";
+    if (costs.device != device) {
+      return Bad(where, absl::StrCat("was measured on ", costs.device,
+                                     " but the cluster runs on ", device));
+    }
+    cluster.kernel_costs =
+        std::make_shared<const KernelCosts>(std::move(costs));
+    cluster.source =
+        absl::StrCat(cluster.source, "; kernel costs by shape from ", where);
+    return absl::OkStatus();
+  }
   if (!p.is_object() || !p.contains("kernels") || !p["kernels"].is_array() ||
       p["kernels"].empty()) {
     return Bad(where,

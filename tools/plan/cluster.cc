@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "framework/kernels/attention.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
+#include "tools/plan/kernel_cost_calibrate.h"
+#include "tools/plan/kernel_cost_measure.h"
 #include "tools/plan/pass_measure.h"
 #include "tools/trainer/health/peak_flops.h"
 
@@ -157,6 +160,42 @@ absl::StatusOr<ClusterSpec> Preset(const std::string& name) {
       " is neither a preset (h100-sxm-8xN, h200-8xN, cpu) nor a .json file"));
 }
 
+// The optional "kernel_costs": a table inline, or a file named relative to
+// the cluster file's directory; it must be of the cluster's device.
+absl::Status ReadKernelCosts(const nlohmann::json& j, const std::string& where,
+                             ClusterSpec& c) {
+  if (!j.contains("kernel_costs")) return absl::OkStatus();
+  const nlohmann::json& v = j.at("kernel_costs");
+  absl::StatusOr<KernelCosts> costs;
+  if (v.is_string()) {
+    std::filesystem::path path = v.get<std::string>();
+    if (path.is_relative()) {
+      path = std::filesystem::path(where).parent_path() / path;
+    }
+    costs = LoadKernelCosts(path.string());
+  } else if (v.is_object()) {
+    costs = KernelCostsFromJson(v, absl::StrCat(where, " (inline)"));
+  } else {
+    return Bad(where,
+               "field \"kernel_costs\" must name a kernel cost table file "
+               "(trellis-bench --profile --json=FILE) or hold one");
+  }
+  if (!costs.ok()) {
+    return Bad(where, absl::StrCat("field \"kernel_costs\": ",
+                                   costs.status().message()));
+  }
+  const std::string device = c.device == DeviceType::kCPU ? "cpu" : "cuda";
+  if (costs->device != device) {
+    return Bad(where,
+               absl::StrCat("field \"kernel_costs\" was measured on ",
+                            costs->device, " but the cluster runs on ", device,
+                            "; measure it on the cluster's "
+                            "device"));
+  }
+  c.kernel_costs = std::make_shared<const KernelCosts>(*std::move(costs));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& j,
@@ -230,29 +269,32 @@ absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& j,
         Positive(j, where, "split_backward_ratio",
                  "zero-bubble B + W over the fused backward, e.g. 1.05"));
   }
+  TRELLIS_RETURN_IF_ERROR(ReadKernelCosts(j, where, c));
   TRELLIS_ASSIGN_OR_RETURN(
       c.source, Text(j, where, "source", absl::StrCat("file ", where)));
   return c;
 }
 
 nlohmann::json ClusterToJson(const ClusterSpec& c) {
-  return {{"name", c.name},
-          {"device", c.device == DeviceType::kCPU ? "cpu" : "cuda"},
-          {"gpus_per_node", c.devices_per_node},
-          {"nodes", c.nodes},
-          {"memory_gib", c.memory_bytes / kGiB},
-          {"reserved_gib", c.reserved_bytes / kGiB},
-          {"peak_tflops", c.peak_flops / 1e12},
-          {"gemm_efficiency", c.gemm_efficiency},
-          {"attention_efficiency", c.attention_efficiency},
-          {"memory_bandwidth_gbs", c.memory_bandwidth / kGB},
-          {"intra_node_bandwidth_gbs", c.intra.bandwidth / kGB},
-          {"intra_node_latency_us", c.intra.latency / kMicro},
-          {"inter_node_bandwidth_gbs", c.inter.bandwidth / kGB},
-          {"inter_node_latency_us", c.inter.latency / kMicro},
-          {"async_collectives", c.async_collectives},
-          {"split_backward_ratio", c.split_backward_ratio},
-          {"source", c.source}};
+  nlohmann::json j = {{"name", c.name},
+                      {"device", c.device == DeviceType::kCPU ? "cpu" : "cuda"},
+                      {"gpus_per_node", c.devices_per_node},
+                      {"nodes", c.nodes},
+                      {"memory_gib", c.memory_bytes / kGiB},
+                      {"reserved_gib", c.reserved_bytes / kGiB},
+                      {"peak_tflops", c.peak_flops / 1e12},
+                      {"gemm_efficiency", c.gemm_efficiency},
+                      {"attention_efficiency", c.attention_efficiency},
+                      {"memory_bandwidth_gbs", c.memory_bandwidth / kGB},
+                      {"intra_node_bandwidth_gbs", c.intra.bandwidth / kGB},
+                      {"intra_node_latency_us", c.intra.latency / kMicro},
+                      {"inter_node_bandwidth_gbs", c.inter.bandwidth / kGB},
+                      {"inter_node_latency_us", c.inter.latency / kMicro},
+                      {"async_collectives", c.async_collectives},
+                      {"split_backward_ratio", c.split_backward_ratio},
+                      {"source", c.source}};
+  if (c.kernel_costs) j["kernel_costs"] = KernelCostsToJson(*c.kernel_costs);
+  return j;
 }
 
 absl::StatusOr<ClusterSpec> LoadCluster(const std::string& name_or_path) {
@@ -311,9 +353,10 @@ double MeasureCopyBandwidth() {
   return 2.0 * kReps * kBytes / SecondsSince(start);
 }
 
-// A zero-bubble schedule's B + W over the fused backward, in CPU time, on
-// a small chunk of two GPT-2 blocks.
-double MeasureSplitBackward() {
+// The small chunk of two GPT-2 blocks whose passes are timed: for a
+// zero-bubble schedule's B + W over the fused backward, and the kernel cost
+// table's factor to real passes.
+TrainOptions SplitBackwardModel() {
   TrainOptions o;
   o.model.n_layer = 2;
   o.model.n_head = 4;
@@ -321,7 +364,7 @@ double MeasureSplitBackward() {
   o.model.seq_len = 64;
   o.model.vocab_size = 257;
   o.micro_batch_size = 2;
-  return MeasurePassTimes(o, 9).SplitRatio();
+  return o;
 }
 
 }  // namespace
@@ -346,12 +389,22 @@ ClusterSpec MeasureCpuCluster() {
   c.intra = {c.memory_bandwidth / 2 / 2, 5 * kMicro};
   c.inter = c.intra;
   c.async_collectives = false;
-  c.split_backward_ratio = MeasureSplitBackward();
+  const TrainOptions blocks = SplitBackwardModel();
+  const PassTimes passes = MeasurePassTimes(blocks, 9);
+  c.split_backward_ratio = passes.SplitRatio();
+  // The table, scaled to the same blocks' measured passes (kernels alone
+  // keep their operands in cache; inside a pass they do not).
+  KernelCosts costs = MeasureKernelCosts(
+      Device::Cpu(), DType::kF32, [] {}, c.peak_flops, c.memory_bandwidth,
+      "measured on this machine's core when the cpu preset loaded");
+  const double factor = CalibrateToPasses(blocks, passes, costs);
+  c.kernel_costs = std::make_shared<const KernelCosts>(std::move(costs));
   c.source = absl::StrFormat(
       "measured on this machine: %s; attention %.0f%% of it; copies %.1f "
-      "GB/s; split backward %.3f of the fused one",
+      "GB/s; split backward %.3f of the fused one; kernel costs by shape "
+      "measured, scaled x%.3f to two blocks' passes",
       gemm.what, 100 * c.attention_efficiency, c.memory_bandwidth / kGB,
-      c.split_backward_ratio);
+      c.split_backward_ratio, factor);
   return c;
 }
 

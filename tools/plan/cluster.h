@@ -17,11 +17,13 @@
 #define TRELLIS_TOOLS_PLAN_CLUSTER_H_
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "tools/options/option_types.h"
+#include "tools/plan/kernel_costs.h"
 
 namespace trellis {
 
@@ -53,6 +55,11 @@ struct ClusterSpec {
   // gradients W needs and W re-reads them later (tools/plan/pass_measure.h
   // measures it). 1 where not measured.
   double split_backward_ratio = 1.0;
+  // The device's kernel costs by shape (tools/plan/kernel_costs.h); when
+  // set, GEMMs, attention and element-wise kernels cost what it says and
+  // the two efficiencies and the memory bandwidth above are not used for
+  // them. Null: every GEMM at peak × gemm_efficiency.
+  std::shared_ptr<const KernelCosts> kernel_costs;
   std::string source;  // where the figures come from
 
   int64_t world() const { return devices_per_node * nodes; }
@@ -64,7 +71,9 @@ struct ClusterSpec {
 
 // Reads a cluster from JSON (fields in docs/planning.md). `where` names the
 // source in errors. InvalidArgument names the first missing, non-numeric,
-// negative or out-of-range field in one line.
+// negative or out-of-range field in one line. The optional "kernel_costs"
+// is a table (kernel_costs.h) or the path of a file holding one, relative
+// to `where`'s directory; a table for another device is an error.
 absl::StatusOr<ClusterSpec> ClusterFromJson(const nlohmann::json& json,
                                             const std::string& where);
 // The spec as JSON in the same fields (ClusterFromJson reads it back).
@@ -76,9 +85,10 @@ absl::StatusOr<ClusterSpec> LoadCluster(const std::string& name_or_path);
 
 // This machine, measured now: one device per core, the float32 GEMM rate
 // of one core (as trellis-train's MFU does), the CPU attention kernel's
-// share of it, memory-copy bandwidth, the split backward's ratio to the
-// fused one (on a 2-block, 128-wide chunk, T = 64, 2 windows); MPI's
-// shared-memory transport estimated as two copies per message.
+// share of it, memory-copy bandwidth, the kernel cost table of one core
+// (kernel_cost_measure.h), the split backward's ratio to the fused one (on
+// a 2-block, 128-wide chunk, T = 64, 2 windows); MPI's shared-memory
+// transport estimated as two copies per message.
 ClusterSpec MeasureCpuCluster();
 
 }  // namespace trellis

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "parallel/schedule.h"
 #include "tools/options/option_types.h"
+#include "tools/plan/step_work.h"
 
 namespace trellis {
 namespace {
@@ -177,6 +178,15 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
         Ms(e.dp_gather_total),
         Ms(std::max(0.0, e.dp_gather_total - e.dp_gather)));
   }
+  const KernelRates r = PlanKernelRates(o, cluster);
+  absl::StrAppendFormat(
+      &out,
+      "  kernel rates (%s) on N = %g rows: a block's GEMMs F %.4g, B %.4g, "
+      "W %.4g TFLOP/s; attention %.4g TFLOP/s; element-wise %.4g GB/s\n",
+      r.by_shape ? "by shape, from the kernel cost table"
+                 : "the cluster's peak × efficiencies",
+      r.rows, r.gemm_forward / 1e12, r.gemm_backward_input / 1e12,
+      r.gemm_backward_weight / 1e12, r.attention / 1e12, r.elementwise / 1e9);
   absl::StrAppendFormat(
       &out, "  ZeRO level %d%s; sequence parallelism %s\n", o.zero,
       o.zero == 0   ? " (replicated)"

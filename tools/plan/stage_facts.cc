@@ -133,7 +133,7 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
   return stages;
 }
 
-int64_t BlockGemmElements(const TrainOptions& options) {
+std::vector<GemmShape> BlockGemmShapes(const TrainOptions& options) {
   ChunkPlan one;
   one.first_layer = 0;
   one.num_layers = 1;
@@ -143,11 +143,17 @@ int64_t BlockGemmElements(const TrainOptions& options) {
   FamilyOf(options.model)
       .DeclareParameters(options.model, one, TpPlace{options.tp, 0},
                          options.seed, Device::Cpu(), DType::kF32, params);
-  int64_t elements = 0;
+  std::vector<GemmShape> shapes;
   for (const Parameter* p : params.all()) {
     const Shape local = p->spec.LocalShape();
-    if (local.size() == 2) elements += NumElements(local);
+    if (local.size() == 2) shapes.push_back({local[0], local[1]});
   }
+  return shapes;
+}
+
+int64_t BlockGemmElements(const TrainOptions& options) {
+  int64_t elements = 0;
+  for (const GemmShape& s : BlockGemmShapes(options)) elements += s.in * s.out;
   return elements;
 }
 

@@ -60,6 +60,14 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
 // family's declared parameters.
 int64_t BlockGemmElements(const TrainOptions& options);
 
+// The local shapes of one transformer block's matrix weights on a tp rank,
+// as declared (the dense layers' (in, out) on GPT-2; the planner costs each
+// as a layer of that many inputs and outputs).
+struct GemmShape {
+  int64_t in = 0, out = 0;
+};
+std::vector<GemmShape> BlockGemmShapes(const TrainOptions& options);
+
 }  // namespace trellis
 
 #endif  // TRELLIS_TOOLS_PLAN_STAGE_FACTS_H_

@@ -9,6 +9,7 @@
 #include "parallel/mesh.h"
 #include "parallel/schedule.h"
 #include "tools/plan/comm_cost.h"
+#include "tools/plan/kernel_costs.h"
 #include "tools/plan/step_work.h"
 #include "transformer/config.h"
 #include "transformer/model_family.h"
@@ -93,9 +94,14 @@ double UpdateSeconds(const TrainOptions& o,
     const double owned = static_cast<double>(stage.local_parameters) /
                          (o.zero > 0 ? static_cast<double>(o.dp) : 1.0);
     const double bytes = owned * (kAdamBytes + (bf16 ? kAdamBf16Bytes : 0));
-    const double t = bytes / cluster.memory_bandwidth +
-                     CallSeconds(StepDpCalls(o, stage).update,
-                                 static_cast<int>(o.dp), dp_link);
+    // With a cost table: AdamW's measured rate on as many elements (its
+    // multi-tensor step walks them all in one call).
+    const double rate = cluster.kernel_costs
+                            ? AdamWRate(*cluster.kernel_costs, owned)
+                            : cluster.memory_bandwidth;
+    const double t =
+        bytes / rate + CallSeconds(StepDpCalls(o, stage).update,
+                                   static_cast<int>(o.dp), dp_link);
     update = std::max(update, t);
   }
   return update;

@@ -3,8 +3,10 @@
 //
 // Per chunk and microbatch, F, B and W cost their FLOPs at the cluster's
 // GEMM and attention rates plus their element-wise bytes at its memory
-// bandwidth, plus the tensor-parallel collectives they issue (blocking, in
-// the compute), as tools/plan/step_work.h lists them:
+// bandwidth (each kernel at its shape's rate when the cluster has a kernel
+// cost table, tools/plan/kernel_costs.h), plus the tensor-parallel
+// collectives they issue (blocking, in the compute), as
+// tools/plan/step_work.h lists them:
 //   GEMM FLOPs  2·N·(the block's local matrix elements) per block and pass
 //               (F; B the input gradients; W the weight gradients), and the
 //               fused LM head's 3 GEMMs of 2·N·(V/tp)·C in the last F;
@@ -31,6 +33,7 @@
 // part of its weight gathers that its compute does not hide (step_work.h:
 // the first unit's gather, and any later one's beyond the unit before it);
 // the gathers are not queued behind the gradient sync on the dp link.
+// AdamW's bytes go at the table's AdamW rate when there is one.
 //
 // Thread safety: pure functions.
 #ifndef TRELLIS_TOOLS_PLAN_STEP_COST_H_

@@ -6,6 +6,7 @@
 #include "framework/status.h"
 #include "parallel/schedule.h"
 #include "tools/plan/comm_cost.h"
+#include "tools/plan/kernel_costs.h"
 #include "transformer/config.h"
 
 namespace trellis {
@@ -27,14 +28,52 @@ struct Sizes {
   double bytes = 0;  // per activation element
   double attn = 0;   // n_head · head_dim / tp
   double vocab = 0;  // padded vocabulary / tp
-  double gemm = 0;   // a block's local matrix elements
-  double gemm_rate = 0, attn_rate = 0, memory_rate = 0;
+  // Seconds of a block's GEMMs per pass (forward, input and weight
+  // gradients) and of the LM head's three.
+  double gemm_f = 0, gemm_b = 0, gemm_w = 0, head_gemm = 0;
+  double attn_rate = 0, memory_rate = 0;
   double split_ratio = 1;    // ZB-H1's B + W over the fused backward
   double full_rows = 1;      // share of the rows the norms see: 1 or 1/tp
   int64_t hidden_bytes = 0;  // one (N, C) activation
   int tp = 1;
   bool sequence_parallel = false;
 };
+
+// The GEMMs' seconds and the attention and element-wise rates: from the
+// cluster's kernel cost table by shape, else at its peak × efficiencies and
+// its memory bandwidth.
+void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, Sizes& s) {
+  const std::vector<GemmShape> shapes = BlockGemmShapes(o);
+  if (cluster.kernel_costs == nullptr) {
+    const double rate = cluster.peak_flops * cluster.gemm_efficiency;
+    double elements = 0;
+    for (const GemmShape& g : shapes) elements += g.in * g.out;
+    s.gemm_f = s.gemm_b = s.gemm_w = 2 * s.rows * elements / rate;
+    s.head_gemm = 3 * 2 * s.rows * s.vocab * s.width / rate;
+    s.attn_rate = cluster.peak_flops * cluster.attention_efficiency;
+    s.memory_rate = cluster.memory_bandwidth;
+    return;
+  }
+  const KernelCosts& k = *cluster.kernel_costs;
+  for (const GemmShape& g : shapes) {
+    const double in = static_cast<double>(g.in);
+    const double out = static_cast<double>(g.out);
+    s.gemm_f += GemmSeconds(k, GemmPass::kForward, s.rows, in, out, s.bytes);
+    s.gemm_b +=
+        GemmSeconds(k, GemmPass::kBackwardInput, s.rows, in, out, s.bytes);
+    s.gemm_w +=
+        GemmSeconds(k, GemmPass::kBackwardWeight, s.rows, in, out, s.bytes);
+  }
+  // The head: logits (C in, V/tp out), d(ln_f) and its weight gradient.
+  for (GemmPass pass : {GemmPass::kForward, GemmPass::kBackwardInput,
+                        GemmPass::kBackwardWeight}) {
+    s.head_gemm += GemmSeconds(k, pass, s.rows, s.width, s.vocab, s.bytes);
+  }
+  const double heads = static_cast<double>(o.model.n_head) / o.tp;
+  s.attn_rate =
+      AttentionRate(k, s.seq, static_cast<double>(o.model.HeadDim()), heads);
+  s.memory_rate = ElementwiseRate(k, s.rows * s.full_rows, s.width);
+}
 
 Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
   const ModelConfig& m = o.model;
@@ -45,15 +84,12 @@ Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
   s.bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
   s.attn = static_cast<double>(m.n_head * m.HeadDim()) / o.tp;
   s.vocab = static_cast<double>(PaddedVocab(m.vocab_size, o.tp)) / o.tp;
-  s.gemm = static_cast<double>(BlockGemmElements(o));
-  s.gemm_rate = cluster.peak_flops * cluster.gemm_efficiency;
-  s.attn_rate = cluster.peak_flops * cluster.attention_efficiency;
-  s.memory_rate = cluster.memory_bandwidth;
   s.split_ratio = cluster.split_backward_ratio;
   s.hidden_bytes = static_cast<int64_t>(s.rows * s.width * s.bytes);
   s.tp = static_cast<int>(o.tp);
   s.sequence_parallel = o.sequence_parallel && o.tp > 1;
   s.full_rows = s.sequence_parallel ? 1.0 / static_cast<double>(o.tp) : 1.0;
+  RatesOf(o, cluster, s);
   return s;
 }
 
@@ -88,8 +124,7 @@ void Append(std::vector<PlannedCall>& to, const std::vector<PlannedCall>& more,
 
 // A block's forward compute: GEMMs, attention, element-wise.
 double BlockForwardCompute(const Sizes& s) {
-  return 2 * s.rows * s.gemm / s.gemm_rate +
-         2 * s.rows * s.seq * s.attn / s.attn_rate +
+  return s.gemm_f + 2 * s.rows * s.seq * s.attn / s.attn_rate +
          s.rows * s.bytes *
              (kElementwiseFull * s.width * s.full_rows +
               kElementwiseSplit * s.width * 4 / s.tp) /
@@ -179,8 +214,7 @@ double AddEmbeddingWork(const Sizes& s, ChunkWork& p) {
 double AddHeadWork(const TrainOptions& o, const Sizes& s, ChunkWork& p) {
   // Logits, d(ln_f) and the head's weight gradient, all in F; float32
   // logits written, read for the softmax and written as dlogits.
-  const double head_f = 3 * 2 * s.rows * s.vocab * s.width / s.gemm_rate +
-                        3 * 4 * s.rows * s.vocab / s.memory_rate;
+  const double head_f = s.head_gemm + 3 * 4 * s.rows * s.vocab / s.memory_rate;
   p.f.compute += head_f;
   const int64_t rows = static_cast<int64_t>(s.rows);
   const int64_t chunk = o.head_chunk_rows();
@@ -220,15 +254,14 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
   const int64_t layers = chunk.num_layers;
   const double l = static_cast<double>(layers);
   const double forward = BlockForwardCompute(s);
-  const double gemm = 2 * s.rows * s.gemm / s.gemm_rate;
   const PassWork redo = Recomputed(s, o.recompute);
   ChunkWork p;
   p.f.compute = l * forward;
   Append(p.f.tp, HiddenCalls(s, 2), layers);
-  // Input gradients: the GEMMs again, attention and element-wise twice.
-  p.b.compute = l * (gemm + 2 * (forward - gemm));
+  // Input gradients: their GEMMs, attention and element-wise twice.
+  p.b.compute = l * (s.gemm_b + 2 * (forward - s.gemm_f));
   Append(p.b.tp, HiddenCalls(s, 2), layers);
-  p.w.compute = l * gemm;
+  p.w.compute = l * s.gemm_w;
   if (o.schedule == ScheduleKind::kZeroBubbleH1) {
     // Split apart, B and W cost the measured ratio of the fused backward;
     // W reruns what recompute dropped as B did.
@@ -276,6 +309,20 @@ double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
   }
   if (total != nullptr) *total = all;
   return exposed;
+}
+
+KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster) {
+  const Sizes s = SizesOf(o, cluster);
+  const double flops = 2 * s.rows * static_cast<double>(BlockGemmElements(o));
+  KernelRates r;
+  r.by_shape = cluster.kernel_costs != nullptr;
+  r.rows = s.rows;
+  r.gemm_forward = flops / s.gemm_f;
+  r.gemm_backward_input = flops / s.gemm_b;
+  r.gemm_backward_weight = flops / s.gemm_w;
+  r.attention = s.attn_rate;
+  r.elementwise = s.memory_rate;
+  return r;
 }
 
 int64_t TransferBytes(const TrainOptions& o) {

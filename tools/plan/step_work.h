@@ -95,6 +95,19 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
 double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
                             bool async, double* total = nullptr);
 
+// The rates one microbatch's kernels of `o` are costed at on `cluster`: a
+// block's GEMMs per pass (their FLOPs over their time), attention, and
+// the element-wise kernels; by shape from the cluster's kernel cost table
+// when it has one, else its peak × efficiencies and memory bandwidth.
+struct KernelRates {
+  bool by_shape = false;
+  double rows = 0;  // N = micro_batch · T
+  double gemm_forward = 0, gemm_backward_input = 0, gemm_backward_weight = 0;
+  double attention = 0;    // FLOP/s
+  double elementwise = 0;  // bytes/s
+};
+KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster);
+
 // Bytes of the (N, C) hidden state a pipeline transfer of `o` carries
 // (this rank's N/tp rows under sequence parallelism).
 int64_t TransferBytes(const TrainOptions& o);

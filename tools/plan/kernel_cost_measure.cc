@@ -1,0 +1,242 @@
+#include "tools/plan/kernel_cost_measure.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "framework/kernels/adamw.h"
+#include "framework/kernels/attention.h"
+#include "framework/kernels/elementwise.h"
+#include "framework/kernels/gelu.h"
+#include "framework/kernels/layernorm.h"
+#include "framework/kernels/matmul.h"
+
+namespace trellis {
+namespace {
+
+// A round repeats the kernel until this long has passed.
+constexpr double kRoundSeconds = 2e-3;
+
+struct Grids {
+  std::vector<double> rows, sides, seq, head_dim, heads, ew_rows, ew_width;
+  std::vector<double> adamw;
+};
+
+Grids GridsFor(DeviceType device) {
+  if (device == DeviceType::kCPU) {
+    return {{32, 128, 512, 2048},
+            {64, 256, 1024},
+            {32, 64, 128, 256, 512},
+            {16, 32, 64, 128},
+            {4},
+            {32, 256, 2048},
+            {64, 256, 1024},
+            {1 << 14, 1 << 18, 1 << 22}};
+  }
+  return {{1024, 4096, 16384, 65536},
+          {768, 2048, 4096, 8192},
+          {256, 512, 1024, 2048, 4096, 8192},
+          {64, 128},
+          {8, 16, 32},
+          {1024, 8192, 65536},
+          {768, 2048, 8192},
+          {1 << 20, 1 << 23, 1 << 26}};
+}
+
+// Small non-zero values on the CPU (so that no kernel takes a zero fast
+// path); device tensors stay zero, which costs the same there.
+Tensor Filled(Shape shape, DType dtype, Device device) {
+  Tensor t = Tensor::Zeros(std::move(shape), dtype, device);
+  if (device.type == DeviceType::kCPU && dtype == DType::kF32) {
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      p[i] = 0.01f * static_cast<float>(i % 13) - 0.06f;
+    }
+  }
+  return t;
+}
+
+// Seconds per call of `run`: the faster of two rounds.
+double TimeCall(const std::function<void()>& run,
+                const std::function<void()>& synchronize) {
+  auto seconds_since = [](std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  };
+  const auto warm = std::chrono::steady_clock::now();
+  run();  // warm-up
+  synchronize();
+  // A call much longer than a round is timed once more, not twice.
+  const int rounds = seconds_since(warm) > 5 * kRoundSeconds ? 1 : 2;
+  double best = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const auto start = std::chrono::steady_clock::now();
+    int calls = 0;
+    double seconds = 0;
+    do {
+      run();
+      ++calls;
+      synchronize();
+      seconds = seconds_since(start);
+    } while (seconds < kRoundSeconds);
+    const double per_call = seconds / calls;
+    best = round == 0 ? per_call : std::min(best, per_call);
+  }
+  return best;
+}
+
+RateGrid Empty(std::vector<double> a, std::vector<double> b,
+               std::vector<double> c) {
+  RateGrid g;
+  g.axes = {std::move(a), std::move(b), std::move(c)};
+  g.rates.assign(g.size(), 0);
+  return g;
+}
+
+void MeasureGemms(Device device, DType dtype, const Grids& grids,
+                  const std::function<void()>& sync, KernelCosts& c) {
+  c.gemm_forward = Empty(grids.rows, grids.sides, grids.sides);
+  c.gemm_backward_input = c.gemm_forward;
+  c.gemm_backward_weight = c.gemm_forward;
+  const Tensor none;
+  for (size_t i = 0; i < grids.rows.size(); ++i) {
+    for (size_t j = 0; j < grids.sides.size(); ++j) {
+      for (size_t k = 0; k < grids.sides.size(); ++k) {
+        const auto n = static_cast<int64_t>(grids.rows[i]);
+        const auto in = static_cast<int64_t>(grids.sides[j]);
+        const auto out = static_cast<int64_t>(grids.sides[k]);
+        Tensor x = Filled({n, in}, dtype, device);
+        Tensor w = Filled({in, out}, dtype, device);
+        Tensor y = Filled({n, out}, dtype, device);
+        Tensor dx = Filled({n, in}, dtype, device);
+        Tensor dw = Filled({in, out}, dtype, device);
+        Tensor no_bias;
+        const double flops = 2.0 * n * in * out;
+        c.gemm_forward.at(i, j, k) =
+            flops / TimeCall([&] { MatmulForward(x, w, none, y); }, sync);
+        c.gemm_backward_input.at(i, j, k) =
+            flops / TimeCall([&] { MatmulBackwardInput(y, w, dx); }, sync);
+        c.gemm_backward_weight.at(i, j, k) =
+            flops /
+            TimeCall([&] { MatmulBackwardWeight(y, x, dw, no_bias); }, sync);
+      }
+    }
+  }
+}
+
+void MeasureAttention(Device device, DType dtype, const Grids& grids,
+                      const std::function<void()>& sync, KernelCosts& c) {
+  c.attention = Empty(grids.seq, grids.head_dim, grids.heads);
+  constexpr int64_t kBatch = 2;
+  for (size_t i = 0; i < grids.seq.size(); ++i) {
+    for (size_t j = 0; j < grids.head_dim.size(); ++j) {
+      for (size_t k = 0; k < grids.heads.size(); ++k) {
+        const auto t = static_cast<int64_t>(grids.seq[i]);
+        const auto d = static_cast<int64_t>(grids.head_dim[j]);
+        const auto h = static_cast<int64_t>(grids.heads[k]);
+        Tensor qkv = Filled({kBatch, t, 3 * h * d}, dtype, device);
+        Tensor out = Filled({kBatch, t, h * d}, dtype, device);
+        Tensor saved = Tensor::Zeros(AttentionSavedShape(device, kBatch, t, h),
+                                     DType::kF32, device);
+        Tensor dqkv = Filled(qkv.shape(), dtype, device);
+        const double seconds = TimeCall(
+            [&] {
+              AttentionForward(qkv, h, out, saved);
+              AttentionBackward(out, qkv, out, saved, h, dqkv);
+            },
+            sync);
+        // Forward 2·T·H·D per token (causal), backward twice that.
+        c.attention.at(i, j, k) = 3.0 * 2.0 * kBatch * t * t * h * d / seconds;
+      }
+    }
+  }
+}
+
+// The element-wise bytes step_work.cc counts for one block on (n, width)
+// rows, forward and backward (3× the forward's): 14 elements per row on
+// the width and 8 on the MLP's 4·width.
+void MeasureElementwise(Device device, DType dtype, const Grids& grids,
+                        const std::function<void()>& sync, KernelCosts& c) {
+  c.elementwise = Empty(grids.ew_rows, grids.ew_width, {1});
+  const double element_bytes = dtype == DType::kBF16 ? 2 : 4;
+  for (size_t i = 0; i < grids.ew_rows.size(); ++i) {
+    for (size_t j = 0; j < grids.ew_width.size(); ++j) {
+      const auto n = static_cast<int64_t>(grids.ew_rows[i]);
+      const auto w = static_cast<int64_t>(grids.ew_width[j]);
+      Tensor x = Filled({n, w}, dtype, device),
+             y = Filled({n, w}, dtype, device);
+      Tensor dx = Filled({n, w}, dtype, device);
+      Tensor g = Filled({w}, dtype, device), b = Filled({w}, dtype, device);
+      Tensor dg = Filled({w}, dtype, device), db = Filled({w}, dtype, device);
+      Tensor mean = Tensor::Zeros({n}, DType::kF32, device);
+      Tensor rstd = Tensor::Zeros({n}, DType::kF32, device);
+      Tensor h = Filled({n, 4 * w}, dtype, device);
+      Tensor hy = Filled({n, 4 * w}, dtype, device);
+      Tensor dh = Filled({n, 4 * w}, dtype, device);
+      const double seconds = TimeCall(
+          [&] {
+            for (int k = 0; k < 2; ++k) {
+              LayerNormForward(x, g, b, y, mean, rstd);
+              Add(x, y, dx);
+              LayerNormBackwardInput(y, x, g, mean, rstd, dx);
+              LayerNormBackwardWeight(y, x, mean, rstd, dg, db);
+            }
+            GeluForward(h, hy);
+            GeluBackward(h, hy, dh);
+          },
+          sync);
+      const double bytes = 3.0 * n * element_bytes * (14.0 * w + 8.0 * 4 * w);
+      c.elementwise.at(i, j, 0) = bytes / seconds;
+    }
+  }
+}
+
+// The optimizer: AdamW over one float32 tensor of each size, at the
+// 28 bytes per element step_cost.cc counts.
+void MeasureAdamW(Device device, const Grids& grids,
+                  const std::function<void()>& sync, KernelCosts& c) {
+  c.adamw = Empty(grids.adamw, {1}, {1});
+  for (size_t i = 0; i < grids.adamw.size(); ++i) {
+    const auto n = static_cast<int64_t>(grids.adamw[i]);
+    Tensor p = Filled({n}, DType::kF32, device);
+    Tensor g = Filled({n}, DType::kF32, device);
+    Tensor m = Filled({n}, DType::kF32, device);
+    Tensor v = Tensor::Zeros({n}, DType::kF32, device);
+    AdamWHyper hyper;
+    hyper.lr = 0;  // the weights stay as they are
+    const std::vector<AdamWTensors> tensors = {{&g, &p, &m, &v, 0.1, nullptr}};
+    const double seconds =
+        TimeCall([&] { AdamWStepMany(hyper, tensors); }, sync);
+    c.adamw.at(i, 0, 0) = 28.0 * static_cast<double>(n) / seconds;
+  }
+}
+
+}  // namespace
+
+KernelCosts MeasureKernelCosts(Device device, DType dtype,
+                               const std::function<void()>& synchronize,
+                               double peak_flops, double memory_bandwidth,
+                               const std::string& source) {
+  KernelCosts c;
+  c.device = device.type == DeviceType::kCPU ? "cpu" : "cuda";
+  c.dtype = dtype == DType::kBF16 ? "bf16" : "f32";
+  c.source = source;
+  c.peak_flops = peak_flops;
+  c.memory_bandwidth = memory_bandwidth;
+  const Grids grids = GridsFor(device.type);
+  MeasureGemms(device, dtype, grids, synchronize, c);
+  MeasureAttention(device, dtype, grids, synchronize, c);
+  MeasureElementwise(device, dtype, grids, synchronize, c);
+  MeasureAdamW(device, grids, synchronize, c);
+  // The roofline bounds what was not measured, never what was.
+  for (const RateGrid* g : {&c.gemm_forward, &c.gemm_backward_input,
+                            &c.gemm_backward_weight, &c.attention}) {
+    for (double r : g->rates) c.peak_flops = std::max(c.peak_flops, r);
+  }
+  for (double r : c.elementwise.rates) {
+    c.memory_bandwidth = std::max(c.memory_bandwidth, r);
+  }
+  return c;
+}
+
+}  // namespace trellis
