@@ -39,8 +39,8 @@ constexpr double kTolerance = 1e-4;
 
 struct EvalLayout {
   const char* name;
-  int dp, tp, pp, ep = 1;
-  int world() const { return dp * tp * pp; }
+  int dp, tp, pp, ep = 1, cp = 1;
+  int world() const { return dp * cp * tp * pp; }
 };
 
 struct EvalCase {
@@ -114,6 +114,7 @@ class HfLlamaEvalTest : public ::testing::TestWithParam<EvalCase> {
     argv.push_back(absl::StrCat("--tp=", layout.tp));
     argv.push_back(absl::StrCat("--pp=", layout.pp));
     argv.push_back(absl::StrCat("--ep=", layout.ep));
+    argv.push_back(absl::StrCat("--cp=", layout.cp));
     const std::string out = dir_ + "/eval.txt";
     std::filesystem::remove(out);
     EXPECT_EQ(test::RunProgram(argv, out), 0) << test::ReadFile(out);
@@ -148,6 +149,10 @@ TEST_P(HfLlamaEvalTest, ConvertedModelEvaluatesLikeTheReference) {
                                      {"tp2", 1, 2, 1},
                                      {"pp2", 1, 1, 2},
                                      {"dp2.tp2.pp2", 2, 2, 2}};
+  if (!moe) {  // context parallelism: windows split over 2 ranks
+    layouts.push_back({"cp2", 1, 1, 1, 1, 2});
+    layouts.push_back({"cp2.tp2", 1, 2, 1, 1, 2});
+  }
   if (moe) {
     layouts.push_back({"dp2.ep2", 2, 1, 1, 2});
     layouts.push_back({"dp4.ep4", 4, 1, 1, 4});
