@@ -11,6 +11,7 @@
 namespace trellis {
 namespace {
 
+using kernel_test::DocStarts;
 using kernel_test::Dot;
 using kernel_test::Get;
 using kernel_test::NumericGradient;
@@ -40,23 +41,6 @@ Tensor Backward(const Tensor& g, const Tensor& qkv, const Tensor& doc_start,
   Tensor dqkv = Tensor::Zeros(qkv.shape(), qkv.dtype());
   AttentionBackward(g, qkv, doc_start, f.out, f.saved, d.H, d.Hkv, dqkv);
   return dqkv;
-}
-
-// doc_start (B, T) for documents of the given lengths in each row.
-Tensor DocStarts(const std::vector<std::vector<int64_t>>& lengths, int64_t T) {
-  Tensor s =
-      Tensor::Empty({static_cast<int64_t>(lengths.size()), T}, DType::kI32);
-  for (size_t b = 0; b < lengths.size(); ++b) {
-    int64_t t = 0;
-    for (int64_t len : lengths[b]) {
-      for (int64_t i = 0; i < len; ++i) {
-        s.data<int32_t>()[b * T + t + i] = static_cast<int32_t>(t);
-      }
-      t += len;
-    }
-    EXPECT_EQ(t, T);
-  }
-  return s;
 }
 
 // Rows [t0, t0 + n) of batch row b of x (B, T, W) as a (1, n, W) tensor.

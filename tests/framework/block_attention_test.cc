@@ -19,6 +19,7 @@
 namespace trellis {
 namespace {
 
+using kernel_test::DocStarts;
 using kernel_test::Dot;
 using kernel_test::Get;
 using kernel_test::NumericGradient;
@@ -79,22 +80,6 @@ void ScatterAdd(const Tensor& part, const std::vector<int32_t>& pos,
       }
     }
   }
-}
-
-// doc_start (B, T) for documents of the given lengths in each row.
-Tensor DocStarts(const std::vector<std::vector<int64_t>>& lengths, int64_t T) {
-  Tensor s =
-      Tensor::Empty({static_cast<int64_t>(lengths.size()), T}, DType::kI32);
-  for (size_t b = 0; b < lengths.size(); ++b) {
-    int64_t t = 0;
-    for (int64_t len : lengths[b]) {
-      for (int64_t i = 0; i < len; ++i) {
-        s.data<int32_t>()[b * T + t + i] = static_cast<int32_t>(t);
-      }
-      t += len;
-    }
-  }
-  return s;
 }
 
 // doc_start (B, T) read at the positions `pos`: (B, n), or undefined.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <vector>
 
 #include "framework/tensor.h"
 
@@ -96,6 +97,26 @@ inline double BandError(const Tensor& a, const Tensor& b, int64_t W,
     band = std::max(band, y);
   }
   return diff / std::max(band > 0 ? band : whole, 1e-300);
+}
+
+// doc_start (B, T) int32 for documents of the given lengths in each row
+// (attention.h's document masking): each token's document's first
+// position. REQUIRES: each row's lengths add up to T.
+inline Tensor DocStarts(const std::vector<std::vector<int64_t>>& lengths,
+                        int64_t T) {
+  Tensor s =
+      Tensor::Empty({static_cast<int64_t>(lengths.size()), T}, DType::kI32);
+  for (size_t b = 0; b < lengths.size(); ++b) {
+    int64_t t = 0;
+    for (int64_t len : lengths[b]) {
+      for (int64_t i = 0; i < len; ++i) {
+        s.data<int32_t>()[b * T + t + i] = static_cast<int32_t>(t);
+      }
+      t += len;
+    }
+    TRELLIS_CHECK_EQ(t, T) << "document lengths of row " << b;
+  }
+  return s;
 }
 
 // Every element of t multiplied by s, into a new float64 tensor.

@@ -129,6 +129,7 @@ TEST_F(GenerateProgramTest, BadFlagsGiveOneLineAndExitOne) {
       {{"--prompt=abc", "--top_p=1.5"}, "--top_p=1.5"},
       {{"--prompt=abc", "--temperature=-1"}, "--temperature=-1"},
       {{"--prompt=abc", "--pp=2"}, "--pp=2"},
+      {{"--prompt=abc", "--cp=2"}, "--cp=2"},
       {{"--prompt=abc", "--tp=2"}, "as many ranks as --tp"},
       {{"--prompt=abc", "--load=" + dir_ + "/nothing"}, "nothing"},
   };

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/options_test_util.h"
 #include "tools/options/options.h"
 
 namespace trellis {
@@ -15,20 +16,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TrainOptions Small() {
-  TrainOptions o;
-  o.model.n_layer = 4;
-  o.model.n_head = 4;
-  o.model.d_model = 32;
-  o.model.seq_len = 16;
-  o.data = "tokens.h5";
-  o.micro_batch_size = 2;
-  o.global_batch_size = 16;
-  return o;
-}
-
 TEST(ContextOptionsTest, DataParallelSizeIsWhatCpLeaves) {
-  TrainOptions o = Small();
+  TrainOptions o = test::SmallValidOptions();
   o.cp = 2;
   o.tp = 2;
   ASSERT_TRUE(o.Resolve(8, 257).ok());
@@ -100,7 +89,7 @@ TEST(ContextOptionsTest, BadCombinationsNameTheFlags) {
   };
   for (const Bad& c : cases) {
     SCOPED_TRACE(c.name);
-    TrainOptions o = Small();
+    TrainOptions o = test::SmallValidOptions();
     c.change(o);
     const absl::Status status = o.Resolve(c.world, 257);
     ASSERT_FALSE(status.ok());

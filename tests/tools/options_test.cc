@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/options_test_util.h"
+
 namespace trellis {
 namespace {
 
@@ -18,17 +20,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-TrainOptions Valid() {
-  TrainOptions o;
-  o.model.n_layer = 4;
-  o.model.n_head = 4;
-  o.model.d_model = 32;
-  o.model.seq_len = 16;
-  o.data = "tokens.h5";
-  o.micro_batch_size = 2;
-  o.global_batch_size = 16;
-  return o;
-}
+TrainOptions Valid() { return test::SmallValidOptions(); }
 
 TEST(TrainOptionsTest, ResolvesDataParallelSizeFromWorld) {
   TrainOptions o = Valid();

@@ -67,6 +67,13 @@ absl::Status CheckLayout(const TrainOptions& o, int world) {
         ": trellis-generate does not split the model into pipeline stages; "
         "spread it over ranks with --tp"));
   }
+  if (o.cp != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cp=", o.cp,
+        ": trellis-generate decodes one growing sequence and does not split "
+        "it over context-parallel ranks; drop --cp (spread the model with "
+        "--tp)"));
+  }
   if (o.tp < 1 || o.tp != world || (o.dp != 0 && o.dp != 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "trellis-generate runs one sequence on --tp ranks: start it with as "

@@ -40,6 +40,9 @@ std::vector<TrainOptions> Sizes(const TrainOptions& o, int world,
       out.back().pp = pp;
       out.back().dp = world / (tp * pp);
       out.back().pp_layers.clear();  // an even split of the searched pp
+      // Context parallelism is not searched (nor costed) yet: whole
+      // windows on every rank.
+      out.back().cp = 1;
     }
   }
   return out;

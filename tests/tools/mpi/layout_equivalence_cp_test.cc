@@ -33,6 +33,19 @@ TEST_F(LayoutEquivalenceTest, ContextParallelLayoutsMatchOneProcess) {
           C(1, 2, 2, 2, "1f1b"), C(1, 2, 2, 2, "interleaved-1f1b", 2)});
 }
 
+// Recomputation reruns the ring (or the exchanges) in backward; zero-bubble
+// schedules run W apart from B.
+TEST_F(LayoutEquivalenceTest, ContextParallelRecomputeAndZeroBubbleMatch) {
+  if (kOnGpu) GTEST_SKIP() << "--cp runs on cpu only";
+  for (const Recompute recompute : {Recompute::kSelective, Recompute::kFull}) {
+    SCOPED_TRACE(static_cast<int>(recompute));
+    TrainOptions again = *options_;
+    again.recompute = recompute;
+    UseOptions use(again);
+    RunAll({C(1, 2, 1, 1), A(1, 2, 1, 1), C(1, 2, 1, 2, "zb-h1")});
+  }
+}
+
 // Four heads: a2a splits them over cp 2 and 4, and over cp 2 of tp 2.
 TEST_F(LayoutEquivalenceTest, ContextParallelAllToAllMatchesOneProcess) {
   if (kOnGpu) GTEST_SKIP() << "--cp runs on cpu only";
