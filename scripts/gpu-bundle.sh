@@ -49,7 +49,8 @@ done
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/mpi/bin" "$out/mpi/lib/$multiarch" "$out/mpi/share"
 programs=(trellis-train trellis-eval trellis-bench trellis-attention-bench
-          trellis-bubbles trellis-generate trellis-convert trellis-preprocess)
+          trellis-bubbles trellis-generate trellis-convert trellis-preprocess
+          trellis-plan)
 tests=(cuda_tests parallel_collectives_mpi_test)
 for f in "$build"/bin/cuda_*_mpi_test; do tests+=("$(basename "$f")"); done
 for b in "${programs[@]}" "${tests[@]}"; do cp "$build/bin/$b" "$out/bin/"; done

@@ -256,7 +256,7 @@ section_bench() {
   local preset="$1" bench_flags
   set_bench_flags "$preset"
   "$GC_BIN/trellis-bench" "${bench_flags[@]}" --profile \
-    --json="$GC_RESULTS/bench-$preset.json" || return 1
+    --json="$GC_RESULTS/bench-$preset.json" || return
   plan_bench_step "$GC_RESULTS/bench-$preset.json"
 }
 
