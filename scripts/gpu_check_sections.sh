@@ -280,9 +280,12 @@ if m["family"] == "llama":
 print(" ".join(flags))' "$json")" || return 1
   layout="dp1.tp1.pp1/1f1b/v1/mbs${flags##*--micro_batch_size=}"
   layout="${layout%% *}/z0/none"
+  # The whole output, then its first line: a pipe into head could end
+  # trellis-plan by SIGPIPE (a failure under pipefail) while it still writes.
   # shellcheck disable=SC2086
   predicted="$("$GC_BIN/trellis-plan" $flags --cluster="$cluster" --world=1 \
-    --profile="$json" --explain="$layout" | head -n 1)" || return 1
+    --profile="$json" --explain="$layout")" || return
+  predicted="${predicted%%$'\n'*}"
   run_python -c '
 import json, re, sys
 measured = json.load(open(sys.argv[1]))["median"]["ms"]
