@@ -45,6 +45,9 @@ ABSL_FLAG(int64_t, top, 20, "layouts the table shows (of each kind)");
 ABSL_FLAG(int64_t, max_micro_batch_size, 16,
           "largest micro batch size searched");
 ABSL_FLAG(int64_t, max_virtual_stages, 8, "most virtual stages searched");
+ABSL_FLAG(int64_t, max_cp, 0,
+          "largest context-parallel size searched (0: any that divides the "
+          "world; 1: whole windows on every rank)");
 
 namespace trellis {
 namespace {
@@ -99,11 +102,18 @@ absl::StatusOr<ClusterSpec> ClusterWithProfile() {
   return cluster;
 }
 
-// The search's bounds from the flags, each at least 1.
+// The search's bounds from the flags, each at least 1 (--max_cp 0: none).
 absl::StatusOr<SearchLimits> SearchLimitsFromFlags() {
   SearchLimits limits;
   limits.max_micro_batch_size = absl::GetFlag(FLAGS_max_micro_batch_size);
   limits.max_virtual_stages = absl::GetFlag(FLAGS_max_virtual_stages);
+  const int64_t max_cp = absl::GetFlag(FLAGS_max_cp);
+  if (max_cp < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_cp=", max_cp,
+        " must be at least 0 (0: any context-parallel size; 1: none)"));
+  }
+  if (max_cp > 0) limits.max_cp = max_cp;
   for (const auto& [name, value] :
        {std::pair<const char*, int64_t>{"max_micro_batch_size",
                                         limits.max_micro_batch_size},

@@ -70,12 +70,6 @@ std::vector<std::string> Hostnames(Communicator& world,
 // launched). Rank 0 prints it.
 absl::Status PlanOnly(const TrainOptions& options, const MpiRuntime& runtime) {
   TrainOptions o = options;
-  if (o.cp > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--plan_only with --cp=", o.cp,
-        ": the planner does not model context parallelism yet; plan without "
-        "--cp"));
-  }
   TRELLIS_ASSIGN_OR_RETURN(TokenFileMetadata data, BlendMetadata(o.data));
   o.model.vocab_size = data.vocab_size;
   const int64_t world =

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "tests/plan/plan_test_util.h"
 #include "tools/plan/kernel_costs.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/stage_facts.h"
@@ -16,18 +17,9 @@ namespace trellis {
 namespace {
 
 ClusterSpec Cluster() {
-  ClusterSpec c;
-  c.name = "test";
-  c.device = DeviceType::kCPU;
-  c.devices_per_node = 8;
-  c.nodes = 1;
-  c.memory_bytes = 1e12;
-  c.peak_flops = 1e10;
+  ClusterSpec c = plantest::RoundCluster();
   c.gemm_efficiency = 0.8;
-  c.attention_efficiency = 0.5;
   c.memory_bandwidth = 2e10;
-  c.intra = {1e9, 1e-5};
-  c.inter = c.intra;
   return c;
 }
 

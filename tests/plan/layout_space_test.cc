@@ -30,7 +30,7 @@ TEST(LayoutSpaceTest, EveryLayoutPassesTheValidator) {
   for (const TrainOptions& o : layouts) {
     TrainOptions again = o;
     EXPECT_TRUE(ValidateLayout(again, 4).ok()) << LayoutName(o);
-    EXPECT_EQ(o.dp * o.tp * o.pp, 4);
+    EXPECT_EQ(o.dp * o.cp * o.tp * o.pp, 4);
     // 6 heads do not split over 4 tensor-parallel ranks.
     EXPECT_NE(o.tp, 4) << LayoutName(o);
   }
@@ -115,30 +115,40 @@ TEST(LayoutSpaceTest, EveryAcceptedLayoutAppears) {
     EXPECT_TRUE(enumerated.insert(LayoutName(o)).second) << LayoutName(o);
   }
   std::set<std::string> accepted;
+  struct Context {
+    int64_t cp;
+    const char* comm;
+  };
   for (int64_t tp = 1; tp <= 4; ++tp) {
     for (int64_t pp = 1; pp <= 4; ++pp) {
-      for (ScheduleKind kind :
-           {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
-            ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1}) {
-        if (pp == 1 && kind != ScheduleKind::k1F1B) continue;
-        for (int64_t v = 1; v <= 3; ++v) {
-          for (int64_t mbs = 1; mbs <= 4; ++mbs) {
-            for (int64_t zero = 0; zero <= 3; ++zero) {
-              for (bool sp : {false, true}) {
-                for (Recompute r : {Recompute::kNone, Recompute::kSelective,
-                                    Recompute::kFull}) {
-                  TrainOptions o = Small();
-                  o.tp = tp;
-                  o.pp = pp;
-                  o.dp = 0;
-                  o.schedule = kind;
-                  o.virtual_stages = v;
-                  o.micro_batch_size = mbs;
-                  o.zero = zero;
-                  o.sequence_parallel = sp;
-                  o.recompute = r;
-                  if (ValidateLayout(o, 4).ok()) {
-                    accepted.insert(LayoutName(o));
+      for (Context cp :
+           {Context{1, "ring"}, Context{2, "ring"}, Context{2, "a2a"},
+            Context{4, "ring"}, Context{4, "a2a"}}) {
+        for (ScheduleKind kind :
+             {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZeroBubbleH1}) {
+          if (pp == 1 && kind != ScheduleKind::k1F1B) continue;
+          for (int64_t v = 1; v <= 3; ++v) {
+            for (int64_t mbs = 1; mbs <= 4; ++mbs) {
+              for (int64_t zero = 0; zero <= 3; ++zero) {
+                for (bool sp : {false, true}) {
+                  for (Recompute r : {Recompute::kNone, Recompute::kSelective,
+                                      Recompute::kFull}) {
+                    TrainOptions o = Small();
+                    o.tp = tp;
+                    o.pp = pp;
+                    o.cp = cp.cp;
+                    o.cp_comm = cp.comm;
+                    o.dp = 0;
+                    o.schedule = kind;
+                    o.virtual_stages = v;
+                    o.micro_batch_size = mbs;
+                    o.zero = zero;
+                    o.sequence_parallel = sp;
+                    o.recompute = r;
+                    if (ValidateLayout(o, 4).ok()) {
+                      accepted.insert(LayoutName(o));
+                    }
                   }
                 }
               }
@@ -149,6 +159,29 @@ TEST(LayoutSpaceTest, EveryAcceptedLayoutAppears) {
     }
   }
   EXPECT_EQ(enumerated, accepted);
+}
+
+// Context parallelism is searched up to --max_cp, both ways where the
+// heads allow all-to-all; its layouts are named by their cp size and way.
+TEST(LayoutSpaceTest, SearchesContextParallelismBothWays) {
+  std::set<std::string> names;
+  for (const TrainOptions& o : EnumerateLayouts(Small(), 4, SearchLimits{})) {
+    names.insert(LayoutName(o));
+    if (o.cp == 1) {
+      EXPECT_EQ(LayoutName(o).find(".cp"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(names.count("dp2.cp2-ring.tp1.pp1/1f1b/v1/mbs4/z1/none"), 1u);
+  EXPECT_EQ(names.count("dp2.cp2-a2a.tp1.pp1/1f1b/v1/mbs4/z1/none"), 1u);
+  EXPECT_EQ(names.count("dp1.cp4-ring.tp1.pp1/1f1b/v1/mbs8/z0/none"), 1u);
+  EXPECT_EQ(names.count("dp1.cp2-ring.tp2.pp1/1f1b/v1/mbs8/z0/none/sp"), 1u);
+  // 6 heads do not split over 4 cp ranks: no all-to-all at cp 4.
+  EXPECT_EQ(names.count("dp1.cp4-a2a.tp1.pp1/1f1b/v1/mbs8/z0/none"), 0u);
+  SearchLimits whole;
+  whole.max_cp = 1;
+  for (const TrainOptions& o : EnumerateLayouts(Small(), 4, whole)) {
+    EXPECT_EQ(o.cp, 1) << LayoutName(o);
+  }
 }
 
 }  // namespace

@@ -103,9 +103,11 @@ TEST(PlanProgramTest, JsonHasEveryLayoutWithItsParts) {
   EXPECT_EQ(j["fitting"], j["layouts"].size());
   double previous = 1e300;
   for (const nlohmann::json& l : j["layouts"]) {
-    EXPECT_EQ(l["dp"].get<int>() * l["tp"].get<int>() * l["pp"].get<int>(), 2);
-    for (const char* key : {"compute", "bubble", "tp_comm", "pp_comm",
-                            "dp_comm", "optimizer", "total"}) {
+    EXPECT_EQ(l["dp"].get<int>() * l["cp"].get<int>() * l["tp"].get<int>() *
+                  l["pp"].get<int>(),
+              2);
+    for (const char* key : {"compute", "bubble", "tp_comm", "cp_comm",
+                            "pp_comm", "dp_comm", "optimizer", "total"}) {
       EXPECT_TRUE(l["step_s"].contains(key)) << key;
     }
     EXPECT_GT(l["memory"]["total"].get<double>(), 0);
@@ -209,6 +211,14 @@ TEST(PlanProgramTest, TrainPlanOnlyExplainsItsLayoutAndAllocatesNothing) {
   // It exits before the model exists: no arena, no step.
   EXPECT_THAT(o.out, Not(HasSubstr("memory arena")));
   EXPECT_THAT(o.out, Not(HasSubstr("| loss")));
+  // Context parallelism is planned too: each rank's share of the window.
+  const Output cp = RunProgram(
+      "train", absl::StrCat(kTrainModel, " --data=", data,
+                            " --dp=1 --cp=2 --cp_comm=a2a --plan_only"));
+  ASSERT_EQ(cp.code, 0) << cp.err;
+  EXPECT_THAT(cp.out, HasSubstr("layout dp1.cp2-a2a.tp1.pp1/1f1b"));
+  EXPECT_THAT(cp.out, HasSubstr("exposed cp transfers"));
+  EXPECT_THAT(cp.out, HasSubstr("cp calls per step"));
   // A layout the trainer refuses is refused the same way.
   const Output bad =
       RunProgram("train", absl::StrCat(kTrainModel, " --data=", data,

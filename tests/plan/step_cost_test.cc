@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "parallel/schedule.h"
+#include "tests/plan/plan_test_util.h"
 #include "tools/plan/layout_space.h"
 #include "tools/plan/planner.h"
 #include "tools/plan/stage_facts.h"
@@ -15,22 +16,7 @@
 namespace trellis {
 namespace {
 
-ClusterSpec TestCluster() {
-  ClusterSpec c;
-  c.name = "test";
-  c.device = DeviceType::kCPU;
-  c.devices_per_node = 8;
-  c.nodes = 1;
-  c.memory_bytes = 1e12;
-  c.peak_flops = 1e10;
-  c.gemm_efficiency = 1;
-  c.attention_efficiency = 0.5;
-  c.memory_bandwidth = 1e10;
-  c.intra = {1e9, 1e-5};
-  c.inter = c.intra;
-  c.async_collectives = true;
-  return c;
-}
+ClusterSpec TestCluster() { return plantest::RoundCluster(); }
 
 TrainOptions Layout(int64_t dp, int64_t tp, int64_t pp,
                     ScheduleKind kind = ScheduleKind::k1F1B) {

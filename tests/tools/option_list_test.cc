@@ -175,6 +175,7 @@ TEST(OptionListTest, TheLlamaPresetsHaveThePublishedShapes) {
   };
   for (const Preset& p : {Preset{"llama-3.2-1b.flags", 1235814400},
                           Preset{"llama-3-8b.flags", 8030261248},
+                          Preset{"llama-3-8b-128k.flags", 8030261248},
                           Preset{"llama-3-70b.flags", 70553706496}}) {
     TrainOptions o;
     ASSERT_TRUE(o.ApplyFlagString(ReadFile(Configs() / p.file)).ok());

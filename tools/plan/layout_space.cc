@@ -29,23 +29,31 @@ std::vector<TrainOptions> Vary(const TrainOptions& o, T TrainOptions::*field,
   return out;
 }
 
-// tp and pp over the divisors of the world; dp follows from them.
+// tp, pp and cp (up to the limit) over the divisors of the world; dp
+// follows from them.
 std::vector<TrainOptions> Sizes(const TrainOptions& o, int world,
-                                const SearchLimits&) {
+                                const SearchLimits& limits) {
   std::vector<TrainOptions> out;
   for (int64_t tp : Divisors(world, world)) {
     for (int64_t pp : Divisors(world / tp, world / tp)) {
-      out.push_back(o);
-      out.back().tp = tp;
-      out.back().pp = pp;
-      out.back().dp = world / (tp * pp);
-      out.back().pp_layers.clear();  // an even split of the searched pp
-      // Context parallelism is not searched (nor costed) yet: whole
-      // windows on every rank.
-      out.back().cp = 1;
+      for (int64_t cp : Divisors(world / (tp * pp), limits.max_cp)) {
+        out.push_back(o);
+        out.back().tp = tp;
+        out.back().pp = pp;
+        out.back().cp = cp;
+        out.back().dp = world / (cp * tp * pp);
+        out.back().pp_layers.clear();  // an even split of the searched pp
+      }
     }
   }
   return out;
+}
+
+// Under cp, the ring and all-to-all; without it the option is unused.
+std::vector<TrainOptions> ContextComms(const TrainOptions& o, int,
+                                       const SearchLimits&) {
+  if (o.cp == 1) return Vary<std::string>(o, &TrainOptions::cp_comm, {"ring"});
+  return Vary<std::string>(o, &TrainOptions::cp_comm, {"ring", "a2a"});
 }
 
 // With one stage every schedule runs the same computes: keep 1F1B.
@@ -80,7 +88,8 @@ std::vector<TrainOptions> MicroBatches(const TrainOptions& o, int,
 
 const std::vector<SearchAxis>& SearchAxes() {
   static const auto* axes = new std::vector<SearchAxis>{
-      {"dp×tp×pp", Sizes},
+      {"dp×cp×tp×pp", Sizes},
+      {"cp_comm", ContextComms},
       {"schedule", Schedules},
       {"virtual_stages", VirtualStages},
       {"micro_batch_size", MicroBatches},
@@ -139,10 +148,12 @@ std::vector<TrainOptions> EnumerateLayouts(const TrainOptions& base, int world,
 }
 
 std::string LayoutName(const TrainOptions& o) {
-  return absl::StrFormat("dp%d.tp%d.pp%d/%s/v%d/mbs%d/z%d/%s%s", o.dp, o.tp,
-                         o.pp, ScheduleKindName(o.schedule), o.virtual_stages,
-                         o.micro_batch_size, o.zero, RecomputeName(o.recompute),
-                         o.sequence_parallel ? "/sp" : "");
+  const std::string cp =
+      o.cp > 1 ? absl::StrFormat(".cp%d-%s", o.cp, o.cp_comm) : "";
+  return absl::StrFormat(
+      "dp%d%s.tp%d.pp%d/%s/v%d/mbs%d/z%d/%s%s", o.dp, cp, o.tp, o.pp,
+      ScheduleKindName(o.schedule), o.virtual_stages, o.micro_batch_size,
+      o.zero, RecomputeName(o.recompute), o.sequence_parallel ? "/sp" : "");
 }
 
 }  // namespace trellis

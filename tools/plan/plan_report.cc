@@ -1,6 +1,7 @@
 #include "tools/plan/plan_report.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +32,25 @@ std::string Header(const std::vector<LayoutPlan>& plans, const ClusterSpec& c) {
 
 double Ms(double seconds) { return seconds * 1e3; }
 
+// The tp, dp (and under cp the cp) calls of one step, a line each.
+void AppendCalls(const LayoutPlan& p, std::string& out) {
+  for (const auto& [group, stats] :
+       {std::pair<const char*, const CommStats*>{"tp", &p.traffic.tp},
+        {"dp", &p.traffic.dp},
+        {"cp", &p.traffic.cp}}) {
+    if (group == std::string("cp") && p.options.cp == 1) continue;
+    std::string calls;
+    for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
+      if (stats->calls[i] == 0) continue;
+      absl::StrAppendFormat(&calls, "%s%lld × %s", calls.empty() ? "" : ", ",
+                            static_cast<long long>(stats->calls[i]),
+                            CommOpName(static_cast<CommOp>(i)));
+    }
+    absl::StrAppendFormat(&out, "  %s calls per step (stage %d): %s\n", group,
+                          p.largest_stage, calls.empty() ? "none" : calls);
+  }
+}
+
 }  // namespace
 
 std::string FormatPlanTable(const std::vector<LayoutPlan>& plans,
@@ -54,18 +74,28 @@ std::string FormatPlanTable(const std::vector<LayoutPlan>& plans,
         Bytes(plans.front().available_bytes), plans.front().name,
         Bytes(plans.front().arena_bytes));
   } else {
-    absl::StrAppendFormat(&out, "%4s  %-48s %12s %6s %10s %10s %7s %9s %9s\n",
+    absl::StrAppendFormat(&out, "%4s  %-56s %12s %6s %10s %10s %7s %9s %9s\n",
                           "rank", "layout", "tokens/s", "MFU", "mem/rank",
                           "headroom", "bubble", "exp.comm", "step");
     for (size_t i = 0; i < std::min(fitting, top); ++i) {
       const LayoutPlan& p = plans[i];
       const StepEstimate& e = p.step;
       absl::StrAppendFormat(
-          &out, "%4d  %-48s %12.4g %5.1f%% %10s %10s %6.1f%% %7.2fms %7.2fms\n",
+          &out, "%4d  %-56s %12.4g %5.1f%% %10s %10s %6.1f%% %7.2fms %7.2fms\n",
           i + 1, p.name, p.tokens_per_s, 100 * p.mfu, Bytes(p.arena_bytes),
           Bytes(p.available_bytes - p.arena_bytes), 100 * e.bubble / e.step,
-          Ms(e.tp_comm + e.pp_comm + e.dp_comm + e.dp_gather), Ms(e.step));
+          Ms(e.tp_comm + e.cp_comm + e.pp_comm + e.dp_comm + e.dp_gather),
+          Ms(e.step));
     }
+  }
+  const bool cp_shown =
+      std::any_of(plans.begin(), plans.begin() + std::min(fitting, top),
+                  [](const LayoutPlan& p) { return p.options.cp > 1; });
+  if (cp_shown && cluster.device == DeviceType::kCUDA) {
+    absl::StrAppend(&out,
+                    "note: trellis-train runs context parallelism (cp > 1) "
+                    "on the CPU only until its CUDA kernels land; the cp "
+                    "rows plan that future build\n");
   }
   const size_t not_fitting = plans.size() - fitting;
   if (not_fitting > 0) {
@@ -73,7 +103,7 @@ std::string FormatPlanTable(const std::vector<LayoutPlan>& plans,
                           not_fitting);
     for (size_t i = fitting; i < std::min(plans.size(), fitting + top); ++i) {
       const LayoutPlan& p = plans[i];
-      absl::StrAppendFormat(&out, "      %-48s needs %s per rank, has %s\n",
+      absl::StrAppendFormat(&out, "      %-56s needs %s per rank, has %s\n",
                             p.name, Bytes(p.arena_bytes),
                             Bytes(p.available_bytes));
     }
@@ -87,6 +117,8 @@ nlohmann::json LayoutJson(const LayoutPlan& p) {
   const MemoryPlan& m = p.memory;
   return {{"layout", p.name},
           {"dp", o.dp},
+          {"cp", o.cp},
+          {"cp_comm", o.cp_comm},
           {"tp", o.tp},
           {"pp", o.pp},
           {"schedule", ScheduleKindName(o.schedule)},
@@ -113,6 +145,7 @@ nlohmann::json LayoutJson(const LayoutPlan& p) {
            {{"compute", e.compute},
             {"bubble", e.bubble},
             {"tp_comm", e.tp_comm},
+            {"cp_comm", e.cp_comm},
             {"dp_gather", e.dp_gather},
             {"pp_comm", e.pp_comm},
             {"dp_comm", e.dp_comm},
@@ -153,6 +186,7 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
       {"compute (busiest stage's F, B, W)", e.compute},
       {"pipeline bubble", e.bubble},
       {"exposed tp communication", e.tp_comm},
+      {"exposed cp transfers", e.cp_comm},
       {"exposed ZeRO-3 weight gathers", e.dp_gather},
       {"exposed pp communication", e.pp_comm},
       {"exposed dp communication", e.dp_comm},
@@ -169,7 +203,7 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
                         Ms(std::max(0.0, e.dp_comm_total - e.dp_comm)),
                         100 * e.bubble_fraction);
   const TrainOptions& o = p.options;
-  if (o.zero == 3 && o.dp > 1) {
+  if (o.zero == 3 && o.gradient_replicas() > 1) {
     absl::StrAppendFormat(
         &out,
         "  (ZeRO-3 weight gathers %.3f ms in all, %.3f ms hidden behind "
@@ -196,19 +230,17 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
                       "dp; each unit's weights gathered before F, B and a "
                       "deferred W)",
       o.sequence_parallel ? "on (norms and residuals on N/tp rows)" : "off");
-  for (const auto& [group, stats] :
-       {std::pair<const char*, const CommStats*>{"tp", &p.traffic.tp},
-        {"dp", &p.traffic.dp}}) {
-    std::string calls;
-    for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
-      if (stats->calls[i] == 0) continue;
-      absl::StrAppendFormat(&calls, "%s%lld × %s", calls.empty() ? "" : ", ",
-                            static_cast<long long>(stats->calls[i]),
-                            CommOpName(static_cast<CommOp>(i)));
-    }
-    absl::StrAppendFormat(&out, "  %s calls per step (stage %d): %s\n", group,
-                          p.largest_stage, calls.empty() ? "none" : calls);
+  if (o.cp > 1) {
+    absl::StrAppendFormat(
+        &out,
+        "  context parallelism: cp %d by %s, each rank %d of a window's %d "
+        "tokens; gradients synced over dp×cp = %d ranks\n",
+        o.cp,
+        o.cp_comm == "a2a" ? "all-to-all (heads split around attention)"
+                           : "ring (key/value blocks passed beside attention)",
+        o.local_seq_len(), o.model.seq_len, o.gradient_replicas());
   }
+  AppendCalls(p, out);
   absl::StrAppendFormat(
       &out, "memory per rank (stage %d, the largest): %s; arena %s of %s%s\n",
       p.largest_stage, p.memory.Format(), Bytes(p.arena_bytes),

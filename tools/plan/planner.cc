@@ -35,8 +35,8 @@ absl::StatusOr<LayoutPlan> PlanLayout(const TrainOptions& options,
   const double tokens =
       static_cast<double>(options.global_batch_size * options.model.seq_len);
   plan.tokens_per_s = tokens / plan.step.step;
-  const double world =
-      static_cast<double>(options.dp * options.tp * options.pp);
+  const double world = static_cast<double>(options.gradient_replicas() *
+                                           options.tp * options.pp);
   plan.mfu = options.model.TrainingFlopsPerToken() * plan.tokens_per_s /
              (world * cluster.peak_flops);
   return plan;

@@ -33,7 +33,7 @@ struct LayoutPlan {
   double available_bytes = 0;  // per device, after the reserve
   bool fits = false;
   StepEstimate step;
-  PlannedTraffic traffic;  // one step's tp and dp calls on that rank
+  PlannedTraffic traffic;  // one step's tp, dp and cp calls on that rank
   double tokens_per_s = 0;
   double mfu = 0;  // model FLOPs / (world × peak)
 };
@@ -45,7 +45,7 @@ absl::StatusOr<LayoutPlan> PlanLayout(
     const TrainOptions& options, const ClusterSpec& cluster,
     const StageSchedules* schedules = nullptr);
 
-// The layout `options` describes (dp 0: world / (tp·pp)) on `world` ranks:
+// The layout `options` describes (dp 0: world / (cp·tp·pp)) on `world` ranks:
 // the validator's error if it refuses it, else its plan.
 absl::StatusOr<LayoutPlan> PlanGivenLayout(TrainOptions options, int world,
                                            const ClusterSpec& cluster);

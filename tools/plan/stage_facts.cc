@@ -23,6 +23,7 @@ namespace {
 struct BucketLayout {
   std::vector<int64_t> elements;
   std::unordered_map<const Parameter*, int> bucket_of;
+  std::unordered_map<const Parameter*, int64_t> offset_of;  // in its bucket
 };
 
 BucketLayout GradientBucketLayout(const StageModel& model,
@@ -44,10 +45,12 @@ BucketLayout GradientBucketLayout(const StageModel& model,
            items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024))) {
     int64_t n = 0;
     for (size_t i : bucket) {
+      out.offset_of[order[i]] = n;
       n += items[i].elements;
       out.bucket_of[order[i]] = static_cast<int>(out.elements.size());
     }
-    if (o.zero > 0) n = (n + o.dp - 1) / o.dp * o.dp;
+    const int64_t replicas = o.gradient_replicas();
+    if (o.zero > 0) n = (n + replicas - 1) / replicas * replicas;
     out.elements.push_back(n);
   }
   return out;
@@ -58,7 +61,7 @@ BucketLayout GradientBucketLayout(const StageModel& model,
 // buckets).
 void PlanWeightGathers(const StageModel& model, const TrainOptions& o,
                        const BucketLayout& layout, StageFacts& facts) {
-  if (o.zero != 3 || o.dp == 1) return;
+  if (o.zero != 3 || o.gradient_replicas() == 1) return;
   const int64_t value_bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
   for (int64_t n : layout.elements) {
     facts.gather_bytes.push_back(n * value_bytes);
@@ -84,6 +87,21 @@ void PlanWeightGathers(const StageModel& model, const TrainOptions& o,
   TRELLIS_CHECK_EQ(next, units.size()) << "gather units not split by chunk";
 }
 
+// The elements of `param`'s gradient dp·cp rank `replica` sums over tp
+// after the dp sync: all of them, or under ZeRO those in its block of the
+// bucket (tp_gradient_sums.h: OwnedGradientRanges).
+int64_t OwnedElements(const Parameter& param, const BucketLayout& layout,
+                      const TrainOptions& o, int replica) {
+  const int64_t n = NumElements(param.spec.LocalShape());
+  if (o.zero == 0) return n;
+  const int64_t block =
+      layout.elements[layout.bucket_of.at(&param)] / o.gradient_replicas();
+  const int64_t offset = layout.offset_of.at(&param);
+  const int64_t lo = std::max(offset, replica * block);
+  const int64_t hi = std::min(offset + n, (replica + 1) * block);
+  return std::max<int64_t>(0, hi - lo);
+}
+
 }  // namespace
 
 PlanDevice PlanDeviceOf(const TrainOptions& options) {
@@ -93,7 +111,9 @@ PlanDevice PlanDeviceOf(const TrainOptions& options) {
 }
 
 std::vector<StageFacts> PlanStages(const TrainOptions& options,
-                                   const StageSchedules* schedules) {
+                                   const StageSchedules* schedules,
+                                   int replica) {
+  TRELLIS_CHECK(replica >= 0 && replica < options.gradient_replicas());
   const PlanDevice where = PlanDeviceOf(options);
   const Device device =
       where.device == DeviceType::kCUDA ? Device::Cuda(0) : Device::Cpu();
@@ -104,8 +124,9 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
   }
   std::vector<StageFacts> stages;
   for (int p = 0; p < static_cast<int>(options.pp); ++p) {
-    const MeshCoord coord{0, 0, p};
-    ShapeOnlyGroups groups(options.dp, options.tp, options.pp, coord);
+    const MeshCoord coord{replica, 0, p};
+    ShapeOnlyGroups groups(options.dp, options.cp, options.tp, options.pp,
+                           coord);
     const StageModel model(options, groups.groups(), coord, device, where.dtype,
                            schedules);
     StageFacts facts;
@@ -125,8 +146,8 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
     for (int64_t n : layout.elements) facts.buckets.push_back(n * grad_bytes);
     PlanWeightGathers(model, options, layout, facts);
     for (const Parameter* param : model.TpPartialGradients()) {
-      facts.tp_partial.push_back(grad_bytes *
-                                 NumElements(param->spec.LocalShape()));
+      const int64_t n = OwnedElements(*param, layout, options, replica);
+      if (n > 0) facts.tp_partial.push_back(grad_bytes * n);
     }
     stages.push_back(std::move(facts));
   }

@@ -28,12 +28,15 @@ struct StageFacts {
   int64_t local_parameters = 0;   // parameter elements this rank holds
   // Bytes of each gradient bucket the dp sync moves, in the order the
   // trainer builds them (GradientBuckets::Layout; padded to a multiple of
-  // dp elements under ZeRO, the tied embedding alone).
+  // dp·cp elements under ZeRO, the tied embedding alone). The sync spans
+  // the gradient replicas: dp·cp ranks.
   std::vector<int64_t> buckets;
   // Bytes of each gradient the chunks leave partial over tp (the norms'
-  // under --sequence_parallel), summed over tp once per step.
+  // under --sequence_parallel), summed over tp once per step: whole, or
+  // under ZeRO the part in the rank's own block of its bucket (gradients
+  // wholly outside it are not listed).
   std::vector<int64_t> tp_partial;
-  // --zero=3 with dp > 1 (empty otherwise): the bytes of each bucket's
+  // --zero=3 with dp·cp > 1 (empty otherwise): the bytes of each bucket's
   // weights as gathered (padded, in the values' dtype; `buckets`' order)
   // and, per chunk, its gather units (ModelChunk::GatherUnits, in forward
   // order) as the distinct buckets each unit's parameters lie in.
@@ -49,11 +52,14 @@ struct PlanDevice {
 };
 PlanDevice PlanDeviceOf(const TrainOptions& options);
 
-// Every stage of `options`' layout, by stage; `schedules`, when given, are
-// BuildStageSchedules(options) (else built here). REQUIRES: `options`
-// resolved (TrainOptions::Resolve) and its schedule shape valid.
+// Every stage of `options`' layout, by stage, for the ranks of dp·cp rank
+// `replica` (0 unless given: which ZeRO block's tp sums are listed);
+// `schedules`, when given, are BuildStageSchedules(options) (else built
+// here). REQUIRES: `options` resolved (TrainOptions::Resolve) and its
+// schedule shape valid; 0 ≤ replica < dp·cp.
 std::vector<StageFacts> PlanStages(const TrainOptions& options,
-                                   const StageSchedules* schedules = nullptr);
+                                   const StageSchedules* schedules = nullptr,
+                                   int replica = 0);
 
 // Local elements of one transformer block's matrix weights on a tp rank
 // (the GEMM operands: 2 FLOPs per element per token forward), from the

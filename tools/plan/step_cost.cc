@@ -32,7 +32,7 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
                        const std::vector<TimedAction>& timeline,
                        double stage_end, const ClusterSpec& cluster,
                        const LinkSpec& link, double* total) {
-  const int dp = static_cast<int>(o.dp);
+  const int dp = static_cast<int>(o.gradient_replicas());
   const DpCalls calls = StepDpCalls(o, stage);
   *total = 0;
   if (dp == 1 || stage.buckets.empty()) return stage_end;
@@ -91,8 +91,9 @@ double UpdateSeconds(const TrainOptions& o,
   const bool bf16 = PlanDeviceOf(o).dtype == DType::kBF16;
   double update = 0;
   for (const StageFacts& stage : stages) {
+    const double replicas = static_cast<double>(o.gradient_replicas());
     const double owned = static_cast<double>(stage.local_parameters) /
-                         (o.zero > 0 ? static_cast<double>(o.dp) : 1.0);
+                         (o.zero > 0 ? replicas : 1.0);
     const double bytes = owned * (kAdamBytes + (bf16 ? kAdamBf16Bytes : 0));
     // With a cost table: AdamW's measured rate on as many elements (its
     // multi-tensor step walks them all in one call).
@@ -101,60 +102,69 @@ double UpdateSeconds(const TrainOptions& o,
                             : cluster.memory_bandwidth;
     const double t =
         bytes / rate + CallSeconds(StepDpCalls(o, stage).update,
-                                   static_cast<int>(o.dp), dp_link);
+                                   static_cast<int>(replicas), dp_link);
     update = std::max(update, t);
   }
   return update;
 }
 
-// What a pass adds to its compute: its tp collectives and, under ZeRO-3,
-// the wait for its weight gathers (and their whole duration).
-struct PassCost {
-  double tp = 0, gather = 0, gather_total = 0;
+// The links of a layout's groups.
+struct Links {
+  LinkSpec tp, pp, dp, cp;
 };
-PassCost CostPass(const PassWork& pass, int tp, const LinkSpec& tp_link, int dp,
-                  const LinkSpec& dp_link, const ClusterSpec& cluster) {
+
+// What a pass adds to its compute: its tp collectives, its cp transfers
+// that the attention does not hide and, under ZeRO-3, the wait for its
+// weight gathers (and their whole duration).
+struct PassCost {
+  double tp = 0, cp = 0, gather = 0, gather_total = 0;
+};
+PassCost CostPass(const PassWork& pass, const TrainOptions& o,
+                  const Links& links, const ClusterSpec& cluster) {
+  const int tp = static_cast<int>(o.tp), cp = static_cast<int>(o.cp);
+  const int dp = static_cast<int>(o.gradient_replicas());
   PassCost c;
-  c.tp = CallSeconds(pass.tp, tp, tp_link);
-  c.gather = GatherExposedSeconds(pass, dp, dp_link, cluster.async_collectives,
+  c.tp = CallSeconds(pass.tp, tp, links.tp);
+  c.cp = ContextExposedSeconds(pass, cp, links.cp);
+  c.gather = GatherExposedSeconds(pass, dp, links.dp, cluster.async_collectives,
                                   &c.gather_total);
   return c;
 }
 
 // Every chunk's action costs, with and without the pipeline transfers, per
 // global chunk k = u·pp + p; and per stage the step's busy seconds and the
-// tp collectives' and ZeRO-3 gathers' shares of them.
+// tp collectives', cp transfers' and ZeRO-3 gathers' shares of them.
 struct ChunkCosts {
   std::vector<ActionCosts> with, without;
-  std::vector<double> tp_time, busy, gather, gather_all;
+  std::vector<double> tp_time, cp_time, busy, gather, gather_all;
 };
 ChunkCosts CostChunks(const TrainOptions& o,
                       const std::vector<StageFacts>& stages,
-                      const ClusterSpec& cluster, const LinkSpec& tp_link,
-                      const LinkSpec& pp_link, const LinkSpec& dp_link) {
+                      const ClusterSpec& cluster, const Links& links) {
   const int pp = static_cast<int>(o.pp), v = static_cast<int>(o.virtual_stages);
   ChunkCosts costs;
   costs.with.resize(pp * v);
   costs.without.resize(pp * v);
   costs.tp_time.assign(pp, 0);
+  costs.cp_time.assign(pp, 0);
   costs.busy.assign(pp, 0);
   costs.gather.assign(pp, 0);
   costs.gather_all.assign(pp, 0);
   const double m = static_cast<double>(o.microbatches());
   const double transfer =
-      pp > 1 ? CollectiveSeconds(CommOp::kSend, TransferBytes(o), 2, pp_link)
+      pp > 1 ? CollectiveSeconds(CommOp::kSend, TransferBytes(o), 2, links.pp)
              : 0;
-  const int tp = static_cast<int>(o.tp), dp = static_cast<int>(o.dp);
   for (int p = 0; p < pp; ++p) {
     for (int u = 0; u < v; ++u) {
       const ChunkWork c = PlanChunkWork(o, stages[p], u, cluster);
-      double tp_s = 0, gather_s = 0;
+      double tp_s = 0, cp_s = 0, gather_s = 0;
       auto cost = [&](const PassWork& pass) {
-        const PassCost k = CostPass(pass, tp, tp_link, dp, dp_link, cluster);
+        const PassCost k = CostPass(pass, o, links, cluster);
         tp_s += k.tp;
+        cp_s += k.cp;
         gather_s += k.gather;
         costs.gather_all[p] += m * k.gather_total;
-        return pass.compute + k.tp + k.gather;
+        return pass.compute + k.tp + k.cp + k.gather;
       };
       ActionCosts& a = costs.with[u * pp + p];
       a.forward = cost(c.f);
@@ -164,6 +174,7 @@ ChunkCosts CostChunks(const TrainOptions& o,
       costs.without[u * pp + p] = a;
       costs.without[u * pp + p].transfer = 0;
       costs.tp_time[p] += m * tp_s;
+      costs.cp_time[p] += m * cp_s;
       costs.gather[p] += m * gather_s;
       costs.busy[p] += m * (a.forward + a.backward_input + a.backward_weight);
     }
@@ -204,16 +215,21 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
                                           const std::vector<StageFacts>& stages,
                                           const ClusterSpec& cluster,
                                           const StageSchedules* built) {
+  // The trainer's mesh: cp folded into the dp axis, its ranks consecutive.
+  const int replicas = static_cast<int>(o.gradient_replicas());
   TRELLIS_ASSIGN_OR_RETURN(
-      Mesh mesh, Mesh::Create(static_cast<int>(o.dp * o.tp * o.pp),
-                              static_cast<int>(o.dp), static_cast<int>(o.tp),
+      Mesh mesh, Mesh::Create(replicas * static_cast<int>(o.tp * o.pp),
+                              replicas, static_cast<int>(o.tp),
                               static_cast<int>(o.pp), o.mesh_order));
-  const LinkSpec tp_link = GroupLink(mesh, GroupKind::kTp, cluster);
-  const LinkSpec pp_link = GroupLink(mesh, GroupKind::kPp, cluster);
-  const LinkSpec dp_link = GroupLink(mesh, GroupKind::kDp, cluster);
+  TRELLIS_ASSIGN_OR_RETURN(mesh,
+                           mesh.WithContextParallel(static_cast<int>(o.cp)));
+  Links links;
+  links.tp = GroupLink(mesh, GroupKind::kTp, cluster);
+  links.pp = GroupLink(mesh, GroupKind::kPp, cluster);
+  links.dp = GroupLink(mesh, GroupKind::kDp, cluster);
+  links.cp = o.cp > 1 ? GroupLink(mesh, GroupKind::kCp, cluster) : links.tp;
   const int pp = static_cast<int>(o.pp), v = static_cast<int>(o.virtual_stages);
-  const ChunkCosts costs =
-      CostChunks(o, stages, cluster, tp_link, pp_link, dp_link);
+  const ChunkCosts costs = CostChunks(o, stages, cluster, links);
   std::vector<std::vector<Action>> own;
   if (built == nullptr) {
     own = BuildAllSchedules(o.schedule, pp, static_cast<int>(o.microbatches()),
@@ -230,16 +246,17 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   const int busiest = static_cast<int>(
       std::max_element(busy.begin(), busy.end()) - busy.begin());
   e.tp_comm = costs.tp_time[busiest];
+  e.cp_comm = costs.cp_time[busiest];
   e.dp_gather = costs.gather[busiest];
   e.dp_gather_total = costs.gather_all[busiest];
-  e.compute = busy[busiest] - e.tp_comm - e.dp_gather;
+  e.compute = busy[busiest] - e.tp_comm - e.cp_comm - e.dp_gather;
   e.bubble = std::max(0.0, free_transfers.makespan - busy[busiest]);
   e.pp_comm = std::max(0.0, sim.makespan - free_transfers.makespan);
   e.bubble_fraction = sim.BubbleFraction();
   const double synced =
-      SyncedEnd(o, stages, sim, cluster, dp_link, pp_link, &e.dp_comm_total);
+      SyncedEnd(o, stages, sim, cluster, links.dp, links.pp, &e.dp_comm_total);
   e.dp_comm = synced - sim.makespan;
-  const double update = UpdateSeconds(o, stages, cluster, dp_link);
+  const double update = UpdateSeconds(o, stages, cluster, links.dp);
   e.optimizer = update;
   e.step = synced + e.optimizer;
   return e;

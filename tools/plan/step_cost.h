@@ -18,14 +18,24 @@
 //               full the whole block forward; ZB-H1 reruns it again in W;
 //   ZB-H1       runs W apart from B: the blocks' B and W compute cost
 //               ClusterSpec::split_backward_ratio times the fused ones.
-// (N = micro_batch·T rows.) The pipeline simulator (SimulateSchedules)
-// runs the stages' schedules with those costs and the α-β cost of each
-// activation or gradient transfer (N/tp rows under sequence parallelism);
-// the data-parallel collectives (step_work.h: all-reduces, or ZeRO's
-// reduce-scatters, once per step or under ZeRO-2 and 3 once per microbatch)
-// start
-// as the W that produces their gradients ends (on a cluster with
-// asynchronous collectives; otherwise when the pipeline ends) and go one
+// (N = micro_batch·T rows; micro_batch·T/cp under context parallelism,
+// where attention stays 2·N·T·C/tp, the rank's 1/cp share.)
+//   cp          the ring sends cp-1 key/value blocks per block forward,
+//               each while the block in hand is attended (1/cp of the
+//               attention: only the send time beyond it is exposed), and
+//               backward as many again beside the blocks' backward plus cp
+//               gradient blocks that wait; all-to-all four exchanges per
+//               block (two each way) of cp-1 sends each, all waited for;
+//               recompute reruns the forward's transfers with attention.
+//               Attention is costed at the ring's block shape (T/cp) or at
+//               heads/cp on the whole window (all-to-all).
+// The pipeline simulator (SimulateSchedules) runs the stages' schedules
+// with those costs and the α-β cost of each activation or gradient
+// transfer (N/tp rows under sequence parallelism); the data-parallel
+// collectives over the dp·cp gradient replicas (step_work.h: all-reduces,
+// or ZeRO's reduce-scatters, once per step or under ZeRO-2 and 3 once per
+// microbatch) start as the W that produces their gradients ends (on a cluster
+// with asynchronous collectives; otherwise when the pipeline ends) and go one
 // after another, and with pp > 1 the tied embedding's gradient is summed
 // between the first and last stage; then AdamW (memory-bound: 28 bytes per
 // owned element, 30 with bf16 weights) and, under ZeRO, the all-gathers of
@@ -48,13 +58,15 @@
 
 namespace trellis {
 
-// One step's time in seconds. compute + tp_comm + dp_gather + bubble +
-// pp_comm is the pipeline's makespan (the busiest stage's work and its waits);
-// dp_comm is the gradient sync left after it, optimizer the update (and ZeRO's
-// weight all-gathers). They add up to `step`.
+// One step's time in seconds. compute + tp_comm + cp_comm + dp_gather +
+// bubble + pp_comm is the pipeline's makespan (the busiest stage's work and its
+// waits); dp_comm is the gradient sync left after it, optimizer the update (and
+// ZeRO's weight all-gathers). They add up to `step`.
 struct StepEstimate {
   double compute = 0;    // the busiest stage's F, B and W without tp comm
   double tp_comm = 0;    // its tensor-parallel all-reduces
+  double cp_comm = 0;    // its context-parallel transfers not hidden by
+                         // attention
   double dp_gather = 0;  // its ZeRO-3 weight gathers not hidden by compute
   double bubble = 0;     // its idle time, transfers taken as free
   double pp_comm = 0;    // what the transfers add to the makespan

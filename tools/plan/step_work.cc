@@ -37,6 +37,13 @@ struct Sizes {
   int64_t hidden_bytes = 0;  // one (N, C) activation
   int tp = 1;
   bool sequence_parallel = false;
+  // Context parallelism: the cp size, the ring or all-to-all, and the bytes
+  // of this rank's key/value block (N, 2·Hkv·D/tp), its qkv (N,
+  // (H + 2·Hkv)·D/tp) and its attention output (N, H·D/tp).
+  int cp = 1;
+  bool ring = true;
+  int64_t kv_bytes = 0, qkv_bytes = 0, out_bytes = 0;
+  int64_t doc_starts_bytes = 0;  // (B, T/cp) int32 under --document_mask
 };
 
 // The GEMMs' seconds and the attention and element-wise rates: from the
@@ -69,16 +76,21 @@ void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, Sizes& s) {
                         GemmPass::kBackwardWeight}) {
     s.head_gemm += GemmSeconds(k, pass, s.rows, s.width, s.vocab, s.bytes);
   }
+  // Under cp the ring attends blocks of T/cp keys and queries (cp of them
+  // per rank); all-to-all runs the whole window on heads/cp.
   const double heads = static_cast<double>(o.model.n_head) / o.tp;
-  s.attn_rate =
-      AttentionRate(k, s.seq, static_cast<double>(o.model.HeadDim()), heads);
+  const double head_dim = static_cast<double>(o.model.HeadDim());
+  s.attn_rate = s.cp == 1 ? AttentionRate(k, s.seq, head_dim, heads)
+                : s.ring  ? AttentionRate(k, s.seq / s.cp, head_dim, heads)
+                          : AttentionRate(k, s.seq, head_dim, heads / s.cp);
   s.memory_rate = ElementwiseRate(k, s.rows * s.full_rows, s.width);
 }
 
 Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
   const ModelConfig& m = o.model;
   Sizes s;
-  s.rows = static_cast<double>(o.micro_batch_size * m.seq_len);
+  // Under cp every rank holds T/cp of each window's tokens.
+  s.rows = static_cast<double>(o.micro_batch_size * o.local_seq_len());
   s.width = static_cast<double>(m.d_model);
   s.seq = static_cast<double>(m.seq_len);
   s.bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
@@ -89,6 +101,15 @@ Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
   s.tp = static_cast<int>(o.tp);
   s.sequence_parallel = o.sequence_parallel && o.tp > 1;
   s.full_rows = s.sequence_parallel ? 1.0 / static_cast<double>(o.tp) : 1.0;
+  s.cp = static_cast<int>(o.cp);
+  s.ring = o.cp_comm != "a2a";
+  const int64_t element = static_cast<int64_t>(s.bytes);
+  const int64_t n = o.micro_batch_size * o.local_seq_len();
+  const int64_t head = m.HeadDim();
+  s.kv_bytes = n * 2 * m.kv_heads() * head / o.tp * element;
+  s.out_bytes = n * m.n_head * head / o.tp * element;
+  s.qkv_bytes = s.out_bytes + s.kv_bytes;
+  if (o.document_mask) s.doc_starts_bytes = n * 4;
   RatesOf(o, cluster, s);
   return s;
 }
@@ -122,9 +143,71 @@ void Append(std::vector<PlannedCall>& to, const std::vector<PlannedCall>& more,
   }
 }
 
-// A block's forward compute: GEMMs, attention, element-wise.
+// A block's attention forward: the causal half of QKᵀ and AV, N rows
+// against the T-long window (its 1/cp share under cp).
+double AttentionSeconds(const Sizes& s) {
+  return 2 * s.rows * s.seq * s.attn / s.attn_rate;
+}
+
+// A block's context-parallel transfers in a forward (`backward` false) or
+// a backward of its attention. Ring: cp-1 key/value blocks, each sent
+// while the block in hand is attended (1/cp of the attention); backward
+// as many again beside the blocks' backward, then cp gradient blocks that
+// wait. All-to-all: two exchanges (qkv in and the output back, or their
+// gradients), each cp-1 sends of 1/cp of the buffer, blocking, and under
+// document masking an all-gather of the rank's document starts.
+std::vector<ContextCall> ContextCalls(const Sizes& s, bool backward) {
+  if (s.cp == 1) return {};
+  const int64_t steps = s.cp - 1;
+  if (!s.ring) {
+    std::vector<ContextCall> calls = {
+        {{CommOp::kSend, s.qkv_bytes / s.cp, steps}, 0},
+        {{CommOp::kSend, s.out_bytes / s.cp, steps}, 0}};
+    if (s.doc_starts_bytes > 0) {
+      calls.push_back({{CommOp::kAllGather, s.doc_starts_bytes, 1}, 0});
+    }
+    return calls;
+  }
+  const double attention = AttentionSeconds(s) * (backward ? 2 : 1);
+  std::vector<ContextCall> calls = {
+      {{CommOp::kSend, s.kv_bytes, steps}, attention / s.cp}};
+  if (backward) calls.push_back({{CommOp::kSend, s.kv_bytes, s.cp}, 0});
+  return calls;
+}
+
+// The copies context parallelism adds to a block's attention forward or
+// backward, in seconds at the element-wise rate. Ring: splitting qkv into
+// queries and the key/value block (read and write), forward cp-1 merges
+// (read two outputs and log-sum-exps, write one), backward the gradients
+// zeroed and joined back into dqkv. All-to-all: each exchange's buffer
+// packed before and unpacked after it.
+double ContextCopySeconds(const Sizes& s, bool backward) {
+  if (s.cp == 1) return 0;
+  const double qkv = static_cast<double>(s.qkv_bytes);
+  const double out = static_cast<double>(s.out_bytes);
+  double bytes = 0;
+  if (!s.ring) {
+    bytes = 4 * (qkv + out);
+  } else if (backward) {
+    bytes = 5 * qkv;
+  } else {
+    bytes = 2 * qkv + 4 * (s.cp - 1) * out;
+  }
+  return bytes / s.memory_rate;
+}
+
+void Append(std::vector<ContextCall>& to, const std::vector<ContextCall>& more,
+            int64_t times) {
+  for (ContextCall c : more) {
+    c.call.calls *= times;
+    if (c.call.calls > 0) to.push_back(c);
+  }
+}
+
+// A block's forward compute: GEMMs, attention (with its cp copies),
+// element-wise.
 double BlockForwardCompute(const Sizes& s) {
-  return s.gemm_f + 2 * s.rows * s.seq * s.attn / s.attn_rate +
+  return s.gemm_f + AttentionSeconds(s) + ContextCopySeconds(s, false) +
          s.rows * s.bytes *
              (kElementwiseFull * s.width * s.full_rows +
               kElementwiseSplit * s.width * 4 / s.tp) /
@@ -136,16 +219,23 @@ PassWork Recomputed(const Sizes& s, Recompute recompute) {
   switch (recompute) {
     case Recompute::kNone:
       return {};
-    case Recompute::kSelective:
-      return {2 * s.rows * s.seq * s.attn / s.attn_rate +
-                  s.rows * s.bytes * kElementwiseSplit * s.width * 4 / s.tp /
-                      s.memory_rate,
-              {},
-              {}};
-    case Recompute::kFull:
+    case Recompute::kSelective: {
+      PassWork redo;
+      redo.compute = AttentionSeconds(s) + ContextCopySeconds(s, false) +
+                     s.rows * s.bytes * kElementwiseSplit * s.width * 4 / s.tp /
+                         s.memory_rate;
+      redo.cp = ContextCalls(s, false);  // attention's forward again
+      return redo;
+    }
+    case Recompute::kFull: {
       // The block up to its MLP's down projection: one row-parallel
       // output, and under sequence parallelism the two gathers.
-      return {BlockForwardCompute(s), HiddenCalls(s, 1, 1), {}};
+      PassWork redo;
+      redo.compute = BlockForwardCompute(s);
+      redo.tp = HiddenCalls(s, 1, 1);
+      redo.cp = ContextCalls(s, false);
+      return redo;
+    }
   }
   return {};
 }
@@ -258,9 +348,14 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
   ChunkWork p;
   p.f.compute = l * forward;
   Append(p.f.tp, HiddenCalls(s, 2), layers);
-  // Input gradients: their GEMMs, attention and element-wise twice.
-  p.b.compute = l * (s.gemm_b + 2 * (forward - s.gemm_f));
+  Append(p.f.cp, ContextCalls(s, false), layers);
+  // Input gradients: their GEMMs, attention and element-wise twice (and
+  // the backward's own cp copies).
+  const double copies = ContextCopySeconds(s, false);
+  p.b.compute = l * (s.gemm_b + 2 * (forward - s.gemm_f - copies) +
+                     ContextCopySeconds(s, true));
   Append(p.b.tp, HiddenCalls(s, 2), layers);
+  Append(p.b.cp, ContextCalls(s, true), layers);
   p.w.compute = l * s.gemm_w;
   if (o.schedule == ScheduleKind::kZeroBubbleH1) {
     // Split apart, B and W cost the measured ratio of the fused backward;
@@ -269,9 +364,11 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
     p.w.compute *= s.split_ratio;
     p.w.compute += l * redo.compute;
     Append(p.w.tp, redo.tp, layers);
+    Append(p.w.cp, redo.cp, layers);
   }
   p.b.compute += l * redo.compute;
   Append(p.b.tp, redo.tp, layers);
+  Append(p.b.cp, redo.cp, layers);
   // Per block; without ZB-H1 the trainer's B computes the weight gradients
   // too (W only reports them), which the ZeRO-3 gathers overlap.
   const bool split = o.schedule == ScheduleKind::kZeroBubbleH1;
@@ -294,6 +391,17 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
     }
   }
   return p;
+}
+
+double ContextExposedSeconds(const PassWork& pass, int n,
+                             const LinkSpec& link) {
+  double exposed = 0;
+  for (const ContextCall& c : pass.cp) {
+    const double send = CollectiveSeconds(c.call.op, c.call.bytes, n, link);
+    exposed +=
+        static_cast<double>(c.call.calls) * std::max(0.0, send - c.overlap);
+  }
+  return exposed;
 }
 
 double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
@@ -326,7 +434,7 @@ KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster) {
 }
 
 int64_t TransferBytes(const TrainOptions& o) {
-  const int64_t rows = o.micro_batch_size * o.model.seq_len;
+  const int64_t rows = o.micro_batch_size * o.local_seq_len();
   const int64_t bytes = PlanDeviceOf(o).dtype == DType::kBF16 ? 2 : 4;
   const int64_t local = o.sequence_parallel && o.tp > 1 ? rows / o.tp : rows;
   return local * o.model.d_model * bytes;
@@ -344,7 +452,7 @@ std::vector<PlannedCall> StepTpCalls(const TrainOptions& o,
 
 DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
   DpCalls d;
-  if (o.dp == 1) return d;
+  if (o.gradient_replicas() == 1) return d;
   for (int64_t bytes : stage.buckets) {
     switch (o.zero) {
       case 0:
@@ -388,7 +496,8 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
                                   const StageFacts& stage) {
   PlannedTraffic t;
   const int64_t m = o.microbatches();
-  const int tp = static_cast<int>(o.tp), dp = static_cast<int>(o.dp);
+  const int tp = static_cast<int>(o.tp), cp = static_cast<int>(o.cp);
+  const int dp = static_cast<int>(o.gradient_replicas());
   // Rates do not change what is sent.
   ClusterSpec unit;
   unit.peak_flops = unit.memory_bandwidth = 1;
@@ -398,6 +507,14 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
     for (const PassWork* pass : {&w.f, &w.b, &w.w}) {
       Count(t.tp, pass->tp, m, tp);
       for (const UnitRead& r : pass->reads) Count(t.dp, r.gathers, m, dp);
+      for (const ContextCall& c : pass->cp) {
+        Count(t.cp, {c.call}, m, cp);
+        if (c.call.op != CommOp::kSend) continue;
+        // Each send has its receive, of as many bytes.
+        PlannedCall recv = c.call;
+        recv.op = CommOp::kRecv;
+        Count(t.cp, {recv}, m, cp);
+      }
     }
   }
   Count(t.tp, StepTpCalls(o, stage), 1, tp);

@@ -20,13 +20,24 @@
 // piece. Per step: the gradient norm (one double) and, with sequence
 // parallelism, one all-reduce per norm gradient left partial over tp.
 //
-// Data parallelism (dp > 1), per step: --zero=0 all-reduces each gradient
-// bucket once, --zero=1 reduce-scatters each (padded to a multiple of dp)
-// and all-gathers the updated weights through it, --zero=2 reduce-scatters
-// each bucket once per microbatch and all-gathers once, --zero=3
-// reduce-scatters as level 2 and gathers no weights after the step; the loss
-// average (one double), and under ZeRO the gradient norm's share (one double).
-// Buckets are the trainer's (GradientBuckets::Layout over the stage's
+// Context parallelism (cp > 1), per block and microbatch, on N =
+// micro_batch·T/cp rows (every per-token cost, the tp collectives and the
+// pipeline transfers shrink by cp): the ring's cp-1 sends of the rank's
+// (N, 2·Hkv·D/tp) key/value block forward, 2·(cp-1)+1 backward (the blocks
+// and their gradients); all-to-all's four exchanges (qkv and the output,
+// forward; their gradients, backward) of cp-1 sends of 1/cp of the buffer
+// each, and under --document_mask an all-gather of the (B, T/cp) int32
+// document starts per forward and backward; every send with its receive.
+// Recompute reruns the forward's. The copies around them (qkv split and
+// joined, the ring's merges, all-to-all's packing) cost element-wise time.
+//
+// Data parallelism (dp·cp > 1: the gradient replicas), per step: --zero=0
+// all-reduces each gradient bucket once, --zero=1 reduce-scatters each (padded
+// to a multiple of dp) and all-gathers the updated weights through it, --zero=2
+// reduce-scatters each bucket once per microbatch and all-gathers once,
+// --zero=3 reduce-scatters as level 2 and gathers no weights after the step;
+// the loss average (one double), and under ZeRO the gradient norm's share (one
+// double). Buckets are the trainer's (GradientBuckets::Layout over the stage's
 // parameters in gradient-ready order; the tied embedding alone under ZeRO;
 // under ZeRO-3 a bucket starting at each weight group).
 //
@@ -72,11 +83,20 @@ struct UnitRead {
   std::vector<PlannedCall> gathers;
 };
 
+// Context-parallel transfers of a pass (sends, each with its receive)
+// and the compute each of them can hide behind: a ring step's block of
+// attention, 0 for one that waits.
+struct ContextCall {
+  PlannedCall call;
+  double overlap = 0;  // seconds, per call
+};
+
 // One pass of one chunk for one microbatch.
 struct PassWork {
   double compute = 0;           // seconds at the cluster's rates
   std::vector<PlannedCall> tp;  // blocking, inside the pass
-  // ZeRO-3 (dp > 1): the units in the order the pass reads them.
+  std::vector<ContextCall> cp;  // cp > 1: the attention's transfers
+  // ZeRO-3 (dp·cp > 1): the units in the order the pass reads them.
   std::vector<UnitRead> reads;
 };
 struct ChunkWork {
@@ -87,6 +107,11 @@ struct ChunkWork {
 // microbatch on `cluster`.
 ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
                         int chunk, const ClusterSpec& cluster);
+
+// The seconds `pass`'s context-parallel transfers over `n` ranks add to
+// its compute on `link`: per call, what of its time the overlapped compute
+// does not hide.
+double ContextExposedSeconds(const PassWork& pass, int n, const LinkSpec& link);
 
 // ZeRO-3: the seconds `pass` waits for its weight gathers over `n` ranks on
 // `link` (the first unit's gather, and each later unit's beyond the
@@ -101,7 +126,7 @@ double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
 // when it has one, else its peak × efficiencies and memory bandwidth.
 struct KernelRates {
   bool by_shape = false;
-  double rows = 0;  // N = micro_batch · T
+  double rows = 0;  // N = micro_batch · T / cp
   double gemm_forward = 0, gemm_backward_input = 0, gemm_backward_weight = 0;
   double attention = 0;    // FLOP/s
   double elementwise = 0;  // bytes/s
@@ -109,7 +134,8 @@ struct KernelRates {
 KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster);
 
 // Bytes of the (N, C) hidden state a pipeline transfer of `o` carries
-// (this rank's N/tp rows under sequence parallelism).
+// (N = micro_batch · T/cp; this rank's N/tp rows under sequence
+// parallelism).
 int64_t TransferBytes(const TrainOptions& o);
 
 // The tp collectives of a step outside the pipeline (gradient norm, the
@@ -124,10 +150,10 @@ struct DpCalls {
 };
 DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage);
 
-// One step's counted tp and dp traffic of `stage` (tp rank 0): what its
-// communicators' CommStats add in a Trainer::Step.
+// One step's counted tp, dp (over dp·cp ranks) and cp traffic of `stage`
+// (tp rank 0): what its communicators' CommStats add in a Trainer::Step.
 struct PlannedTraffic {
-  CommStats tp, dp;
+  CommStats tp, dp, cp;
 };
 PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
                                   const StageFacts& stage);

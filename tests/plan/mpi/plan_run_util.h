@@ -69,15 +69,16 @@ struct Figures {
   double planned_bytes = 0, arena_peak_bytes = 0;
 };
 
-// Runs `o` (dp·tp·pp = the world) for `warmup` + `timed` steps: the median
-// of the timed steps (the slowest rank's each) and the arena peak (largest
-// over ranks).
+// Runs `o` (dp·cp·tp·pp = the world) for `warmup` + `timed` steps: the
+// median of the timed steps (the slowest rank's each) and the arena peak
+// (largest over ranks).
 inline Figures Measure(const TrainOptions& o, const MpiRuntime& runtime,
                        int warmup, int timed) {
   Figures f;
-  absl::StatusOr<Mesh> mesh =
-      Mesh::Create(mpitest::WorldSize(), static_cast<int>(o.dp),
-                   static_cast<int>(o.tp), static_cast<int>(o.pp));
+  absl::StatusOr<Mesh> mesh = Mesh::Create(
+      mpitest::WorldSize(), static_cast<int>(o.gradient_replicas()),
+      static_cast<int>(o.tp), static_cast<int>(o.pp));
+  if (mesh.ok()) mesh = mesh->WithContextParallel(static_cast<int>(o.cp));
   EXPECT_TRUE(mesh.ok()) << mesh.status();
   absl::StatusOr<ParallelContext> context =
       ParallelContext::Create(runtime, *mesh);

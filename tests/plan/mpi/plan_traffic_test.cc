@@ -5,8 +5,13 @@
 // and ZB-H1 with tp1), PlannedStepTraffic's tp and dp calls and bytes per
 // operation must equal what the communicators count in one Trainer::Step.
 // On four ranks (plan_traffic_mpi_test_np4): ZeRO-3 on dp2·pp2 under
-// ZB-H1, with and without full recompute, and on dp2·tp2. ZeRO-3's weight
-// gathers are also checked against ShardedParameters' own count, and
+// ZB-H1, with and without full recompute, and on dp2·tp2. Context
+// parallelism (the cp group's counts too): cp2 ring and all-to-all, with
+// ZeRO-1 and selective or full recompute; on four ranks dp2·cp2 under
+// ZeRO-3 and cp2·tp2 with sequence parallelism both ways, and ZeRO-2
+// beside tp and sequence parallelism (each rank sums over tp only the norm
+// gradients in its own ZeRO block: the plan of its own dp·cp rank). ZeRO-3's
+// weight gathers are also checked against ShardedParameters' own count, and
 // against their floor: every gather unit of the stage (the embedding, each
 // block, the head) at least once per pass (F, B, and ZB-H1's W) and
 // microbatch.
@@ -38,6 +43,13 @@ struct TrafficCase {
   int64_t loss_chunk_rows = 1024;
 };
 
+Layout Cp(int dp, int cp, int tp, const char* comm) {
+  Layout layout{dp, tp, 1};
+  layout.cp = cp;
+  layout.cp_comm = comm;
+  return layout;
+}
+
 void ExpectSame(const std::string& group, const CommStats& counted,
                 const CommStats& planned) {
   for (int i = 0; i < static_cast<int>(CommOp::kCount); ++i) {
@@ -49,14 +61,8 @@ void ExpectSame(const std::string& group, const CommStats& counted,
   }
 }
 
-TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
-  const int world = mpitest::WorldSize();
-  ASSERT_TRUE(world == 2 || world == 4) << world;
-  MpiRuntime runtime(nullptr, nullptr);
-  const std::string dir = mpitest::SharedScratchDir("plan_traffic");
-  const std::string data = dir + "/tokens.h5";
-  ASSERT_TRUE(mpitest::WriteSharedTokenFile(data, 20000));
-  const std::vector<TrafficCase> cases = {
+std::vector<TrafficCase> Cases() {
+  return {
       {{2, 1, 1}, 0},
       {{2, 1, 1}, 1},
       {{2, 1, 1}, 2},
@@ -73,7 +79,31 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
       {{2, 1, 2, "zb-h1"}, 3},
       {{2, 1, 2, "zb-h1"}, 3, false, Recompute::kFull},
       {{2, 2, 1}, 3},
+      // Context parallelism: the cp group's sends and receives, and the
+      // gradient sync over dp·cp.
+      {Cp(1, 2, 1, "ring")},
+      {Cp(1, 2, 1, "a2a")},
+      {Cp(1, 2, 1, "ring"), 1, false, Recompute::kSelective},
+      {Cp(1, 2, 1, "a2a"), 0, false, Recompute::kFull},
+      {Cp(2, 2, 1, "ring"), 3},
+      {Cp(1, 2, 2, "ring"), 0, true},
+      {Cp(1, 2, 2, "a2a"), 2, true},
+      {Cp(1, 2, 2, "a2a"), 0, true},
+      {Cp(1, 2, 2, "ring"), 2, true},
+      {{2, 2, 1}, 2, true},
+      {{2, 2, 1}, 2, false},
+      {Cp(1, 2, 2, "ring"), 2, false},
   };
+}
+
+TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
+  const int world = mpitest::WorldSize();
+  ASSERT_TRUE(world == 2 || world == 4) << world;
+  MpiRuntime runtime(nullptr, nullptr);
+  const std::string dir = mpitest::SharedScratchDir("plan_traffic");
+  const std::string data = dir + "/tokens.h5";
+  ASSERT_TRUE(mpitest::WriteSharedTokenFile(data, 20000));
+  const std::vector<TrafficCase> cases = Cases();
   for (const TrafficCase& c : cases) {
     if (c.layout.world() != world) continue;
     TrainOptions o = mpitest::TinyModelOptions(data);
@@ -92,7 +122,8 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
     TrainOptions planned = run->trainer->options();
     planned.model.vocab_size = mpitest::kByteVocab.vocab_size;
     ASSERT_TRUE(ValidateLayout(planned, world).ok());
-    const std::vector<StageFacts> stages = PlanStages(planned);
+    const std::vector<StageFacts> stages =
+        PlanStages(planned, nullptr, run->context->coord().d);
     const PlannedTraffic want =
         PlannedStepTraffic(planned, stages[run->context->coord().p]);
     const ProcessGroups& groups = run->context->groups();
@@ -109,10 +140,15 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
     for (int step = 1; step <= 2; ++step) {
       SCOPED_TRACE(absl::StrCat("step ", step));
       const CommStats tp = groups.tp->stats(), dp = groups.dp->stats();
+      const CommStats cp =
+          groups.cp != nullptr ? groups.cp->stats() : CommStats{};
       const int64_t gathers = sharded == nullptr ? 0 : sharded->gathers();
       ASSERT_TRUE(run->trainer->Step().ok());
       ExpectSame("tp", Since(*groups.tp, tp), want.tp);
       ExpectSame("dp", Since(*groups.dp, dp), want.dp);
+      ExpectSame("cp",
+                 groups.cp != nullptr ? Since(*groups.cp, cp) : CommStats{},
+                 want.cp);
       if (sharded != nullptr) {
         EXPECT_EQ(sharded->gathers() - gathers, want.dp.calls[gather]);
       }

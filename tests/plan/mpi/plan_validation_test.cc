@@ -1,6 +1,7 @@
-// The plan against the runs it predicts: for fourteen layouts of a small
-// model on two ranks of this machine (dp, tp, pp; every schedule; ZeRO-1
-// and -2; sequence parallelism; recompute), the planned memory of the largest
+// The plan against the runs it predicts: for seventeen layouts of a small
+// model on two ranks of this machine (dp, tp, pp, cp by ring and
+// all-to-all; every schedule; ZeRO-1 and -2; sequence parallelism;
+// recompute), the planned memory of the largest
 // rank against the arena's measured peak (within 5%), and the predicted step
 // time against the measured median of timed steps. The memory is always
 // checked; the time is a benchmark, not a timed test: it is reported, and
@@ -49,7 +50,22 @@ struct Case {
   Recompute recompute = Recompute::kNone;
   bool sequence_parallel = false;
   double dp_bucket_mb = 25;
+  int64_t cp = 1;
+  const char* cp_comm = "ring";
+  int64_t seq_len = 64;
 };
+
+// Context parallelism over the two ranks (each holds half of every
+// window).
+Case Context(const char* what, const char* comm,
+             Recompute recompute = Recompute::kNone, int64_t seq_len = 64) {
+  Case c{what, 1, 1, 1};
+  c.seq_len = seq_len;
+  c.cp = 2;
+  c.cp_comm = comm;
+  c.recompute = recompute;
+  return c;
+}
 
 std::vector<Case> Cases() {
   using S = ScheduleKind;
@@ -70,6 +86,13 @@ std::vector<Case> Cases() {
       {"pp2 zb-h1", 1, 1, 2, S::kZeroBubbleH1},
       {"pp2 interleaved v2", 1, 1, 2, S::kInterleaved1F1B, 2},
       {"pp2 1f1b mbs 4", 1, 1, 2, S::k1F1B, 1, 4},
+      Context("cp2 ring", "ring"),
+      Context("cp2 all-to-all", "a2a"),
+      Context("cp2 ring selective", "ring", Recompute::kSelective),
+      Context("cp2 ring T512", "ring", Recompute::kNone, 512),
+      Context("cp2 all-to-all T512", "a2a", Recompute::kNone, 512),
+      {"dp2 T512", 2, 1, 1, S::k1F1B, 1, 2, 0, Recompute::kNone, false, 25, 1,
+       "ring", 512},
   };
 }
 
@@ -97,6 +120,9 @@ TEST(PlanValidationTest, PredictionsMatchMeasuredRuns) {
     o.recompute = c.recompute;
     o.sequence_parallel = c.sequence_parallel;
     o.dp_bucket_mb = c.dp_bucket_mb;
+    o.cp = c.cp;
+    o.cp_comm = c.cp_comm;
+    o.model.seq_len = c.seq_len;
     plantest::Figures f = plantest::Measure(o, runtime, kWarmup, kTimed);
     f.what = c.what;
     // These runs save no checkpoint: the plan's checkpoint I/O term
