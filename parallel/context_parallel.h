@@ -101,6 +101,8 @@ class ContextAttention {
   ContextAttention& operator=(const ContextAttention&) = delete;
 
   const ContextSplit& split() const { return split_; }
+  // The cp group the window's tokens are split over.
+  Communicator& group() const { return cp_; }
   virtual ContextComm comm() const = 0;
   virtual ContextSlots Slots(int64_t B, int64_t H, int64_t Hkv,
                              int64_t D) const = 0;

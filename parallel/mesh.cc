@@ -144,11 +144,6 @@ absl::StatusOr<Mesh> Mesh::WithContextParallel(int cp) const {
                      "launch dp·cp·tp·pp "
                      "ranks"));
   }
-  if (cp > 1 && ep_ > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--cp=", cp, " with --ep=", ep_,
-        ": context and expert parallelism do not combine yet; use one"));
-  }
   Mesh mesh = *this;
   mesh.cp_ = cp;
   return mesh;

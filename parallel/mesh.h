@@ -79,7 +79,8 @@ class Mesh {
   int ep() const { return ep_; }
   // This mesh with each window split over `cp` consecutive ranks of each
   // dp group (the file comment). Fails (InvalidArgument, naming --cp) unless
-  // cp >= 1 divides dp, or when expert parallelism is on.
+  // cp >= 1 divides dp. With expert parallelism the ep groups cut the same
+  // axis: a window's cp ranks may hold different experts.
   absl::StatusOr<Mesh> WithContextParallel(int cp) const;
   int cp() const { return cp_; }
 

@@ -77,6 +77,8 @@ struct BlockTensors {
   // expert order (N·k, C) and the experts' outputs in that order (N·k, C,
   // partial sums over tp). fc, gelu, dfc and dgelu then hold N·k rows.
   Tensor logits, choice, choice_weight, route, counts, route_losses;
+  // A router's counts over the whole window: `counts` summed over cp.
+  Tensor window_counts;
   Tensor moe_in, moe_out;
   // Their gradients: the logits' (N, E), the weights' (N, k), the
   // experts' outputs' and inputs' (N·k, C).
@@ -99,6 +101,10 @@ struct BlockTensors {
   // The expert-parallel group the MLP exchanges tokens over (a mixture of
   // experts' dispatch); null without expert parallelism.
   Communicator* ep = nullptr;
+  // The context-parallel group a window's tokens are split over, whose
+  // per-window statistics (a router's expert counts) the MLP sums; null
+  // without context parallelism.
+  Communicator* cp = nullptr;
 };
 
 // Where a tensor lives: one per microbatch in flight, one shared by the

@@ -225,6 +225,7 @@ DecoderBlock::Tensors DecoderBlock::Use(const State& s,
   }
   t.loss_scale = s.loss_scale;
   t.ep = ep_;
+  t.cp = context_ != nullptr ? &context_->group() : nullptr;
   return t;
 }
 

@@ -289,7 +289,8 @@ TEST(MeshTest, ExpertGroupsFoldIntoDataParallel) {
 
 // Context parallelism cuts each dp group into runs of cp consecutive
 // ranks (one replica's window split); the dp group keeps all of them for
-// the gradients. cp must divide dp and does not combine with ep yet.
+// the gradients. cp must divide dp; with ep both cut the same dp axis,
+// each its own way.
 TEST(MeshTest, ContextGroupsFoldIntoDataParallel) {
   absl::StatusOr<Mesh> base = Mesh::Create(16, 4, 2, 2);
   ASSERT_TRUE(base.ok()) << base.status();
@@ -315,11 +316,17 @@ TEST(MeshTest, ContextGroupsFoldIntoDataParallel) {
     EXPECT_FALSE(bad.ok()) << cp;
     EXPECT_NE(bad.status().message().find("--cp="), std::string::npos);
   }
-  absl::StatusOr<Mesh> experts = base->WithExpertParallel(2);
+  absl::StatusOr<Mesh> experts = base->WithExpertParallel(4);
   ASSERT_TRUE(experts.ok());
-  const absl::StatusOr<Mesh> both = experts->WithContextParallel(2);
-  ASSERT_FALSE(both.ok());
-  EXPECT_NE(both.status().message().find("--ep=2"), std::string::npos);
+  absl::StatusOr<Mesh> both = experts->WithContextParallel(2);
+  ASSERT_TRUE(both.ok()) << both.status();
+  // Rank 0's replica: dp ranks 0 and 1 split its windows; ranks 0..3 of
+  // the dp group exchange tokens with their four experts' holders.
+  const std::vector<int> dp = both->DpGroup(0);
+  EXPECT_EQ(both->Group(GroupKind::kCp, 0), (std::vector<int>{dp[0], dp[1]}));
+  EXPECT_EQ(both->Group(GroupKind::kEp, 0),
+            (std::vector<int>{dp[0], dp[1], dp[2], dp[3]}));
+  EXPECT_EQ(both->Group(GroupKind::kExpertDp, 0), (std::vector<int>{dp[0]}));
 }
 
 }  // namespace

@@ -56,13 +56,16 @@ TEST(ContextOptionsTest, BadCombinationsNameTheFlags) {
        3,
        [](TrainOptions& o) { o.cp = 2; },
        {"cp × tp × pp = 2 × 1 × 1"}},
-      {"experts",
+      {"experts over more ranks than dp·cp",
        2,
        [](TrainOptions& o) {
          o.model.family = ModelFamilyKind("moe");
+         o.model.experts = 4;
+         o.model.experts_per_token = 2;
          o.cp = 2;
+         o.ep = 4;
        },
-       {"--cp=2", "--family=moe"}},
+       {"--ep=4", "dp·cp=2"}},
       {"unknown way",
        2,
        [](TrainOptions& o) {

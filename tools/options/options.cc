@@ -203,15 +203,18 @@ absl::Status CheckSizes(const TrainOptions& o) {
   return absl::OkStatus();
 }
 
-// Expert parallelism: ep divides dp, the family splits its experts over
-// ep, and what does not cover experts yet is refused.
+// Expert parallelism: ep divides the dp·cp ranks a step's gradients are
+// averaged over (the cp ranks of a window may hold different experts), the
+// family splits its experts over ep, and what does not cover experts yet is
+// refused.
 absl::Status CheckExpertLayout(const TrainOptions& o) {
-  if (o.ep < 1 || o.dp % o.ep != 0) {
-    return Bad(absl::StrCat("--ep=", o.ep,
-                            " must be at least 1 and divide dp=", o.dp,
-                            " (experts are split over data-parallel "
-                            "ranks); choose ep dividing ",
-                            o.dp));
+  const int64_t replicas = o.gradient_replicas();
+  if (o.ep < 1 || replicas % o.ep != 0) {
+    return Bad(absl::StrCat(
+        "--ep=", o.ep, " must be at least 1 and divide dp",
+        o.cp > 1 ? "·cp" : "", "=", replicas,
+        " (experts are split over data-parallel ranks); choose ep dividing ",
+        replicas));
   }
   TRELLIS_RETURN_IF_ERROR(FamilyOf(o.model).CheckExpertParallel(o.model, o.ep));
   if (o.ep > 1 && o.zero > 0) {
@@ -249,11 +252,6 @@ absl::Status CheckContextLayout(const TrainOptions& o) {
         "--cp=", o.cp,
         " runs on --device=cpu only for now (the blockwise attention has no "
         "CUDA kernels yet); use --cp=1 on cuda"));
-  }
-  if (o.ep > 1) {
-    return Bad(absl::StrCat("--cp=", o.cp, " with --ep=", o.ep,
-                            ": context and expert parallelism do not combine "
-                            "yet; use one"));
   }
   return absl::OkStatus();
 }

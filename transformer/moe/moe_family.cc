@@ -98,15 +98,6 @@ class Moe : public ModelFamily {
                             c.experts, "; choose ep dividing the experts"));
   }
 
-  absl::Status CheckContextParallel(const ModelConfig&,
-                                    int64_t cp) const override {
-    if (cp == 1) return absl::OkStatus();
-    return Bad(absl::StrCat(
-        "--cp=", cp,
-        " with --family=moe: the router's balance statistics are per "
-        "microbatch and would change with the split; use --cp=1"));
-  }
-
   absl::Status CheckDevice(const ModelConfig&,
                            DeviceType device) const override {
     if (device == DeviceType::kCPU) return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "framework/kernels/elementwise.h"
 #include "framework/kernels/expert_rows.h"
 #include "framework/kernels/matmul.h"
 #include "framework/kernels/swiglu.h"
@@ -99,6 +100,18 @@ class MoeMlp : public BlockMlp {
   }
   // Sends the dispatched rows to their experts' ranks (and the counts).
   void Dispatch(BlockTensors& a) const;
+  // The ranks a window's tokens are split over (1 without cp).
+  static int64_t ContextSize(const BlockTensors& a) {
+    return a.cp != nullptr ? a.cp->size() : 1;
+  }
+  // The expert counts of the whole window: this rank's, summed over cp
+  // into window_counts when the window is split.
+  static const Tensor& WindowCounts(BlockTensors& a) {
+    if (ContextSize(a) == 1) return a.counts;
+    a.window_counts.CopyFrom(a.counts);
+    a.cp->AllReduce(a.window_counts, ReduceOp::kSum);
+    return a.window_counts;
+  }
 
   MoeMlpSpec spec_;
   int64_t local_;  // experts held here
@@ -125,6 +138,7 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
       {&B::choice_weight, {n, k()}, dtype, input},
       {&B::route, {nk}, DType::kI32, input},
       {&B::counts, {e}, DType::kI32, input},
+      {&B::window_counts, {e}, DType::kI32, input},
       {&B::route_losses, {2}, dtype, input},
       {&B::moe_in, {nk, c}, dtype, input},
       {&B::fc, {r, 2 * f}, dtype, input},
@@ -190,7 +204,14 @@ void MoeMlp::Up(BlockTensors& a) const {
   MatmulForward(a.ln2, router_.value, no_bias, logits);
   RouterTopK(logits, no_bias, spec_.router, choice, weight);
   RouteByExpert(choice, spec_.experts, route, a.counts);
-  RouterLosses(logits, a.counts, spec_.router, a.route_losses);
+  RouterLosses(logits, WindowCounts(a), spec_.router, a.route_losses);
+  if (const int64_t cp = ContextSize(a); cp > 1) {
+    // With the window's counts the kernel's aux is cp times this rank's
+    // share (its shares f are over this rank's N rows): E·Σ f·P summed
+    // over the cp ranks is the window's.
+    Tensor aux = a.route_losses.Narrow(0, 1);
+    Scale(aux, 1.0 / static_cast<double>(cp));
+  }
   DispatchRows(a.ln2, route, in);
   if (parallel()) Dispatch(a);
   // The experts' outputs here too, so that recomputing Up (full
@@ -243,9 +264,13 @@ void MoeMlp::BackwardInput(Communicator& tp, BlockTensors& a,
   DispatchRowsBackward(a.dmoe_in, a.route, dln);
   RouterTopKBackward(a.logits, a.choice, a.choice_weight, a.dchoice,
                      spec_.router, a.dlogits);
-  RouterLossesBackward(a.logits, a.counts, spec_.router,
-                       a.loss_scale * spec_.aux_loss_coeff,
-                       a.loss_scale * spec_.z_loss_coeff, a.dlogits);
+  // Under cp the window's counts make the aux gradient cp times this
+  // rank's share; the cp ranks' gradients are averaged like the rest.
+  const int64_t cp = ContextSize(a);
+  RouterLossesBackward(
+      a.logits, cp > 1 ? a.window_counts : a.counts, spec_.router,
+      a.loss_scale * spec_.aux_loss_coeff / static_cast<double>(cp),
+      a.loss_scale * spec_.z_loss_coeff, a.dlogits);
   if (spec_.router_input_grad) {
     MatmulBackwardInput(a.dlogits, router_.value, dln);
   }

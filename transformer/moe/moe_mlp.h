@@ -20,12 +20,18 @@
 // microbatch's N tokens) join the objective as
 // loss_scale · (aux_coeff · aux + z_coeff · z), loss_scale being the
 // microbatch's (BlockTensors::loss_scale): their gradient enters the
-// router's logits; their values are in route_losses.
+// router's logits; their values are in route_losses. Under context
+// parallelism (BlockTensors::cp) a microbatch's windows are split over the
+// cp ranks: the expert counts are summed over cp (window_counts) so that
+// the aux loss's shares f are the whole windows', and each rank's aux and
+// its gradient are its 1/cp share of E·Σ f·P (P its own rows' mean), so
+// that the cp ranks' averaged gradients and summed losses are the
+// unsplit microbatch's; the z-loss is a mean over rows and needs nothing.
 //
 // Tensors (BlockTensors): logits, choice, choice_weight, route, counts,
-// route_losses, moe_in (N·k, C), fc (N·k, 2·Fe/tp), gelu (N·k, Fe/tp),
-// moe_out (N·k, C) as the places say; dlogits, dchoice, dmoe_out, dfc and
-// the scratch dgelu, dmoe_in. Each expert's row count is read to the host
+// window_counts, route_losses, moe_in (N·k, C), fc (N·k, 2·Fe/tp), gelu (N·k,
+// Fe/tp), moe_out (N·k, C) as the places say; dlogits, dchoice, dmoe_out, dfc
+// and the scratch dgelu, dmoe_in. Each expert's row count is read to the host
 // (one read per call on a device).
 //
 // Expert parallelism (spec.ep > 1): the rows in expert order are in blocks

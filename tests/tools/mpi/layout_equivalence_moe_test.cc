@@ -2,10 +2,10 @@
 // mixture-of-experts family: a dense layer then three MoE layers of 4
 // experts, 2 per token, with both balance losses on, under dp, tp (each
 // expert split as Llama's MLP), pp with every schedule, sequence
-// parallelism and ZeRO 1 to 3. The balance losses are statistics of each
-// microbatch's tokens, which every layout forms alike, so every layout
-// trains to the one-process losses and gradients, and reports the same
-// routing (the fixture compares each step's balance losses and expert
+// parallelism and ZeRO 1 to 3, and context parallelism. The balance losses are
+// statistics of each microbatch's tokens, which every layout forms alike, so
+// every layout trains to the one-process losses and gradients, and reports the
+// same routing (the fixture compares each step's balance losses and expert
 // loads).
 #include <vector>
 
@@ -56,6 +56,33 @@ TEST_F(LayoutEquivalenceTest, MoeLayoutsMatchOneProcess) {
 Layout WithEp(Layout layout, int ep) {
   layout.ep = ep;
   return layout;
+}
+
+// Context parallelism: each window split over cp ranks, whose expert
+// counts the routers sum over cp so that the balance losses are the whole
+// microbatch's; by ring and all-to-all, with dp, tp and pp, with full
+// recompute (the counts summed again), and with expert parallelism.
+TEST_F(LayoutEquivalenceTest, MoeContextParallelLayoutsMatchOneProcess) {
+  if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
+  TrainOptions moe = Moe(*options_);
+  Reference moe_reference = ComputeReference(moe);
+  UseOptions use(moe, &moe_reference);
+  auto cp = [](Layout layout, int size, const char* comm) {
+    layout.cp = size;
+    layout.cp_comm = comm;
+    return layout;
+  };
+  RunAll({cp(L(1, 1, 1), 2, "ring"), cp(L(1, 1, 1), 4, "ring"),
+          cp(L(2, 1, 1), 2, "a2a"), cp(L(1, 2, 2, "1f1b"), 2, "ring")});
+  moe.recompute = Recompute::kFull;
+  RunAll({cp(L(1, 1, 1), 2, "ring"), cp(L(1, 1, 2, "zb-h1"), 2, "a2a")});
+  moe.recompute = Recompute::kNone;
+  // With expert parallelism over the same dp·cp ranks: a window's cp
+  // ranks hold different experts (ep 2 on cp 2), or ep spans replicas.
+  RunAll({WithEp(cp(L(1, 1, 1), 2, "ring"), 2),
+          WithEp(cp(L(2, 1, 1), 2, "ring"), 4),
+          WithEp(cp(L(2, 1, 1), 2, "a2a"), 2),
+          WithEp(cp(L(1, 2, 2, "1f1b"), 2, "ring"), 2)});
 }
 
 // Expert parallelism: each MoE layer's 4 experts split over 2 or 4 of the
