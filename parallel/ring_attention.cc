@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "framework/kernels/block_attention.h"
+#include "framework/kernels/elementwise.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -15,7 +16,8 @@ Tensor PositionTensor(const std::vector<int32_t>& pos) {
   return t;
 }
 
-// Slice i of a (2, ...) double buffer, as (B, Tl, W).
+// Slice i of a (2, ...) double buffer (or the (3, ...) gradient
+// buffers), as (B, Tl, W).
 Tensor Half(const Tensor& pair, int i) {
   return pair.Narrow(i, 1).View({pair.dim(1), pair.dim(2), pair.dim(3)});
 }
@@ -35,10 +37,11 @@ ContextSlots RingAttention::Slots(int64_t B, int64_t H, int64_t Hkv,
   const int64_t Tl = split_.Local();
   const Shape rows{B, Tl, H * D};
   const Shape pair{2, B, Tl, 2 * Hkv * D};
+  const Shape grads{3, B, Tl, 2 * Hkv * D};
   return ContextSlots{
       .saved = {B, H, Tl},
       .kept = {},
-      .scratch = {{rows}, {pair}, {rows}, {{B, H, Tl}}, {rows}, {pair}}};
+      .scratch = {{rows}, {pair}, {rows}, {{B, H, Tl}}, {rows}, {grads}}};
 }
 
 RingAttention::RingAttention(Communicator& cp, const ContextSplit& split)
@@ -83,26 +86,46 @@ void RingAttention::Backward(const Tensor& dout, const Tensor& qkv,
   Tensor first = Half(s[kKv], 0);
   SplitQkv(qkv, n_head, n_kv_head, s[kQ], first);
   s[kDq].Zero();
-  Tensor first_grad = Half(s[kDkv], 0);
-  first_grad.Zero();
   const Tensor* starts = doc_start.defined() ? &doc_start : nullptr;
+  // Three gradient buffers: the block in hand's summed gradient on its way
+  // to the next rank, the previous holders' sum of the next block arriving,
+  // and this rank's share being computed.
+  auto grad = [&s](int i) { return Half(s[kDkv], i); };
+  int sum = 0;  // holds the last step's block gradient
   std::vector<std::unique_ptr<Request>> moving;
   for (int step = 0; step < n; ++step) {
     const Tensor held = Half(s[kKv], step % 2);
-    Tensor grad = Half(s[kDkv], step % 2);
-    if (step + 1 < n) moving = Post({held}, {Half(s[kKv], (step + 1) % 2)});
+    const int mine = step == 0 ? 0 : (sum + 1) % 3, arriving = (sum + 2) % 3;
+    std::vector<Tensor> send, recv;
+    if (step + 1 < n) {
+      send.push_back(held);
+      recv.push_back(Half(s[kKv], (step + 1) % 2));
+    }
+    if (step > 0) {
+      // The previous block's gradient moves on while this block's share
+      // is computed; this block's previous holders' sum comes in.
+      send.push_back(grad(sum));
+      recv.push_back(grad(arriving));
+    }
+    if (!send.empty()) moving = Post(send, recv);
+    Tensor share = grad(mine);
+    share.Zero();
     const BlockMask mask{&q_pos_, &k_pos_[(r - step + n) % n], starts};
     BlockAttentionBackward(dout, s[kQ], held, mask, out, lse, n_head, n_kv_head,
-                           s[kDq], grad);
+                           s[kDq], share);
     WaitAll(moving);
-    // The block's gradient follows it; after the last step this returns
-    // each block's gradient to its owner.
-    if (n > 1) {
-      moving = Post({grad}, {Half(s[kDkv], (step + 1) % 2)});
-      WaitAll(moving);
-    }
+    if (step > 0) Add(share, grad(arriving), share);
+    sum = mine;
   }
-  JoinQkv(s[kDq], Half(s[kDkv], n > 1 ? n % 2 : 0), n_head, n_kv_head, dqkv);
+  if (n > 1) {
+    // The last block is the next rank's own: its whole gradient goes home,
+    // and this rank's own block's comes in.
+    const int home = (sum + 1) % 3;
+    moving = Post({grad(sum)}, {grad(home)});
+    WaitAll(moving);
+    sum = home;
+  }
+  JoinQkv(s[kDq], grad(sum), n_head, n_kv_head, dqkv);
 }
 
 std::vector<std::unique_ptr<Request>> RingAttention::Post(

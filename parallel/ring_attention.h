@@ -10,12 +10,14 @@
 //
 // Backward passes the key/value blocks around again together with their
 // gradients: each rank recomputes a block's probabilities from the merged
-// log-sum-exp and adds its queries' share to the block's gradient (and to
-// its own dq); after the last step a final transfer returns every block's
-// gradient to its owner. One step's transfers are a BatchSendRecv of one
-// send and one receive per tensor, so a forward is cp-1 sends (and as
-// many receives) of a (B, T/cp, 2·Hkv·D) block per rank, a backward
-// 2·(cp-1) + 1.
+// log-sum-exp and computes its queries' share of the block's gradient (and
+// adds to its own dq) while the previous block's summed gradient travels
+// on and the previous holders' sum of this block's arrives, then adds the
+// two; after the last step a final transfer returns every block's
+// gradient to its owner (the only transfer nothing overlaps). One step's
+// transfers are a BatchSendRecv of one send and one receive per tensor, so
+// a forward is cp-1 sends (and as many receives) of a (B, T/cp, 2·Hkv·D)
+// block per rank, a backward 2·(cp-1) + 1.
 //
 // Document masking works across the ring: each block tests its keys'
 // window positions against the queries' document starts.
@@ -36,8 +38,9 @@ class RingAttention : public ContextAttention {
   ContextComm comm() const override { return ContextComm::kRing; }
   // saved: (B, H, T/cp) log-sum-exps; nothing kept; scratch: the queries
   // (B, T/cp, H·D), the block in hand and the next (2, B, T/cp, 2·Hkv·D),
-  // one block's output and log-sum-exps, dq, and the gradients travelling
-  // with the blocks (2, B, T/cp, 2·Hkv·D).
+  // one block's output and log-sum-exps, dq, and the block gradients: the
+  // one travelling, the one arriving and the share being computed (3, B,
+  // T/cp, 2·Hkv·D).
   ContextSlots Slots(int64_t B, int64_t H, int64_t Hkv,
                      int64_t D) const override;
   void Forward(const Tensor& qkv, const Tensor& doc_start, int64_t n_head,

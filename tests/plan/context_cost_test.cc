@@ -94,8 +94,9 @@ TEST(ContextCostTest, PerTokenWorkAndActivationsFallByCp) {
 }
 
 // cp 2 ring: per block and microbatch, one key/value block sent beside
-// half of the forward attention, one beside half of the backward's, and
-// two gradient blocks that are waited for.
+// half of the forward attention, one beside half of the backward's, the
+// gradient of the block in hand beside the other half, and the last
+// gradient home, waited for.
 TEST(ContextCostTest, RingHidesItsBlocksBehindAttention) {
   ClusterSpec c = Cluster();
   const TrainOptions o = Layout(1, 2, 1, "ring");
@@ -109,7 +110,7 @@ TEST(ContextCostTest, RingHidesItsBlocksBehindAttention) {
     c.inter = c.intra;
     const double s = Send(kv, c.intra);
     const double forward = std::max(0.0, s - attention / 2);
-    const double backward = std::max(0.0, s - attention) + 2 * s;
+    const double backward = 2 * std::max(0.0, s - attention) + s;
     SCOPED_TRACE(bandwidth);
     EXPECT_NEAR(Estimate(o, c).cp_comm, blocks * (forward + backward),
                 1e-9 * blocks * (forward + backward));

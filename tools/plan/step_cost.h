@@ -23,8 +23,9 @@
 //   cp          the ring sends cp-1 key/value blocks per block forward,
 //               each while the block in hand is attended (1/cp of the
 //               attention: only the send time beyond it is exposed), and
-//               backward as many again beside the blocks' backward plus cp
-//               gradient blocks that wait; all-to-all four exchanges per
+//               backward as many again and cp-1 gradient blocks beside the
+//               blocks' backward (two sends in each middle step) plus the
+//               last gradient, which waits; all-to-all four exchanges per
 //               block (two each way) of cp-1 sends each, all waited for;
 //               recompute reruns the forward's transfers with attention.
 //               Attention is costed at the ring's block shape (T/cp) or at

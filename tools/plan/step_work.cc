@@ -151,9 +151,11 @@ double AttentionSeconds(const Sizes& s) {
 
 // A block's context-parallel transfers in a forward (`backward` false) or
 // a backward of its attention. Ring: cp-1 key/value blocks, each sent
-// while the block in hand is attended (1/cp of the attention); backward
-// as many again beside the blocks' backward, then cp gradient blocks that
-// wait. All-to-all: two exchanges (qkv in and the output back, or their
+// while the block in hand is attended (1/cp of the attention); backward,
+// the blocks again and cp-1 gradient blocks beside the blocks' backward
+// (cp steps, the middle ones sending a block and a gradient: each send
+// hides behind half the step's attention), then the last gradient, which
+// waits. All-to-all: two exchanges (qkv in and the output back, or their
 // gradients), each cp-1 sends of 1/cp of the buffer, blocking, and under
 // document masking an all-gather of the rank's document starts.
 std::vector<ContextCall> ContextCalls(const Sizes& s, bool backward) {
@@ -169,9 +171,15 @@ std::vector<ContextCall> ContextCalls(const Sizes& s, bool backward) {
     return calls;
   }
   const double attention = AttentionSeconds(s) * (backward ? 2 : 1);
-  std::vector<ContextCall> calls = {
-      {{CommOp::kSend, s.kv_bytes, steps}, attention / s.cp}};
-  if (backward) calls.push_back({{CommOp::kSend, s.kv_bytes, s.cp}, 0});
+  const double step = attention / s.cp;
+  if (!backward) return {{{CommOp::kSend, s.kv_bytes, steps}, step}};
+  // The first step sends a block, the last a gradient, those between one
+  // of each; then the gradient home.
+  std::vector<ContextCall> calls = {{{CommOp::kSend, s.kv_bytes, 2}, step},
+                                    {{CommOp::kSend, s.kv_bytes, 1}, 0}};
+  if (s.cp > 2) {
+    calls.push_back({{CommOp::kSend, s.kv_bytes, 2 * (s.cp - 2)}, step / 2});
+  }
   return calls;
 }
 
