@@ -78,10 +78,9 @@ absl::Status ApplyBenchProfile(const nlohmann::json& p,
   const double layers = static_cast<double>(o.model.n_layer);
   // Forward, input and weight gradients: three passes of 2 FLOPs per
   // matrix element and token, the head's three GEMMs included.
-  const double gemm_flops =
-      tokens * 3 * 2 *
-      (layers * static_cast<double>(BlockGemmElements(o)) +
-       static_cast<double>(o.model.vocab_size) * c);
+  const double gemm_flops = tokens * 3 * 2 *
+                            (layers * BlockGemmElements(o) +
+                             static_cast<double>(o.model.vocab_size) * c);
   // 2·T·C per token and block forward (causal), twice that backward.
   const double attention_flops =
       tokens * layers * 3 * 2 * static_cast<double>(o.model.seq_len) * c;

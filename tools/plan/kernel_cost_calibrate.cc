@@ -33,7 +33,8 @@ void Predict(const TrainOptions& o, const KernelCosts& c, StepCalibration& s) {
   for (GemmPass pass : {GemmPass::kForward, GemmPass::kBackwardInput,
                         GemmPass::kBackwardWeight}) {
     for (const GemmShape& g : BlockGemmShapes(o)) {
-      block += GemmSeconds(c, pass, rows, static_cast<double>(g.in),
+      block += static_cast<double>(g.count) *
+               GemmSeconds(c, pass, rows * g.rows, static_cast<double>(g.in),
                            static_cast<double>(g.out), bytes);
     }
     head += GemmSeconds(c, pass, rows, width, vocab, bytes);
@@ -99,8 +100,10 @@ double CalibrateToPasses(const TrainOptions& o, const PassTimes& passes,
   for (GemmPass pass : {GemmPass::kForward, GemmPass::kBackwardInput,
                         GemmPass::kBackwardWeight}) {
     for (const GemmShape& g : BlockGemmShapes(o)) {
-      block += GemmSeconds(costs, pass, rows, static_cast<double>(g.in),
-                           static_cast<double>(g.out), 4);
+      block +=
+          static_cast<double>(g.count) *
+          GemmSeconds(costs, pass, rows * g.rows, static_cast<double>(g.in),
+                      static_cast<double>(g.out), 4);
     }
   }
   const double blocks = static_cast<double>(std::min<int64_t>(2, m.n_layer));

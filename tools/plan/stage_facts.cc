@@ -154,27 +154,45 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
   return stages;
 }
 
-std::vector<GemmShape> BlockGemmShapes(const TrainOptions& options) {
+std::vector<GemmShape> BlockGemmShapes(const TrainOptions& options,
+                                       int64_t layer) {
+  const ModelConfig& m = options.model;
   ChunkPlan one;
-  one.first_layer = 0;
+  one.first_layer = layer;
   one.num_layers = 1;
   one.has_embedding = false;
   one.has_head = false;
+  // One expert declared (and marked as an expert) stands for the E/ep a
+  // rank holds.
+  one.expert_ranks = std::max<int64_t>(1, m.experts);
   ParameterSet params;
   FamilyOf(options.model)
       .DeclareParameters(options.model, one, TpPlace{options.tp, 0},
                          options.seed, Device::Cpu(), DType::kF32, params);
+  const double expert_rows =
+      m.experts > 0 ? static_cast<double>(options.ep * m.experts_per_token) /
+                          static_cast<double>(m.experts)
+                    : 1.0;
+  const int64_t experts_here = m.experts > 0 ? m.experts / options.ep : 1;
   std::vector<GemmShape> shapes;
   for (const Parameter* p : params.all()) {
     const Shape local = p->spec.LocalShape();
-    if (local.size() == 2) shapes.push_back({local[0], local[1]});
+    if (local.size() != 2) continue;
+    if (p->expert) {
+      shapes.push_back({local[0], local[1], expert_rows, experts_here});
+    } else {
+      shapes.push_back({local[0], local[1]});
+    }
   }
   return shapes;
 }
 
-int64_t BlockGemmElements(const TrainOptions& options) {
-  int64_t elements = 0;
-  for (const GemmShape& s : BlockGemmShapes(options)) elements += s.in * s.out;
+double BlockGemmElements(const TrainOptions& options, int64_t layer) {
+  double elements = 0;
+  for (const GemmShape& s : BlockGemmShapes(options, layer)) {
+    elements += static_cast<double>(s.count) * s.rows *
+                static_cast<double>(s.in) * static_cast<double>(s.out);
+  }
   return elements;
 }
 

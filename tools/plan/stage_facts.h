@@ -61,18 +61,24 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
                                    const StageSchedules* schedules = nullptr,
                                    int replica = 0);
 
-// Local elements of one transformer block's matrix weights on a tp rank
-// (the GEMM operands: 2 FLOPs per element per token forward), from the
-// family's declared parameters.
-int64_t BlockGemmElements(const TrainOptions& options);
-
-// The local shapes of one transformer block's matrix weights on a tp rank,
-// as declared (the dense layers' (in, out) on GPT-2; the planner costs each
-// as a layer of that many inputs and outputs).
+// The local shapes of block `layer`'s matrix weights on a tp rank, as
+// declared (the dense layers' (in, out) on GPT-2; the planner costs each
+// as a layer of that many inputs and outputs), with the share of a
+// microbatch's rows each runs on and how many such GEMMs a rank runs: 1
+// and 1, or for a mixture's experts the rows routed to one on average,
+// ep·k/E of the ep group's tokens, and the E/ep experts the rank holds.
 struct GemmShape {
   int64_t in = 0, out = 0;
+  double rows = 1;
+  int64_t count = 1;
 };
-std::vector<GemmShape> BlockGemmShapes(const TrainOptions& options);
+std::vector<GemmShape> BlockGemmShapes(const TrainOptions& options,
+                                       int64_t layer = 0);
+
+// Matrix elements block `layer`'s GEMMs multiply per row of the
+// microbatch on a tp rank (Σ count·rows·in·out of BlockGemmShapes: 2 FLOPs
+// per element and row forward).
+double BlockGemmElements(const TrainOptions& options, int64_t layer = 0);
 
 }  // namespace trellis
 

@@ -9,7 +9,12 @@
 // tools/plan/step_work.h lists them:
 //   GEMM FLOPs  2·N·(the block's local matrix elements) per block and pass
 //               (F; B the input gradients; W the weight gradients), and the
-//               fused LM head's 3 GEMMs of 2·N·(V/tp)·C in the last F;
+//               fused LM head's 3 GEMMs of 2·N·(V/tp)·C in the last F; a
+//               mixture's expert layer counts its router and, per expert
+//               the rank holds (E/ep), the ep·k/E of the rows routed to it
+//               on average (so k experts' work per token), each kind of
+//               layer (dense, expert) at its own shapes, plus the
+//               dispatch's and combine's copies of the N·k routed rows;
 //   attention   2·N·T·C/tp per block forward (the causal half of QKᵀ and
 //               AV), twice that backward;
 //   element-wise the norms and residuals on N rows (N/tp under

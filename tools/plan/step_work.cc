@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <utility>
 
 #include "framework/status.h"
 #include "parallel/schedule.h"
 #include "tools/plan/comm_cost.h"
 #include "tools/plan/kernel_costs.h"
 #include "transformer/config.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -44,17 +47,25 @@ struct Sizes {
   bool ring = true;
   int64_t kv_bytes = 0, qkv_bytes = 0, out_bytes = 0;
   int64_t doc_starts_bytes = 0;  // (B, T/cp) int32 under --document_mask
+  // A mixture's layer: the slots each token is routed to (k; 0 for a dense
+  // layer), whose rows the dispatch and combine copy.
+  double routed = 0;
 };
 
 // The GEMMs' seconds and the attention and element-wise rates: from the
 // cluster's kernel cost table by shape, else at its peak × efficiencies and
 // its memory bandwidth.
-void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, Sizes& s) {
-  const std::vector<GemmShape> shapes = BlockGemmShapes(o);
+void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, int64_t layer,
+             Sizes& s) {
+  const std::vector<GemmShape> shapes = BlockGemmShapes(o, layer);
+  for (const GemmShape& g : shapes) {
+    if (g.count != 1 || g.rows != 1) {
+      s.routed = static_cast<double>(o.model.experts_per_token);
+    }
+  }
   if (cluster.kernel_costs == nullptr) {
     const double rate = cluster.peak_flops * cluster.gemm_efficiency;
-    double elements = 0;
-    for (const GemmShape& g : shapes) elements += g.in * g.out;
+    const double elements = BlockGemmElements(o, layer);
     s.gemm_f = s.gemm_b = s.gemm_w = 2 * s.rows * elements / rate;
     s.head_gemm = 3 * 2 * s.rows * s.vocab * s.width / rate;
     s.attn_rate = cluster.peak_flops * cluster.attention_efficiency;
@@ -65,11 +76,12 @@ void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, Sizes& s) {
   for (const GemmShape& g : shapes) {
     const double in = static_cast<double>(g.in);
     const double out = static_cast<double>(g.out);
-    s.gemm_f += GemmSeconds(k, GemmPass::kForward, s.rows, in, out, s.bytes);
+    const double rows = s.rows * g.rows, n = static_cast<double>(g.count);
+    s.gemm_f += n * GemmSeconds(k, GemmPass::kForward, rows, in, out, s.bytes);
     s.gemm_b +=
-        GemmSeconds(k, GemmPass::kBackwardInput, s.rows, in, out, s.bytes);
+        n * GemmSeconds(k, GemmPass::kBackwardInput, rows, in, out, s.bytes);
     s.gemm_w +=
-        GemmSeconds(k, GemmPass::kBackwardWeight, s.rows, in, out, s.bytes);
+        n * GemmSeconds(k, GemmPass::kBackwardWeight, rows, in, out, s.bytes);
   }
   // The head: logits (C in, V/tp out), d(ln_f) and its weight gradient.
   for (GemmPass pass : {GemmPass::kForward, GemmPass::kBackwardInput,
@@ -86,7 +98,10 @@ void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, Sizes& s) {
   s.memory_rate = ElementwiseRate(k, s.rows * s.full_rows, s.width);
 }
 
-Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
+// The sizes and rates of block `layer` (its GEMMs; a mixture's dense and
+// expert layers differ).
+Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster,
+              int64_t layer = 0) {
   const ModelConfig& m = o.model;
   Sizes s;
   // Under cp every rank holds T/cp of each window's tokens.
@@ -110,7 +125,7 @@ Sizes SizesOf(const TrainOptions& o, const ClusterSpec& cluster) {
   s.out_bytes = n * m.n_head * head / o.tp * element;
   s.qkv_bytes = s.out_bytes + s.kv_bytes;
   if (o.document_mask) s.doc_starts_bytes = n * 4;
-  RatesOf(o, cluster, s);
+  RatesOf(o, cluster, layer, s);
   return s;
 }
 
@@ -212,10 +227,16 @@ void Append(std::vector<ContextCall>& to, const std::vector<ContextCall>& more,
   }
 }
 
+// Element-wise bytes per row and routed slot of a mixture's layer
+// forward: the dispatch writes each slot's row, the experts' outputs are
+// read back by the combine, which writes the token's row.
+constexpr double kRoutedCopies = 3;
+
 // A block's forward compute: GEMMs, attention (with its cp copies),
-// element-wise.
+// element-wise (with a mixture's dispatch and combine).
 double BlockForwardCompute(const Sizes& s) {
   return s.gemm_f + AttentionSeconds(s) + ContextCopySeconds(s, false) +
+         kRoutedCopies * s.rows * s.routed * s.width * s.bytes / s.memory_rate +
          s.rows * s.bytes *
              (kElementwiseFull * s.width * s.full_rows +
               kElementwiseSplit * s.width * 4 / s.tp) /
@@ -277,14 +298,13 @@ std::vector<UnitRead> Walk(const std::vector<std::vector<int>>& units,
 
 // A pass's compute per gather unit of `chunk`, in forward order: the
 // embedding's, each block's, the head's.
-struct PassShares {
-  double embedding = 0, block = 0, head = 0;
-};
-std::vector<double> UnitCompute(const ChunkPlan& chunk, PassShares shares) {
+std::vector<double> UnitCompute(const ChunkPlan& chunk, double embedding,
+                                const std::vector<double>& blocks,
+                                double head) {
   std::vector<double> out;
-  if (chunk.has_embedding) out.push_back(shares.embedding);
-  out.insert(out.end(), static_cast<size_t>(chunk.num_layers), shares.block);
-  if (chunk.has_head) out.push_back(shares.head);
+  if (chunk.has_embedding) out.push_back(embedding);
+  out.insert(out.end(), blocks.begin(), blocks.end());
+  if (chunk.has_head) out.push_back(head);
   return out;
 }
 
@@ -345,57 +365,95 @@ double CallSeconds(const std::vector<PlannedCall>& calls, int n,
   return t;
 }
 
-ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
-                        int index, const ClusterSpec& cluster) {
-  const ChunkPlan& chunk = stage.chunks[index];
-  const Sizes s = SizesOf(o, cluster);
-  const int64_t layers = chunk.num_layers;
+namespace {
+
+// Per block of one kind, what each pass computes (for ZeRO-3's units).
+struct BlockCompute {
+  double f = 0, b = 0, w = 0;
+};
+
+// Adds `layers` blocks of sizes `s` to `p` and returns one block's compute
+// per pass.
+BlockCompute AddBlocks(const TrainOptions& o, const Sizes& s, int64_t layers,
+                       ChunkWork& p) {
   const double l = static_cast<double>(layers);
   const double forward = BlockForwardCompute(s);
   const PassWork redo = Recomputed(s, o.recompute);
-  ChunkWork p;
-  p.f.compute = l * forward;
+  BlockCompute one;
+  one.f = forward;
   Append(p.f.tp, HiddenCalls(s, 2), layers);
   Append(p.f.cp, ContextCalls(s, false), layers);
   // Input gradients: their GEMMs, attention and element-wise twice (and
   // the backward's own cp copies).
   const double copies = ContextCopySeconds(s, false);
-  p.b.compute = l * (s.gemm_b + 2 * (forward - s.gemm_f - copies) +
-                     ContextCopySeconds(s, true));
+  one.b = s.gemm_b + 2 * (forward - s.gemm_f - copies) +
+          ContextCopySeconds(s, true);
   Append(p.b.tp, HiddenCalls(s, 2), layers);
   Append(p.b.cp, ContextCalls(s, true), layers);
-  p.w.compute = l * s.gemm_w;
+  one.w = s.gemm_w;
   if (o.schedule == ScheduleKind::kZeroBubbleH1) {
     // Split apart, B and W cost the measured ratio of the fused backward;
     // W reruns what recompute dropped as B did.
-    p.b.compute *= s.split_ratio;
-    p.w.compute *= s.split_ratio;
-    p.w.compute += l * redo.compute;
+    one.b *= s.split_ratio;
+    one.w = one.w * s.split_ratio + redo.compute;
     Append(p.w.tp, redo.tp, layers);
     Append(p.w.cp, redo.cp, layers);
   }
-  p.b.compute += l * redo.compute;
+  one.b += redo.compute;
   Append(p.b.tp, redo.tp, layers);
   Append(p.b.cp, redo.cp, layers);
-  // Per block; without ZB-H1 the trainer's B computes the weight gradients
-  // too (W only reports them), which the ZeRO-3 gathers overlap.
-  const bool split = o.schedule == ScheduleKind::kZeroBubbleH1;
-  const double block_w = layers > 0 ? p.w.compute / l : 0;
-  const double block_b =
-      (layers > 0 ? p.b.compute / l : 0) + (split ? 0 : block_w);
+  p.f.compute += l * one.f;
+  p.b.compute += l * one.b;
+  p.w.compute += l * one.w;
+  return one;
+}
+
+}  // namespace
+
+ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
+                        int index, const ClusterSpec& cluster) {
+  const ChunkPlan& chunk = stage.chunks[index];
+  const ModelFamily& family = FamilyOf(o.model);
+  // The chunk's blocks by kind (a mixture's dense and expert layers), each
+  // kind costed at its first layer's shapes.
+  std::map<int64_t, std::pair<int64_t, int64_t>> kinds;  // first, count
+  std::vector<int64_t> kind_of;
+  for (int64_t i = 0; i < chunk.num_layers; ++i) {
+    const int64_t layer = chunk.first_layer + i;
+    const int64_t kind = family.LayerClass(o.model, layer);
+    kinds.try_emplace(kind, layer, 0).first->second.second += 1;
+    kind_of.push_back(kind);
+  }
+  ChunkWork p;
+  std::map<int64_t, BlockCompute> per_block;
+  for (const auto& [kind, first_count] : kinds) {
+    const Sizes k = SizesOf(o, cluster, first_count.first);
+    per_block[kind] = AddBlocks(o, k, first_count.second, p);
+  }
+  const Sizes s = SizesOf(o, cluster);
   const double embed_f = chunk.has_embedding ? AddEmbeddingWork(s, p) : 0;
   const double head_f = chunk.has_head ? AddHeadWork(o, s, p) : 0;
   if (static_cast<size_t>(index) < stage.unit_buckets.size()) {
     // ZeRO-3: B and W do the head's and the embedding's little work inside
-    // their blocks' figures.
+    // their blocks' figures; without ZB-H1 the trainer's B computes the
+    // weight gradients too (W only reports them), which the gathers
+    // overlap.
+    const bool split = o.schedule == ScheduleKind::kZeroBubbleH1;
+    std::vector<double> f, b, w;
+    for (int64_t kind : kind_of) {
+      const BlockCompute& one = per_block[kind];
+      f.push_back(one.f);
+      b.push_back(one.b + (split ? 0 : one.w));
+      w.push_back(one.w);
+    }
     const std::vector<std::vector<int>>& units = stage.unit_buckets[index];
-    p.f.reads = Walk(units, UnitCompute(chunk, {embed_f, forward, head_f}),
+    p.f.reads = Walk(units, UnitCompute(chunk, embed_f, f, head_f),
                      stage.gather_bytes, false);
-    p.b.reads = Walk(units, UnitCompute(chunk, {0, block_b, 0}),
-                     stage.gather_bytes, true);
+    p.b.reads =
+        Walk(units, UnitCompute(chunk, 0, b, 0), stage.gather_bytes, true);
     if (split) {
-      p.w.reads = Walk(units, UnitCompute(chunk, {0, block_w, 0}),
-                       stage.gather_bytes, true);
+      p.w.reads =
+          Walk(units, UnitCompute(chunk, 0, w, 0), stage.gather_bytes, true);
     }
   }
   return p;
@@ -429,7 +487,7 @@ double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
 
 KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster) {
   const Sizes s = SizesOf(o, cluster);
-  const double flops = 2 * s.rows * static_cast<double>(BlockGemmElements(o));
+  const double flops = 2 * s.rows * BlockGemmElements(o);
   KernelRates r;
   r.by_shape = cluster.kernel_costs != nullptr;
   r.rows = s.rows;
