@@ -1,8 +1,13 @@
 // The planner on a mixture of experts: a token's GEMM work is the router
 // and the k experts it is routed to, not every expert the layer holds,
 // whether the experts sit on one rank or are split over ep of them; dense
-// and expert layers of one model are each costed at their own shapes.
+// and expert layers of one model are each costed at their own shapes;
+// expert parallelism is searched and its token exchanges cost what they
+// send.
 #include <gtest/gtest.h>
+
+#include <set>
+#include <string>
 
 #include "tests/plan/plan_test_util.h"
 #include "tools/plan/layout_space.h"
@@ -67,6 +72,54 @@ TEST(ExpertCostTest, MoreExpertsDoNotMakeATokenDearer) {
   const double router = microbatches * 3 * 3 * 2 * rows * kWidth * 12.0 /
                         (c.peak_flops * c.gemm_efficiency);
   EXPECT_NEAR(compute(sixteen) - compute(four), router, 1e-6 * router);
+}
+
+// Expert parallelism: per expert layer and microbatch, forward the slot
+// counts, the routed rows out and the outputs back, backward the two
+// gradients, each ep-1 blocking sends of 1/ep of the N·k rows; the
+// GEMMs cost as without ep.
+TEST(ExpertCostTest, ExpertParallelismWaitsForItsExchanges) {
+  const ClusterSpec c = plantest::RoundCluster();
+  const TrainOptions o = Mixture(4, 2);
+  absl::StatusOr<StepEstimate> e = EstimateStep(o, PlanStages(o), c);
+  ASSERT_TRUE(e.ok()) << e.status();
+  const double rows = 2.0 * 32 * 2 * kWidth * 4 / 2;  // N·k·C floats / ep
+  const double counts = 4.0 * 4 / 2;                  // E/ep int32
+  auto send = [&c](double bytes) {
+    return c.intra.latency + bytes / c.intra.bandwidth;
+  };
+  const double per_layer = 4 * send(rows) + send(counts);
+  const double expected =
+      static_cast<double>(o.microbatches()) * 3 * per_layer;  // 3 MoE layers
+  EXPECT_NEAR(e->ep_comm, expected, 1e-9 * expected);
+  TrainOptions whole = Mixture(4, 1);
+  whole.dp = 2;
+  ASSERT_TRUE(ValidateLayout(whole, 2).ok());
+  absl::StatusOr<StepEstimate> one = EstimateStep(whole, PlanStages(whole), c);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->ep_comm, 0);
+  EXPECT_NEAR(e->compute, one->compute, 1e-9 * one->compute);
+}
+
+// The search splits a mixture's experts over every ep that divides both
+// the data-parallel ranks and the experts, and a dense model's never.
+TEST(ExpertCostTest, TheSearchTriesExpertParallelism) {
+  std::set<int64_t> sizes;
+  for (const TrainOptions& o :
+       EnumerateLayouts(Mixture(4), 8, SearchLimits{})) {
+    sizes.insert(o.ep);
+    EXPECT_EQ(o.gradient_replicas() % o.ep, 0) << LayoutName(o);
+    if (o.ep > 1) {
+      EXPECT_NE(LayoutName(o).find(".ep"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(sizes, (std::set<int64_t>{1, 2, 4}));
+  TrainOptions dense = Mixture(4);
+  dense.model.family = ModelFamilyKind("llama");
+  dense.model.experts = 0;
+  for (const TrainOptions& o : EnumerateLayouts(dense, 4, SearchLimits{})) {
+    EXPECT_EQ(o.ep, 1) << LayoutName(o);
+  }
 }
 
 }  // namespace

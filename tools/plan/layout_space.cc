@@ -49,6 +49,18 @@ std::vector<TrainOptions> Sizes(const TrainOptions& o, int world,
   return out;
 }
 
+// A mixture's experts over ep ranks: every ep dividing both the dp·cp
+// ranks and the experts (a dense model keeps ep 1).
+std::vector<TrainOptions> ExpertSizes(const TrainOptions& o, int,
+                                      const SearchLimits&) {
+  if (o.model.experts == 0) return Vary<int64_t>(o, &TrainOptions::ep, {1});
+  std::vector<int64_t> sizes;
+  for (int64_t ep : Divisors(o.dp * o.cp, o.dp * o.cp)) {
+    if (o.model.experts % ep == 0) sizes.push_back(ep);
+  }
+  return Vary(o, &TrainOptions::ep, sizes);
+}
+
 // Under cp, the ring and all-to-all; without it the option is unused.
 std::vector<TrainOptions> ContextComms(const TrainOptions& o, int,
                                        const SearchLimits&) {
@@ -90,6 +102,7 @@ const std::vector<SearchAxis>& SearchAxes() {
   static const auto* axes = new std::vector<SearchAxis>{
       {"dp×cp×tp×pp", Sizes},
       {"cp_comm", ContextComms},
+      {"ep", ExpertSizes},
       {"schedule", Schedules},
       {"virtual_stages", VirtualStages},
       {"micro_batch_size", MicroBatches},
@@ -148,8 +161,9 @@ std::vector<TrainOptions> EnumerateLayouts(const TrainOptions& base, int world,
 }
 
 std::string LayoutName(const TrainOptions& o) {
-  const std::string cp =
-      o.cp > 1 ? absl::StrFormat(".cp%d-%s", o.cp, o.cp_comm) : "";
+  const std::string cp = absl::StrCat(
+      o.ep > 1 ? absl::StrFormat(".ep%d", o.ep) : "",
+      o.cp > 1 ? absl::StrFormat(".cp%d-%s", o.cp, o.cp_comm) : "");
   return absl::StrFormat(
       "dp%d%s.tp%d.pp%d/%s/v%d/mbs%d/z%d/%s%s", o.dp, cp, o.tp, o.pp,
       ScheduleKindName(o.schedule), o.virtual_stages, o.micro_batch_size,

@@ -84,7 +84,8 @@ std::string FormatPlanTable(const std::vector<LayoutPlan>& plans,
           &out, "%4d  %-56s %12.4g %5.1f%% %10s %10s %6.1f%% %7.2fms %7.2fms\n",
           i + 1, p.name, p.tokens_per_s, 100 * p.mfu, Bytes(p.arena_bytes),
           Bytes(p.available_bytes - p.arena_bytes), 100 * e.bubble / e.step,
-          Ms(e.tp_comm + e.cp_comm + e.pp_comm + e.dp_comm + e.dp_gather),
+          Ms(e.tp_comm + e.cp_comm + e.ep_comm + e.pp_comm + e.dp_comm +
+             e.dp_gather),
           Ms(e.step));
     }
   }
@@ -119,6 +120,7 @@ nlohmann::json LayoutJson(const LayoutPlan& p) {
           {"dp", o.dp},
           {"cp", o.cp},
           {"cp_comm", o.cp_comm},
+          {"ep", o.ep},
           {"tp", o.tp},
           {"pp", o.pp},
           {"schedule", ScheduleKindName(o.schedule)},
@@ -146,6 +148,7 @@ nlohmann::json LayoutJson(const LayoutPlan& p) {
             {"bubble", e.bubble},
             {"tp_comm", e.tp_comm},
             {"cp_comm", e.cp_comm},
+            {"ep_comm", e.ep_comm},
             {"dp_gather", e.dp_gather},
             {"pp_comm", e.pp_comm},
             {"dp_comm", e.dp_comm},
@@ -187,6 +190,7 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
       {"pipeline bubble", e.bubble},
       {"exposed tp communication", e.tp_comm},
       {"exposed cp transfers", e.cp_comm},
+      {"exposed ep token exchanges", e.ep_comm},
       {"exposed ZeRO-3 weight gathers", e.dp_gather},
       {"exposed pp communication", e.pp_comm},
       {"exposed dp communication", e.dp_comm},

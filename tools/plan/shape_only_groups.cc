@@ -46,8 +46,8 @@ class ShapeOnlyCommunicator : public Communicator {
 }  // namespace
 
 ShapeOnlyGroups::ShapeOnlyGroups(int64_t dp, int64_t cp, int64_t tp, int64_t pp,
-                                 MeshCoord coord) {
-  TRELLIS_CHECK(dp >= 1 && cp >= 1 && tp >= 1 && pp >= 1);
+                                 MeshCoord coord, int64_t ep) {
+  TRELLIS_CHECK(dp >= 1 && cp >= 1 && tp >= 1 && pp >= 1 && ep >= 1);
   auto make = [&](const char* name, int rank, int64_t size) {
     owned_.push_back(std::make_unique<ShapeOnlyCommunicator>(
         name, rank, static_cast<int>(size)));
@@ -57,6 +57,7 @@ ShapeOnlyGroups::ShapeOnlyGroups(int64_t dp, int64_t cp, int64_t tp, int64_t pp,
   groups_.tp = make("tp", coord.t, tp);
   groups_.dp = make("dp", coord.d, dp * cp);
   if (cp > 1) groups_.cp = make("cp", coord.d % static_cast<int>(cp), cp);
+  if (ep > 1) groups_.ep = make("ep", coord.d % static_cast<int>(ep), ep);
   groups_.pp = make("pp", coord.p, pp);
   const bool ends = coord.p == 0 || coord.p == pp - 1;
   if (ends) {

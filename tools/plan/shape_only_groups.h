@@ -22,9 +22,10 @@ class ShapeOnlyGroups {
   // Groups of rank `coord` in a dp × cp × tp × pp layout: the dp group
   // spans dp·cp ranks (coord.d in [0, dp·cp), as Mesh::WithContextParallel
   // folds cp into it) and, with cp > 1, the cp group is the cp ranks of
-  // coord's replica. REQUIRES: sizes ≥ 1, coord inside them.
+  // coord's replica; with ep > 1, the ep group of coord's ep ranks.
+  // REQUIRES: sizes ≥ 1, coord inside them.
   ShapeOnlyGroups(int64_t dp, int64_t cp, int64_t tp, int64_t pp,
-                  MeshCoord coord);
+                  MeshCoord coord, int64_t ep = 1);
   ShapeOnlyGroups(const ShapeOnlyGroups&) = delete;
   ShapeOnlyGroups& operator=(const ShapeOnlyGroups&) = delete;
 

@@ -126,7 +126,7 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
   for (int p = 0; p < static_cast<int>(options.pp); ++p) {
     const MeshCoord coord{replica, 0, p};
     ShapeOnlyGroups groups(options.dp, options.cp, options.tp, options.pp,
-                           coord);
+                           coord, options.ep);
     const StageModel model(options, groups.groups(), coord, device, where.dtype,
                            schedules);
     StageFacts facts;

@@ -110,14 +110,14 @@ double UpdateSeconds(const TrainOptions& o,
 
 // The links of a layout's groups.
 struct Links {
-  LinkSpec tp, pp, dp, cp;
+  LinkSpec tp, pp, dp, cp, ep;
 };
 
 // What a pass adds to its compute: its tp collectives, its cp transfers
 // that the attention does not hide and, under ZeRO-3, the wait for its
 // weight gathers (and their whole duration).
 struct PassCost {
-  double tp = 0, cp = 0, gather = 0, gather_total = 0;
+  double tp = 0, cp = 0, ep = 0, gather = 0, gather_total = 0;
 };
 PassCost CostPass(const PassWork& pass, const TrainOptions& o,
                   const Links& links, const ClusterSpec& cluster) {
@@ -126,6 +126,7 @@ PassCost CostPass(const PassWork& pass, const TrainOptions& o,
   PassCost c;
   c.tp = CallSeconds(pass.tp, tp, links.tp);
   c.cp = ContextExposedSeconds(pass, cp, links.cp);
+  c.ep = CallSeconds(pass.ep, static_cast<int>(o.ep), links.ep);
   c.gather = GatherExposedSeconds(pass, dp, links.dp, cluster.async_collectives,
                                   &c.gather_total);
   return c;
@@ -136,7 +137,7 @@ PassCost CostPass(const PassWork& pass, const TrainOptions& o,
 // tp collectives', cp transfers' and ZeRO-3 gathers' shares of them.
 struct ChunkCosts {
   std::vector<ActionCosts> with, without;
-  std::vector<double> tp_time, cp_time, busy, gather, gather_all;
+  std::vector<double> tp_time, cp_time, ep_time, busy, gather, gather_all;
 };
 ChunkCosts CostChunks(const TrainOptions& o,
                       const std::vector<StageFacts>& stages,
@@ -147,6 +148,7 @@ ChunkCosts CostChunks(const TrainOptions& o,
   costs.without.resize(pp * v);
   costs.tp_time.assign(pp, 0);
   costs.cp_time.assign(pp, 0);
+  costs.ep_time.assign(pp, 0);
   costs.busy.assign(pp, 0);
   costs.gather.assign(pp, 0);
   costs.gather_all.assign(pp, 0);
@@ -157,14 +159,15 @@ ChunkCosts CostChunks(const TrainOptions& o,
   for (int p = 0; p < pp; ++p) {
     for (int u = 0; u < v; ++u) {
       const ChunkWork c = PlanChunkWork(o, stages[p], u, cluster);
-      double tp_s = 0, cp_s = 0, gather_s = 0;
+      double tp_s = 0, cp_s = 0, ep_s = 0, gather_s = 0;
       auto cost = [&](const PassWork& pass) {
         const PassCost k = CostPass(pass, o, links, cluster);
         tp_s += k.tp;
         cp_s += k.cp;
+        ep_s += k.ep;
         gather_s += k.gather;
         costs.gather_all[p] += m * k.gather_total;
-        return pass.compute + k.tp + k.cp + k.gather;
+        return pass.compute + k.tp + k.cp + k.ep + k.gather;
       };
       ActionCosts& a = costs.with[u * pp + p];
       a.forward = cost(c.f);
@@ -175,6 +178,7 @@ ChunkCosts CostChunks(const TrainOptions& o,
       costs.without[u * pp + p].transfer = 0;
       costs.tp_time[p] += m * tp_s;
       costs.cp_time[p] += m * cp_s;
+      costs.ep_time[p] += m * ep_s;
       costs.gather[p] += m * gather_s;
       costs.busy[p] += m * (a.forward + a.backward_input + a.backward_weight);
     }
@@ -222,12 +226,15 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
                               replicas, static_cast<int>(o.tp),
                               static_cast<int>(o.pp), o.mesh_order));
   TRELLIS_ASSIGN_OR_RETURN(mesh,
+                           mesh.WithExpertParallel(static_cast<int>(o.ep)));
+  TRELLIS_ASSIGN_OR_RETURN(mesh,
                            mesh.WithContextParallel(static_cast<int>(o.cp)));
   Links links;
   links.tp = GroupLink(mesh, GroupKind::kTp, cluster);
   links.pp = GroupLink(mesh, GroupKind::kPp, cluster);
   links.dp = GroupLink(mesh, GroupKind::kDp, cluster);
   links.cp = o.cp > 1 ? GroupLink(mesh, GroupKind::kCp, cluster) : links.tp;
+  links.ep = o.ep > 1 ? GroupLink(mesh, GroupKind::kEp, cluster) : links.tp;
   const int pp = static_cast<int>(o.pp), v = static_cast<int>(o.virtual_stages);
   const ChunkCosts costs = CostChunks(o, stages, cluster, links);
   std::vector<std::vector<Action>> own;
@@ -247,9 +254,10 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
       std::max_element(busy.begin(), busy.end()) - busy.begin());
   e.tp_comm = costs.tp_time[busiest];
   e.cp_comm = costs.cp_time[busiest];
+  e.ep_comm = costs.ep_time[busiest];
   e.dp_gather = costs.gather[busiest];
   e.dp_gather_total = costs.gather_all[busiest];
-  e.compute = busy[busiest] - e.tp_comm - e.cp_comm - e.dp_gather;
+  e.compute = busy[busiest] - e.tp_comm - e.cp_comm - e.ep_comm - e.dp_gather;
   e.bubble = std::max(0.0, free_transfers.makespan - busy[busiest]);
   e.pp_comm = std::max(0.0, sim.makespan - free_transfers.makespan);
   e.bubble_fraction = sim.BubbleFraction();

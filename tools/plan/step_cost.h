@@ -35,6 +35,10 @@
 //               recompute reruns the forward's transfers with attention.
 //               Attention is costed at the ring's block shape (T/cp) or at
 //               heads/cp on the whole window (all-to-all).
+//   ep          per expert layer, forward: the counts, the routed rows
+//               out and the experts' outputs back; backward the two
+//               gradients (expected sizes: 1/ep of the N·k rows to each
+//               peer), blocking, on the ep group's link.
 // The pipeline simulator (SimulateSchedules) runs the stages' schedules
 // with those costs and the α-β cost of each activation or gradient
 // transfer (N/tp rows under sequence parallelism); the data-parallel
@@ -64,15 +68,16 @@
 
 namespace trellis {
 
-// One step's time in seconds. compute + tp_comm + cp_comm + dp_gather +
-// bubble + pp_comm is the pipeline's makespan (the busiest stage's work and its
-// waits); dp_comm is the gradient sync left after it, optimizer the update (and
-// ZeRO's weight all-gathers). They add up to `step`.
+// One step's time in seconds. compute + tp_comm + cp_comm + ep_comm +
+// dp_gather + bubble + pp_comm is the pipeline's makespan (the busiest stage's
+// work and its waits); dp_comm is the gradient sync left after it, optimizer
+// the update (and ZeRO's weight all-gathers). They add up to `step`.
 struct StepEstimate {
   double compute = 0;    // the busiest stage's F, B and W without tp comm
   double tp_comm = 0;    // its tensor-parallel all-reduces
   double cp_comm = 0;    // its context-parallel transfers not hidden by
                          // attention
+  double ep_comm = 0;    // its experts' token exchanges
   double dp_gather = 0;  // its ZeRO-3 weight gathers not hidden by compute
   double bubble = 0;     // its idle time, transfers taken as free
   double pp_comm = 0;    // what the transfers add to the makespan

@@ -48,8 +48,11 @@ struct Sizes {
   int64_t kv_bytes = 0, qkv_bytes = 0, out_bytes = 0;
   int64_t doc_starts_bytes = 0;  // (B, T/cp) int32 under --document_mask
   // A mixture's layer: the slots each token is routed to (k; 0 for a dense
-  // layer), whose rows the dispatch and combine copy.
+  // layer), whose rows the dispatch and combine copy; under expert
+  // parallelism the ep size and the experts each rank holds.
   double routed = 0;
+  int ep = 1;
+  int64_t experts_here = 0;
 };
 
 // The GEMMs' seconds and the attention and element-wise rates: from the
@@ -61,6 +64,8 @@ void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, int64_t layer,
   for (const GemmShape& g : shapes) {
     if (g.count != 1 || g.rows != 1) {
       s.routed = static_cast<double>(o.model.experts_per_token);
+      s.ep = static_cast<int>(o.ep);
+      s.experts_here = g.count;
     }
   }
   if (cluster.kernel_costs == nullptr) {
@@ -198,6 +203,19 @@ std::vector<ContextCall> ContextCalls(const Sizes& s, bool backward) {
   return calls;
 }
 
+// A mixture's token exchanges in a layer's forward (counts, rows out,
+// outputs back) or backward (the gradients both ways): ep-1 sends each,
+// of the expected 1/ep of the N·k routed rows (and the E/ep counts).
+std::vector<PlannedCall> ExpertCalls(const Sizes& s, bool backward) {
+  if (s.ep == 1 || s.routed == 0) return {};
+  const int64_t peers = s.ep - 1;
+  const int64_t rows =
+      static_cast<int64_t>(s.rows * s.routed * s.width * s.bytes / s.ep);
+  std::vector<PlannedCall> calls = {{CommOp::kSend, rows, 2 * peers}};
+  if (!backward) calls.push_back({CommOp::kSend, 4 * s.experts_here, peers});
+  return calls;
+}
+
 // The copies context parallelism adds to a block's attention forward or
 // backward, in seconds at the element-wise rate. Ring: splitting qkv into
 // queries and the key/value block (read and write), forward cp-1 merges
@@ -263,6 +281,7 @@ PassWork Recomputed(const Sizes& s, Recompute recompute) {
       redo.compute = BlockForwardCompute(s);
       redo.tp = HiddenCalls(s, 1, 1);
       redo.cp = ContextCalls(s, false);
+      redo.ep = ExpertCalls(s, false);
       return redo;
     }
   }
@@ -383,6 +402,7 @@ BlockCompute AddBlocks(const TrainOptions& o, const Sizes& s, int64_t layers,
   one.f = forward;
   Append(p.f.tp, HiddenCalls(s, 2), layers);
   Append(p.f.cp, ContextCalls(s, false), layers);
+  Append(p.f.ep, ExpertCalls(s, false), layers);
   // Input gradients: their GEMMs, attention and element-wise twice (and
   // the backward's own cp copies).
   const double copies = ContextCopySeconds(s, false);
@@ -390,6 +410,7 @@ BlockCompute AddBlocks(const TrainOptions& o, const Sizes& s, int64_t layers,
           ContextCopySeconds(s, true);
   Append(p.b.tp, HiddenCalls(s, 2), layers);
   Append(p.b.cp, ContextCalls(s, true), layers);
+  Append(p.b.ep, ExpertCalls(s, true), layers);
   one.w = s.gemm_w;
   if (o.schedule == ScheduleKind::kZeroBubbleH1) {
     // Split apart, B and W cost the measured ratio of the fused backward;
@@ -398,10 +419,12 @@ BlockCompute AddBlocks(const TrainOptions& o, const Sizes& s, int64_t layers,
     one.w = one.w * s.split_ratio + redo.compute;
     Append(p.w.tp, redo.tp, layers);
     Append(p.w.cp, redo.cp, layers);
+    Append(p.w.ep, redo.ep, layers);
   }
   one.b += redo.compute;
   Append(p.b.tp, redo.tp, layers);
   Append(p.b.cp, redo.cp, layers);
+  Append(p.b.ep, redo.ep, layers);
   p.f.compute += l * one.f;
   p.b.compute += l * one.b;
   p.w.compute += l * one.w;

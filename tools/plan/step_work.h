@@ -20,6 +20,14 @@
 // piece. Per step: the gradient norm (one double) and, with sequence
 // parallelism, one all-reduce per norm gradient left partial over tp.
 //
+// Expert parallelism (ep > 1), per expert layer and microbatch: the
+// forward's exchange of each expert's slot counts (E/ep int32 to each
+// peer), of the routed rows (N·k rows of C, (ep-1)/ep of them to the other
+// ranks: expected sizes, since routing decides them) and of the experts'
+// outputs back; backward the rows' gradients both ways; full recompute
+// reruns the forward's. Costed as ep-1 blocking sends each; not in
+// PlannedStepTraffic (its bytes depend on the routing).
+//
 // Context parallelism (cp > 1), per block and microbatch, on N =
 // micro_batch·T/cp rows (every per-token cost, the tp collectives and the
 // pipeline transfers shrink by cp): the ring's cp-1 sends of the rank's
@@ -96,6 +104,8 @@ struct PassWork {
   double compute = 0;           // seconds at the cluster's rates
   std::vector<PlannedCall> tp;  // blocking, inside the pass
   std::vector<ContextCall> cp;  // cp > 1: the attention's transfers
+  // ep > 1: a mixture's token exchanges (expected sizes), blocking.
+  std::vector<PlannedCall> ep;
   // ZeRO-3 (dp·cp > 1): the units in the order the pass reads them.
   std::vector<UnitRead> reads;
 };
