@@ -18,6 +18,9 @@
 namespace trellis {
 namespace {
 
+using plantest::Estimate;
+using plantest::PartsSum;
+
 // Rates without a kernel table: every shape at the peak × efficiencies.
 ClusterSpec Cluster() { return plantest::RoundCluster(); }
 
@@ -41,17 +44,6 @@ TrainOptions Layout(int64_t dp, int64_t cp, int64_t tp, const char* comm) {
   return o;
 }
 
-StepEstimate Estimate(const TrainOptions& o, const ClusterSpec& c) {
-  absl::StatusOr<StepEstimate> e = EstimateStep(o, PlanStages(o), c);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? *e : StepEstimate{};
-}
-
-double Sum(const StepEstimate& e) {
-  return e.compute + e.tp_comm + e.cp_comm + e.dp_gather + e.bubble +
-         e.pp_comm + e.dp_comm + e.optimizer;
-}
-
 // One send of `bytes` on `link`.
 double Send(double bytes, const LinkSpec& link) {
   return link.latency + bytes / link.bandwidth;
@@ -68,7 +60,7 @@ TEST(ContextCostTest, PerTokenWorkAndActivationsFallByCp) {
       const TrainOptions o = Layout(1, cp, 1, comm);
       const StepEstimate e = Estimate(o, c);
       SCOPED_TRACE(LayoutName(o));
-      EXPECT_NEAR(Sum(e), e.step, 1e-9 * e.step);
+      EXPECT_NEAR(PartsSum(e), e.step, 1e-9 * e.step);
       // At one rate for every shape, the rank's share of every kernel, and
       // the copies around the transfers: qkv split and joined and the
       // merges (ring), the exchanges' buffers packed and unpacked (a2a).

@@ -2,11 +2,15 @@
 // (one node of eight CPU devices, 10 GFLOP/s at full GEMM efficiency and
 // half of it for attention, 10 GB/s of memory, 1 GB/s links with 10 us
 // per hop, asynchronous collectives), which each test changes where it
-// needs to.
+// needs to, and a layout's step estimate with the sum of its parts.
 #ifndef TRELLIS_TESTS_PLAN_PLAN_TEST_UTIL_H_
 #define TRELLIS_TESTS_PLAN_PLAN_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include "tools/plan/cluster.h"
+#include "tools/plan/stage_facts.h"
+#include "tools/plan/step_cost.h"
 
 namespace trellis::plantest {
 
@@ -25,6 +29,20 @@ inline ClusterSpec RoundCluster() {
   c.inter = c.intra;
   c.async_collectives = true;
   return c;
+}
+
+// The step estimate of resolved `o` on `c` (a failure is a test failure).
+inline StepEstimate Estimate(const TrainOptions& o, const ClusterSpec& c) {
+  absl::StatusOr<StepEstimate> e = EstimateStep(o, PlanStages(o), c);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return e.ok() ? *e : StepEstimate{};
+}
+
+// The parts a step estimate splits into, added up (they must make the
+// step).
+inline double PartsSum(const StepEstimate& e) {
+  return e.compute + e.tp_comm + e.cp_comm + e.ep_comm + e.dp_gather +
+         e.bubble + e.pp_comm + e.dp_comm + e.optimizer;
 }
 
 }  // namespace trellis::plantest

@@ -16,6 +16,9 @@
 namespace trellis {
 namespace {
 
+using plantest::Estimate;
+using plantest::PartsSum;
+
 ClusterSpec TestCluster() { return plantest::RoundCluster(); }
 
 TrainOptions Layout(int64_t dp, int64_t tp, int64_t pp,
@@ -36,23 +39,12 @@ TrainOptions Layout(int64_t dp, int64_t tp, int64_t pp,
   return o;
 }
 
-StepEstimate Estimate(const TrainOptions& o, const ClusterSpec& c) {
-  absl::StatusOr<StepEstimate> e = EstimateStep(o, PlanStages(o), c);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? *e : StepEstimate{};
-}
-
-double Sum(const StepEstimate& e) {
-  return e.compute + e.tp_comm + e.dp_gather + e.bubble + e.pp_comm +
-         e.dp_comm + e.optimizer;
-}
-
 TEST(StepCostTest, PartsAddUpToTheStep) {
   for (const TrainOptions& o :
        {Layout(1, 1, 1), Layout(2, 2, 2), Layout(1, 1, 4, ScheduleKind::kGPipe),
         Layout(2, 1, 4, ScheduleKind::kZeroBubbleH1)}) {
     const StepEstimate e = Estimate(o, TestCluster());
-    EXPECT_NEAR(Sum(e), e.step, 1e-9 * e.step) << LayoutName(o);
+    EXPECT_NEAR(PartsSum(e), e.step, 1e-9 * e.step) << LayoutName(o);
     EXPECT_GT(e.compute, 0);
   }
 }
@@ -145,7 +137,7 @@ TEST(StepCostTest, ZeroThreeGathersPerPassMostlyBehindCompute) {
     EXPECT_EQ(3 * two, 2 * three);
   }
   const StepEstimate e = Estimate(plain, TestCluster());
-  EXPECT_NEAR(Sum(e), e.step, 1e-9 * e.step);
+  EXPECT_NEAR(PartsSum(e), e.step, 1e-9 * e.step);
   EXPECT_GT(e.dp_gather, 0);
   EXPECT_LT(e.dp_gather, 0.5 * e.dp_gather_total);
   ClusterSpec blocking = TestCluster();
