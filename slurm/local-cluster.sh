@@ -39,6 +39,11 @@
 #   all TCP stays on loopback: `env` prints OMPI_MCA_btl=self,tcp and the
 #   loopback-only interface settings, and mpi_yield_when_idle=1, because
 #   ranks outnumber the real cores and must not spin while they wait.
+# - PMIx clients read the job's data by message from their node's server
+#   (`env` prints PMIX_MCA_gds=hash), not from the server's shared-memory
+#   store: with two emulated nodes on one loaded host, that store's lock
+#   set-up crashed every task of a node inside MPI_Init now and then
+#   (a null call, exit 139, before the first step).
 # - The munge socket and key are private to this cluster
 #   (AuthInfo=socket=...), so a system munged, if any, is left alone;
 #   cred_expire=5 cuts the wait before a requeued job may start again from
@@ -70,6 +75,7 @@ export OMPI_MCA_btl=self,tcp
 export OMPI_MCA_btl_tcp_if_include=lo
 export OMPI_MCA_oob_tcp_if_include=lo
 export OMPI_MCA_mpi_yield_when_idle=1
+export PMIX_MCA_gds=hash
 EOF
 }
 
