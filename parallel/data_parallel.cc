@@ -177,6 +177,15 @@ int GradientBuckets::BucketOf(const Parameter* p) const {
   return it->second;
 }
 
+std::vector<Parameter*> GradientBuckets::Held(
+    const std::vector<Parameter*>& params) const {
+  std::vector<Parameter*> out;
+  for (Parameter* p : params) {
+    if (Holds(p)) out.push_back(p);
+  }
+  return out;
+}
+
 std::vector<int> GradientBuckets::BucketsOf(
     const std::vector<Parameter*>& params) const {
   std::vector<int> out;

@@ -115,8 +115,11 @@ class GradientBuckets {
   // This rank's block of bucket b: all of it under kAllReduce; its own
   // accumulator under kShardGradients.
   Tensor Shard(int b) const;
-  // The bucket holding `p`.
+  // Whether `p` is in one of the buckets, and the bucket holding it.
+  bool Holds(const Parameter* p) const { return bucket_of_.count(p) > 0; }
   int BucketOf(const Parameter* p) const;
+  // Those of `params` that are in the buckets, in order.
+  std::vector<Parameter*> Held(const std::vector<Parameter*>& params) const;
   // The distinct buckets holding `params`, in the order first met.
   std::vector<int> BucketsOf(const std::vector<Parameter*>& params) const;
   // Bucket b's parameters, in order.

@@ -214,15 +214,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainOptionsBadTest,
                                                      o.ep = 3;
                                                    },
                                                    {"--ep=3", "--experts=8"}},
-                                           BadCase{"ep_with_zero",
-                                                   2,
-                                                   [](O& o) {
-                                                     o.model.family =
-                                                         ModelFamilyKind("moe");
-                                                     o.ep = 2;
-                                                     o.zero = 1;
-                                                   },
-                                                   {"--ep=2", "--zero=1"}},
                                            BadCase{
                                                "qk_norm_on_cuda",
                                                1,

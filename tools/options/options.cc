@@ -217,11 +217,6 @@ absl::Status CheckExpertLayout(const TrainOptions& o) {
         replicas));
   }
   TRELLIS_RETURN_IF_ERROR(FamilyOf(o.model).CheckExpertParallel(o.model, o.ep));
-  if (o.ep > 1 && o.zero > 0) {
-    return Bad(absl::StrCat("--ep=", o.ep, " with --zero=", o.zero,
-                            ": ZeRO does not shard expert-parallel experts "
-                            "yet; use --zero=0 with --ep > 1"));
-  }
   return absl::OkStatus();
 }
 

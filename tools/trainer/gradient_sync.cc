@@ -47,24 +47,29 @@ GradientSync::GradientSync(StageModel& model, const TrainOptions& options,
   }
   const auto bucket_bytes =
       static_cast<int64_t>(options.dp_bucket_mb * 1024 * 1024);
+  const GradSync sync = SyncOfLevel(options.zero);
   buckets_ = std::make_unique<GradientBuckets>(dense, bucket_bytes, *groups_.dp,
-                                               SyncOfLevel(options.zero), alone,
-                                               starts, declared);
+                                               sync, alone, starts, declared);
   if (!experts.empty()) {
-    TRELLIS_CHECK(options.zero == 0 && groups_.expert_dp != nullptr);
-    expert_buckets_ = std::make_unique<GradientBuckets>(experts, bucket_bytes,
-                                                        *groups_.expert_dp);
+    TRELLIS_CHECK(groups_.expert_dp != nullptr);
+    expert_buckets_ = std::make_unique<GradientBuckets>(
+        experts, bucket_bytes, *groups_.expert_dp, sync,
+        std::vector<const Parameter*>(), starts, declared);
     expert_scale_ = 1.0 / static_cast<double>(options.ep);
   }
   if (zero) {
     // The tp sums run on the owned blocks: the tp ranks must own the same
-    // elements.
+    // elements (the experts' gradients need no tp sum).
     CheckRangesMatchOverTp(*groups_.tp, model_.params().all(),
                            OwnedGradientRanges(*buckets_));
   }
   // ZeRO-3 keeps only the owned blocks of the weights.
   if (options.zero == 3) {
     sharded_ = std::make_unique<ShardedParameters>(*buckets_, declared, fill);
+    if (expert_buckets_ != nullptr) {
+      expert_sharded_ =
+          std::make_unique<ShardedParameters>(*expert_buckets_, declared, fill);
+    }
   }
   InstallHooks();
 }
@@ -75,22 +80,41 @@ void GradientSync::InstallHooks() {
   });
   if (buckets_->sync() == GradSync::kShardGradients) {
     // ZeRO-2 holds a bucket only while its gradients are written.
-    model_.set_gradient_writes(ModelChunk::GradientWrites{
-        [this](const std::vector<Parameter*>& g) { buckets_->BeforeWrite(g); },
-        [this](const std::vector<Parameter*>& g) { buckets_->AfterWrite(g); }});
+    model_.set_gradient_writes(
+        ModelChunk::GradientWrites{[this](const std::vector<Parameter*>& g) {
+                                     for (GradientBuckets* b : Sets())
+                                       b->BeforeWrite(b->Held(g));
+                                   },
+                                   [this](const std::vector<Parameter*>& g) {
+                                     for (GradientBuckets* b : Sets())
+                                       b->AfterWrite(b->Held(g));
+                                   }});
   }
   if (sharded_ != nullptr) {
     // ZeRO-3 gathers a unit's whole weights around each compute that reads
-    // them.
-    model_.set_weight_gathers(
-        ModelChunk::WeightGathers{[this](const std::vector<Parameter*>& unit,
-                                         const std::vector<Parameter*>& next) {
-                                    sharded_->Acquire(unit, next);
-                                  },
-                                  [this](const std::vector<Parameter*>& unit) {
-                                    sharded_->Release(unit);
-                                  }});
+    // them: the dense ones over dp, the experts' over their own group.
+    model_.set_weight_gathers(ModelChunk::WeightGathers{
+        [this](const std::vector<Parameter*>& unit,
+               const std::vector<Parameter*>& next) {
+          sharded_->Acquire(buckets_->Held(unit), buckets_->Held(next));
+          if (expert_sharded_ != nullptr) {
+            expert_sharded_->Acquire(expert_buckets_->Held(unit),
+                                     expert_buckets_->Held(next));
+          }
+        },
+        [this](const std::vector<Parameter*>& unit) {
+          sharded_->Release(buckets_->Held(unit));
+          if (expert_sharded_ != nullptr) {
+            expert_sharded_->Release(expert_buckets_->Held(unit));
+          }
+        }});
   }
+}
+
+std::vector<GradientBuckets*> GradientSync::Sets() const {
+  std::vector<GradientBuckets*> sets = {buckets_.get()};
+  if (expert_buckets_ != nullptr) sets.push_back(expert_buckets_.get());
+  return sets;
 }
 
 double GradientSync::Finish(TraceRecorder* trace) {
@@ -109,9 +133,17 @@ double GradientSync::FinishExperts() {
   const double wait_s = expert_buckets_->Wait();
   // Averaged over the dp / ep ranks holding each expert; the step's
   // gradient is the mean over all dp replicas' losses, and each expert
-  // already summed the tokens of its ep group's ep replicas.
-  for (Parameter* p : model_.params().all()) {
-    if (p->expert) Scale(p->grad, expert_scale_);
+  // already summed the tokens of its ep group's ep replicas. Under ZeRO
+  // only the owned blocks hold the averages.
+  if (expert_buckets_->sync() == GradSync::kAllReduce) {
+    for (Parameter* p : model_.params().all()) {
+      if (p->expert) Scale(p->grad, expert_scale_);
+    }
+    return wait_s;
+  }
+  for (int b = 0; b < expert_buckets_->num_buckets(); ++b) {
+    Tensor block = expert_buckets_->Shard(b);
+    Scale(block, expert_scale_);
   }
   return wait_s;
 }
@@ -126,6 +158,8 @@ void GradientSync::SumOverTp(TraceRecorder* trace) {
       buckets_->sync() == GradSync::kAllReduce
           ? WholeGradientRanges(model_.params().all())
           : OwnedGradientRanges(*buckets_);
+  // (The experts' gradients, in buckets of their own, have neither
+  // replicated pieces nor partial sums: the ranges leave them out.)
   // Pieces replicated over sub-groups of tp (key/value heads fewer than tp
   // ranks): every replica takes the sum of their gradients, so they stay
   // identical.
@@ -158,18 +192,60 @@ std::unique_ptr<Optimizer> GradientSync::NewOptimizer(
     if (expert_buckets_ != nullptr) optimizer->set_expert_group(groups_.ep);
     return optimizer;
   }
-  return std::make_unique<ShardedOptimizer>(config, model_.params(), *buckets_,
-                                            sharded_.get());
+  std::vector<ShardedSet> sets = {ShardedSet{buckets_.get(), sharded_.get()}};
+  if (expert_buckets_ != nullptr) {
+    sets.push_back(ShardedSet{expert_buckets_.get(), expert_sharded_.get()});
+  }
+  return std::make_unique<ShardedOptimizer>(config, model_.params(),
+                                            std::move(sets));
 }
 
 std::vector<std::vector<Parameter*>> GradientSync::CheckpointGroups() const {
-  if (sharded_ != nullptr) return sharded_->IoGroups(model_.GatherUnits());
-  // ZeRO-1/2: each gradient bucket's parameters (whole weights already).
+  // Each group lies in one set of buckets: the dense set's groups, then
+  // the experts'.
   std::vector<std::vector<Parameter*>> groups;
-  for (int b = 0; b < buckets_->num_buckets(); ++b) {
-    groups.push_back(buckets_->BucketParameters(b));
+  if (sharded_ != nullptr) {
+    const std::vector<std::vector<Parameter*>> units = model_.GatherUnits();
+    for (const auto& [buckets, sharded] :
+         {std::pair{buckets_.get(), sharded_.get()},
+          std::pair{expert_buckets_.get(), expert_sharded_.get()}}) {
+      if (sharded == nullptr) continue;
+      std::vector<std::vector<Parameter*>> held;
+      for (const std::vector<Parameter*>& unit : units) {
+        held.push_back(buckets->Held(unit));
+      }
+      for (auto& group : sharded->IoGroups(held)) {
+        groups.push_back(std::move(group));
+      }
+    }
+    return groups;
+  }
+  // ZeRO-1/2: each gradient bucket's parameters (whole weights already).
+  for (GradientBuckets* buckets : Sets()) {
+    for (int b = 0; b < buckets->num_buckets(); ++b) {
+      groups.push_back(buckets->BucketParameters(b));
+    }
   }
   return groups;
+}
+
+ShardedParameters* GradientSync::ShardedOf(
+    const std::vector<Parameter*>& group) const {
+  if (sharded_ == nullptr || group.empty()) return sharded_.get();
+  return group.front()->expert ? expert_sharded_.get() : sharded_.get();
+}
+
+void GradientSync::GatherGroup(const std::vector<Parameter*>& group,
+                               bool gather) {
+  if (ShardedParameters* sharded = ShardedOf(group)) {
+    sharded->GatherUnit(group, gather);
+  }
+}
+
+void GradientSync::ShardGroup(const std::vector<Parameter*>& group, bool keep) {
+  if (ShardedParameters* sharded = ShardedOf(group)) {
+    sharded->ShardUnit(group, keep);
+  }
 }
 
 }  // namespace trellis

@@ -6,7 +6,8 @@
 // gradients at 2 and 3) and, under expert parallelism, the experts' own
 // buckets over the ranks holding the same experts (averaged there, then
 // scaled by 1/ep: each expert's gradient already sums the tokens of ep
-// replicas), ZeRO-3's sharded weights, and installs the hooks
+// replicas; under ZeRO reduce-scattered there, each rank owning a block of
+// them), ZeRO-3's sharded weights, and installs the hooks
 // the model's chunks call during the step: a gradient is final (its bucket
 // may start), ZeRO-2's gradient write windows, ZeRO-3's weight gathers.
 // After the pipeline, Finish() completes the step's gradients: it waits for
@@ -65,8 +66,13 @@ class GradientSync {
   std::vector<std::vector<Parameter*>> CheckpointGroups() const;
 
   const GradientBuckets& buckets() const { return *buckets_; }
-  // --zero=3's sharded weights, or null.
+  // --zero=3's sharded weights (the dense ones), or null.
   ShardedParameters* sharded() const { return sharded_.get(); }
+  // Under --zero=3, makes a group of CheckpointGroups whole (all-gathered
+  // when `gather`, else zeros to load into) and shards it again (keeping
+  // what was loaded with `keep`); no-ops at other levels.
+  void GatherGroup(const std::vector<Parameter*>& group, bool gather);
+  void ShardGroup(const std::vector<Parameter*>& group, bool keep);
 
  private:
   void InstallHooks();
@@ -89,7 +95,13 @@ class GradientSync {
   // Waits for the experts' buckets and scales their gradients; seconds
   // waited.
   double FinishExperts();
-  std::unique_ptr<ShardedParameters> sharded_;
+  // The bucket sets: the dense one, then the experts' if any.
+  std::vector<GradientBuckets*> Sets() const;
+  // The sharded weights a group of CheckpointGroups lies in, or null.
+  ShardedParameters* ShardedOf(const std::vector<Parameter*>& group) const;
+  // ZeRO-3's sharded weights: the dense ones, and the experts' over their
+  // own group.
+  std::unique_ptr<ShardedParameters> sharded_, expert_sharded_;
 };
 
 }  // namespace trellis

@@ -175,11 +175,11 @@ std::vector<const Parameter*> StageModel::WeightGroupStarts() const {
   std::unordered_set<Parameter*> seen;
   for (auto c = chunks_.rbegin(); c != chunks_.rend(); ++c) {
     for (const auto& group : (*c)->WeightGroups()) {
-      bool first = true;
+      bool first[2] = {true, true};  // dense, expert
       for (Parameter* p : group) {
         if (!seen.insert(p).second) continue;
-        if (first) starts.push_back(p);
-        first = false;
+        if (first[p->expert]) starts.push_back(p);
+        first[p->expert] = false;
       }
     }
   }

@@ -79,7 +79,8 @@ class StageModel : public PipelineStageCallbacks {
   // (for data-parallel buckets), each once.
   std::vector<Parameter*> GradientReadyOrder() const;
   // The parameters that begin a weight group in GradientReadyOrder (each
-  // group's first one not listed before): ZeRO-3 starts a bucket at each.
+  // group's first one not listed before, and its first expert one, as the
+  // experts lie in buckets of their own): ZeRO-3 starts a bucket at each.
   std::vector<const Parameter*> WeightGroupStarts() const;
   // Parameters whose gradients the chunks leave as partial sums over tp
   // (ModelChunk::TpPartialGradients: the norms' under

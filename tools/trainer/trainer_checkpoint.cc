@@ -66,7 +66,7 @@ absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
   // No collective: every rank reads its own.
   bool first = true;
   for (const std::vector<Parameter*>& group : gradients_->CheckpointGroups()) {
-    if (sharded != nullptr) sharded->GatherUnit(group, /*gather=*/false);
+    gradients_->GatherGroup(group, /*gather=*/false);
     if (optimizer != nullptr) {
       optimizer->BeginCheckpointPart(CheckpointIo::kLoad, group);
     }
@@ -75,7 +75,7 @@ absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
     if (optimizer != nullptr) {
       optimizer->EndCheckpointPart(CheckpointIo::kLoad, group);
     }
-    if (sharded != nullptr) sharded->ShardUnit(group, /*keep=*/loaded.ok());
+    gradients_->ShardGroup(group, /*keep=*/loaded.ok());
     TRELLIS_RETURN_IF_ERROR(loaded);
     first = false;
   }
@@ -175,13 +175,13 @@ absl::Status Trainer::Save() {
   WeightGroups walk;
   if (walked) {
     walk.groups = gradients_->CheckpointGroups();
-    walk.open = [this, sharded](const std::vector<Parameter*>& group) {
-      if (sharded != nullptr) sharded->GatherUnit(group, /*gather=*/true);
+    walk.open = [this](const std::vector<Parameter*>& group) {
+      gradients_->GatherGroup(group, /*gather=*/true);
       optimizer_->BeginCheckpointPart(CheckpointIo::kSave, group);
     };
-    walk.close = [this, sharded](const std::vector<Parameter*>& group) {
+    walk.close = [this](const std::vector<Parameter*>& group) {
       optimizer_->EndCheckpointPart(CheckpointIo::kSave, group);
-      if (sharded != nullptr) sharded->ShardUnit(group, /*keep=*/false);
+      gradients_->ShardGroup(group, /*keep=*/false);
     };
   }
   optimizer_->BeginCheckpointIo(CheckpointIo::kSave);

@@ -11,14 +11,40 @@
 namespace trellis {
 namespace {
 
-// The stage's gradient bucket items as the trainer lays them out (the tied
-// embedding alone; under level 3 a bucket starting at each weight group),
-// in ready order, with `index` mapping a parameter to its item.
+// A set of gradient buckets (GradientSync): the dense parameters' over the
+// dp·cp ranks, or under expert parallelism the experts' over the ranks
+// holding the same ones.
+struct BucketSet {
+  bool expert = false;
+  int64_t ranks = 1;  // over which the buckets are padded and sharded
+};
+
+// The stage's bucket sets: the dense one, and the experts' if it holds any.
+std::vector<BucketSet> BucketSets(const StageModel& model,
+                                  const TrainOptions& o) {
+  std::vector<BucketSet> sets = {{false, o.gradient_replicas()}};
+  for (const Parameter* p : model.params().all()) {
+    if (!p->expert) continue;
+    sets.push_back({true, o.gradient_replicas() / o.ep});
+    break;
+  }
+  return sets;
+}
+
+// `n` rounded up to a multiple of `ranks`.
+int64_t Padded(int64_t n, int64_t ranks) {
+  return (n + ranks - 1) / ranks * ranks;
+}
+
+// The stage's gradient bucket items of `set` as the trainer lays them out
+// (the tied embedding alone; under level 3 a bucket starting at each weight
+// group), in ready order, with `index` mapping a parameter to its item.
 std::vector<GradientBuckets::LayoutItem> BucketItems(
-    const StageModel& model, const TrainOptions& o, size_t element_bytes,
-    std::unordered_map<const Parameter*, size_t>& index) {
+    const StageModel& model, const TrainOptions& o, const BucketSet& set,
+    size_t element_bytes, std::unordered_map<const Parameter*, size_t>& index) {
   std::vector<GradientBuckets::LayoutItem> items;
   for (const Parameter* p : model.GradientReadyOrder()) {
+    if (p->expert != set.expert) continue;
     index[p] = items.size();
     items.push_back(
         {NumElements(p->spec.LocalShape()), element_bytes, 0, false});
@@ -27,67 +53,128 @@ std::vector<GradientBuckets::LayoutItem> BucketItems(
   // (Middle pipeline stages hold no embedding.)
   const Parameter* embedding =
       tied.empty() ? nullptr : model.params().Find(tied);
-  if (embedding != nullptr) items[index.at(embedding)].alone = true;
+  if (embedding != nullptr && index.count(embedding) > 0) {
+    items[index.at(embedding)].alone = true;
+  }
   if (o.zero == 3) {
     for (const Parameter* p : model.WeightGroupStarts()) {
-      items[index.at(p)].starts = true;
+      if (index.count(p) > 0) items[index.at(p)].starts = true;
     }
   }
   return items;
 }
 
-// BucketItems over the gradients: each element as many bytes as the
-// replicated plan's gradients give it; `elements` gets their count (no
-// items when 0).
-std::vector<GradientBuckets::LayoutItem> GradientItems(
-    const StageModel& model, const TrainOptions& o,
-    const MemoryPlan& replicated,
-    std::unordered_map<const Parameter*, size_t>& index, size_t* elements) {
-  std::vector<GradientBuckets::LayoutItem> items =
-      BucketItems(model, o, 0, index);
+// Elements of the stage's gradients, all sets together.
+int64_t GradientElements(const StageModel& model) {
   int64_t n = 0;
-  for (const auto& item : items) n += item.elements;
-  *elements = static_cast<size_t>(n);
-  if (n == 0) return {};
-  for (auto& item : items) {
-    item.element_bytes = replicated.gradients / static_cast<size_t>(n);
+  for (const Parameter* p : model.params().all()) {
+    n += NumElements(p->spec.LocalShape());
   }
-  return items;
+  return n;
+}
+
+// BucketItems over the gradients: each element as many bytes as the
+// replicated plan's gradients give it (no items when the stage has none).
+std::vector<GradientBuckets::LayoutItem> GradientItems(
+    const StageModel& model, const TrainOptions& o, const BucketSet& set,
+    const MemoryPlan& replicated,
+    std::unordered_map<const Parameter*, size_t>& index) {
+  const int64_t n = GradientElements(model);
+  if (n == 0) return {};
+  return BucketItems(model, o, set,
+                     replicated.gradients / static_cast<size_t>(n), index);
+}
+
+// The buckets of `items`, each one's elements padded to the set's ranks,
+// and each item's bucket.
+struct Buckets {
+  std::vector<int64_t> padded;
+  std::vector<int> of_item;
+};
+
+Buckets LayBuckets(const std::vector<GradientBuckets::LayoutItem>& items,
+                   const TrainOptions& o, const BucketSet& set) {
+  Buckets out;
+  out.of_item.resize(items.size());
+  const std::vector<std::vector<size_t>> layout = GradientBuckets::Layout(
+      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024));
+  for (size_t b = 0; b < layout.size(); ++b) {
+    int64_t elements = 0;
+    for (size_t i : layout[b]) {
+      elements += items[i].elements;
+      out.of_item[i] = static_cast<int>(b);
+    }
+    out.padded.push_back(Padded(elements, set.ranks));
+  }
+  return out;
+}
+
+// The distinct buckets of `set` that `unit`'s parameters lie in.
+std::vector<int> UnitBuckets(
+    const std::vector<Parameter*>& unit, const Buckets& buckets,
+    const std::unordered_map<const Parameter*, size_t>& index) {
+  std::vector<int> out;
+  for (const Parameter* p : unit) {
+    auto it = index.find(p);
+    if (it == index.end()) continue;
+    const int b = buckets.of_item[it->second];
+    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
+  }
+  return out;
+}
+
+// Level 2's bucket bytes bound at once for one set.
+size_t SetBucketsInFlight(const StageModel& model, const TrainOptions& o,
+                          const MemoryPlan& replicated, const BucketSet& set,
+                          size_t* largest_bucket) {
+  std::unordered_map<const Parameter*, size_t> index;
+  const std::vector<GradientBuckets::LayoutItem> items =
+      GradientItems(model, o, set, replicated, index);
+  if (items.empty()) return 0;
+  std::vector<std::vector<size_t>> groups;
+  for (const std::vector<Parameter*>& group : model.WeightGroups()) {
+    groups.emplace_back();
+    for (const Parameter* p : group) {
+      if (index.count(p) > 0) groups.back().push_back(index.at(p));
+    }
+  }
+  // The last stage's head weight is written in forward, ahead of its
+  // group: it is taken to be the stage's largest dense parameter (V/tp
+  // rows of the model width).
+  std::vector<size_t> early;
+  if (model.last_stage() && !set.expert) {
+    size_t head = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i].elements > items[head].elements) head = i;
+    }
+    early.push_back(head);
+  }
+  return GradientBuckets::PlanBoundBytes(
+      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024),
+      static_cast<int>(set.ranks), groups, early, largest_bucket);
 }
 
 }  // namespace
 
 size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o) {
   const size_t value_bytes = o.precision == Precision::kBf16 ? 2 : 4;
-  std::unordered_map<const Parameter*, size_t> index;
-  const std::vector<GradientBuckets::LayoutItem> items =
-      BucketItems(model, o, value_bytes, index);
-  const std::vector<std::vector<size_t>> layout = GradientBuckets::Layout(
-      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024));
-  std::vector<int> bucket_of(items.size());
-  std::vector<size_t> bytes(layout.size());
-  for (size_t b = 0; b < layout.size(); ++b) {
-    int64_t elements = 0;
-    for (size_t i : layout[b]) {
-      elements += items[i].elements;
-      bucket_of[i] = static_cast<int>(b);
+  // Each unit's buckets of every set, whole.
+  const std::vector<std::vector<Parameter*>> units = model.GatherUnits();
+  std::vector<size_t> unit_bytes(units.size(), 0);
+  for (const BucketSet& set : BucketSets(model, o)) {
+    std::unordered_map<const Parameter*, size_t> index;
+    const Buckets buckets =
+        LayBuckets(BucketItems(model, o, set, value_bytes, index), o, set);
+    for (size_t u = 0; u < units.size(); ++u) {
+      for (int b : UnitBuckets(units[u], buckets, index)) {
+        unit_bytes[u] += static_cast<size_t>(buckets.padded[b]) * value_bytes;
+      }
     }
-    const int64_t n = o.gradient_replicas();
-    elements = (elements + n - 1) / n * n;
-    bytes[b] = static_cast<size_t>(elements) * value_bytes;
   }
   // A unit holds its buckets whole; one is computed while the next is
   // gathered: at most the two largest units at once.
   size_t largest = 0, second = 0;
-  for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
-    std::vector<int> seen;
-    size_t sum = 0;
-    for (const Parameter* p : unit) {
-      const int b = bucket_of[index.at(p)];
-      if (std::find(seen.begin(), seen.end(), b) != seen.end()) continue;
-      seen.push_back(b);
-      sum += bytes[b];
-    }
+  for (size_t sum : unit_bytes) {
     if (sum > largest) {
       second = largest;
       largest = sum;
@@ -101,87 +188,60 @@ size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o) {
 size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
                            const MemoryPlan& replicated,
                            size_t* largest_bucket) {
-  // From the declared shapes: the parameters need not exist yet.
-  std::unordered_map<const Parameter*, size_t> index;
-  size_t elements = 0;
-  const std::vector<GradientBuckets::LayoutItem> items =
-      GradientItems(model, o, replicated, index, &elements);
-  if (elements == 0) return 0;
-  std::vector<std::vector<size_t>> groups;
-  for (const std::vector<Parameter*>& group : model.WeightGroups()) {
-    groups.emplace_back();
-    for (const Parameter* p : group) groups.back().push_back(index.at(p));
+  // From the declared shapes: the parameters need not exist yet. Each set
+  // keeps its own buckets in flight.
+  size_t bound = 0, largest = 0;
+  for (const BucketSet& set : BucketSets(model, o)) {
+    size_t set_largest = 0;
+    bound += SetBucketsInFlight(model, o, replicated, set, &set_largest);
+    largest = std::max(largest, set_largest);
   }
-  // The last stage's head weight is written in forward, ahead of its
-  // group: it is taken to be the stage's largest parameter (V/tp rows of
-  // the model width).
-  std::vector<size_t> early;
-  if (model.last_stage()) {
-    size_t head = 0;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (items[i].elements > items[head].elements) head = i;
-    }
-    early.push_back(head);
-  }
-  return GradientBuckets::PlanBoundBytes(
-      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024),
-      static_cast<int>(o.gradient_replicas()), groups, early, largest_bucket);
+  if (largest_bucket != nullptr) *largest_bucket = largest;
+  return bound;
 }
 
 size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
                         const MemoryPlan& replicated) {
   if (o.zero == 0) return 0;
-  std::unordered_map<const Parameter*, size_t> index;
-  size_t n = 0;
-  const std::vector<GradientBuckets::LayoutItem> items =
-      GradientItems(model, o, replicated, index, &n);
+  const int64_t n = GradientElements(model);
   if (n == 0) return 0;
   // The replicated plan's moments (two per element) and gradients give the
   // bytes per element; the buckets are laid out over the gradients.
   const size_t moment_bytes = replicated.optimizer / (2 * n);
   const size_t gradient_bytes = replicated.gradients / n;
-  const std::vector<std::vector<size_t>> layout = GradientBuckets::Layout(
-      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024));
-  std::vector<int> bucket_of(items.size());
-  std::vector<int64_t> bucket_elements(layout.size(), 0);
-  for (size_t b = 0; b < layout.size(); ++b) {
-    for (size_t i : layout[b]) {
-      bucket_of[i] = static_cast<int>(b);
-      bucket_elements[b] += items[i].elements;
-    }
-  }
-  // The I/O groups (GradientSync::CheckpointGroups): each bucket under levels 1
-  // and 2; under 3 the gather units' buckets (ShardedParameters::IoGroups).
-  std::vector<std::vector<int>> unit_buckets;
-  if (o.zero >= 3) {
-    for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
-      unit_buckets.emplace_back();
-      for (const Parameter* p : unit) {
-        const int b = bucket_of[index.at(p)];
-        std::vector<int>& mine = unit_buckets.back();
-        if (std::find(mine.begin(), mine.end(), b) == mine.end()) {
-          mine.push_back(b);
-        }
+  size_t largest_group = 0, largest_bucket = 0;
+  for (const BucketSet& set : BucketSets(model, o)) {
+    std::unordered_map<const Parameter*, size_t> index;
+    const std::vector<GradientBuckets::LayoutItem> items =
+        GradientItems(model, o, set, replicated, index);
+    if (items.empty()) continue;
+    const Buckets buckets = LayBuckets(items, o, set);
+    // The I/O groups (GradientSync::CheckpointGroups): each bucket under
+    // levels 1 and 2; under 3 the gather units' buckets
+    // (ShardedParameters::IoGroups), set by set.
+    std::vector<std::vector<int>> unit_buckets;
+    if (o.zero >= 3) {
+      for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
+        unit_buckets.push_back(UnitBuckets(unit, buckets, index));
       }
     }
+    std::vector<int64_t> elements(buckets.padded.size(), 0);
+    for (size_t i = 0; i < items.size(); ++i) {
+      elements[buckets.of_item[i]] += items[i].elements;
+    }
+    for (const std::vector<int>& group : GradientBuckets::UnitBucketGroups(
+             static_cast<int>(elements.size()), unit_buckets)) {
+      int64_t sum = 0;
+      for (int b : group) sum += elements[b];
+      largest_group = std::max(largest_group, static_cast<size_t>(sum));
+    }
+    for (int64_t padded : buckets.padded) {
+      largest_bucket = std::max(largest_bucket, static_cast<size_t>(padded));
+    }
   }
-  const std::vector<std::vector<int>> groups =
-      GradientBuckets::UnitBucketGroups(static_cast<int>(layout.size()),
-                                        unit_buckets);
   // A group's whole moments, both kinds; the moments pass through one
   // bucket-sized gather buffer, a new one under levels 2 and 3 (level 1
   // gathers through its gradient buckets, already planned).
-  size_t largest_group = 0, largest_bucket = 0;
-  for (const std::vector<int>& group : groups) {
-    int64_t sum = 0;
-    for (int b : group) sum += bucket_elements[b];
-    largest_group = std::max(largest_group, static_cast<size_t>(sum));
-  }
-  for (int64_t e : bucket_elements) {
-    const int64_t n = o.gradient_replicas();
-    const int64_t padded = (e + n - 1) / n * n;
-    largest_bucket = std::max(largest_bucket, static_cast<size_t>(padded));
-  }
   return 2 * moment_bytes * largest_group +
          (o.zero >= 2 ? gradient_bytes * largest_bucket : 0);
 }
@@ -189,21 +249,53 @@ size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
 MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
                           const MemoryPlan& replicated,
                           bool staged_reduce_scatter) {
-  size_t largest_bucket = 0;
-  const size_t in_flight =
-      o.zero >= 2 ? PlanBucketsInFlight(model, o, replicated, &largest_bucket)
-                  : 0;
-  // Gradients are averaged, and ZeRO shards, over dp × cp ranks.
-  const size_t dp = static_cast<size_t>(o.gradient_replicas());
-  size_t staging = 0;
-  if (staged_reduce_scatter && dp > 1) {
-    staging = o.zero == 1 ? (replicated.gradients + dp - 1) / dp
-                          : GradientBuckets::kMaxInFlight *
-                                ((largest_bucket + dp - 1) / dp);
+  // Gradients are averaged, and ZeRO shards, over dp × cp ranks; under
+  // expert parallelism the experts' over the dp·cp / ep ranks holding the
+  // same ones. Each set shards its share of the replicated plan's weights,
+  // gradients and moments (bytes per element alike), with its own buckets
+  // in flight and reduce-scatter scratch.
+  const int64_t total = GradientElements(model);
+  int64_t expert_elements = 0;
+  for (const Parameter* p : model.params().all()) {
+    if (p->expert) expert_elements += NumElements(p->spec.LocalShape());
   }
-  const size_t gathered = o.zero >= 3 ? PlanGatheredUnits(model, o) : 0;
-  MemoryPlan plan = ShardOverDp(replicated, o.zero, o.gradient_replicas(),
-                                in_flight, staging, gathered);
+  // The experts' share of `bytes`; the dense set takes the rest.
+  auto part = [&](size_t bytes, bool expert) {
+    const size_t experts =
+        total == 0 ? 0
+                   : static_cast<size_t>(static_cast<double>(bytes) *
+                                         static_cast<double>(expert_elements) /
+                                         static_cast<double>(total));
+    return expert ? experts : bytes - experts;
+  };
+  MemoryPlan plan = replicated;
+  plan.weights = plan.gradients = plan.optimizer = 0;
+  for (const BucketSet& set : BucketSets(model, o)) {
+    MemoryPlan mine;
+    mine.weights = part(replicated.weights, set.expert);
+    mine.gradients = part(replicated.gradients, set.expert);
+    mine.optimizer = part(replicated.optimizer, set.expert);
+    size_t largest_bucket = 0;
+    const size_t in_flight =
+        o.zero >= 2
+            ? SetBucketsInFlight(model, o, replicated, set, &largest_bucket)
+            : 0;
+    const size_t ranks = static_cast<size_t>(set.ranks);
+    size_t staging = 0;
+    if (staged_reduce_scatter && ranks > 1) {
+      staging = o.zero == 1 ? (mine.gradients + ranks - 1) / ranks
+                            : GradientBuckets::kMaxInFlight *
+                                  ((largest_bucket + ranks - 1) / ranks);
+    }
+    mine = ShardOverDp(mine, o.zero, set.ranks, in_flight, staging, 0);
+    plan.weights += mine.weights;
+    plan.gradients += mine.gradients;
+    plan.optimizer += mine.optimizer;
+  }
+  // Level 3's gathered units: two at once, every set's buckets of each.
+  if (o.zero >= 3) {
+    plan.weights += std::min(replicated.weights, PlanGatheredUnits(model, o));
+  }
   plan.checkpoint = PlanCheckpointIo(model, o, replicated);
   return plan;
 }

@@ -14,6 +14,10 @@
 // level 2 over buckets that start at each weight group. See ShardOverDp.
 // At every level ≥ 1 checkpoint I/O makes one group's moments whole between
 // steps (PlanCheckpointIo), which the plan holds in place of activations.
+// Under expert parallelism the experts' gradients lie in buckets of their
+// own sharded over the dp·cp / ep ranks holding the same experts: each set
+// of buckets shards its share (by elements) of the weights, gradients and
+// moments over its own ranks, with its own buckets in flight and scratch.
 // Thread safety: a pure function of its arguments.
 #ifndef TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_
 #define TRELLIS_TOOLS_TRAINER_ZERO_MEMORY_H_

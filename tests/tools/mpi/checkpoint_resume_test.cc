@@ -268,14 +268,7 @@ TEST_F(CheckpointResumeTest, ZeroOneCheckpointsResumeUnderEveryLevel) {
   });
   // Each rank ran one of them; share both curves.
   for (int job : {0, 1}) {
-    Tensor curve = Tensor::Zeros({kSteps}, DType::kF64);
-    if (mpitest::WorldRank() == 2 * job) {
-      ASSERT_EQ(full[job].size(), static_cast<size_t>(kSteps));
-      for (int i = 0; i < kSteps; ++i) curve.data<double>()[i] = full[job][i];
-    }
-    MPI_Bcast(curve.data<double>(), kSteps, MPI_DOUBLE, 2 * job,
-              MPI_COMM_WORLD);
-    full[job].assign(curve.data<double>(), curve.data<double>() + kSteps);
+    mpitest::ShareLosses(full[job], kSteps, 2 * job);
   }
   for (int i = 0; i < kSteps; ++i) {
     ASSERT_NEAR(full[1][i], full[0][i], 1e-6 * std::abs(full[0][i]));
@@ -379,14 +372,7 @@ TEST_F(CheckpointResumeTest, ReplicatedKeyValueHeadsResumeAcrossTp) {
   });
   // Share both curves (ranks 0 and 4 ran them).
   for (int job : {0, 1}) {
-    Tensor curve = Tensor::Zeros({kSteps}, DType::kF64);
-    if (mpitest::WorldRank() == 4 * job) {
-      ASSERT_EQ(full[job].size(), static_cast<size_t>(kSteps));
-      for (int i = 0; i < kSteps; ++i) curve.data<double>()[i] = full[job][i];
-    }
-    MPI_Bcast(curve.data<double>(), kSteps, MPI_DOUBLE, 4 * job,
-              MPI_COMM_WORLD);
-    full[job].assign(curve.data<double>(), curve.data<double>() + kSteps);
+    mpitest::ShareLosses(full[job], kSteps, 4 * job);
   }
   for (int i = 0; i < kSteps; ++i) {
     ASSERT_NEAR(full[0][i], full[1][i], 1e-4 * std::abs(full[1][i]));
@@ -457,16 +443,7 @@ void CheckpointResumeTest::ExpectShardedCheckpointsResume(int level) {
     full[job] = train(sources[job], dirs[job], "", comm);
   });
   // Share both curves: job 0 ran on ranks 0-3, job 1 on ranks 4-5.
-  for (int job : {0, 1}) {
-    Tensor curve = Tensor::Zeros({kSteps}, DType::kF64);
-    const int root = job == 0 ? 0 : 4;
-    if (mpitest::WorldRank() == root) {
-      ASSERT_EQ(full[job].size(), static_cast<size_t>(kSteps));
-      for (int i = 0; i < kSteps; ++i) curve.data<double>()[i] = full[job][i];
-    }
-    MPI_Bcast(curve.data<double>(), kSteps, MPI_DOUBLE, root, MPI_COMM_WORLD);
-    full[job].assign(curve.data<double>(), curve.data<double>() + kSteps);
-  }
+  for (int job : {0, 1}) mpitest::ShareLosses(full[job], kSteps, 4 * job);
   struct Resume {
     Run run;
     int from;  // the source run
@@ -531,13 +508,7 @@ TEST_F(CheckpointResumeTest, ZeroTwoWithSumsOverTpResumesBitExactly) {
     full = train(source, true, dir, "", comm);
   });
   // Share the curve: ranks 0-3 ran it.
-  Tensor curve = Tensor::Zeros({kSteps}, DType::kF64);
-  if (mpitest::WorldRank() == 0) {
-    ASSERT_EQ(full.size(), static_cast<size_t>(kSteps));
-    for (int i = 0; i < kSteps; ++i) curve.data<double>()[i] = full[i];
-  }
-  MPI_Bcast(curve.data<double>(), kSteps, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-  full.assign(curve.data<double>(), curve.data<double>() + kSteps);
+  mpitest::ShareLosses(full, kSteps, 0);
   const std::vector<Layout> layouts = {source, Layout{1, 2, 1}};
   mpitest::RunSideBySide({4, 2}, [&](int job, MPI_Comm comm) {
     const bool same = job == 0;

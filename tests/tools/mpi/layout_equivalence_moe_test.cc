@@ -10,26 +10,13 @@
 #include <vector>
 
 #include "tests/tools/mpi/layout_equivalence_fixture.h"
-#include "transformer/moe/moe_family.h"
 
 namespace trellis::layout_test {
 namespace {
 
-TrainOptions Moe(TrainOptions options) {
-  options = Llama(options);
-  options.model.family = moe::kKind;
-  options.model.experts = 4;
-  options.model.experts_per_token = 2;
-  options.model.moe_ffn_hidden = 32;
-  options.model.moe_first_dense = 1;
-  options.model.moe_aux_loss_coeff = 0.01;
-  options.model.moe_z_loss_coeff = 0.001;
-  return options;
-}
-
 TEST_F(LayoutEquivalenceTest, MoeLayoutsMatchOneProcess) {
   if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
-  TrainOptions moe = Moe(*options_);
+  TrainOptions moe = mpitest::TinyMoe(*options_);
   Reference moe_reference = ComputeReference(moe);
   ASSERT_EQ(moe_reference.losses.size(), reference_->losses.size());
   // Three MoE layers reported, each step.
@@ -64,7 +51,7 @@ Layout WithEp(Layout layout, int ep) {
 // recompute (the counts summed again), and with expert parallelism.
 TEST_F(LayoutEquivalenceTest, MoeContextParallelLayoutsMatchOneProcess) {
   if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
-  TrainOptions moe = Moe(*options_);
+  TrainOptions moe = mpitest::TinyMoe(*options_);
   Reference moe_reference = ComputeReference(moe);
   UseOptions use(moe, &moe_reference);
   auto cp = [](Layout layout, int size, const char* comm) {
@@ -83,15 +70,20 @@ TEST_F(LayoutEquivalenceTest, MoeContextParallelLayoutsMatchOneProcess) {
           WithEp(cp(L(2, 1, 1), 2, "ring"), 4),
           WithEp(cp(L(2, 1, 1), 2, "a2a"), 2),
           WithEp(cp(L(1, 2, 2, "1f1b"), 2, "ring"), 2)});
+  // ZeRO over dp·cp, the experts' over the two of four holding them.
+  moe.zero = 3;
+  RunAll({WithEp(cp(L(2, 1, 1), 2, "ring"), 2)});
 }
 
 // Expert parallelism: each MoE layer's 4 experts split over 2 or 4 of the
 // dp ranks, which exchange their tokens' rows (all-to-all) and average
 // their experts' gradients with the ranks holding the same ones; with tp,
-// pp under every schedule and sequence parallelism.
+// pp under every schedule and sequence parallelism; and under ZeRO 1 to 3,
+// which shards the experts' buckets over the ranks holding them (two of
+// dp4 under ep 2) and the dense ones over all of dp.
 TEST_F(LayoutEquivalenceTest, MoeExpertParallelLayoutsMatchOneProcess) {
   if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
-  TrainOptions moe = Moe(*options_);
+  TrainOptions moe = mpitest::TinyMoe(*options_);
   Reference moe_reference = ComputeReference(moe);
   UseOptions use(moe, &moe_reference);
   RunAll({WithEp(L(2, 1, 1), 2), WithEp(L(4, 1, 1), 4), WithEp(L(4, 1, 1), 2),
@@ -100,6 +92,16 @@ TEST_F(LayoutEquivalenceTest, MoeExpertParallelLayoutsMatchOneProcess) {
           WithEp(L(2, 1, 2, "interleaved-1f1b", 2), 2), WithEp(L(2, 2, 1), 2)});
   moe.sequence_parallel = true;
   RunAll({WithEp(L(2, 2, 2, "zb-h1"), 2), WithEp(L(2, 2, 1), 2)});
+  moe.sequence_parallel = false;
+  for (const int zero : {1, 2, 3}) {
+    SCOPED_TRACE(testing::Message() << "--zero=" << zero);
+    moe.zero = zero;
+    RunAll({WithEp(L(4, 1, 1), 2), WithEp(L(2, 2, 2, "1f1b"), 2)});
+  }
+  // Each rank alone in holding its experts; and with sequence parallelism.
+  RunAll({WithEp(L(4, 1, 1), 4)});
+  moe.sequence_parallel = true;
+  RunAll({WithEp(L(2, 2, 2, "zb-h1"), 2)});
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -173,6 +174,38 @@ struct LayoutRun {
   std::unique_ptr<Communicator> pipeline;  // replaces context's pp, or null
   std::unique_ptr<Trainer> trainer;
 };
+
+// Collective over the world: every rank's `losses` become world rank
+// `root`'s, which must hold `steps` values (a shorter curve fails the test
+// there and is shared as NaNs, so every comparison with it fails too).
+inline void ShareLosses(std::vector<double>& losses, int steps, int root) {
+  std::vector<double> curve(static_cast<size_t>(steps), std::nan(""));
+  if (WorldRank() == root) {
+    EXPECT_EQ(losses.size(), curve.size()) << "the curve to share";
+    std::copy_n(losses.begin(), std::min(losses.size(), curve.size()),
+                curve.begin());
+  }
+  MPI_Bcast(curve.data(), steps, MPI_DOUBLE, root, MPI_COMM_WORLD);
+  losses = std::move(curve);
+}
+
+// `o` as the tiny mixture of experts of the layout tests: a Llama with 2
+// key/value heads and untied embeddings, one dense layer, then MoE layers
+// of 4 experts of width 32, 2 per token, with both balance losses.
+inline TrainOptions TinyMoe(TrainOptions o) {
+  o.model.family = ModelFamilyKind("moe");
+  o.model.n_kv_heads = 2;
+  o.model.ffn_hidden = 64;
+  o.model.rope_theta = 500.0;
+  o.model.tie_embeddings = false;
+  o.model.experts = 4;
+  o.model.experts_per_token = 2;
+  o.model.moe_ffn_hidden = 32;
+  o.model.moe_first_dense = 1;
+  o.model.moe_aux_loss_coeff = 0.01;
+  o.model.moe_z_loss_coeff = 0.001;
+  return o;
+}
 
 // Collective over `comm`, whose size must be layout.world(): builds the
 // layout's groups from `comm` and a trainer for `options` laid out so. With

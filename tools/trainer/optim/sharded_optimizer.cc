@@ -24,42 +24,60 @@ ShardedOptimizer::ShardedOptimizer(OptimizerConfig config,
                                    const ParameterSet& params,
                                    GradientBuckets& buckets,
                                    ShardedParameters* sharded)
-    : Optimizer(config, params, NoMoments{}),
-      buckets_(buckets),
-      sharded_(sharded) {
-  TRELLIS_CHECK(buckets.sync() != GradSync::kAllReduce)
-      << "a sharded optimizer needs reduce-scattered gradient buckets";
+    : ShardedOptimizer(config, params, {ShardedSet{&buckets, sharded}}) {}
+
+ShardedOptimizer::ShardedOptimizer(OptimizerConfig config,
+                                   const ParameterSet& params,
+                                   std::vector<ShardedSet> sets)
+    : Optimizer(config, params, NoMoments{}) {
+  TRELLIS_CHECK(!sets.empty()) << "a sharded optimizer needs buckets";
   std::unordered_map<const Parameter*, size_t>& index = index_;
   for (size_t i = 0; i < params.all().size(); ++i) index[params.all()[i]] = i;
-  std::vector<bool> covered(params.all().size(), false);
-  for (int b = 0; b < buckets.num_buckets(); ++b) {
-    const Tensor block = buckets.Shard(b);
-    const int64_t start = buckets.block_start(b);
-    const int64_t end = start + block.numel();
-    for (const GradientBuckets::Member& member : buckets.members(b)) {
-      auto it = index.find(member.param);
-      TRELLIS_CHECK(it != index.end())
-          << member.param->name << " is in a bucket but not in the model";
-      covered[it->second] = true;
-      const int64_t lo = std::max(member.offset, start);
-      const int64_t hi = std::min(member.offset + member.param->numel(), end);
-      if (lo >= hi) continue;
-      segments_.push_back(
-          Segment{it->second, b, lo - member.offset, lo - start, hi - lo});
+  set_of_.assign(params.all().size(), -1);
+  for (const ShardedSet& given : sets) {
+    TRELLIS_CHECK(given.buckets->sync() != GradSync::kAllReduce)
+        << "a sharded optimizer needs reduce-scattered gradient buckets";
+    const int k = static_cast<int>(sets_.size());
+    sets_.push_back(Set{given.buckets, given.sharded, {}, {}});
+    Set& set = sets_.back();
+    for (int b = 0; b < set.buckets->num_buckets(); ++b) {
+      const Tensor block = set.buckets->Shard(b);
+      const int64_t start = set.buckets->block_start(b);
+      const int64_t end = start + block.numel();
+      for (const GradientBuckets::Member& member : set.buckets->members(b)) {
+        auto it = index.find(member.param);
+        TRELLIS_CHECK(it != index.end())
+            << member.param->name << " is in a bucket but not in the model";
+        TRELLIS_CHECK(set_of_[it->second] < 0 || set_of_[it->second] == k)
+            << member.param->name << " is in two sets of buckets";
+        set_of_[it->second] = k;
+        const int64_t lo = std::max(member.offset, start);
+        const int64_t hi = std::min(member.offset + member.param->numel(), end);
+        if (lo >= hi) continue;
+        segments_.push_back(
+            Segment{it->second, k, b, lo - member.offset, lo - start, hi - lo});
+      }
+      set.m_blocks.push_back(
+          Tensor::Zeros({block.numel()}, block.dtype(), block.device()));
+      set.v_blocks.push_back(
+          Tensor::Zeros({block.numel()}, block.dtype(), block.device()));
     }
-    m_blocks_.push_back(
-        Tensor::Zeros({block.numel()}, block.dtype(), block.device()));
-    v_blocks_.push_back(
-        Tensor::Zeros({block.numel()}, block.dtype(), block.device()));
   }
-  for (size_t i = 0; i < covered.size(); ++i) {
-    TRELLIS_CHECK(covered[i]) << params.all()[i]->name << " is in no bucket";
+  for (size_t i = 0; i < set_of_.size(); ++i) {
+    TRELLIS_CHECK(set_of_[i] >= 0)
+        << params.all()[i]->name << " is in no bucket";
   }
+}
+
+const ShardedOptimizer::Set& ShardedOptimizer::SetOf(const Parameter& p) const {
+  return sets_[set_of_[index_.at(&p)]];
 }
 
 int64_t ShardedOptimizer::shard_elements() const {
   int64_t n = 0;
-  for (const Tensor& block : m_blocks_) n += block.numel();
+  for (const Set& set : sets_) {
+    for (const Tensor& block : set.m_blocks) n += block.numel();
+  }
   return n;
 }
 
@@ -71,7 +89,8 @@ std::vector<Tensor> ShardedOptimizer::GradientPieces() const {
   std::vector<Tensor> grads;
   grads.reserve(segments_.size());
   for (const Segment& s : segments_) {
-    grads.push_back(buckets_.Shard(s.bucket).Narrow(s.block_offset, s.length));
+    grads.push_back(
+        sets_[s.set].buckets->Shard(s.bucket).Narrow(s.block_offset, s.length));
   }
   return grads;
 }
@@ -92,9 +111,11 @@ double ShardedOptimizer::StageGradSquares(Communicator& tp) const {
   }
   // One reduction of the squares over every group of the stage the
   // elements are split over; replicated pieces count on their owner only.
+  // The later sets' groups tile the first's (dp): summed over dp, each
+  // rank's owned blocks of every set cover each element once.
   Tensor total = Tensor::Empty({1}, DType::kF64);
   total.data<double>()[0] = SumOfSquares(primary) - UnownedGradSquares(ranges);
-  for (Communicator* group : {&buckets_.dp(), &tp}) {
+  for (Communicator* group : {&sets_.front().buckets->dp(), &tp}) {
     if (group->size() > 1) group->AllReduce(total, ReduceOp::kSum);
   }
   return total.data<double>()[0];
@@ -118,11 +139,13 @@ StepReport ShardedOptimizer::Apply(double grad_norm) {
   std::vector<Tensor> grads = GradientPieces(), weights(n), ms(n), vs(n);
   for (size_t k = 0; k < n; ++k) {
     const Segment& s = segments_[k];
-    weights[k] = sharded_ != nullptr ? sharded_->OwnedWeights(s.bucket).Narrow(
-                                           s.block_offset, s.length)
-                                     : Piece(all[s.param]->weights(), s);
-    ms[k] = m_blocks_[s.bucket].Narrow(s.block_offset, s.length);
-    vs[k] = v_blocks_[s.bucket].Narrow(s.block_offset, s.length);
+    const Set& set = sets_[s.set];
+    weights[k] = set.sharded != nullptr
+                     ? set.sharded->OwnedWeights(s.bucket).Narrow(
+                           s.block_offset, s.length)
+                     : Piece(all[s.param]->weights(), s);
+    ms[k] = set.m_blocks[s.bucket].Narrow(s.block_offset, s.length);
+    vs[k] = set.v_blocks[s.bucket].Narrow(s.block_offset, s.length);
   }
   AdamWHyper hyper;
   const StepReport report = BeginStep(grad_norm, hyper);
@@ -135,37 +158,44 @@ StepReport ShardedOptimizer::Apply(double grad_norm) {
                                    nullptr});
   }
   AdamWStepMany(hyper, tensors);
-  if (sharded_ == nullptr) {
-    GatherWeights();
-  } else {
+  for (int k = 0; k < static_cast<int>(sets_.size()); ++k) {
+    const Set& set = sets_[k];
+    if (set.sharded == nullptr) {
+      GatherWeights(k);
+      continue;
+    }
     // Each rank keeps its blocks only: nothing to gather.
-    for (int b = 0; b < buckets_.num_buckets(); ++b) sharded_->RefreshOwned(b);
+    for (int b = 0; b < set.buckets->num_buckets(); ++b) {
+      set.sharded->RefreshOwned(b);
+    }
   }
   return report;
 }
 
-Tensor ShardedOptimizer::Block(const Tensor& buffer, int b) const {
-  return buffer.Narrow(buckets_.block_start(b), buckets_.Shard(b).numel());
+Tensor ShardedOptimizer::Block(const Set& set, const Tensor& buffer, int b) {
+  return buffer.Narrow(set.buckets->block_start(b),
+                       set.buckets->Shard(b).numel());
 }
 
-void ShardedOptimizer::GatherWeights() {
+void ShardedOptimizer::GatherWeights(int k) {
   const std::vector<Parameter*>& all = params().all();
-  const int n = buckets_.num_buckets();
+  const Set& set = sets_[k];
+  GradientBuckets& buckets = *set.buckets;
+  const int n = buckets.num_buckets();
   // ZeRO-1 gathers through the (spent) gradient buckets, all launched
   // before the first is waited on; ZeRO-2 through buffers of their own, at
   // most kMaxInFlight at once.
-  const int window = buckets_.sync() == GradSync::kShardGradients
+  const int window = buckets.sync() == GradSync::kShardGradients
                          ? GradientBuckets::kMaxInFlight
                          : n;
   std::vector<Tensor> buffers(n);
   std::vector<std::unique_ptr<Request>> gathers(n);
-  Communicator& dp = buckets_.dp();
+  Communicator& dp = buckets.dp();
   auto launch = [&](int b) {
-    buffers[b] = buckets_.GatherBuffer(b);
-    const Tensor block = Block(buffers[b], b);
-    for (size_t k = 0; k < segments_.size(); ++k) {
-      const Segment& s = segments_[k];
-      if (s.bucket != b) continue;
+    buffers[b] = buckets.GatherBuffer(b);
+    const Tensor block = Block(set, buffers[b], b);
+    for (const Segment& s : segments_) {
+      if (s.set != k || s.bucket != b) continue;
       block.Narrow(s.block_offset, s.length)
           .CopyFrom(Piece(all[s.param]->weights(), s));
     }
@@ -177,7 +207,7 @@ void ShardedOptimizer::GatherWeights() {
   for (int b = 0; b < n; ++b) {
     gathers[b]->Wait();
     gathers[b].reset();
-    for (const GradientBuckets::Member& member : buckets_.members(b)) {
+    for (const GradientBuckets::Member& member : buckets.members(b)) {
       Parameter& p = *member.param;
       Flat(p.weights()).CopyFrom(buffers[b].Narrow(member.offset, p.numel()));
       RefreshFromMaster(p);
@@ -187,32 +217,39 @@ void ShardedOptimizer::GatherWeights() {
   }
 }
 
-void ShardedOptimizer::GatherMoments(const std::vector<int>& buckets,
-                                     const std::vector<Tensor>& blocks,
-                                     std::vector<Tensor>& whole) {
-  Communicator& dp = buckets_.dp();
-  for (int b : buckets) {
-    Tensor buffer = buckets_.GatherBuffer(b);
-    Tensor block = Block(buffer, b);
-    block.CopyFrom(blocks[b]);
-    if (dp.size() > 1) dp.AllGather(block, buffer);
-    for (const GradientBuckets::Member& member : buckets_.members(b)) {
-      Tensor& to = whole[index_.at(member.param)];
-      if (!to.defined()) continue;
-      Flat(to).CopyFrom(buffer.Narrow(member.offset, member.param->numel()));
+void ShardedOptimizer::GatherMoments(const std::vector<Parameter*>& part) {
+  for (const Set& set : sets_) {
+    GradientBuckets& buckets = *set.buckets;
+    Communicator& group = buckets.dp();
+    for (int b : buckets.BucketsOf(buckets.Held(part))) {
+      Tensor buffer = buckets.GatherBuffer(b);
+      Tensor block = Block(set, buffer, b);
+      for (auto [blocks, whole] :
+           {std::pair{&set.m_blocks, &m()}, std::pair{&set.v_blocks, &v()}}) {
+        block.CopyFrom((*blocks)[b]);
+        if (group.size() > 1) group.AllGather(block, buffer);
+        for (const GradientBuckets::Member& member : buckets.members(b)) {
+          Tensor& to = (*whole)[index_.at(member.param)];
+          if (!to.defined()) continue;
+          Flat(to).CopyFrom(
+              buffer.Narrow(member.offset, member.param->numel()));
+        }
+      }
     }
   }
 }
 
 bool ShardedOptimizer::SavesMoments(size_t i) const {
-  return static_cast<int>(i % static_cast<size_t>(buckets_.dp().size())) ==
-         buckets_.dp().rank();
+  const Communicator& group = sets_[set_of_[i]].buckets->dp();
+  return static_cast<int>(i % static_cast<size_t>(group.size())) ==
+         group.rank();
 }
 
 Tensor ShardedOptimizer::NewMoment(const Parameter& p) const {
   // The moments' kind is the gradient bucket's (under ZeRO-3 the value may
   // be released).
-  const Tensor like = buckets_.Shard(buckets_.BucketOf(&p));
+  const GradientBuckets& buckets = *SetOf(p).buckets;
+  const Tensor like = buckets.Shard(buckets.BucketOf(&p));
   return Tensor::Zeros(p.spec.LocalShape(), like.dtype(), like.device());
 }
 
@@ -227,10 +264,11 @@ void ShardedOptimizer::BeginCheckpointIo(CheckpointIo /*io*/) {
 void ShardedOptimizer::KeepLoadedMoments() {
   for (const Segment& s : segments_) {
     if (!m()[s.param].defined()) continue;
-    m_blocks_[s.bucket]
+    Set& set = sets_[s.set];
+    set.m_blocks[s.bucket]
         .Narrow(s.block_offset, s.length)
         .CopyFrom(Piece(m()[s.param], s));
-    v_blocks_[s.bucket]
+    set.v_blocks[s.bucket]
         .Narrow(s.block_offset, s.length)
         .CopyFrom(Piece(v()[s.param], s));
   }
@@ -256,13 +294,9 @@ void ShardedOptimizer::BeginCheckpointPart(
     if (m()[i].defined()) whole += m()[i].nbytes() + v()[i].nbytes();
   }
   peak_whole_moment_bytes_ = std::max(peak_whole_moment_bytes_, whole);
-  if (io == CheckpointIo::kSave) {
-    // Through the part's gradient buckets: the gradients there are spent
-    // after a step and zeroed at the next one's start.
-    const std::vector<int> buckets = buckets_.BucketsOf(part);
-    GatherMoments(buckets, m_blocks_, m());
-    GatherMoments(buckets, v_blocks_, v());
-  }
+  // Through the part's gradient buckets: the gradients there are spent
+  // after a step and zeroed at the next one's start.
+  if (io == CheckpointIo::kSave) GatherMoments(part);
 }
 
 void ShardedOptimizer::EndCheckpointPart(CheckpointIo io,

@@ -42,6 +42,15 @@
 // moves between ZeRO levels and layouts and no moment is whole outside its
 // part's I/O, at every level.
 //
+// Under expert parallelism the experts' gradients lie in buckets of their
+// own over the expert-data group (the dp ranks holding the same experts,
+// dp / ep of them): the optimizer steps several such sets of buckets
+// (ShardedSet), each owning the blocks of its buckets over its own group
+// and gathering weights and moments there. The norm still takes one
+// reduction over the first set's group (dp): the expert-data groups tile
+// it, so the squares of every rank's owned blocks add up to each logical
+// element once.
+//
 // Thread safety: none; the training thread drives it. Step and the
 // checkpoint calls are collective over dp (and Step over tp and pp).
 #ifndef TRELLIS_TOOLS_TRAINER_OPTIM_SHARDED_OPTIMIZER_H_
@@ -57,14 +66,24 @@
 
 namespace trellis {
 
+// One set of gradient buckets over its own group, and under ZeRO-3 their
+// sharded weights (else null).
+struct ShardedSet {
+  GradientBuckets* buckets = nullptr;
+  ShardedParameters* sharded = nullptr;
+};
+
 class ShardedOptimizer : public Optimizer {
  public:
   // REQUIRES: `buckets` reduce-scatter (kReduceScatter or kShardGradients)
-  // and hold every
-  // parameter of `params`; both outlive this.
+  // and hold every parameter of `params`; both outlive this.
   ShardedOptimizer(OptimizerConfig config, const ParameterSet& params,
                    GradientBuckets& buckets,
                    ShardedParameters* sharded = nullptr);
+  // The same over several sets: each parameter in exactly one; the first
+  // set's group is dp, and the others' groups tile it.
+  ShardedOptimizer(OptimizerConfig config, const ParameterSet& params,
+                   std::vector<ShardedSet> sets);
 
   // The norm of this rank's gradient blocks, reduced over dp, tp and pp.
   double StageGradSquares(Communicator& tp) const override;
@@ -81,7 +100,8 @@ class ShardedOptimizer : public Optimizer {
                            const std::vector<Parameter*>& part) override;
   void EndCheckpointPart(CheckpointIo io,
                          const std::vector<Parameter*>& part) override;
-  // Parameter i's moments are saved by dp rank i mod dp.
+  // Parameter i's moments are saved by rank i mod n of its set's group
+  // (of n ranks).
   bool SavesOwnMoments() const override { return true; }
   bool SavesMoments(size_t i) const override;
   bool MomentsInParts() const override { return true; }
@@ -93,10 +113,18 @@ class ShardedOptimizer : public Optimizer {
   size_t peak_whole_moment_bytes() const { return peak_whole_moment_bytes_; }
 
  private:
+  // A set's buckets, sharded weights, and AdamW moments per bucket (its
+  // block's length).
+  struct Set {
+    GradientBuckets* buckets;
+    ShardedParameters* sharded;
+    std::vector<Tensor> m_blocks, v_blocks;
+  };
   // A piece of parameter `param` (index in params().all()) that lies in
-  // this rank's block of bucket `bucket`.
+  // this rank's block of bucket `bucket` of set `set`.
   struct Segment {
     size_t param;
+    int set;
     int bucket;
     int64_t param_offset;  // in the parameter's flat elements
     int64_t block_offset;  // in the block
@@ -107,26 +135,25 @@ class ShardedOptimizer : public Optimizer {
   std::vector<Tensor> GradientPieces() const;
   // The segment's elements of a tensor in its parameter's shape.
   static Tensor Piece(const Tensor& whole, const Segment& s);
-  // This rank's block of `buffer`, a buffer of bucket b's size.
-  Tensor Block(const Tensor& buffer, int b) const;
+  // This rank's block of `buffer`, a buffer of bucket b's size in `set`.
+  static Tensor Block(const Set& set, const Tensor& buffer, int b);
   // Copies each bucket's owned weights into its block, all-gathers the
-  // buckets and copies every parameter's weights out.
-  void GatherWeights();
+  // buckets over the set's group and copies every parameter's weights out.
+  void GatherWeights(int set);
   // A zeroed whole moment of `p` (its gradient bucket's dtype and device).
   Tensor NewMoment(const Parameter& p) const;
   // Copies into the owned blocks the segments of every defined moment.
   void KeepLoadedMoments();
-  // Gathers `blocks` (one per bucket) of `buckets` into the defined whole
-  // per-parameter tensors of `whole`.
-  void GatherMoments(const std::vector<int>& buckets,
-                     const std::vector<Tensor>& blocks,
-                     std::vector<Tensor>& whole);
+  // Gathers each set's blocks of the buckets holding `part` into the
+  // defined whole moments (m() and v()).
+  void GatherMoments(const std::vector<Parameter*>& part);
+  // The set holding `p`.
+  const Set& SetOf(const Parameter& p) const;
 
-  GradientBuckets& buckets_;
-  ShardedParameters* sharded_;  // ZeRO-3's owned weights, or null
+  std::vector<Set> sets_;
   std::vector<Segment> segments_;
   std::unordered_map<const Parameter*, size_t> index_;  // in params().all()
-  std::vector<Tensor> m_blocks_, v_blocks_;  // per bucket, its block's length
+  std::vector<int> set_of_;                             // per parameter
   size_t peak_whole_moment_bytes_ = 0;
 };
 
