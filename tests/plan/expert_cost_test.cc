@@ -13,6 +13,7 @@
 #include "tools/plan/layout_space.h"
 #include "tools/plan/stage_facts.h"
 #include "tools/plan/step_cost.h"
+#include "tools/plan/step_work.h"
 #include "transformer/moe/moe_family.h"
 
 namespace trellis {
@@ -99,6 +100,50 @@ TEST(ExpertCostTest, ExpertParallelismWaitsForItsExchanges) {
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->ep_comm, 0);
   EXPECT_NEAR(e->compute, one->compute, 1e-9 * one->compute);
+}
+
+// The experts' gradients sync over the ranks holding the same experts
+// (dp / ep of them), in buckets of their own: on dp4 the experts' bytes
+// all-reduce over 2 ranks under ep 2 and not at all under ep 4, where
+// each rank alone holds its experts; under ZeRO-3 their weights gather
+// over those ranks too. So the dp sync shrinks as ep grows.
+TEST(ExpertCostTest, ExpertGradientsSyncOverTheRanksHoldingThem) {
+  const ClusterSpec c = plantest::RoundCluster();
+  auto on_dp4 = [](int64_t ep, int64_t zero) {
+    TrainOptions o = Mixture(4);
+    o.dp = 4;
+    o.ep = ep;
+    o.zero = zero;
+    const absl::Status ok = ValidateLayout(o, 4);
+    EXPECT_TRUE(ok.ok()) << ok;
+    return o;
+  };
+  const int all_reduce = static_cast<int>(CommOp::kAllReduce);
+  const int all_gather = static_cast<int>(CommOp::kAllGather);
+  double last = 0;
+  for (const int64_t ep : {1, 2, 4}) {
+    SCOPED_TRACE(ep);
+    const TrainOptions o = on_dp4(ep, 0);
+    const StageFacts stage = PlanStages(o)[0];
+    const PlannedTraffic t = PlannedStepTraffic(o, stage);
+    int64_t expert_bytes = 0;
+    for (int64_t b : stage.expert_buckets) expert_bytes += b;
+    // Three layers of 4/ep experts, 3·C·Fe float32 elements each.
+    const int64_t held = ep == 1 ? 0 : 3 * (4 / ep) * 3 * kWidth * kExpertFfn;
+    EXPECT_EQ(stage.expert_parameters, held);
+    EXPECT_EQ(expert_bytes, 4 * held);
+    EXPECT_EQ(t.expert_dp.bytes[all_reduce], ep == 2 ? expert_bytes : 0);
+    EXPECT_EQ(t.expert_dp.calls[all_reduce],
+              ep == 2 ? static_cast<int64_t>(stage.expert_buckets.size()) : 0);
+    const double dp_comm = plantest::Estimate(o, c).dp_comm_total;
+    if (ep > 1) EXPECT_LT(dp_comm, last);
+    last = dp_comm;
+    // ZeRO-3: the experts' weights gathered over their two holders only.
+    const TrainOptions z = on_dp4(ep, 3);
+    const PlannedTraffic g = PlannedStepTraffic(z, PlanStages(z)[0]);
+    EXPECT_EQ(g.expert_dp.calls[all_gather] > 0, ep == 2);
+    EXPECT_GT(g.dp.calls[all_gather], 0);
+  }
 }
 
 // The search splits a mixture's experts over every ep that divides both

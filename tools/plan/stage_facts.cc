@@ -16,14 +16,18 @@
 namespace trellis {
 namespace {
 
-// The trainer's buckets of `model`'s gradients (trainer.cc: the tied
-// embedding alone under ZeRO, each bucket padded to dp elements there, and
-// under ZeRO-3 a bucket starting at each weight group): each bucket's
-// padded elements, and the bucket of each parameter.
+// The trainer's buckets of `model`'s gradients (gradient_sync.cc: the tied
+// embedding alone under ZeRO, each bucket padded to its group's ranks
+// there, and under ZeRO-3 a bucket starting at each weight group): each
+// bucket's padded elements, and the bucket of each parameter. The dense
+// parameters' buckets come first, over dp·cp ranks; then, under expert
+// parallelism, the experts' over the dp·cp / ep ranks holding them
+// (`experts` buckets from index `dense` on).
 struct BucketLayout {
   std::vector<int64_t> elements;
   std::unordered_map<const Parameter*, int> bucket_of;
   std::unordered_map<const Parameter*, int64_t> offset_of;  // in its bucket
+  size_t dense = 0;
 };
 
 BucketLayout GradientBucketLayout(const StageModel& model,
@@ -33,32 +37,39 @@ BucketLayout GradientBucketLayout(const StageModel& model,
     for (const Parameter* p : model.WeightGroupStarts()) starts.insert(p);
   }
   const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
-  const std::vector<Parameter*> order = model.GradientReadyOrder();
-  std::vector<GradientBuckets::LayoutItem> items;
-  for (const Parameter* p : order) {
-    items.push_back({NumElements(p->spec.LocalShape()), element_bytes, 0,
-                     o.zero > 0 && !tied.empty() && p->name == tied,
-                     starts.count(p) > 0});
-  }
   BucketLayout out;
-  for (const std::vector<size_t>& bucket : GradientBuckets::Layout(
-           items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024))) {
-    int64_t n = 0;
-    for (size_t i : bucket) {
-      out.offset_of[order[i]] = n;
-      n += items[i].elements;
-      out.bucket_of[order[i]] = static_cast<int>(out.elements.size());
+  for (const bool experts : {false, true}) {
+    std::vector<Parameter*> order;
+    for (Parameter* p : model.GradientReadyOrder()) {
+      if (p->expert == experts) order.push_back(p);
     }
-    const int64_t replicas = o.gradient_replicas();
-    if (o.zero > 0) n = (n + replicas - 1) / replicas * replicas;
-    out.elements.push_back(n);
+    std::vector<GradientBuckets::LayoutItem> items;
+    for (const Parameter* p : order) {
+      items.push_back({NumElements(p->spec.LocalShape()), element_bytes, 0,
+                       o.zero > 0 && !tied.empty() && p->name == tied,
+                       starts.count(p) > 0});
+    }
+    const int64_t replicas =
+        o.gradient_replicas() / (experts ? o.ep : int64_t{1});
+    for (const std::vector<size_t>& bucket : GradientBuckets::Layout(
+             items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024))) {
+      int64_t n = 0;
+      for (size_t i : bucket) {
+        out.offset_of[order[i]] = n;
+        n += items[i].elements;
+        out.bucket_of[order[i]] = static_cast<int>(out.elements.size());
+      }
+      if (o.zero > 0) n = (n + replicas - 1) / replicas * replicas;
+      out.elements.push_back(n);
+    }
+    if (!experts) out.dense = out.elements.size();
   }
   return out;
 }
 
 // Under ZeRO-3, the gathered bytes of each bucket and each chunk's gather
 // units as bucket indices (ShardedParameters gathers a unit's distinct
-// buckets).
+// buckets; the experts' only where more than one rank holds them).
 void PlanWeightGathers(const StageModel& model, const TrainOptions& o,
                        const BucketLayout& layout, StageFacts& facts) {
   if (o.zero != 3 || o.gradient_replicas() == 1) return;
@@ -66,6 +77,7 @@ void PlanWeightGathers(const StageModel& model, const TrainOptions& o,
   for (int64_t n : layout.elements) {
     facts.gather_bytes.push_back(n * value_bytes);
   }
+  const bool expert_gathers = o.gradient_replicas() / o.ep > 1;
   const std::vector<std::vector<Parameter*>> units = model.GatherUnits();
   size_t next = 0;
   for (const ChunkPlan& chunk : facts.chunks) {
@@ -77,6 +89,9 @@ void PlanWeightGathers(const StageModel& model, const TrainOptions& o,
       std::vector<int> buckets;
       for (const Parameter* p : units[next]) {
         const int b = layout.bucket_of.at(p);
+        if (static_cast<size_t>(b) >= layout.dense && !expert_gathers) {
+          continue;
+        }
         if (std::find(buckets.begin(), buckets.end(), b) == buckets.end()) {
           buckets.push_back(b);
         }
@@ -136,14 +151,23 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
     facts.memory = PlanZeroMemory(model, options, replicated, device.is_cpu());
     facts.gradient_bytes = static_cast<int64_t>(replicated.gradients);
     facts.chunks = model.chunk_plans();
+    facts.routed_experts = model.RoutedExperts();
     for (const Parameter* param : model.params().all()) {
       facts.local_parameters += NumElements(param->spec.LocalShape());
+    }
+    for (const Parameter* param : model.params().all()) {
+      if (param->expert) {
+        facts.expert_parameters += NumElements(param->spec.LocalShape());
+      }
     }
     const int64_t grad_bytes =
         facts.gradient_bytes / std::max<int64_t>(1, facts.local_parameters);
     const BucketLayout layout =
         GradientBucketLayout(model, options, static_cast<size_t>(grad_bytes));
-    for (int64_t n : layout.elements) facts.buckets.push_back(n * grad_bytes);
+    for (size_t b = 0; b < layout.elements.size(); ++b) {
+      (b < layout.dense ? facts.buckets : facts.expert_buckets)
+          .push_back(layout.elements[b] * grad_bytes);
+    }
     PlanWeightGathers(model, options, layout, facts);
     for (const Parameter* param : model.TpPartialGradients()) {
       const int64_t n = OwnedElements(*param, layout, options, replica);
@@ -151,6 +175,10 @@ std::vector<StageFacts> PlanStages(const TrainOptions& options,
     }
     stages.push_back(std::move(facts));
   }
+  int64_t routed = 0;
+  for (const StageFacts& s : stages)
+    routed = std::max(routed, s.routed_experts);
+  for (StageFacts& s : stages) s.routed_experts = routed;
   return stages;
 }
 

@@ -31,15 +31,26 @@ struct StageFacts {
   // dp·cp elements under ZeRO, the tied embedding alone). The sync spans
   // the gradient replicas: dp·cp ranks.
   std::vector<int64_t> buckets;
+  // Under expert parallelism, the experts' buckets (GradientSync: their
+  // own, after the dense ones), synced over the expert-data group of
+  // dp·cp / ep ranks and padded to a multiple of that under ZeRO; and the
+  // expert parameter elements this rank holds (in local_parameters too).
+  std::vector<int64_t> expert_buckets;
+  int64_t expert_parameters = 0;
+  // The most experts any layer of the model routes over (every stage's:
+  // the trainer's routing report spans them all; 0 without a mixture).
+  int64_t routed_experts = 0;
   // Bytes of each gradient the chunks leave partial over tp (the norms'
   // under --sequence_parallel), summed over tp once per step: whole, or
   // under ZeRO the part in the rank's own block of its bucket (gradients
   // wholly outside it are not listed).
   std::vector<int64_t> tp_partial;
   // --zero=3 with dp·cp > 1 (empty otherwise): the bytes of each bucket's
-  // weights as gathered (padded, in the values' dtype; `buckets`' order)
-  // and, per chunk, its gather units (ModelChunk::GatherUnits, in forward
-  // order) as the distinct buckets each unit's parameters lie in.
+  // weights as gathered (padded, in the values' dtype; `buckets`' order,
+  // then `expert_buckets`': those from index buckets.size() on are
+  // gathered over the expert-data group) and, per chunk, its gather units
+  // (ModelChunk::GatherUnits, in forward order) as the distinct buckets
+  // each unit's parameters lie in.
   std::vector<int64_t> gather_bytes;
   std::vector<std::vector<std::vector<int>>> unit_buckets;
 };

@@ -22,34 +22,67 @@ namespace {
 constexpr double kAdamBytes = 28;
 constexpr double kAdamBf16Bytes = 2;
 
+// The links of a layout's groups, and its two data-parallel groups: the
+// dense gradients' (dp·cp ranks) and the experts' (dp·cp / ep).
+struct Links {
+  LinkSpec tp, pp, dp, cp, ep;
+  SyncGroup dense, experts;
+};
+
+// A call of a data-parallel sync and the group it runs over.
+struct GroupCall {
+  PlannedCall call;
+  const SyncGroup* group;
+};
+
+// `calls` over `group`, appended to `out`.
+void AddCalls(const std::vector<PlannedCall>& calls, const SyncGroup& group,
+              std::vector<GroupCall>& out) {
+  for (const PlannedCall& c : calls) out.push_back({c, &group});
+}
+
+double GroupSeconds(const std::vector<GroupCall>& calls) {
+  double t = 0;
+  for (const GroupCall& c : calls) {
+    t += CallSeconds({c.call}, c.group->n, c.group->link);
+  }
+  return t;
+}
+
 // The gradient sync of one stage: when it ends. Its collectives go one
 // after another on the link, each from when its gradients are produced:
 // ZeRO-2's per-microbatch reduce-scatters as each W of their chunk ends,
 // the others' buckets linearly over the last microbatch's W of their chunk
-// (latest chunk first, gradient order); on a cluster without asynchronous
-// collectives, all of them when the stage's pipeline ends.
+// (latest chunk first, gradient order; the experts' after the dense ones,
+// over their own group); on a cluster without asynchronous collectives,
+// all of them when the stage's pipeline ends.
 double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
                        const std::vector<TimedAction>& timeline,
                        double stage_end, const ClusterSpec& cluster,
-                       const LinkSpec& link, double* total) {
-  const int dp = static_cast<int>(o.gradient_replicas());
-  const DpCalls calls = StepDpCalls(o, stage);
+                       const Links& links, double* total) {
+  const DpCalls dense = StepDpCalls(o, stage);
+  const DpCalls experts = StepExpertDpCalls(o, stage);
+  std::vector<GroupCall> per_microbatch, per_step;
+  AddCalls(dense.per_microbatch, links.dense, per_microbatch);
+  AddCalls(experts.per_microbatch, links.experts, per_microbatch);
+  AddCalls(dense.per_step, links.dense, per_step);
+  AddCalls(experts.per_step, links.experts, per_step);
   *total = 0;
-  if (dp == 1 || stage.buckets.empty()) return stage_end;
+  if (per_microbatch.empty() && per_step.empty()) return stage_end;
   const int v = static_cast<int>(o.virtual_stages);
   const int last_mb = static_cast<int>(o.microbatches()) - 1;
   double link_free = 0;
-  if (!calls.per_microbatch.empty()) {
+  if (!per_microbatch.empty()) {
     // Each W produces its chunk's share of every bucket's gradients.
-    const double per_w =
-        CallSeconds(calls.per_microbatch, dp, link) / static_cast<double>(v);
+    const double per_w = GroupSeconds(per_microbatch) / static_cast<double>(v);
     for (const TimedAction& a : timeline) {
       if (a.action.type != ActionType::kBackwardWeight) continue;
       const double ready = cluster.async_collectives ? a.end : stage_end;
       link_free = std::max(link_free, ready) + per_w;
       *total += per_w;
     }
-  } else {
+  }
+  if (!per_step.empty()) {
     std::vector<std::pair<double, double>> windows;  // (start, end) per chunk
     for (int u = v - 1; u >= 0; --u) {
       for (const TimedAction& a : timeline) {
@@ -63,19 +96,27 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
       windows.assign(1, {stage_end, stage_end});
     }
     double grads = 0;
-    for (int64_t b : stage.buckets) grads += static_cast<double>(b);
-    const double per_chunk = grads / static_cast<double>(windows.size());
+    for (const GroupCall& c : per_step) {
+      if (c.call.bytes > 8) grads += static_cast<double>(c.call.bytes);
+    }
+    const double per_chunk =
+        std::max(1.0, grads) / static_cast<double>(windows.size());
     double produced = 0;
-    for (const PlannedCall& c : calls.per_step) {
-      if (c.bytes <= 8) continue;  // the loss average: after the update
-      produced += static_cast<double>(c.bytes);
+    for (const GroupCall& c : per_step) {
+      // The loss average: after the update.
+      const bool scalar = c.call.bytes <= 8;
+      if (!scalar) produced += static_cast<double>(c.call.bytes);
       // When the bucket's last byte is produced: linearly over its chunk's W.
       const size_t k = std::min(
-          windows.size() - 1, static_cast<size_t>((produced - 1) / per_chunk));
+          windows.size() - 1,
+          static_cast<size_t>(std::max(0.0, produced - 1) / per_chunk));
       const double into = (produced - k * per_chunk) / per_chunk;
       const double ready =
-          windows[k].first + into * (windows[k].second - windows[k].first);
-      const double cost = CallSeconds({c}, dp, link);
+          scalar ? stage_end
+                 : windows[k].first +
+                       into * (windows[k].second - windows[k].first);
+      if (scalar) continue;
+      const double cost = GroupSeconds({c});
       *total += cost;
       link_free = std::max(link_free, ready) + cost;
     }
@@ -83,35 +124,34 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
   return std::max(stage_end, link_free);
 }
 
-// The update: AdamW over the owned elements (memory-bound), then ZeRO's
+// The update: AdamW over the owned elements (memory-bound: the dense ones
+// sharded over dp·cp under ZeRO, the experts' over dp·cp / ep), then ZeRO's
 // all-gathers of the weights; the slowest stage's.
 double UpdateSeconds(const TrainOptions& o,
                      const std::vector<StageFacts>& stages,
-                     const ClusterSpec& cluster, const LinkSpec& dp_link) {
+                     const ClusterSpec& cluster, const Links& links) {
   const bool bf16 = PlanDeviceOf(o).dtype == DType::kBF16;
   double update = 0;
   for (const StageFacts& stage : stages) {
-    const double replicas = static_cast<double>(o.gradient_replicas());
-    const double owned = static_cast<double>(stage.local_parameters) /
-                         (o.zero > 0 ? replicas : 1.0);
+    const double dense =
+        static_cast<double>(stage.local_parameters - stage.expert_parameters);
+    const double experts = static_cast<double>(stage.expert_parameters);
+    const double owned = o.zero > 0
+                             ? dense / links.dense.n + experts / links.experts.n
+                             : dense + experts;
     const double bytes = owned * (kAdamBytes + (bf16 ? kAdamBf16Bytes : 0));
     // With a cost table: AdamW's measured rate on as many elements (its
     // multi-tensor step walks them all in one call).
     const double rate = cluster.kernel_costs
                             ? AdamWRate(*cluster.kernel_costs, owned)
                             : cluster.memory_bandwidth;
-    const double t =
-        bytes / rate + CallSeconds(StepDpCalls(o, stage).update,
-                                   static_cast<int>(replicas), dp_link);
-    update = std::max(update, t);
+    std::vector<GroupCall> calls;
+    AddCalls(StepDpCalls(o, stage).update, links.dense, calls);
+    AddCalls(StepExpertDpCalls(o, stage).update, links.experts, calls);
+    update = std::max(update, bytes / rate + GroupSeconds(calls));
   }
   return update;
 }
-
-// The links of a layout's groups.
-struct Links {
-  LinkSpec tp, pp, dp, cp, ep;
-};
 
 // What a pass adds to its compute: its tp collectives, its cp transfers
 // that the attention does not hide and, under ZeRO-3, the wait for its
@@ -122,13 +162,12 @@ struct PassCost {
 PassCost CostPass(const PassWork& pass, const TrainOptions& o,
                   const Links& links, const ClusterSpec& cluster) {
   const int tp = static_cast<int>(o.tp), cp = static_cast<int>(o.cp);
-  const int dp = static_cast<int>(o.gradient_replicas());
   PassCost c;
   c.tp = CallSeconds(pass.tp, tp, links.tp);
   c.cp = ContextExposedSeconds(pass, cp, links.cp);
   c.ep = CallSeconds(pass.ep, static_cast<int>(o.ep), links.ep);
-  c.gather = GatherExposedSeconds(pass, dp, links.dp, cluster.async_collectives,
-                                  &c.gather_total);
+  c.gather = GatherExposedSeconds(pass, links.dense, links.experts,
+                                  cluster.async_collectives, &c.gather_total);
   return c;
 }
 
@@ -192,8 +231,7 @@ ChunkCosts CostChunks(const TrainOptions& o,
 // (float32, its local rows). *dp_comm_total: the longest stage's sync time.
 double SyncedEnd(const TrainOptions& o, const std::vector<StageFacts>& stages,
                  const ScheduleSimulation& sim, const ClusterSpec& cluster,
-                 const LinkSpec& dp_link, const LinkSpec& pp_link,
-                 double* dp_comm_total) {
+                 const Links& links, double* dp_comm_total) {
   const int pp = static_cast<int>(o.pp);
   double synced = sim.makespan;
   for (int p = 0; p < pp; ++p) {
@@ -202,13 +240,13 @@ double SyncedEnd(const TrainOptions& o, const std::vector<StageFacts>& stages,
         sim.timeline[p].empty() ? 0 : sim.timeline[p].back().end;
     synced =
         std::max(synced, DataParallelEnd(o, stages[p], sim.timeline[p],
-                                         stage_end, cluster, dp_link, &total));
+                                         stage_end, cluster, links, &total));
     *dp_comm_total = std::max(*dp_comm_total, total);
   }
   if (pp > 1 && !FamilyOf(o.model).TiedEmbedding(o.model).empty()) {
     const int64_t rows = PaddedVocab(o.model.vocab_size, o.tp) / o.tp;
     synced += CollectiveSeconds(CommOp::kAllReduce, 4 * rows * o.model.d_model,
-                                2, pp_link);
+                                2, links.pp);
   }
   return synced;
 }
@@ -235,6 +273,10 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   links.dp = GroupLink(mesh, GroupKind::kDp, cluster);
   links.cp = o.cp > 1 ? GroupLink(mesh, GroupKind::kCp, cluster) : links.tp;
   links.ep = o.ep > 1 ? GroupLink(mesh, GroupKind::kEp, cluster) : links.tp;
+  links.dense = {replicas, links.dp};
+  links.experts = {
+      replicas / static_cast<int>(o.ep),
+      o.ep > 1 ? GroupLink(mesh, GroupKind::kExpertDp, cluster) : links.dp};
   const int pp = static_cast<int>(o.pp), v = static_cast<int>(o.virtual_stages);
   const ChunkCosts costs = CostChunks(o, stages, cluster, links);
   std::vector<std::vector<Action>> own;
@@ -262,9 +304,9 @@ absl::StatusOr<StepEstimate> EstimateStep(const TrainOptions& o,
   e.pp_comm = std::max(0.0, sim.makespan - free_transfers.makespan);
   e.bubble_fraction = sim.BubbleFraction();
   const double synced =
-      SyncedEnd(o, stages, sim, cluster, links.dp, links.pp, &e.dp_comm_total);
+      SyncedEnd(o, stages, sim, cluster, links, &e.dp_comm_total);
   e.dp_comm = synced - sim.makespan;
-  const double update = UpdateSeconds(o, stages, cluster, links.dp);
+  const double update = UpdateSeconds(o, stages, cluster, links);
   e.optimizer = update;
   e.step = synced + e.optimizer;
   return e;

@@ -16,11 +16,13 @@ std::vector<PlannedCall> StepTpCalls(const TrainOptions& o,
   return calls;
 }
 
-DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
+namespace {
+
+// The sync of `buckets` at ZeRO level `zero`, calls by when they run.
+DpCalls BucketCalls(int64_t zero, const std::vector<int64_t>& buckets) {
   DpCalls d;
-  if (o.gradient_replicas() == 1) return d;
-  for (int64_t bytes : stage.buckets) {
-    switch (o.zero) {
+  for (int64_t bytes : buckets) {
+    switch (zero) {
       case 0:
         d.per_step.push_back({CommOp::kAllReduce, bytes, 1});
         break;
@@ -38,10 +40,29 @@ DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
         break;
     }
   }
+  return d;
+}
+
+}  // namespace
+
+DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
+  if (o.gradient_replicas() == 1) return {};
+  DpCalls d = BucketCalls(o.zero, stage.buckets);
   d.per_step.push_back({CommOp::kAllReduce, 8, 1});  // the loss average
   // Sharded gradients: the norm is summed over dp too.
   if (o.zero > 0) d.update.push_back({CommOp::kAllReduce, 8, 1});
+  // A mixture's routing report, after the update: per layer its balance
+  // losses, its experts and each expert's slots (RoutingReport, float64).
+  if (stage.routed_experts > 0) {
+    d.update.push_back({CommOp::kAllReduce,
+                        8 * o.model.n_layer * (4 + stage.routed_experts), 1});
+  }
   return d;
+}
+
+DpCalls StepExpertDpCalls(const TrainOptions& o, const StageFacts& stage) {
+  if (o.gradient_replicas() / o.ep == 1) return {};
+  return BucketCalls(o.zero, stage.expert_buckets);
 }
 
 namespace {
@@ -64,6 +85,7 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
   const int64_t m = o.microbatches();
   const int tp = static_cast<int>(o.tp), cp = static_cast<int>(o.cp);
   const int dp = static_cast<int>(o.gradient_replicas());
+  const int expert_dp = static_cast<int>(o.gradient_replicas() / o.ep);
   // Rates do not change what is sent.
   ClusterSpec unit;
   unit.peak_flops = unit.memory_bandwidth = 1;
@@ -72,7 +94,10 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
     const ChunkWork w = PlanChunkWork(o, stage, c, unit);
     for (const PassWork* pass : {&w.f, &w.b, &w.w}) {
       Count(t.tp, pass->tp, m, tp);
-      for (const UnitRead& r : pass->reads) Count(t.dp, r.gathers, m, dp);
+      for (const UnitRead& r : pass->reads) {
+        Count(t.dp, r.gathers, m, dp);
+        Count(t.expert_dp, r.expert_gathers, m, expert_dp);
+      }
       for (const ContextCall& c : pass->cp) {
         Count(t.cp, {c.call}, m, cp);
         if (c.call.op != CommOp::kSend) continue;
@@ -88,6 +113,10 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
   Count(t.dp, d.per_microbatch, m, dp);
   Count(t.dp, d.per_step, 1, dp);
   Count(t.dp, d.update, 1, dp);
+  const DpCalls e = StepExpertDpCalls(o, stage);
+  Count(t.expert_dp, e.per_microbatch, m, expert_dp);
+  Count(t.expert_dp, e.per_step, 1, expert_dp);
+  Count(t.expert_dp, e.update, 1, expert_dp);
   return t;
 }
 

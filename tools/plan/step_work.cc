@@ -177,9 +177,10 @@ double AttentionSeconds(const Sizes& s) {
 // hides behind half the step's attention), then the last gradient, which
 // waits. All-to-all: two exchanges (qkv in and the output back, or their
 // gradients), each cp-1 sends of 1/cp of the buffer, blocking, and under
-// document masking an all-gather of the rank's document starts.
-std::vector<ContextCall> ContextCalls(const Sizes& s, bool backward) {
-  if (s.cp == 1) return {};
+// document masking an all-gather of the rank's document starts. A
+// mixture's layer also sums its router's expert counts over cp in forward
+// (E int32: the whole windows' balance statistics).
+std::vector<ContextCall> AttentionContextCalls(const Sizes& s, bool backward) {
   const int64_t steps = s.cp - 1;
   if (!s.ring) {
     std::vector<ContextCall> calls = {
@@ -199,6 +200,15 @@ std::vector<ContextCall> ContextCalls(const Sizes& s, bool backward) {
                                     {{CommOp::kSend, s.kv_bytes, 1}, 0}};
   if (s.cp > 2) {
     calls.push_back({{CommOp::kSend, s.kv_bytes, 2 * (s.cp - 2)}, step / 2});
+  }
+  return calls;
+}
+
+std::vector<ContextCall> ContextCalls(const Sizes& s, bool backward) {
+  if (s.cp == 1) return {};
+  std::vector<ContextCall> calls = AttentionContextCalls(s, backward);
+  if (s.routed > 0 && !backward) {
+    calls.push_back({{CommOp::kAllReduce, 4 * s.experts_here * s.ep, 1}, 0});
   }
   return calls;
 }
@@ -271,7 +281,8 @@ PassWork Recomputed(const Sizes& s, Recompute recompute) {
       redo.compute = AttentionSeconds(s) + ContextCopySeconds(s, false) +
                      s.rows * s.bytes * kElementwiseSplit * s.width * 4 / s.tp /
                          s.memory_rate;
-      redo.cp = ContextCalls(s, false);  // attention's forward again
+      // Attention's forward again.
+      if (s.cp > 1) redo.cp = AttentionContextCalls(s, false);
       return redo;
     }
     case Recompute::kFull: {
@@ -290,11 +301,12 @@ PassWork Recomputed(const Sizes& s, Recompute recompute) {
 
 // ZeRO-3: `units` (bucket indices, forward order) read in forward or
 // `reverse` order with `compute` seconds each (forward order); a unit
-// gathers the buckets the unit read before it does not hold.
+// gathers the buckets the unit read before it does not hold, those from
+// index `dense` on (the experts') over their expert-data group.
 std::vector<UnitRead> Walk(const std::vector<std::vector<int>>& units,
                            const std::vector<double>& compute,
                            const std::vector<int64_t>& gather_bytes,
-                           bool reverse) {
+                           size_t dense, bool reverse) {
   TRELLIS_CHECK_EQ(units.size(), compute.size()) << "a chunk's gather units";
   std::vector<UnitRead> reads;
   const std::vector<int>* held = nullptr;
@@ -307,7 +319,8 @@ std::vector<UnitRead> Walk(const std::vector<std::vector<int>>& units,
           std::find(held->begin(), held->end(), b) != held->end()) {
         continue;
       }
-      r.gathers.push_back({CommOp::kAllGather, gather_bytes[b], 1});
+      (static_cast<size_t>(b) < dense ? r.gathers : r.expert_gathers)
+          .push_back({CommOp::kAllGather, gather_bytes[b], 1});
     }
     reads.push_back(std::move(r));
     held = &units[i];
@@ -470,13 +483,14 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
       w.push_back(one.w);
     }
     const std::vector<std::vector<int>>& units = stage.unit_buckets[index];
+    const size_t dense = stage.buckets.size();
     p.f.reads = Walk(units, UnitCompute(chunk, embed_f, f, head_f),
-                     stage.gather_bytes, false);
-    p.b.reads =
-        Walk(units, UnitCompute(chunk, 0, b, 0), stage.gather_bytes, true);
+                     stage.gather_bytes, dense, false);
+    p.b.reads = Walk(units, UnitCompute(chunk, 0, b, 0), stage.gather_bytes,
+                     dense, true);
     if (split) {
-      p.w.reads =
-          Walk(units, UnitCompute(chunk, 0, w, 0), stage.gather_bytes, true);
+      p.w.reads = Walk(units, UnitCompute(chunk, 0, w, 0), stage.gather_bytes,
+                       dense, true);
     }
   }
   return p;
@@ -493,11 +507,14 @@ double ContextExposedSeconds(const PassWork& pass, int n,
   return exposed;
 }
 
-double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
-                            bool async, double* total) {
+double GatherExposedSeconds(const PassWork& pass, const SyncGroup& dp,
+                            const SyncGroup& expert_dp, bool async,
+                            double* total) {
   double exposed = 0, all = 0, before = 0;
   for (size_t i = 0; i < pass.reads.size(); ++i) {
-    const double g = CallSeconds(pass.reads[i].gathers, n, link);
+    const UnitRead& r = pass.reads[i];
+    const double g = CallSeconds(r.gathers, dp.n, dp.link) +
+                     CallSeconds(r.expert_gathers, expert_dp.n, expert_dp.link);
     all += g;
     // The first unit's gather is waited for; a later one started with
     // the previous unit's compute.

@@ -89,6 +89,9 @@ double CallSeconds(const std::vector<PlannedCall>& calls, int n,
 struct UnitRead {
   double compute = 0;
   std::vector<PlannedCall> gathers;
+  // Under expert parallelism, the experts' buckets, gathered over their
+  // expert-data group.
+  std::vector<PlannedCall> expert_gathers;
 };
 
 // Context-parallel transfers of a pass (sends, each with its receive)
@@ -123,12 +126,19 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
 // does not hide.
 double ContextExposedSeconds(const PassWork& pass, int n, const LinkSpec& link);
 
-// ZeRO-3: the seconds `pass` waits for its weight gathers over `n` ranks on
-// `link` (the first unit's gather, and each later unit's beyond the
-// previous unit's compute; every gather with `async` false), and the
-// gathers' whole duration (`total`, if not null).
-double GatherExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
-                            bool async, double* total = nullptr);
+// A data-parallel group a collective runs over: its ranks and its link.
+struct SyncGroup {
+  int n = 1;
+  LinkSpec link;
+};
+
+// ZeRO-3: the seconds `pass` waits for its weight gathers, the dense ones
+// over `dp` and the experts' over `expert_dp` (the first unit's gather, and
+// each later unit's beyond the previous unit's compute; every gather with
+// `async` false), and the gathers' whole duration (`total`, if not null).
+double GatherExposedSeconds(const PassWork& pass, const SyncGroup& dp,
+                            const SyncGroup& expert_dp, bool async,
+                            double* total = nullptr);
 
 // The rates one microbatch's kernels of `o` are costed at on `cluster`: a
 // block's GEMMs per pass (their FLOPs over their time), attention, and
@@ -151,19 +161,24 @@ int64_t TransferBytes(const TrainOptions& o);
 // The tp collectives of a step outside the pipeline (gradient norm, the
 // partial norm gradients), and the dp ones: `per_microbatch` (ZeRO-2's
 // reduce-scatters), `per_step` (the buckets' sync otherwise, and the loss
-// average) and `update` (ZeRO-1 and 2's weight all-gathers; ZeRO-3's
-// gathers are the passes' `reads`).
+// average) and `update` (ZeRO-1 and 2's weight all-gathers, the sharded
+// norm's sum, a mixture's routing report; ZeRO-3's gathers are the passes'
+// `reads`).
 std::vector<PlannedCall> StepTpCalls(const TrainOptions& o,
                                      const StageFacts& stage);
 struct DpCalls {
   std::vector<PlannedCall> per_microbatch, per_step, update;
 };
 DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage);
+// The same for the experts' buckets under expert parallelism, over their
+// expert-data group (no scalars: the loss and the norm sum over dp).
+DpCalls StepExpertDpCalls(const TrainOptions& o, const StageFacts& stage);
 
-// One step's counted tp, dp (over dp·cp ranks) and cp traffic of `stage`
-// (tp rank 0): what its communicators' CommStats add in a Trainer::Step.
+// One step's counted tp, dp (over dp·cp ranks), cp and expert-data (the
+// experts' buckets, over dp·cp / ep ranks) traffic of `stage` (tp rank 0):
+// what its communicators' CommStats add in a Trainer::Step.
 struct PlannedTraffic {
-  CommStats tp, dp, cp;
+  CommStats tp, dp, cp, expert_dp;
 };
 PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
                                   const StageFacts& stage);

@@ -14,7 +14,11 @@
 // weight gathers are also checked against ShardedParameters' own count, and
 // against their floor: every gather unit of the stage (the embedding, each
 // block, the head) at least once per pass (F, B, and ZB-H1's W) and
-// microbatch.
+// microbatch. A mixture of experts under expert parallelism (its
+// expert-data group's counts too): dp2·ep2 under ZeRO 0 and 3 (each rank
+// alone holding its experts), and on four ranks dp4·ep2 under every ZeRO
+// level and dp2·cp2·ep2 under ZeRO-3, the experts' buckets synced and
+// gathered over the two ranks holding them.
 // These are the lists EstimateStep costs, so what is costed is what runs.
 #include <string>
 #include <vector>
@@ -41,7 +45,14 @@ struct TrafficCase {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
   int64_t loss_chunk_rows = 1024;
+  bool moe = false;  // the tiny mixture of experts (mpitest::TinyMoe)
 };
+
+// `layout` with a mixture's experts over `ep` of its dp·cp ranks.
+Layout WithEp(Layout layout, int ep) {
+  layout.ep = ep;
+  return layout;
+}
 
 Layout Cp(int dp, int cp, int tp, const char* comm) {
   Layout layout{dp, tp, 1};
@@ -93,6 +104,14 @@ std::vector<TrafficCase> Cases() {
       {{2, 2, 1}, 2, true},
       {{2, 2, 1}, 2, false},
       {Cp(1, 2, 2, "ring"), 2, false},
+      // Experts: the expert-data group's sync and gathers.
+      {WithEp({2, 1, 1}, 2), 0, false, Recompute::kNone, 1024, true},
+      {WithEp({2, 1, 1}, 2), 3, false, Recompute::kNone, 1024, true},
+      {WithEp({4, 1, 1}, 2), 0, false, Recompute::kNone, 1024, true},
+      {WithEp({4, 1, 1}, 2), 1, false, Recompute::kNone, 1024, true},
+      {WithEp({4, 1, 1}, 2), 2, false, Recompute::kNone, 1024, true},
+      {WithEp({4, 1, 1}, 2), 3, false, Recompute::kNone, 1024, true},
+      {WithEp(Cp(2, 2, 1, "ring"), 2), 3, false, Recompute::kNone, 1024, true},
   };
 }
 
@@ -107,6 +126,7 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
   for (const TrafficCase& c : cases) {
     if (c.layout.world() != world) continue;
     TrainOptions o = mpitest::TinyModelOptions(data);
+    if (c.moe) o = mpitest::TinyMoe(o);
     o.zero = c.zero;
     o.sequence_parallel = c.sequence_parallel;
     o.recompute = c.recompute;
@@ -140,12 +160,15 @@ TEST(PlanTrafficTest, PlannedCallsAreTheCountedOnes) {
     for (int step = 1; step <= 2; ++step) {
       SCOPED_TRACE(absl::StrCat("step ", step));
       const CommStats tp = groups.tp->stats(), dp = groups.dp->stats();
+      const CommStats expert_dp = groups.expert_dp->stats();
       const CommStats cp =
           groups.cp != nullptr ? groups.cp->stats() : CommStats{};
       const int64_t gathers = sharded == nullptr ? 0 : sharded->gathers();
       ASSERT_TRUE(run->trainer->Step().ok());
       ExpectSame("tp", Since(*groups.tp, tp), want.tp);
       ExpectSame("dp", Since(*groups.dp, dp), want.dp);
+      ExpectSame("expert_dp", Since(*groups.expert_dp, expert_dp),
+                 want.expert_dp);
       ExpectSame("cp",
                  groups.cp != nullptr ? Since(*groups.cp, cp) : CommStats{},
                  want.cp);
