@@ -136,7 +136,9 @@ TEST(ExpertCostTest, ExpertGradientsSyncOverTheRanksHoldingThem) {
     EXPECT_EQ(t.expert_dp.calls[all_reduce],
               ep == 2 ? static_cast<int64_t>(stage.expert_buckets.size()) : 0);
     const double dp_comm = plantest::Estimate(o, c).dp_comm_total;
-    if (ep > 1) EXPECT_LT(dp_comm, last);
+    if (ep > 1) {
+      EXPECT_LT(dp_comm, last);
+    }
     last = dp_comm;
     // ZeRO-3: the experts' weights gathered over their two holders only.
     const TrainOptions z = on_dp4(ep, 3);

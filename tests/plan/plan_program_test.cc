@@ -219,6 +219,19 @@ TEST(PlanProgramTest, TrainPlanOnlyExplainsItsLayoutAndAllocatesNothing) {
   EXPECT_THAT(cp.out, HasSubstr("layout dp1.cp2-a2a.tp1.pp1/1f1b"));
   EXPECT_THAT(cp.out, HasSubstr("exposed cp transfers"));
   EXPECT_THAT(cp.out, HasSubstr("cp calls per step"));
+  // A mixture with its experts over ep 2 under ZeRO: the experts' sync
+  // and sharding over their holders.
+  const Output ep = RunProgram(
+      "train",
+      absl::StrCat("--flagfile=", TRELLIS_SOURCE_DIR,
+                   "/configs/moe-tiny.flags --global_batch_size=8 --data=",
+                   data, " --dp=2 --ep=2 --zero=2 --plan_only"));
+  ASSERT_EQ(ep.code, 0) << ep.err;
+  EXPECT_THAT(ep.out, HasSubstr("layout dp2.ep2.tp1.pp1/1f1b"));
+  EXPECT_THAT(ep.out, HasSubstr("expert parallelism: ep 2, each rank 4 of a "
+                                "layer's 8 experts; each alone on its rank"));
+  EXPECT_THAT(ep.out, HasSubstr("layer 0's (1 of its kind) GEMMs"));
+  EXPECT_THAT(ep.out, HasSubstr("layer 1's (3 of its kind) GEMMs"));
   // A layout the trainer refuses is refused the same way.
   const Output bad =
       RunProgram("train", absl::StrCat(kTrainModel, " --data=", data,

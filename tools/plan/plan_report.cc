@@ -180,6 +180,69 @@ nlohmann::json PlansJson(const std::vector<LayoutPlan>& plans,
       {"layouts", layouts}};
 }
 
+namespace {
+
+// The kernel rates each kind of block is costed at.
+void AppendKernelRates(const TrainOptions& o, const ClusterSpec& cluster,
+                       std::string& out) {
+  const std::vector<KernelRates> rates = PlanKernelRates(o, cluster);
+  for (const KernelRates& r : rates) {
+    // A model of one kind of block says "a block's"; a mixture names each
+    // kind's layers.
+    const std::string blocks =
+        rates.size() == 1 ? std::string("a block's")
+                          : absl::StrFormat("layer %d's (%d of its kind)",
+                                            r.first_layer, r.layers);
+    absl::StrAppendFormat(
+        &out,
+        "  kernel rates (%s) on N = %g rows: %s GEMMs F %.4g, B %.4g, "
+        "W %.4g TFLOP/s; attention %.4g TFLOP/s; element-wise %.4g GB/s\n",
+        r.by_shape ? "by shape, from the kernel cost table"
+                   : "the cluster's peak × efficiencies",
+        r.rows, blocks, r.gemm_forward / 1e12, r.gemm_backward_input / 1e12,
+        r.gemm_backward_weight / 1e12, r.attention / 1e12, r.elementwise / 1e9);
+  }
+}
+
+// How the layout splits the model: ZeRO, sequence, expert and context
+// parallelism.
+void AppendSplits(const TrainOptions& o, std::string& out) {
+  absl::StrAppendFormat(
+      &out, "  ZeRO level %d%s; sequence parallelism %s\n", o.zero,
+      o.zero == 0   ? " (replicated)"
+      : o.zero == 1 ? " (optimizer states sharded over dp)"
+      : o.zero == 2 ? " (gradients and optimizer states sharded over dp)"
+                    : " (weights, gradients and optimizer states sharded over "
+                      "dp; each unit's weights gathered before F, B and a "
+                      "deferred W)",
+      o.sequence_parallel ? "on (norms and residuals on N/tp rows)" : "off");
+  if (o.ep > 1) {
+    const int64_t holders = o.gradient_replicas() / o.ep;
+    absl::StrAppendFormat(
+        &out,
+        "  expert parallelism: ep %d, each rank %d of a layer's %d "
+        "experts; %s\n",
+        o.ep, o.model.experts / o.ep, o.model.experts,
+        holders == 1
+            ? std::string("each alone on its rank (no gradient sync)")
+            : absl::StrFormat(
+                  "their gradients synced%s over the %d ranks holding them",
+                  o.zero > 0 ? " and sharded" : "", holders));
+  }
+  if (o.cp > 1) {
+    absl::StrAppendFormat(
+        &out,
+        "  context parallelism: cp %d by %s, each rank %d of a window's %d "
+        "tokens; gradients synced over dp×cp = %d ranks\n",
+        o.cp,
+        o.cp_comm == "a2a" ? "all-to-all (heads split around attention)"
+                           : "ring (key/value blocks passed beside attention)",
+        o.local_seq_len(), o.model.seq_len, o.gradient_replicas());
+  }
+}
+
+}  // namespace
+
 std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
   const StepEstimate& e = p.step;
   std::string out = absl::StrFormat(
@@ -216,34 +279,8 @@ std::string FormatExplain(const LayoutPlan& p, const ClusterSpec& cluster) {
         Ms(e.dp_gather_total),
         Ms(std::max(0.0, e.dp_gather_total - e.dp_gather)));
   }
-  const KernelRates r = PlanKernelRates(o, cluster);
-  absl::StrAppendFormat(
-      &out,
-      "  kernel rates (%s) on N = %g rows: a block's GEMMs F %.4g, B %.4g, "
-      "W %.4g TFLOP/s; attention %.4g TFLOP/s; element-wise %.4g GB/s\n",
-      r.by_shape ? "by shape, from the kernel cost table"
-                 : "the cluster's peak × efficiencies",
-      r.rows, r.gemm_forward / 1e12, r.gemm_backward_input / 1e12,
-      r.gemm_backward_weight / 1e12, r.attention / 1e12, r.elementwise / 1e9);
-  absl::StrAppendFormat(
-      &out, "  ZeRO level %d%s; sequence parallelism %s\n", o.zero,
-      o.zero == 0   ? " (replicated)"
-      : o.zero == 1 ? " (optimizer states sharded over dp)"
-      : o.zero == 2 ? " (gradients and optimizer states sharded over dp)"
-                    : " (weights, gradients and optimizer states sharded over "
-                      "dp; each unit's weights gathered before F, B and a "
-                      "deferred W)",
-      o.sequence_parallel ? "on (norms and residuals on N/tp rows)" : "off");
-  if (o.cp > 1) {
-    absl::StrAppendFormat(
-        &out,
-        "  context parallelism: cp %d by %s, each rank %d of a window's %d "
-        "tokens; gradients synced over dp×cp = %d ranks\n",
-        o.cp,
-        o.cp_comm == "a2a" ? "all-to-all (heads split around attention)"
-                           : "ring (key/value blocks passed beside attention)",
-        o.local_seq_len(), o.model.seq_len, o.gradient_replicas());
-  }
+  AppendKernelRates(o, cluster, out);
+  AppendSplits(o, out);
   AppendCalls(p, out);
   absl::StrAppendFormat(
       &out, "memory per rank (stage %d, the largest): %s; arena %s of %s%s\n",

@@ -462,11 +462,15 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
   }
   ChunkWork p;
   std::map<int64_t, BlockCompute> per_block;
+  std::map<int64_t, Sizes> sizes;
   for (const auto& [kind, first_count] : kinds) {
-    const Sizes k = SizesOf(o, cluster, first_count.first);
+    const Sizes& k = sizes.emplace(kind, SizesOf(o, cluster, first_count.first))
+                         .first->second;
     per_block[kind] = AddBlocks(o, k, first_count.second, p);
   }
-  const Sizes s = SizesOf(o, cluster);
+  // The ends' sizes: layer 0's (a kind's sizes are its every layer's).
+  auto zero = sizes.find(family.LayerClass(o.model, 0));
+  const Sizes s = zero != sizes.end() ? zero->second : SizesOf(o, cluster);
   const double embed_f = chunk.has_embedding ? AddEmbeddingWork(s, p) : 0;
   const double head_f = chunk.has_head ? AddHeadWork(o, s, p) : 0;
   if (static_cast<size_t>(index) < stage.unit_buckets.size()) {
@@ -525,18 +529,33 @@ double GatherExposedSeconds(const PassWork& pass, const SyncGroup& dp,
   return exposed;
 }
 
-KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster) {
-  const Sizes s = SizesOf(o, cluster);
-  const double flops = 2 * s.rows * BlockGemmElements(o);
-  KernelRates r;
-  r.by_shape = cluster.kernel_costs != nullptr;
-  r.rows = s.rows;
-  r.gemm_forward = flops / s.gemm_f;
-  r.gemm_backward_input = flops / s.gemm_b;
-  r.gemm_backward_weight = flops / s.gemm_w;
-  r.attention = s.attn_rate;
-  r.elementwise = s.memory_rate;
-  return r;
+std::vector<KernelRates> PlanKernelRates(const TrainOptions& o,
+                                         const ClusterSpec& cluster) {
+  const ModelFamily& family = FamilyOf(o.model);
+  std::map<int64_t, size_t> at;  // kind → its entry
+  std::vector<KernelRates> rates;
+  for (int64_t layer = 0; layer < o.model.n_layer; ++layer) {
+    const auto [it, first] =
+        at.try_emplace(family.LayerClass(o.model, layer), rates.size());
+    if (!first) {
+      ++rates[it->second].layers;
+      continue;
+    }
+    const Sizes s = SizesOf(o, cluster, layer);
+    const double flops = 2 * s.rows * BlockGemmElements(o, layer);
+    KernelRates r;
+    r.first_layer = layer;
+    r.layers = 1;
+    r.by_shape = cluster.kernel_costs != nullptr;
+    r.rows = s.rows;
+    r.gemm_forward = flops / s.gemm_f;
+    r.gemm_backward_input = flops / s.gemm_b;
+    r.gemm_backward_weight = flops / s.gemm_w;
+    r.attention = s.attn_rate;
+    r.elementwise = s.memory_rate;
+    rates.push_back(r);
+  }
+  return rates;
 }
 
 int64_t TransferBytes(const TrainOptions& o) {

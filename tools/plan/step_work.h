@@ -143,15 +143,19 @@ double GatherExposedSeconds(const PassWork& pass, const SyncGroup& dp,
 // The rates one microbatch's kernels of `o` are costed at on `cluster`: a
 // block's GEMMs per pass (their FLOPs over their time), attention, and
 // the element-wise kernels; by shape from the cluster's kernel cost table
-// when it has one, else its peak × efficiencies and memory bandwidth.
+// when it has one, else its peak × efficiencies and memory bandwidth. One
+// per kind of block (ModelFamily::LayerClass: a mixture's dense and
+// expert layers), in layer order, each with its first layer and count.
 struct KernelRates {
+  int64_t first_layer = 0, layers = 0;
   bool by_shape = false;
   double rows = 0;  // N = micro_batch · T / cp
   double gemm_forward = 0, gemm_backward_input = 0, gemm_backward_weight = 0;
   double attention = 0;    // FLOP/s
   double elementwise = 0;  // bytes/s
 };
-KernelRates PlanKernelRates(const TrainOptions& o, const ClusterSpec& cluster);
+std::vector<KernelRates> PlanKernelRates(const TrainOptions& o,
+                                         const ClusterSpec& cluster);
 
 // Bytes of the (N, C) hidden state a pipeline transfer of `o` carries
 // (N = micro_batch · T/cp; this rank's N/tp rows under sequence

@@ -104,13 +104,18 @@ class MoeMlp : public BlockMlp {
   static int64_t ContextSize(const BlockTensors& a) {
     return a.cp != nullptr ? a.cp->size() : 1;
   }
-  // The expert counts of the whole window: this rank's, summed over cp
-  // into window_counts when the window is split.
-  static const Tensor& WindowCounts(BlockTensors& a) {
-    if (ContextSize(a) == 1) return a.counts;
-    a.window_counts.CopyFrom(a.counts);
-    a.cp->AllReduce(a.window_counts, ReduceOp::kSum);
-    return a.window_counts;
+  // The expert counts of the whole window: this rank's, or when the
+  // window is split window_counts, which SumWindowCounts fills (summed over
+  // cp) in Up.
+  static const Tensor& WindowCounts(const BlockTensors& a) {
+    return ContextSize(a) == 1 ? a.counts : a.window_counts;
+  }
+  static const Tensor& SumWindowCounts(BlockTensors& a) {
+    if (ContextSize(a) > 1) {
+      a.window_counts.CopyFrom(a.counts);
+      a.cp->AllReduce(a.window_counts, ReduceOp::kSum);
+    }
+    return WindowCounts(a);
   }
 
   MoeMlpSpec spec_;
@@ -204,7 +209,7 @@ void MoeMlp::Up(BlockTensors& a) const {
   MatmulForward(a.ln2, router_.value, no_bias, logits);
   RouterTopK(logits, no_bias, spec_.router, choice, weight);
   RouteByExpert(choice, spec_.experts, route, a.counts);
-  RouterLosses(logits, WindowCounts(a), spec_.router, a.route_losses);
+  RouterLosses(logits, SumWindowCounts(a), spec_.router, a.route_losses);
   if (const int64_t cp = ContextSize(a); cp > 1) {
     // With the window's counts the kernel's aux is cp times this rank's
     // share (its shares f are over this rank's N rows): E·Σ f·P summed
@@ -268,7 +273,7 @@ void MoeMlp::BackwardInput(Communicator& tp, BlockTensors& a,
   // rank's share; the cp ranks' gradients are averaged like the rest.
   const int64_t cp = ContextSize(a);
   RouterLossesBackward(
-      a.logits, cp > 1 ? a.window_counts : a.counts, spec_.router,
+      a.logits, WindowCounts(a), spec_.router,
       a.loss_scale * spec_.aux_loss_coeff / static_cast<double>(cp),
       a.loss_scale * spec_.z_loss_coeff, a.dlogits);
   if (spec_.router_input_grad) {
