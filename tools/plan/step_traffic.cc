@@ -77,6 +77,16 @@ void Count(CommStats& stats, const std::vector<PlannedCall>& calls,
   }
 }
 
+// Count of `call`, and of a receive of as many bytes for each send.
+void CountWithReceives(CommStats& stats, const PlannedCall& call, int64_t times,
+                       int n) {
+  Count(stats, {call}, times, n);
+  if (call.op != CommOp::kSend) return;
+  PlannedCall recv = call;
+  recv.op = CommOp::kRecv;
+  Count(stats, {recv}, times, n);
+}
+
 }  // namespace
 
 PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
@@ -86,6 +96,7 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
   const int tp = static_cast<int>(o.tp), cp = static_cast<int>(o.cp);
   const int dp = static_cast<int>(o.gradient_replicas());
   const int expert_dp = static_cast<int>(o.gradient_replicas() / o.ep);
+  const int ep = static_cast<int>(o.ep);
   // Rates do not change what is sent.
   ClusterSpec unit;
   unit.peak_flops = unit.memory_bandwidth = 1;
@@ -98,14 +109,9 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
         Count(t.dp, r.gathers, m, dp);
         Count(t.expert_dp, r.expert_gathers, m, expert_dp);
       }
-      for (const ContextCall& c : pass->cp) {
-        Count(t.cp, {c.call}, m, cp);
-        if (c.call.op != CommOp::kSend) continue;
-        // Each send has its receive, of as many bytes.
-        PlannedCall recv = c.call;
-        recv.op = CommOp::kRecv;
-        Count(t.cp, {recv}, m, cp);
-      }
+      for (const ContextCall& c : pass->cp)
+        CountWithReceives(t.cp, c.call, m, cp);
+      for (const PlannedCall& c : pass->ep) CountWithReceives(t.ep, c, m, ep);
     }
   }
   Count(t.tp, StepTpCalls(o, stage), 1, tp);
@@ -117,6 +123,10 @@ PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
   Count(t.expert_dp, e.per_microbatch, m, expert_dp);
   Count(t.expert_dp, e.per_step, 1, expert_dp);
   Count(t.expert_dp, e.update, 1, expert_dp);
+  // Without ZeRO the gradient norm sums the experts' squares over ep.
+  if (o.zero == 0 && ep > 1 && stage.expert_parameters > 0) {
+    Count(t.ep, {{CommOp::kAllReduce, 8, 1}}, 1, ep);
+  }
   return t;
 }
 

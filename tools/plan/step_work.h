@@ -178,11 +178,13 @@ DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage);
 // expert-data group (no scalars: the loss and the norm sum over dp).
 DpCalls StepExpertDpCalls(const TrainOptions& o, const StageFacts& stage);
 
-// One step's counted tp, dp (over dp·cp ranks), cp and expert-data (the
-// experts' buckets, over dp·cp / ep ranks) traffic of `stage` (tp rank 0):
-// what its communicators' CommStats add in a Trainer::Step.
+// One step's counted tp, dp (over dp·cp ranks), cp, expert-data (the
+// experts' buckets, over dp·cp / ep ranks) and ep traffic of `stage` (tp
+// rank 0): what its communicators' CommStats add in a Trainer::Step. The
+// ep group's token exchanges are exact in calls but their bytes are the
+// expected 1/ep shares (routing decides the real ones).
 struct PlannedTraffic {
-  CommStats tp, dp, cp, expert_dp;
+  CommStats tp, dp, cp, expert_dp, ep;
 };
 PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
                                   const StageFacts& stage);
