@@ -2,6 +2,9 @@
 // a cluster file's "kernel_costs"): LoadKernelCosts on a file. An accepted
 // table must keep the invariants kernel_costs.h states, cost any shape in a
 // positive finite time, and read back from KernelCostsToJson unchanged.
+// The same input, as JSON, goes to ApplyBenchProfile (trellis-plan
+// --profile's other form, a trellis-bench summary) on a CPU cluster: an
+// accepted profile leaves a valid table or efficiencies within [1e-3, 1].
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tools/plan/bench_profile.h"
 #include "tools/plan/kernel_costs.h"
 
 namespace trellis {
@@ -50,12 +54,36 @@ void CheckCosts(const KernelCosts& c) {
   }
 }
 
+void FuzzBenchProfile(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return;
+  ClusterSpec cluster;
+  cluster.device = DeviceType::kCPU;
+  cluster.peak_flops = 1e11;
+  cluster.memory_bandwidth = 1e10;
+  cluster.gemm_efficiency = cluster.attention_efficiency = 0.5;
+  const absl::Status applied = ApplyBenchProfile(j, "profile.json", cluster);
+  fuzz::Note("ApplyBenchProfile", applied);
+  if (!applied.ok()) return;
+  // A cost table replaces the efficiencies; kernel times scale them within
+  // [1e-3, 1].
+  if (cluster.kernel_costs != nullptr) {
+    CheckCosts(*cluster.kernel_costs);
+    return;
+  }
+  for (double e : {cluster.gemm_efficiency, cluster.attention_efficiency}) {
+    fuzz::Expect(e >= 1e-3 && e <= 1, "an efficiency outside [1e-3, 1]");
+  }
+}
+
 }  // namespace
 }  // namespace trellis
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(trellis::fuzz::AsText(data, size));
+  trellis::FuzzBenchProfile(text);
   const std::string path = trellis::fuzz::ScratchDir() + "/costs.json";
-  trellis::fuzz::WriteFile(path, trellis::fuzz::AsText(data, size));
+  trellis::fuzz::WriteFile(path, text);
   const absl::StatusOr<trellis::KernelCosts> costs =
       trellis::LoadKernelCosts(path);
   trellis::fuzz::Note("LoadKernelCosts", costs.status());

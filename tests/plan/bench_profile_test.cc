@@ -66,6 +66,23 @@ TEST(BenchProfileTest, RefusesProfilesItCannotUse) {
   p = Profile(1, 1);
   p.erase("model");
   EXPECT_FALSE(ApplyBenchProfile(p, "b.json", c).ok());
+  // Fields of another JSON type refuse in one line rather than throw.
+  p = Profile(1, 1);
+  p["device"] = {1, 2};
+  EXPECT_THAT(std::string(ApplyBenchProfile(p, "b.json", c).message()),
+              HasSubstr("\"device\" must be"));
+  p = Profile(1, 1);
+  p["kernels"] = {"MatmulForward", {{"name", 7}, {"ms", "slow"}}};
+  EXPECT_THAT(std::string(ApplyBenchProfile(p, "b.json", c).message()),
+              HasSubstr("times no Matmul"));
+  p = Profile(1, 1);
+  p["model"]["d_model"] = "wide";
+  EXPECT_THAT(std::string(ApplyBenchProfile(p, "b.json", c).message()),
+              HasSubstr("not a valid model shape"));
+  p = Profile(1, 1);
+  p["tokens_per_step"] = {1000};
+  EXPECT_THAT(std::string(ApplyBenchProfile(p, "b.json", c).message()),
+              HasSubstr("tokens_per_step"));
 }
 
 }  // namespace

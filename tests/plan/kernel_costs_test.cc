@@ -111,6 +111,15 @@ TEST(KernelCostsTest, MalformedTablesAreOneLineErrorsNamingTheField) {
               HasSubstr("\"peak_tflops\" must be a number"));
   EXPECT_THAT(ErrorOf([](nlohmann::json& j) { j["device"] = "tpu"; }),
               HasSubstr("\"device\""));
+  // A field of another JSON type is the same one-line error, not a throw.
+  EXPECT_THAT(ErrorOf([](nlohmann::json& j) {
+                j["dtype"] = {512, 8192};
+              }),
+              HasSubstr("\"dtype\" must be"));
+  EXPECT_THAT(ErrorOf([](nlohmann::json& j) {
+                j["device"] = {{"a", 1}};
+              }),
+              HasSubstr("\"device\" must be"));
   EXPECT_THAT(
       ErrorOf([](nlohmann::json& j) { j["elementwise"]["width"] = {0.5}; }),
       HasSubstr("[1, 2^31]"));

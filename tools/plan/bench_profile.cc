@@ -1,6 +1,7 @@
 #include "tools/plan/bench_profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <utility>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "framework/status.h"
 #include "tools/options/options.h"
+#include "tools/plan/json_fields.h"
 #include "tools/plan/stage_facts.h"
 
 namespace trellis {
@@ -42,7 +44,10 @@ absl::Status ApplyBenchProfile(const nlohmann::json& p,
                "holds no kernel table; write it with trellis-bench --profile "
                "--json=FILE");
   }
-  const std::string device = p.value("device", "");
+  const std::string device = StringOr(p, "device");
+  if (device != "cpu" && device != "cuda") {
+    return Bad(where, "field \"device\" must be \"cpu\" or \"cuda\"");
+  }
   if ((device == "cpu") != (cluster.device == DeviceType::kCPU)) {
     return Bad(
         where,
@@ -54,26 +59,29 @@ absl::Status ApplyBenchProfile(const nlohmann::json& p,
   }
   double gemm_ms = 0, attention_ms = 0;
   for (const nlohmann::json& k : p["kernels"]) {
-    const std::string name = k.value("name", "");
-    const double ms = k.value("ms", 0.0);
+    const std::string name = StringOr(k, "name");
+    const double ms = NumberOr(k, "ms");
     if (absl::StartsWith(name, "Matmul")) gemm_ms += ms;
     if (absl::StartsWith(name, "Attention")) attention_ms += ms;
   }
-  if (gemm_ms <= 0 || attention_ms <= 0) {
+  if (!(gemm_ms > 0 && attention_ms > 0 && std::isfinite(gemm_ms) &&
+        std::isfinite(attention_ms))) {
     return Bad(where, "times no Matmul* or no Attention* kernel");
   }
   TrainOptions o;  // the bench's single-rank run
   const nlohmann::json& m = p["model"];
-  o.model.n_layer = m.value("n_layer", int64_t{0});
-  o.model.n_head = m.value("n_head", int64_t{0});
-  o.model.d_model = m.value("d_model", int64_t{0});
-  o.model.seq_len = m.value("seq_len", int64_t{0});
-  o.model.vocab_size = m.value("vocab_size", int64_t{0});
+  o.model.n_layer = IntegerOr(m, "n_layer");
+  o.model.n_head = IntegerOr(m, "n_head");
+  o.model.d_model = IntegerOr(m, "d_model");
+  o.model.seq_len = IntegerOr(m, "seq_len");
+  o.model.vocab_size = IntegerOr(m, "vocab_size");
   if (!o.model.Validate().ok()) {
     return Bad(where, "its \"model\" is not a valid model shape");
   }
-  const double tokens = p.value("tokens_per_step", 0.0);
-  if (tokens <= 0) return Bad(where, "has no \"tokens_per_step\"");
+  const double tokens = NumberOr(p, "tokens_per_step");
+  if (!(tokens > 0 && std::isfinite(tokens))) {
+    return Bad(where, "has no \"tokens_per_step\"");
+  }
   const double c = static_cast<double>(o.model.d_model);
   const double layers = static_cast<double>(o.model.n_layer);
   // Forward, input and weight gradients: three passes of 2 FLOPs per

@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "framework/status.h"
 #include "framework/text_file.h"
+#include "tools/plan/json_fields.h"
 
 namespace trellis {
 namespace {
@@ -248,18 +249,18 @@ absl::StatusOr<KernelCosts> KernelCostsFromJson(const nlohmann::json& json,
                "with trellis-bench --profile --json=FILE");
   }
   KernelCosts c;
-  c.device = j->value("device", "");
+  c.device = StringOr(*j, "device");
   if (c.device != "cpu" && c.device != "cuda") {
     return Bad(where, "field \"device\" must be \"cpu\" or \"cuda\"");
   }
-  c.dtype = j->value("dtype", "");
+  c.dtype = StringOr(*j, "dtype");
   if (c.dtype != "f32" && c.dtype != "bf16") {
     return Bad(where, "field \"dtype\" must be \"f32\" or \"bf16\"");
   }
   if (j->contains("source") && !j->at("source").is_string()) {
     return Bad(where, "field \"source\" must be a string");
   }
-  c.source = j->value("source", where);
+  c.source = StringOr(*j, "source", where);
   for (const auto& [field, to, unit] :
        {std::tuple<const char*, double*, double>{"peak_tflops", &c.peak_flops,
                                                  1e12},
