@@ -3,12 +3,14 @@
 // file or a table of another device is one line naming the problem.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "tools/plan/bench_profile.h"
 #include "tools/plan/cluster.h"
 #include "tools/plan/kernel_costs.h"
@@ -56,7 +58,12 @@ nlohmann::json CpuCluster() {
 class ClusterKernelCostsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) / "cluster_costs";
+    // One directory per test and process: ctest runs this binary's tests
+    // side by side, and each removes its own at the end.
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat(
+               "cluster_costs_", ::getpid(), "_",
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
