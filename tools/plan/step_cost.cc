@@ -103,19 +103,14 @@ double DataParallelEnd(const TrainOptions& o, const StageFacts& stage,
         std::max(1.0, grads) / static_cast<double>(windows.size());
     double produced = 0;
     for (const GroupCall& c : per_step) {
-      // The loss average: after the update.
-      const bool scalar = c.call.bytes <= 8;
-      if (!scalar) produced += static_cast<double>(c.call.bytes);
+      if (c.call.bytes <= 8) continue;  // the loss average: after the update
+      produced += static_cast<double>(c.call.bytes);
       // When the bucket's last byte is produced: linearly over its chunk's W.
       const size_t k = std::min(
-          windows.size() - 1,
-          static_cast<size_t>(std::max(0.0, produced - 1) / per_chunk));
+          windows.size() - 1, static_cast<size_t>((produced - 1) / per_chunk));
       const double into = (produced - k * per_chunk) / per_chunk;
       const double ready =
-          scalar ? stage_end
-                 : windows[k].first +
-                       into * (windows[k].second - windows[k].first);
-      if (scalar) continue;
+          windows[k].first + into * (windows[k].second - windows[k].first);
       const double cost = GroupSeconds({c});
       *total += cost;
       link_free = std::max(link_free, ready) + cost;

@@ -43,30 +43,6 @@ DpCalls BucketCalls(int64_t zero, const std::vector<int64_t>& buckets) {
   return d;
 }
 
-}  // namespace
-
-DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
-  if (o.gradient_replicas() == 1) return {};
-  DpCalls d = BucketCalls(o.zero, stage.buckets);
-  d.per_step.push_back({CommOp::kAllReduce, 8, 1});  // the loss average
-  // Sharded gradients: the norm is summed over dp too.
-  if (o.zero > 0) d.update.push_back({CommOp::kAllReduce, 8, 1});
-  // A mixture's routing report, after the update: per layer its balance
-  // losses, its experts and each expert's slots (RoutingReport, float64).
-  if (stage.routed_experts > 0) {
-    d.update.push_back({CommOp::kAllReduce,
-                        8 * o.model.n_layer * (4 + stage.routed_experts), 1});
-  }
-  return d;
-}
-
-DpCalls StepExpertDpCalls(const TrainOptions& o, const StageFacts& stage) {
-  if (o.gradient_replicas() / o.ep == 1) return {};
-  return BucketCalls(o.zero, stage.expert_buckets);
-}
-
-namespace {
-
 void Count(CommStats& stats, const std::vector<PlannedCall>& calls,
            int64_t times, int n) {
   for (const PlannedCall& c : calls) {
@@ -88,6 +64,26 @@ void CountWithReceives(CommStats& stats, const PlannedCall& call, int64_t times,
 }
 
 }  // namespace
+
+DpCalls StepDpCalls(const TrainOptions& o, const StageFacts& stage) {
+  if (o.gradient_replicas() == 1) return {};
+  DpCalls d = BucketCalls(o.zero, stage.buckets);
+  d.per_step.push_back({CommOp::kAllReduce, 8, 1});  // the loss average
+  // Sharded gradients: the norm is summed over dp too.
+  if (o.zero > 0) d.update.push_back({CommOp::kAllReduce, 8, 1});
+  // A mixture's routing report, after the update: per layer its balance
+  // losses, its experts and each expert's slots (RoutingReport, float64).
+  if (stage.routed_experts > 0) {
+    d.update.push_back({CommOp::kAllReduce,
+                        8 * o.model.n_layer * (4 + stage.routed_experts), 1});
+  }
+  return d;
+}
+
+DpCalls StepExpertDpCalls(const TrainOptions& o, const StageFacts& stage) {
+  if (o.gradient_replicas() / o.ep == 1) return {};
+  return BucketCalls(o.zero, stage.expert_buckets);
+}
 
 PlannedTraffic PlannedStepTraffic(const TrainOptions& o,
                                   const StageFacts& stage) {
