@@ -185,21 +185,6 @@ size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o) {
   return largest + second;
 }
 
-size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
-                           const MemoryPlan& replicated,
-                           size_t* largest_bucket) {
-  // From the declared shapes: the parameters need not exist yet. Each set
-  // keeps its own buckets in flight.
-  size_t bound = 0, largest = 0;
-  for (const BucketSet& set : BucketSets(model, o)) {
-    size_t set_largest = 0;
-    bound += SetBucketsInFlight(model, o, replicated, set, &set_largest);
-    largest = std::max(largest, set_largest);
-  }
-  if (largest_bucket != nullptr) *largest_bucket = largest;
-  return bound;
-}
-
 size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
                         const MemoryPlan& replicated) {
   if (o.zero == 0) return 0;

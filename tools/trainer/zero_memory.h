@@ -35,12 +35,6 @@ MemoryPlan PlanZeroMemory(const StageModel& model, const TrainOptions& o,
                           const MemoryPlan& replicated,
                           bool staged_reduce_scatter);
 
-// Level 2's bucket bytes bound at once; `largest_bucket` (if not null)
-// gets the largest bucket's bytes.
-size_t PlanBucketsInFlight(const StageModel& model, const TrainOptions& o,
-                           const MemoryPlan& replicated,
-                           size_t* largest_bucket);
-
 // Checkpoint I/O's whole bytes at once under levels 1 to 3 (0 at level 0,
 // whose moments are whole anyway): the largest I/O group's moments, both
 // kinds, in the moments' dtype (the groups as GradientSync::CheckpointGroups
