@@ -78,7 +78,8 @@
 # LLMC_MICRO_BATCH (llm.c's micro batch per preset, default "gpt2-124m=64
 # gpt2-350m=64 gpt2-774m=32", the ones its own scripts use), TORCH_MICRO_BATCH
 # (compiled PyTorch's micro batch per preset, the same form; default:
-# trellis's, which may not fit PyTorch: 350M at 64 runs out of 80 GB), LLMC_STEPS
+# trellis's, which may not fit PyTorch: 350M at 64 runs out of 80 GB),
+# TORCH_PRESETS (the presets whose PyTorch twin runs; default: all), LLMC_STEPS
 # (llm.c's steps, default 12; the median is of the fourth on),
 # MEMCHECK_FILTER (the cuda_tests cases memcheck runs),
 # VARIANT_PRESETS and VARIANTS (the variants section), ATTENTION_PATHS (default: every
@@ -259,6 +260,9 @@ run_section() {
   return "$rc"
 }
 
+# wants_torch PRESET: whether TORCH_PRESETS (default: every preset) names it.
+wants_torch() { [[ " ${TORCH_PRESETS:-$GC_PRESETS} " == *" $1 "* ]]; }
+
 main() {
   echo "trellis GPU check$([ "$dry" = 1 ] && echo ' (dry run on the CPU)'): $stamp"
   echo "log $log; results $results; budget ${budget} s"
@@ -280,14 +284,14 @@ main() {
   [ ${#presets[@]} -gt 2 ] && last="${presets[-1]}" && unset 'presets[-1]'
   for preset in "${presets[@]}"; do
     run_section "bench:$preset" bench 120 1 "$preset"
-    run_section "torch:$preset" torch 150 1 "$preset"
+    wants_torch "$preset" && run_section "torch:$preset" torch 150 1 "$preset"
     run_section "llmc:$preset" llmc 120 1 "$preset"
   done
   run_section attention attention 90 1
   run_section torch-sdpa torch_sdpa 90 1
   if [ -n "$last" ]; then
     run_section "bench:$last" bench 120 1 "$last"
-    run_section "torch:$last" torch 150 1 "$last"
+    wants_torch "$last" && run_section "torch:$last" torch 150 1 "$last"
     run_section "llmc:$last" llmc 120 1 "$last"
   fi
   # Diagnostics last: the goals' measurements come first.

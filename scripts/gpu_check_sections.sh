@@ -264,7 +264,7 @@ section_bench() {
 # cost table that run measured (docs/planning.md, "Kernel cost tables"):
 # one line, predicted against the measured median.
 plan_bench_step() {
-  local json="$1" flags cluster=h100-sxm-8x1 layout predicted
+  local json="$1" flags cluster=h100-sxm-8x1 layout predicted mbs
   [ "$GC_DRY" = 1 ] && cluster=cpu
   flags="$(run_python -c '
 import json, sys
@@ -278,13 +278,17 @@ if m["family"] == "llama":
     flags += ["--n_kv_heads=%d" % m["n_kv_heads"],
               "--ffn_hidden=%d" % m["ffn_hidden"]]
 print(" ".join(flags))' "$json")" || return 1
-  layout="dp1.tp1.pp1/1f1b/v1/mbs${flags##*--micro_batch_size=}"
-  layout="${layout%% *}/z0/none"
+  mbs="${flags##*--micro_batch_size=}"
+  mbs="${mbs%% *}"
+  layout="dp1.tp1.pp1/1f1b/v1/mbs$mbs/z0/none"
   # The whole output, then its first line: a pipe into head could end
   # trellis-plan by SIGPIPE (a failure under pipefail) while it still writes.
   # shellcheck disable=SC2086
+  # The planner searches micro batches up to 16 unless told more; the
+  # GPU presets run at up to 64.
   predicted="$("$GC_BIN/trellis-plan" $flags --cluster="$cluster" --world=1 \
-    --profile="$json" --explain="$layout")" || return
+    --max_micro_batch_size="$mbs" --profile="$json" \
+    --explain="$layout")" || return
   predicted="${predicted%%$'\n'*}"
   run_python -c '
 import json, re, sys
