@@ -339,7 +339,7 @@ variants_of() {
   local preset="$1" bench_flags variant rc=0 ms="" line tps mfu mem
   local base_tps="" tag
   set_bench_flags "$preset"
-  local list="${VARIANTS---micro_batch_size=16;--micro_batch_size=32;--loss_chunk_rows=1024;--bias_grad_epilogue;--attention=mma}"
+  local list="${VARIANTS---gemm_autotune;--micro_batch_size=32;--loss_chunk_rows=1024;--bias_grad_epilogue;--attention=mma}"
   local variants=("")
   IFS=';' read -r -a more <<<"$list"
   variants+=("${more[@]}")

@@ -28,6 +28,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
+#include "framework/gemm_tuning.h"
 #include "framework/kernel_profile.h"
 #include "framework/memory_arena.h"
 #include "framework/rng.h"
@@ -75,6 +76,9 @@ ABSL_FLAG(bool, bias_grad_epilogue, false,
 ABSL_FLAG(bool, residual_in_gemm, true,
           "each block's residual add in the MLP's last GEMM, as for "
           "trellis-train");
+ABSL_FLAG(bool, gemm_autotune, false,
+          "time cuBLASLt's candidate algorithms per GEMM shape and keep the "
+          "fastest, as for trellis-train");
 ABSL_FLAG(int64_t, steps, 5, "timed steps");
 ABSL_FLAG(int64_t, warmup, 2, "untimed steps first");
 ABSL_FLAG(std::optional<int64_t>, gemm_size, std::nullopt,
@@ -149,6 +153,7 @@ BenchFlags FlagsFromCommandLine(const std::vector<char*>& positional) {
   f.loss_chunk_rows = absl::GetFlag(FLAGS_loss_chunk_rows);
   f.bias_grad_epilogue = absl::GetFlag(FLAGS_bias_grad_epilogue);
   f.residual_in_gemm = absl::GetFlag(FLAGS_residual_in_gemm);
+  f.gemm_autotune = absl::GetFlag(FLAGS_gemm_autotune);
   f.steps = absl::GetFlag(FLAGS_steps);
   f.warmup = absl::GetFlag(FLAGS_warmup);
   f.gemm_size = absl::GetFlag(FLAGS_gemm_size);
@@ -224,6 +229,19 @@ absl::Status WriteJson(const BenchConfig& c, const BenchRun& run) {
   return absl::OkStatus();
 }
 
+// With --gemm_autotune, what the timing of each GEMM shape found.
+void PrintGemmTuning() {
+  if (!GemmAutotune()) return;
+  const GemmTuningStats tuned = GemmTuningSoFar();
+  std::printf(
+      "GEMM autotune: %lld shapes timed, %lld run another algorithm than "
+      "the heuristic's first; one call of each: %.3f ms with the "
+      "heuristic's first, %.3f ms as chosen\n",
+      static_cast<long long>(tuned.problems),
+      static_cast<long long>(tuned.changed), tuned.heuristic_ms,
+      tuned.chosen_ms);
+}
+
 absl::Status Bench(const BenchFlags& flags) {
   TRELLIS_ASSIGN_OR_RETURN(BenchConfig c, ResolveBenchConfig(flags));
   TRELLIS_ASSIGN_OR_RETURN(BenchDevice device,
@@ -291,6 +309,7 @@ absl::Status Bench(const BenchFlags& flags) {
       Readable(trainer->arena().capacity()).c_str(),
       Readable(arena.peak_in_use).c_str(), arena.fallbacks,
       Readable(arena.fallback_bytes).c_str());
+  PrintGemmTuning();
   // The table's largest operands need the memory the trainer held.
   const TrainOptions stepped = trainer->options();
   trainer.reset();

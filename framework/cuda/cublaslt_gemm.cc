@@ -13,6 +13,7 @@
 
 #include "framework/cuda/cuda_check.h"
 #include "framework/cuda/cuda_device.h"
+#include "framework/gemm_tuning.h"
 #include "framework/launch_count.h"
 #include "framework/status.h"
 
@@ -32,6 +33,10 @@ namespace cublaslt {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+// With --gemm_autotune: the heuristic's candidates timed per problem, and
+// the timed calls of each after one untimed.
+constexpr int kTuneCandidates = 8;
+constexpr int kTimedRuns = 3;
 
 size_t ElemBytes(cudaDataType_t type) { return type == CUDA_R_32F ? 4 : 2; }
 
@@ -68,6 +73,9 @@ struct LtPlan {
   Desc desc;
   Layout a, b, d;
   std::optional<cublasLtMatmulAlgo_t> algo;  // nullopt: the heuristic had none
+  // With autotuning, the heuristic's candidates (algo is the first) until
+  // the problem's first call has timed them; then empty.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
 };
 
 struct LtContext {
@@ -146,7 +154,7 @@ void SetPointers(cublasLtMatmulDesc_t desc, const Gemm& g) {
 // The plan for `g`'s problem (shape, types, epilogue, beta and the
 // alignments its algorithm was chosen for), made and asked of the heuristic
 // on first use.
-const LtPlan& PlanFor(LtContext& context, const Gemm& g) {
+LtPlan& PlanFor(LtContext& context, const Gemm& g) {
   const uint32_t align_a = Alignment(g.a, g.lda, ElemBytes(g.ab_type));
   const uint32_t align_b = Alignment(g.b, g.ldb, ElemBytes(g.ab_type));
   const uint32_t align_d = Alignment(g.d, g.ldd, ElemBytes(g.d_type));
@@ -197,18 +205,94 @@ const LtPlan& PlanFor(LtContext& context, const Gemm& g) {
     TRELLIS_CUBLAS_CHECK(
         cublasLtMatmulPreferenceSetAttribute(raw, attr, &value, sizeof(value)));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  const int wanted = GemmAutotune() ? kTuneCandidates : 1;
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates]{};
   int count = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       context.handle, plan->desc.get(), plan->a.get(), plan->b.get(),
-      plan->d.get(), plan->d.get(), raw, 1, &result, &count);
+      plan->d.get(), plan->d.get(), raw, wanted, results, &count);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED)
     count = 0;
   else
     TRELLIS_CUBLAS_CHECK(status);
-  if (count > 0) plan->algo = result.algo;
+  for (int i = 0; i < count; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (!plan->algo.has_value()) plan->algo = results[i].algo;
+    if (wanted > 1) plan->candidates.push_back(results[i].algo);
+  }
+  if (plan->candidates.size() < 2) plan->candidates.clear();
   slot = std::move(plan);
   return *slot;
+}
+
+// One call of `g` with `algo`, D written to `d` (C read as the call reads
+// it).
+cublasStatus_t RunAlgo(LtContext& context, const LtPlan& plan, const Gemm& g,
+                       const cublasLtMatmulAlgo_t& algo, void* d) {
+  const float alpha = 1.f;
+  return cublasLtMatmul(context.handle, plan.desc.get(), &alpha, g.a,
+                        plan.a.get(), g.b, plan.b.get(), &g.beta, CPointer(g),
+                        plan.d.get(), d, plan.d.get(), &algo, context.workspace,
+                        kWorkspaceBytes, ComputeStream());
+}
+
+// Milliseconds of one call of `g` with `algo` (one untimed call, then the
+// mean of kTimedRuns), writing D into `scratch`; negative when cuBLASLt
+// refuses the algorithm.
+float TimeAlgo(LtContext& context, const LtPlan& plan, const Gemm& g,
+               const cublasLtMatmulAlgo_t& algo, void* scratch,
+               cudaEvent_t start, cudaEvent_t stop) {
+  if (RunAlgo(context, plan, g, algo, scratch) != CUBLAS_STATUS_SUCCESS) {
+    return -1.f;
+  }
+  TRELLIS_CUDA_CHECK(cudaEventRecord(start, ComputeStream()));
+  for (int i = 0; i < kTimedRuns; ++i) {
+    if (RunAlgo(context, plan, g, algo, scratch) != CUBLAS_STATUS_SUCCESS) {
+      return -1.f;
+    }
+  }
+  TRELLIS_CUDA_CHECK(cudaEventRecord(stop, ComputeStream()));
+  TRELLIS_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.f;
+  TRELLIS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  CountLaunches(kTimedRuns + 1);
+  return ms / kTimedRuns;
+}
+
+// Times the plan's candidates on `g`'s inputs, D into stream-ordered
+// scratch (so that `g`'s own output, which beta may accumulate into, is
+// untouched; the aux and bias-gradient outputs are written with the values
+// the real call writes), and keeps the fastest. Without memory for the
+// scratch the heuristic's first stays.
+void TuneAlgo(LtContext& context, LtPlan& plan, const Gemm& g) {
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  candidates.swap(plan.candidates);
+  const size_t bytes = static_cast<size_t>(g.ldd) * static_cast<size_t>(g.n) *
+                       ElemBytes(g.d_type);
+  void* scratch = nullptr;
+  if (cudaMallocAsync(&scratch, bytes, ComputeStream()) != cudaSuccess) {
+    cudaGetLastError();  // clears the failed allocation's error
+    return;
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TRELLIS_CUDA_CHECK(cudaEventCreate(&start));
+  TRELLIS_CUDA_CHECK(cudaEventCreate(&stop));
+  float first = -1.f, best = -1.f;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const float ms =
+        TimeAlgo(context, plan, g, candidates[i], scratch, start, stop);
+    if (i == 0) first = ms;
+    if (ms >= 0.f && (best < 0.f || ms < best)) {
+      best = ms;
+      plan.algo = candidates[i];
+    }
+  }
+  TRELLIS_CUDA_CHECK(cudaEventDestroy(start));
+  TRELLIS_CUDA_CHECK(cudaEventDestroy(stop));
+  TRELLIS_CUDA_CHECK(cudaFreeAsync(scratch, ComputeStream()));
+  if (first >= 0.f && best >= 0.f) {
+    RecordGemmTuning(first, best, best < first);
+  }
 }
 
 }  // namespace
@@ -223,8 +307,9 @@ uint32_t Alignment(const void* pointer, int64_t ld, size_t elem_bytes) {
 // algorithm for it.
 bool TryLtGemm(int device, const Gemm& g) {
   LtContext& context = ContextFor(device);
-  const LtPlan& plan = PlanFor(context, g);
+  LtPlan& plan = PlanFor(context, g);
   if (!plan.algo.has_value()) return false;
+  if (!plan.candidates.empty()) TuneAlgo(context, plan, g);
   SetPointers(plan.desc.get(), g);
   const float alpha = 1.f;
   TRELLIS_CUBLAS_CHECK(cublasLtMatmul(

@@ -5,8 +5,10 @@
 // Each thread keeps, per device, a cuBLASLt handle, a cuBLAS handle, a
 // 32 MiB workspace and, per problem (shape, strides, dtypes, transposes,
 // epilogue, beta and the alignments), the matmul descriptor, the three
-// matrix layouts and the algorithm the heuristic chose (asked once). Only
-// the bias and aux pointers are set again per call. They live until the
+// matrix layouts and the algorithm the heuristic chose (asked once), or
+// with --gemm_autotune (framework/gemm_tuning.h) the fastest of its first
+// candidates, timed on the problem's first call. Only the bias and aux
+// pointers are set again per call. They live until the
 // process exits. Every GEMM run counts one launch (framework/launch_count.h).
 #ifndef TRELLIS_FRAMEWORK_CUDA_CUBLASLT_GEMM_H_
 #define TRELLIS_FRAMEWORK_CUDA_CUBLASLT_GEMM_H_

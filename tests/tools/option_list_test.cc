@@ -117,6 +117,7 @@ TrainOptions Unusual() {
   o.loss_chunk_rows = 77;
   o.bias_grad_epilogue = true;
   o.residual_in_gemm = false;
+  o.gemm_autotune = true;
   o.gpu_comm = DeviceTransport::kHostStaged;
   o.memory_budget_gb = 1.5;
   o.peak_tflops = 123.5;
@@ -139,7 +140,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 82);  // 28 model + 30 run + 24 layout and device options
+  EXPECT_EQ(lines, 83);  // 28 model + 30 run + 25 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -175,6 +175,7 @@ absl::StatusOr<BenchConfig> ResolveBenchConfig(const BenchFlags& f) {
   if (f.loss_chunk_rows.has_value()) o.loss_chunk_rows = *f.loss_chunk_rows;
   o.bias_grad_epilogue = f.bias_grad_epilogue;
   o.residual_in_gemm = f.residual_in_gemm;
+  o.gemm_autotune = f.gemm_autotune;
   o.steps = c.timed_steps + c.warmup;
   o.warmup_steps = 1;
   o.eval_every = 0;

@@ -28,6 +28,7 @@ struct BenchFlags {
   std::optional<int64_t> loss_chunk_rows;  // unset: the trainer's default
   bool bias_grad_epilogue = false;
   bool residual_in_gemm = true;
+  bool gemm_autotune = false;
   int64_t steps = 5;
   int64_t warmup = 2;
   std::optional<int64_t> gemm_size;

@@ -145,6 +145,11 @@ namespace trellis {
     "add the residual stream to each block's output in the MLP's last GEMM "  \
     "(the GEMM's C matrix on cuda, one rounding; with one tp rank) instead "  \
     "of a pass of its own; on cpu the same sums either way")                  \
+  X(Device, bool, gemm_autotune, false,                                       \
+    "cuda: time cuBLASLt's first candidate algorithms for each GEMM shape "   \
+    "on its first call and keep the fastest (results then may differ in "     \
+    "the last bits between runs); off: the heuristic's first, every run "     \
+    "the same")                                                               \
   X(Device, DeviceTransport, gpu_comm, DeviceTransport::kNccl,                \
     "GPU collectives: nccl (one GPU per rank) or host (staged through "       \
     "host memory over MPI; ranks may share a GPU)")                           \

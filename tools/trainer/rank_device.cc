@@ -1,6 +1,7 @@
 #include "tools/trainer/rank_device.h"
 
 #include "framework/device_info.h"
+#include "framework/gemm_tuning.h"
 #include "framework/status.h"
 
 namespace trellis {
@@ -22,6 +23,7 @@ absl::StatusOr<RankDevice> SetUpRankDevice(const TrainOptions& options,
   out.dtype = dtype;
   out.groups = mpi_groups;
   if (out.device.is_cuda()) {
+    SetGemmAutotune(options.gemm_autotune);
     TRELLIS_ASSIGN_OR_RETURN(
         out.device_groups,
         DeviceGroups::Create(mpi_groups, out.device, options.gpu_comm));

@@ -64,6 +64,18 @@ TEST_F(LayoutEquivalenceTest, BiasGradientsInTheGemmMatchOneProcess) {
   RunAll({L(1, 2, 2, "1f1b")});
 }
 
+// --gemm_autotune: GEMMs on the algorithm each shape timed fastest train to
+// the losses of the one-process reference on the heuristic's first (on the
+// CPU the option changes nothing; on a GPU the timing calls must leave every
+// output as one call writes it), under tp, pp and the zero-bubble
+// schedule's deferred weight gradients.
+TEST_F(LayoutEquivalenceTest, AutotunedGemmsMatchOneProcess) {
+  TrainOptions tuned = *options_;
+  tuned.gemm_autotune = true;
+  UseOptions use(tuned);
+  RunAll({L(1, 1, 1), L(2, 2, 2, "zb-h1")});
+}
+
 // --residual_in_gemm=false: each block's output as the MLP's projection
 // then a separate add trains to the losses of the fused one (the
 // one-process reference), with and without tp (where the add follows the
