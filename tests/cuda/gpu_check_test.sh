@@ -35,8 +35,8 @@ grep -q '^| goal | result | measured |' "$log" || fail "no goals table"
 # The variants ran beside the preset as benched, each with its flags.
 grep -q '^| (as benched) | [0-9.]* | [0-9]* | .* | 1.00x |$' "$log" ||
   fail "no variants row of the preset as benched"
-grep -q '^| --micro_batch_size=16 | [0-9.]* | [0-9]* |' "$log" ||
-  fail "no variants row with --micro_batch_size=16"
+grep -q '^| --gemm_autotune | [0-9.]* | [0-9]* |' "$log" ||
+  fail "no variants row with --gemm_autotune"
 # llm.c, the peer, runs only on a GPU: its section says so in a dry run.
 grep -q '^skipped: llm.c runs only on a GPU' "$log" || fail "llmc did not skip"
 # The Llama sections ran the converted model through trellis-eval and
