@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "framework/status.h"
 #include "parallel/data_parallel.h"
 #include "parallel/schedule.h"
 #include "tools/plan/shape_only_groups.h"
+#include "tools/trainer/bucket_layout.h"
 #include "tools/trainer/stage_model.h"
 #include "tools/trainer/zero_memory.h"
 #include "transformer/model_family.h"
@@ -16,13 +16,11 @@
 namespace trellis {
 namespace {
 
-// The trainer's buckets of `model`'s gradients (gradient_sync.cc: the tied
-// embedding alone under ZeRO, each bucket padded to its group's ranks
-// there, and under ZeRO-3 a bucket starting at each weight group): each
-// bucket's padded elements, and the bucket of each parameter. The dense
-// parameters' buckets come first, over dp·cp ranks; then, under expert
-// parallelism, the experts' over the dp·cp / ep ranks holding them
-// (`experts` buckets from index `dense` on).
+// The trainer's buckets of `model`'s gradients, every set's
+// (tools/trainer/bucket_layout.h) in one list: each bucket's padded
+// elements, and the bucket of each parameter. The dense parameters' buckets
+// come first, over dp·cp ranks; then, under expert parallelism, the
+// experts' over the dp·cp / ep ranks holding them (from index `dense` on).
 struct BucketLayout {
   std::vector<int64_t> elements;
   std::unordered_map<const Parameter*, int> bucket_of;
@@ -32,37 +30,17 @@ struct BucketLayout {
 
 BucketLayout GradientBucketLayout(const StageModel& model,
                                   const TrainOptions& o, size_t element_bytes) {
-  std::unordered_set<const Parameter*> starts;
-  if (o.zero == 3) {
-    for (const Parameter* p : model.WeightGroupStarts()) starts.insert(p);
-  }
-  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
   BucketLayout out;
-  for (const bool experts : {false, true}) {
-    std::vector<Parameter*> order;
-    for (Parameter* p : model.GradientReadyOrder()) {
-      if (p->expert == experts) order.push_back(p);
+  for (const BucketSet& set : BucketSets(model, o)) {
+    const SetBuckets buckets = LayOutBuckets(model, o, set, element_bytes);
+    const int first = static_cast<int>(out.elements.size());
+    for (size_t i = 0; i < buckets.params.size(); ++i) {
+      out.bucket_of[buckets.params[i]] = first + buckets.of_item[i];
+      out.offset_of[buckets.params[i]] = buckets.offset_of_item[i];
     }
-    std::vector<GradientBuckets::LayoutItem> items;
-    for (const Parameter* p : order) {
-      items.push_back({NumElements(p->spec.LocalShape()), element_bytes, 0,
-                       o.zero > 0 && !tied.empty() && p->name == tied,
-                       starts.count(p) > 0});
-    }
-    const int64_t replicas =
-        o.gradient_replicas() / (experts ? o.ep : int64_t{1});
-    for (const std::vector<size_t>& bucket : GradientBuckets::Layout(
-             items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024))) {
-      int64_t n = 0;
-      for (size_t i : bucket) {
-        out.offset_of[order[i]] = n;
-        n += items[i].elements;
-        out.bucket_of[order[i]] = static_cast<int>(out.elements.size());
-      }
-      if (o.zero > 0) n = (n + replicas - 1) / replicas * replicas;
-      out.elements.push_back(n);
-    }
-    if (!experts) out.dense = out.elements.size();
+    out.elements.insert(out.elements.end(), buckets.padded.begin(),
+                        buckets.padded.end());
+    if (!set.expert) out.dense = out.elements.size();
   }
   return out;
 }

@@ -6,63 +6,10 @@
 #include <vector>
 
 #include "parallel/data_parallel.h"
-#include "transformer/model_family.h"
+#include "tools/trainer/bucket_layout.h"
 
 namespace trellis {
 namespace {
-
-// A set of gradient buckets (GradientSync): the dense parameters' over the
-// dp·cp ranks, or under expert parallelism the experts' over the ranks
-// holding the same ones.
-struct BucketSet {
-  bool expert = false;
-  int64_t ranks = 1;  // over which the buckets are padded and sharded
-};
-
-// The stage's bucket sets: the dense one, and the experts' if it holds any.
-std::vector<BucketSet> BucketSets(const StageModel& model,
-                                  const TrainOptions& o) {
-  std::vector<BucketSet> sets = {{false, o.gradient_replicas()}};
-  for (const Parameter* p : model.params().all()) {
-    if (!p->expert) continue;
-    sets.push_back({true, o.gradient_replicas() / o.ep});
-    break;
-  }
-  return sets;
-}
-
-// `n` rounded up to a multiple of `ranks`.
-int64_t Padded(int64_t n, int64_t ranks) {
-  return (n + ranks - 1) / ranks * ranks;
-}
-
-// The stage's gradient bucket items of `set` as the trainer lays them out
-// (the tied embedding alone; under level 3 a bucket starting at each weight
-// group), in ready order, with `index` mapping a parameter to its item.
-std::vector<GradientBuckets::LayoutItem> BucketItems(
-    const StageModel& model, const TrainOptions& o, const BucketSet& set,
-    size_t element_bytes, std::unordered_map<const Parameter*, size_t>& index) {
-  std::vector<GradientBuckets::LayoutItem> items;
-  for (const Parameter* p : model.GradientReadyOrder()) {
-    if (p->expert != set.expert) continue;
-    index[p] = items.size();
-    items.push_back(
-        {NumElements(p->spec.LocalShape()), element_bytes, 0, false});
-  }
-  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
-  // (Middle pipeline stages hold no embedding.)
-  const Parameter* embedding =
-      tied.empty() ? nullptr : model.params().Find(tied);
-  if (embedding != nullptr && index.count(embedding) > 0) {
-    items[index.at(embedding)].alone = true;
-  }
-  if (o.zero == 3) {
-    for (const Parameter* p : model.WeightGroupStarts()) {
-      if (index.count(p) > 0) items[index.at(p)].starts = true;
-    }
-  }
-  return items;
-}
 
 // Elements of the stage's gradients, all sets together.
 int64_t GradientElements(const StageModel& model) {
@@ -73,63 +20,24 @@ int64_t GradientElements(const StageModel& model) {
   return n;
 }
 
-// BucketItems over the gradients: each element as many bytes as the
-// replicated plan's gradients give it (no items when the stage has none).
-std::vector<GradientBuckets::LayoutItem> GradientItems(
-    const StageModel& model, const TrainOptions& o, const BucketSet& set,
-    const MemoryPlan& replicated,
-    std::unordered_map<const Parameter*, size_t>& index) {
+// `set`'s buckets over the gradients: each element as many bytes as the
+// replicated plan's gradients give it (none when the stage has none).
+SetBuckets GradientSetBuckets(const StageModel& model, const TrainOptions& o,
+                              const BucketSet& set,
+                              const MemoryPlan& replicated) {
   const int64_t n = GradientElements(model);
   if (n == 0) return {};
-  return BucketItems(model, o, set,
-                     replicated.gradients / static_cast<size_t>(n), index);
-}
-
-// The buckets of `items`, each one's elements padded to the set's ranks,
-// and each item's bucket.
-struct Buckets {
-  std::vector<int64_t> padded;
-  std::vector<int> of_item;
-};
-
-Buckets LayBuckets(const std::vector<GradientBuckets::LayoutItem>& items,
-                   const TrainOptions& o, const BucketSet& set) {
-  Buckets out;
-  out.of_item.resize(items.size());
-  const std::vector<std::vector<size_t>> layout = GradientBuckets::Layout(
-      items, static_cast<int64_t>(o.dp_bucket_mb * 1024 * 1024));
-  for (size_t b = 0; b < layout.size(); ++b) {
-    int64_t elements = 0;
-    for (size_t i : layout[b]) {
-      elements += items[i].elements;
-      out.of_item[i] = static_cast<int>(b);
-    }
-    out.padded.push_back(Padded(elements, set.ranks));
-  }
-  return out;
-}
-
-// The distinct buckets of `set` that `unit`'s parameters lie in.
-std::vector<int> UnitBuckets(
-    const std::vector<Parameter*>& unit, const Buckets& buckets,
-    const std::unordered_map<const Parameter*, size_t>& index) {
-  std::vector<int> out;
-  for (const Parameter* p : unit) {
-    auto it = index.find(p);
-    if (it == index.end()) continue;
-    const int b = buckets.of_item[it->second];
-    if (std::find(out.begin(), out.end(), b) == out.end()) out.push_back(b);
-  }
-  return out;
+  return LayOutBuckets(model, o, set,
+                       replicated.gradients / static_cast<size_t>(n));
 }
 
 // Level 2's bucket bytes bound at once for one set.
 size_t SetBucketsInFlight(const StageModel& model, const TrainOptions& o,
                           const MemoryPlan& replicated, const BucketSet& set,
                           size_t* largest_bucket) {
-  std::unordered_map<const Parameter*, size_t> index;
-  const std::vector<GradientBuckets::LayoutItem> items =
-      GradientItems(model, o, set, replicated, index);
+  const SetBuckets buckets = GradientSetBuckets(model, o, set, replicated);
+  const std::vector<GradientBuckets::LayoutItem>& items = buckets.items;
+  const std::unordered_map<const Parameter*, size_t>& index = buckets.index;
   if (items.empty()) return 0;
   std::vector<std::vector<size_t>> groups;
   for (const std::vector<Parameter*>& group : model.WeightGroups()) {
@@ -162,11 +70,9 @@ size_t PlanGatheredUnits(const StageModel& model, const TrainOptions& o) {
   const std::vector<std::vector<Parameter*>> units = model.GatherUnits();
   std::vector<size_t> unit_bytes(units.size(), 0);
   for (const BucketSet& set : BucketSets(model, o)) {
-    std::unordered_map<const Parameter*, size_t> index;
-    const Buckets buckets =
-        LayBuckets(BucketItems(model, o, set, value_bytes, index), o, set);
+    const SetBuckets buckets = LayOutBuckets(model, o, set, value_bytes);
     for (size_t u = 0; u < units.size(); ++u) {
-      for (int b : UnitBuckets(units[u], buckets, index)) {
+      for (int b : buckets.UnitBuckets(units[u])) {
         unit_bytes[u] += static_cast<size_t>(buckets.padded[b]) * value_bytes;
       }
     }
@@ -196,24 +102,18 @@ size_t PlanCheckpointIo(const StageModel& model, const TrainOptions& o,
   const size_t gradient_bytes = replicated.gradients / n;
   size_t largest_group = 0, largest_bucket = 0;
   for (const BucketSet& set : BucketSets(model, o)) {
-    std::unordered_map<const Parameter*, size_t> index;
-    const std::vector<GradientBuckets::LayoutItem> items =
-        GradientItems(model, o, set, replicated, index);
-    if (items.empty()) continue;
-    const Buckets buckets = LayBuckets(items, o, set);
+    const SetBuckets buckets = GradientSetBuckets(model, o, set, replicated);
+    if (buckets.items.empty()) continue;
     // The I/O groups (GradientSync::CheckpointGroups): each bucket under
     // levels 1 and 2; under 3 the gather units' buckets
     // (ShardedParameters::IoGroups), set by set.
     std::vector<std::vector<int>> unit_buckets;
     if (o.zero >= 3) {
       for (const std::vector<Parameter*>& unit : model.GatherUnits()) {
-        unit_buckets.push_back(UnitBuckets(unit, buckets, index));
+        unit_buckets.push_back(buckets.UnitBuckets(unit));
       }
     }
-    std::vector<int64_t> elements(buckets.padded.size(), 0);
-    for (size_t i = 0; i < items.size(); ++i) {
-      elements[buckets.of_item[i]] += items[i].elements;
-    }
+    const std::vector<int64_t>& elements = buckets.elements;
     for (const std::vector<int>& group : GradientBuckets::UnitBucketGroups(
              static_cast<int>(elements.size()), unit_buckets)) {
       int64_t sum = 0;
