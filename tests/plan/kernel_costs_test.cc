@@ -80,6 +80,35 @@ TEST(KernelCostsTest, JsonReadsBackAndBenchSummariesCarryIt) {
   EXPECT_TRUE(KernelCostsFromJson(summary, "bench.json").ok());
 }
 
+// Version 2 counts attention calls by their (window, head) pairs; a
+// version-1 table, measured over 2 windows a call and keyed by heads,
+// reads with that axis doubled, so its rates land where they were
+// measured.
+TEST(KernelCostsTest, VersionOneTablesReadTheirHeadsAsPairsOfTwoWindows) {
+  const nlohmann::json j = KernelCostsToJson(TwoPointTable());
+  EXPECT_EQ(j.at("kernel_costs"), 2);
+  EXPECT_TRUE(j.at("attention").contains("head_windows"));
+  nlohmann::json old = j;
+  old["kernel_costs"] = 1;
+  old["attention"]["heads"] = old["attention"]["head_windows"];
+  old["attention"].erase("head_windows");
+  const absl::StatusOr<KernelCosts> c = KernelCostsFromJson(old, "v1.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->attention.axes[2], std::vector<double>{8});
+  EXPECT_NEAR(AttentionRate(*c, 64, 16, 8), 2e9, 1e-3);
+  // Each version names its own axis.
+  old["attention"]["head_windows"] = old["attention"]["heads"];
+  old["attention"].erase("heads");
+  EXPECT_FALSE(KernelCostsFromJson(old, "v1.json").ok());
+  nlohmann::json future = j;
+  future["kernel_costs"] = 3;
+  const absl::StatusOr<KernelCosts> unknown =
+      KernelCostsFromJson(future, "v3.json");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(std::string(unknown.status().message()),
+              HasSubstr("\"kernel_costs\": 2"));
+}
+
 // The first line of the error `edit` makes of a good table.
 std::string ErrorOf(void (*edit)(nlohmann::json&)) {
   nlohmann::json j = KernelCostsToJson(TwoPointTable());

@@ -44,9 +44,10 @@ void Predict(const TrainOptions& o, const KernelCosts& c, StepCalibration& s) {
   const double seq = static_cast<double>(m.seq_len);
   const double flops =
       3 * 2 * rows * seq * heads * static_cast<double>(m.HeadDim());
+  const double head_windows = heads * static_cast<double>(o.micro_batch_size);
   s.attention_predicted =
       micro * layers * flops /
-      AttentionRate(c, seq, static_cast<double>(m.HeadDim()), heads);
+      AttentionRate(c, seq, static_cast<double>(m.HeadDim()), head_windows);
   const double params = static_cast<double>(m.NumParameters());
   s.adamw_predicted = 28 * params / AdamWRate(c, params);
 }
@@ -93,8 +94,9 @@ double CalibrateToPasses(const TrainOptions& o, const PassTimes& passes,
   const double heads = static_cast<double>(m.n_head);
   const double head_dim = static_cast<double>(m.HeadDim());
   // One block's F, B and W as step_work.cc costs them (float32, tp = 1).
+  const double head_windows = heads * static_cast<double>(o.micro_batch_size);
   double block = 3 * 2 * rows * seq * heads * head_dim /
-                     AttentionRate(costs, seq, head_dim, heads) +
+                     AttentionRate(costs, seq, head_dim, head_windows) +
                  3 * rows * 4 * (14 * width + 8 * 4 * width) /
                      ElementwiseRate(costs, rows, width);
   for (GemmPass pass : {GemmPass::kForward, GemmPass::kBackwardInput,

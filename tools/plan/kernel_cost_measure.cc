@@ -17,8 +17,10 @@ namespace {
 constexpr double kRoundSeconds = 2e-3;
 
 struct Grids {
-  std::vector<double> rows, sides, seq, head_dim, heads, ew_rows, ew_width;
+  std::vector<double> rows, sides, seq, head_dim, head_windows, ew_rows,
+      ew_width;
   std::vector<double> adamw;
+  int64_t call_heads = 4;  // each attention call's heads; windows the rest
 };
 
 Grids GridsFor(DeviceType device) {
@@ -27,19 +29,21 @@ Grids GridsFor(DeviceType device) {
             {64, 256, 1024},
             {32, 64, 128, 256, 512},
             {16, 32, 64, 128},
-            {4},
+            {8},
             {32, 256, 2048},
             {64, 256, 1024},
-            {1 << 14, 1 << 18, 1 << 22}};
+            {1 << 14, 1 << 18, 1 << 22},
+            4};
   }
   return {{1024, 4096, 16384, 65536},
           {768, 2048, 4096, 8192},
           {256, 512, 1024, 2048, 4096, 8192},
           {64, 128},
-          {8, 16, 32},
+          {16, 128, 1024},
           {1024, 8192, 65536},
           {768, 2048, 8192},
-          {1 << 20, 1 << 23, 1 << 26}};
+          {1 << 20, 1 << 23, 1 << 26},
+          8};
 }
 
 // Small non-zero values on the CPU (so that no kernel takes a zero fast
@@ -126,14 +130,14 @@ void MeasureGemms(Device device, DType dtype, const Grids& grids,
 
 void MeasureAttention(Device device, DType dtype, const Grids& grids,
                       const std::function<void()>& sync, KernelCosts& c) {
-  c.attention = Empty(grids.seq, grids.head_dim, grids.heads);
-  constexpr int64_t kBatch = 2;
+  c.attention = Empty(grids.seq, grids.head_dim, grids.head_windows);
+  const int64_t h = grids.call_heads;
   for (size_t i = 0; i < grids.seq.size(); ++i) {
     for (size_t j = 0; j < grids.head_dim.size(); ++j) {
-      for (size_t k = 0; k < grids.heads.size(); ++k) {
+      for (size_t k = 0; k < grids.head_windows.size(); ++k) {
         const auto t = static_cast<int64_t>(grids.seq[i]);
         const auto d = static_cast<int64_t>(grids.head_dim[j]);
-        const auto h = static_cast<int64_t>(grids.heads[k]);
+        const int64_t kBatch = static_cast<int64_t>(grids.head_windows[k]) / h;
         Tensor qkv = Filled({kBatch, t, 3 * h * d}, dtype, device);
         Tensor out = Filled({kBatch, t, h * d}, dtype, device);
         Tensor saved = Tensor::Zeros(AttentionSavedShape(device, kBatch, t, h),

@@ -16,7 +16,10 @@ namespace {
 constexpr double kMaxAxis = 2147483648.0;  // 2^31
 constexpr double kMaxFigure = 1e15;        // in TFLOP/s or GB/s
 constexpr size_t kMaxAxisValues = 64;
-constexpr int kVersion = 1;
+// Version 2's attention axis is the (window, head) pairs of one call;
+// version 1 tables counted heads of calls over kVersion1Windows windows.
+constexpr int kVersion = 2;
+constexpr double kVersion1Windows = 2;
 
 // Where x falls on `axis`: the lower index and the weight of the upper one,
 // in the logarithm, clamped to the ends.
@@ -176,9 +179,9 @@ double GemmSeconds(const KernelCosts& c, GemmPass pass, double rows, double in,
 }
 
 double AttentionRate(const KernelCosts& c, double seq_len, double head_dim,
-                     double heads) {
+                     double head_windows) {
   return std::min(c.peak_flops,
-                  c.attention.Interpolate(seq_len, head_dim, heads));
+                  c.attention.Interpolate(seq_len, head_dim, head_windows));
 }
 
 double ElementwiseRate(const KernelCosts& c, double rows, double width) {
@@ -211,12 +214,12 @@ std::string FormatKernelCosts(const KernelCosts& c) {
   const RateGrid& a = c.attention;
   for (double d : a.axes[1]) {
     absl::StrAppendFormat(&out,
-                          "  attention head width %g, %g heads, "
-                          "TFLOP/s by T:",
-                          d, a.axes[2].front());
+                          "  attention head width %g, %g (window, head) "
+                          "pairs a call, TFLOP/s by T:",
+                          d, a.axes[2].back());
     for (double t : a.axes[0]) {
       absl::StrAppendFormat(&out, " %g: %.3g", t,
-                            a.Interpolate(t, d, a.axes[2].front()) / 1e12);
+                            a.Interpolate(t, d, a.axes[2].back()) / 1e12);
     }
     out += "\n";
   }
@@ -242,11 +245,12 @@ absl::StatusOr<KernelCosts> KernelCostsFromJson(const nlohmann::json& json,
       j->at("kernel_costs").is_object()) {
     j = &j->at("kernel_costs");
   }
-  if (!j->is_object() || !j->contains("kernel_costs") ||
-      j->at("kernel_costs") != kVersion) {
+  const int64_t version = IntegerOr(*j, "kernel_costs");
+  if (version != 1 && version != kVersion) {
     return Bad(where,
-               "is not a kernel cost table (no \"kernel_costs\": 1); write one "
-               "with trellis-bench --profile --json=FILE");
+               "is not a kernel cost table (no \"kernel_costs\": 2, or 1 "
+               "for an older one); write one with trellis-bench --profile "
+               "--json=FILE");
   }
   KernelCosts c;
   c.device = StringOr(*j, "device");
@@ -281,8 +285,13 @@ absl::StatusOr<KernelCosts> KernelCostsFromJson(const nlohmann::json& json,
       c.gemm_backward_weight,
       Grid(*j, where, "gemm", gemm_axes, "backward_weight_tflops", 1e12));
   TRELLIS_ASSIGN_OR_RETURN(
-      c.attention, Grid(*j, where, "attention",
-                        {"seq_len", "head_dim", "heads"}, "tflops", 1e12));
+      c.attention,
+      Grid(*j, where, "attention",
+           {"seq_len", "head_dim", version == 1 ? "heads" : "head_windows"},
+           "tflops", 1e12));
+  if (version == 1) {
+    for (double& pairs : c.attention.axes[2]) pairs *= kVersion1Windows;
+  }
   TRELLIS_ASSIGN_OR_RETURN(
       c.elementwise,
       Grid(*j, where, "elementwise", {"rows", "width", nullptr}, "gbs", 1e9));
@@ -314,7 +323,7 @@ nlohmann::json KernelCostsToJson(const KernelCosts& c) {
       {"attention",
        {{"seq_len", a.axes[0]},
         {"head_dim", a.axes[1]},
-        {"heads", a.axes[2]},
+        {"head_windows", a.axes[2]},
         {"tflops", Scaled(a.rates, 1e12)}}},
       {"elementwise",
        {{"rows", e.axes[0]},

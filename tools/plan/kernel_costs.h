@@ -12,9 +12,13 @@
 //                forward (MatmulForward), input gradient
 //                (MatmulBackwardInput) and weight gradient
 //                (MatmulBackwardWeight); 2·rows·in·out FLOPs each;
-//   attention    (seq_len, head_dim, heads) -> FLOP/s of causal attention's
-//                forward and backward together, counted as the plan counts
-//                them: 3 · 2·T·heads·head_dim FLOPs per token;
+//   attention    (seq_len, head_dim, head_windows) -> FLOP/s of causal
+//                attention's forward and backward together over
+//                head_windows (window, head) pairs in one call (a
+//                microbatch's windows times the heads on the rank: a GPU
+//                fills its multiprocessors with those pairs, so a call of
+//                few runs far below one of many), counted as the plan
+//                counts them: 3 · 2·T·heads·head_dim FLOPs per token;
 //   elementwise  (rows, width) -> bytes/s of a GPT-2 block's element-wise
 //                kernels (two LayerNorms, two residual adds, the GELU of the
 //                4·width activation; forward and backward), counted as the
@@ -26,16 +30,18 @@
 // `peak_flops` and its operands' bytes at `memory_bandwidth`.
 //
 // The JSON form (docs/planning.md, "Kernel cost tables"):
-//   {"kernel_costs": 1, "device": "cpu", "dtype": "f32", "source": "...",
+//   {"kernel_costs": 2, "device": "cpu", "dtype": "f32", "source": "...",
 //    "peak_tflops": 0.1, "memory_bandwidth_gbs": 10,
 //    "gemm": {"rows": [..], "in": [..], "out": [..],
 //             "forward_tflops": [..], "backward_input_tflops": [..],
 //             "backward_weight_tflops": [..]},
-//    "attention": {"seq_len": [..], "head_dim": [..], "heads": [..],
-//                  "tflops": [..]},
+//    "attention": {"seq_len": [..], "head_dim": [..],
+//                  "head_windows": [..], "tflops": [..]},
 //    "elementwise": {"rows": [..], "width": [..], "gbs": [..]},
 //    "adamw": {"elements": [..], "gbs": [..]}}
 // with each rate list in row-major order of its axes (the last fastest).
+// A version-1 table (attention by "heads", measured over 2 windows a call)
+// is read with its heads axis doubled into (window, head) pairs.
 //
 // Invariants of a table read or measured: every axis holds 1 to 64 strictly
 // ascending values in [1, 2^31]; every rate and roofline figure is positive,
@@ -76,7 +82,7 @@ struct KernelCosts {
   double peak_flops = 0;        // roofline: FLOP/s
   double memory_bandwidth = 0;  // roofline: bytes/s
   RateGrid gemm_forward, gemm_backward_input, gemm_backward_weight;
-  RateGrid attention;    // (seq_len, head_dim, heads), FLOP/s
+  RateGrid attention;    // (seq_len, head_dim, head_windows), FLOP/s
   RateGrid elementwise;  // (rows, width, 1), bytes/s
   RateGrid adamw;        // (elements, 1, 1), bytes/s
 };
@@ -89,9 +95,10 @@ enum class GemmPass { kForward, kBackwardInput, kBackwardWeight };
 // roofline.
 double GemmSeconds(const KernelCosts& costs, GemmPass pass, double rows,
                    double in, double out, double element_bytes);
-// FLOP/s of causal attention at (seq_len, head_dim, heads).
+// FLOP/s of causal attention at (seq_len, head_dim, head_windows): a call
+// over head_windows (window, head) pairs.
 double AttentionRate(const KernelCosts& costs, double seq_len, double head_dim,
-                     double heads);
+                     double head_windows);
 // Bytes/s of the element-wise kernels on (rows, width) activations.
 double ElementwiseRate(const KernelCosts& costs, double rows, double width);
 // Bytes/s of AdamW stepping `elements` elements.

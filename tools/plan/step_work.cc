@@ -94,12 +94,14 @@ void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, int64_t layer,
     s.head_gemm += GemmSeconds(k, pass, s.rows, s.width, s.vocab, s.bytes);
   }
   // Under cp the ring attends blocks of T/cp keys and queries (cp of them
-  // per rank); all-to-all runs the whole window on heads/cp.
-  const double heads = static_cast<double>(o.model.n_head) / o.tp;
+  // per rank); all-to-all runs the whole window on heads/cp. Each call
+  // covers the microbatch's windows times those heads.
+  const double pairs = static_cast<double>(o.model.n_head) / o.tp *
+                       static_cast<double>(o.micro_batch_size);
   const double head_dim = static_cast<double>(o.model.HeadDim());
-  s.attn_rate = s.cp == 1 ? AttentionRate(k, s.seq, head_dim, heads)
-                : s.ring  ? AttentionRate(k, s.seq / s.cp, head_dim, heads)
-                          : AttentionRate(k, s.seq, head_dim, heads / s.cp);
+  s.attn_rate = s.cp == 1 ? AttentionRate(k, s.seq, head_dim, pairs)
+                : s.ring  ? AttentionRate(k, s.seq / s.cp, head_dim, pairs)
+                          : AttentionRate(k, s.seq, head_dim, pairs / s.cp);
   s.memory_rate = ElementwiseRate(k, s.rows * s.full_rows, s.width);
 }
 
