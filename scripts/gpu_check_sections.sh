@@ -261,10 +261,11 @@ section_bench() {
 }
 
 # trellis-plan's step for the run in bench JSON $1, costed from the kernel
-# cost table that run measured (docs/planning.md, "Kernel cost tables"):
-# one line, predicted against the measured median.
+# cost table in bench JSON $2 (default: $1's own; docs/planning.md, "Kernel
+# cost tables"): one line, predicted against the measured median.
 plan_bench_step() {
-  local json="$1" flags cluster=h100-sxm-8x1 layout predicted mbs
+  local json="$1" table="${2:-$1}" flags cluster=h100-sxm-8x1 layout
+  local predicted mbs
   [ "$GC_DRY" = 1 ] && cluster=cpu
   flags="$(run_python -c '
 import json, sys
@@ -287,7 +288,7 @@ print(" ".join(flags))' "$json")" || return 1
   # The planner searches micro batches up to 16 unless told more; the
   # GPU presets run at up to 64.
   predicted="$("$GC_BIN/trellis-plan" $flags --cluster="$cluster" --world=1 \
-    --max_micro_batch_size="$mbs" --profile="$json" \
+    --max_micro_batch_size="$mbs" --profile="$table" \
     --explain="$layout")" || return
   predicted="${predicted%%$'\n'*}"
   run_python -c '
@@ -337,7 +338,7 @@ section_variants() {
 
 variants_of() {
   local preset="$1" bench_flags variant rc=0 ms="" line tps mfu mem
-  local base_tps="" tag
+  local base_tps="" tag plans=()
   set_bench_flags "$preset"
   local list="${VARIANTS---gemm_autotune;--micro_batch_size=32;--loss_chunk_rows=1024;--bias_grad_epilogue;--attention=mma}"
   local variants=("")
@@ -367,7 +368,15 @@ variants_of() {
       sed -E 's/.*(allocated|RSS) ([0-9.]+ [KMG]iB).*/\2/')"
     [ -z "$base_tps" ] && base_tps="$tps"
     echo "| ${variant:-(as benched)} | $ms | $tps | ${mfu:-—} | ${mem:-?} | $(awk -v a="$tps" -v b="$base_tps" 'BEGIN { printf "%.2fx", a / b }') |"
+    # The planner's step at another micro batch, from the kernel cost table
+    # the preset's bench section measured.
+    if [[ "$variant" == *--micro_batch_size=* ]] &&
+      [ -f "$GC_RESULTS/bench-$preset.json" ]; then
+      plans+=("$(plan_bench_step "$GC_RESULTS/$tag.json" \
+        "$GC_RESULTS/bench-$preset.json" 2>&1 | tail -n 1)")
+    fi
   done
+  [ ${#plans[@]} -eq 0 ] || printf '%s\n' "" "${plans[@]}"
   return "$rc"
 }
 

@@ -37,6 +37,9 @@ grep -q '^| (as benched) | [0-9.]* | [0-9]* | .* | 1.00x |$' "$log" ||
   fail "no variants row of the preset as benched"
 grep -q '^| --gemm_autotune | [0-9.]* | [0-9]* |' "$log" ||
   fail "no variants row with --gemm_autotune"
+# The planner's step for the micro-batch variant, from the bench's table.
+grep -q '^plan: dp1.tp1.pp1/1f1b/v1/mbs32/z0/none predicted [0-9.]* ms, measured [0-9.]* ms' "$log" ||
+  fail "no plan line for the --micro_batch_size=32 variant"
 # llm.c, the peer, runs only on a GPU: its section says so in a dry run.
 grep -q '^skipped: llm.c runs only on a GPU' "$log" || fail "llmc did not skip"
 # The Llama sections ran the converted model through trellis-eval and
