@@ -48,102 +48,101 @@ GradientSync::GradientSync(StageModel& model, const TrainOptions& options,
   const auto bucket_bytes =
       static_cast<int64_t>(options.dp_bucket_mb * 1024 * 1024);
   const GradSync sync = SyncOfLevel(options.zero);
-  buckets_ = std::make_unique<GradientBuckets>(dense, bucket_bytes, *groups_.dp,
-                                               sync, alone, starts, declared);
+  sets_.emplace_back();
+  sets_.back().buckets = std::make_unique<GradientBuckets>(
+      dense, bucket_bytes, *groups_.dp, sync, alone, starts, declared);
   if (!experts.empty()) {
     TRELLIS_CHECK(groups_.expert_dp != nullptr);
-    expert_buckets_ = std::make_unique<GradientBuckets>(
+    sets_.emplace_back();
+    sets_.back().expert = true;
+    sets_.back().buckets = std::make_unique<GradientBuckets>(
         experts, bucket_bytes, *groups_.expert_dp, sync,
         std::vector<const Parameter*>(), starts, declared);
-    expert_scale_ = 1.0 / static_cast<double>(options.ep);
+    sets_.back().scale = 1.0 / static_cast<double>(options.ep);
   }
   if (zero) {
     // The tp sums run on the owned blocks: the tp ranks must own the same
     // elements (the experts' gradients need no tp sum).
     CheckRangesMatchOverTp(*groups_.tp, model_.params().all(),
-                           OwnedGradientRanges(*buckets_));
+                           OwnedGradientRanges(buckets()));
   }
   // ZeRO-3 keeps only the owned blocks of the weights.
   if (options.zero == 3) {
-    sharded_ = std::make_unique<ShardedParameters>(*buckets_, declared, fill);
-    if (expert_buckets_ != nullptr) {
-      expert_sharded_ =
-          std::make_unique<ShardedParameters>(*expert_buckets_, declared, fill);
+    for (Set& set : sets_) {
+      set.sharded =
+          std::make_unique<ShardedParameters>(*set.buckets, declared, fill);
     }
   }
   InstallHooks();
 }
 
+const GradientSync::Set& GradientSync::SetOf(const Parameter* p) const {
+  return p->expert ? sets_.back() : sets_.front();
+}
+
 void GradientSync::InstallHooks() {
-  model_.set_on_gradient_final([this](const Parameter* p) {
-    (p->expert ? *expert_buckets_ : *buckets_).MarkReady(p);
-  });
-  if (buckets_->sync() == GradSync::kShardGradients) {
+  model_.set_on_gradient_final(
+      [this](const Parameter* p) { SetOf(p).buckets->MarkReady(p); });
+  if (buckets().sync() == GradSync::kShardGradients) {
     // ZeRO-2 holds a bucket only while its gradients are written.
-    model_.set_gradient_writes(
-        ModelChunk::GradientWrites{[this](const std::vector<Parameter*>& g) {
-                                     for (GradientBuckets* b : Sets())
-                                       b->BeforeWrite(b->Held(g));
-                                   },
-                                   [this](const std::vector<Parameter*>& g) {
-                                     for (GradientBuckets* b : Sets())
-                                       b->AfterWrite(b->Held(g));
-                                   }});
+    model_.set_gradient_writes(ModelChunk::GradientWrites{
+        [this](const std::vector<Parameter*>& g) {
+          for (const Set& set : sets_) {
+            set.buckets->BeforeWrite(set.buckets->Held(g));
+          }
+        },
+        [this](const std::vector<Parameter*>& g) {
+          for (const Set& set : sets_) {
+            set.buckets->AfterWrite(set.buckets->Held(g));
+          }
+        }});
   }
-  if (sharded_ != nullptr) {
+  if (sharded() != nullptr) {
     // ZeRO-3 gathers a unit's whole weights around each compute that reads
     // them: the dense ones over dp, the experts' over their own group.
     model_.set_weight_gathers(ModelChunk::WeightGathers{
         [this](const std::vector<Parameter*>& unit,
                const std::vector<Parameter*>& next) {
-          sharded_->Acquire(buckets_->Held(unit), buckets_->Held(next));
-          if (expert_sharded_ != nullptr) {
-            expert_sharded_->Acquire(expert_buckets_->Held(unit),
-                                     expert_buckets_->Held(next));
+          for (const Set& set : sets_) {
+            set.sharded->Acquire(set.buckets->Held(unit),
+                                 set.buckets->Held(next));
           }
         },
         [this](const std::vector<Parameter*>& unit) {
-          sharded_->Release(buckets_->Held(unit));
-          if (expert_sharded_ != nullptr) {
-            expert_sharded_->Release(expert_buckets_->Held(unit));
+          for (const Set& set : sets_) {
+            set.sharded->Release(set.buckets->Held(unit));
           }
         }});
   }
-}
-
-std::vector<GradientBuckets*> GradientSync::Sets() const {
-  std::vector<GradientBuckets*> sets = {buckets_.get()};
-  if (expert_buckets_ != nullptr) sets.push_back(expert_buckets_.get());
-  return sets;
 }
 
 double GradientSync::Finish(TraceRecorder* trace) {
   double dp_wait_s = 0;
   {
     const ScopedTraceSpan span = Phase(trace, "grad sync");
-    dp_wait_s = buckets_->Wait();
-    if (expert_buckets_ != nullptr) dp_wait_s += FinishExperts();
+    for (const Set& set : sets_) dp_wait_s += FinishSet(set);
   }
   SumOverTp(trace);
   SumTiedEmbedding(trace);
   return dp_wait_s;
 }
 
-double GradientSync::FinishExperts() {
-  const double wait_s = expert_buckets_->Wait();
-  // Averaged over the dp / ep ranks holding each expert; the step's
-  // gradient is the mean over all dp replicas' losses, and each expert
-  // already summed the tokens of its ep group's ep replicas. Under ZeRO
-  // only the owned blocks hold the averages.
-  if (expert_buckets_->sync() == GradSync::kAllReduce) {
+double GradientSync::FinishSet(const Set& set) {
+  const double wait_s = set.buckets->Wait();
+  if (set.scale == 1.0) return wait_s;
+  // The experts' gradients are averaged over the dp / ep ranks holding each
+  // expert; the step's gradient is the mean over all dp replicas' losses,
+  // and each expert already summed the tokens of its ep group's ep
+  // replicas. Under ZeRO only the owned blocks hold the averages.
+  if (set.buckets->sync() == GradSync::kAllReduce) {
     for (Parameter* p : model_.params().all()) {
-      if (p->expert) Scale(p->grad, expert_scale_);
+      if (p->expert == set.expert) Scale(p->grad, set.scale);
     }
     return wait_s;
   }
-  for (int b = 0; b < expert_buckets_->num_buckets(); ++b) {
-    Tensor block = expert_buckets_->Shard(b);
-    Scale(block, expert_scale_);
+  for (int b = 0; b < set.buckets->num_buckets(); ++b) {
+    Tensor block = set.buckets->Shard(b);
+    Scale(block, set.scale);
   }
   return wait_s;
 }
@@ -155,9 +154,9 @@ void GradientSync::SumOverTp(TraceRecorder* trace) {
   // tp rank (parallel/tp_gradient_sums.h). The dp average (already done)
   // and these sums commute.
   const std::vector<GradRange> ranges =
-      buckets_->sync() == GradSync::kAllReduce
+      buckets().sync() == GradSync::kAllReduce
           ? WholeGradientRanges(model_.params().all())
-          : OwnedGradientRanges(*buckets_);
+          : OwnedGradientRanges(buckets());
   // (The experts' gradients, in buckets of their own, have neither
   // replicated pieces nor partial sums: the ranges leave them out.)
   // Pieces replicated over sub-groups of tp (key/value heads fewer than tp
@@ -179,22 +178,23 @@ void GradientSync::SumTiedEmbedding(TraceRecorder* trace) {
   const ScopedTraceSpan span = Phase(trace, "embed sync");
   const Parameter* embedding = model_.params().Find(tied_);
   // ZeRO-2 keeps only this rank's block of it (its bucket's, alone).
-  Tensor grad = buckets_->sync() == GradSync::kShardGradients
-                    ? buckets_->Shard(buckets_->BucketOf(embedding))
+  const GradientBuckets& dense = buckets();
+  Tensor grad = dense.sync() == GradSync::kShardGradients
+                    ? dense.Shard(dense.BucketOf(embedding))
                     : embedding->grad;
   groups_.embed->AllReduce(grad, ReduceOp::kSum);
 }
 
 std::unique_ptr<Optimizer> GradientSync::NewOptimizer(
     const OptimizerConfig& config) const {
-  if (buckets_->sync() == GradSync::kAllReduce) {
+  if (buckets().sync() == GradSync::kAllReduce) {
     auto optimizer = std::make_unique<Optimizer>(config, model_.params());
-    if (expert_buckets_ != nullptr) optimizer->set_expert_group(groups_.ep);
+    if (sets_.back().expert) optimizer->set_expert_group(groups_.ep);
     return optimizer;
   }
-  std::vector<ShardedSet> sets = {ShardedSet{buckets_.get(), sharded_.get()}};
-  if (expert_buckets_ != nullptr) {
-    sets.push_back(ShardedSet{expert_buckets_.get(), expert_sharded_.get()});
+  std::vector<ShardedSet> sets;
+  for (const Set& set : sets_) {
+    sets.push_back(ShardedSet{set.buckets.get(), set.sharded.get()});
   }
   return std::make_unique<ShardedOptimizer>(config, model_.params(),
                                             std::move(sets));
@@ -204,48 +204,41 @@ std::vector<std::vector<Parameter*>> GradientSync::CheckpointGroups() const {
   // Each group lies in one set of buckets: the dense set's groups, then
   // the experts'.
   std::vector<std::vector<Parameter*>> groups;
-  if (sharded_ != nullptr) {
+  if (sharded() != nullptr) {
     const std::vector<std::vector<Parameter*>> units = model_.GatherUnits();
-    for (const auto& [buckets, sharded] :
-         {std::pair{buckets_.get(), sharded_.get()},
-          std::pair{expert_buckets_.get(), expert_sharded_.get()}}) {
-      if (sharded == nullptr) continue;
+    for (const Set& set : sets_) {
       std::vector<std::vector<Parameter*>> held;
       for (const std::vector<Parameter*>& unit : units) {
-        held.push_back(buckets->Held(unit));
+        held.push_back(set.buckets->Held(unit));
       }
-      for (auto& group : sharded->IoGroups(held)) {
+      for (auto& group : set.sharded->IoGroups(held)) {
         groups.push_back(std::move(group));
       }
     }
     return groups;
   }
   // ZeRO-1/2: each gradient bucket's parameters (whole weights already).
-  for (GradientBuckets* buckets : Sets()) {
-    for (int b = 0; b < buckets->num_buckets(); ++b) {
-      groups.push_back(buckets->BucketParameters(b));
+  for (const Set& set : sets_) {
+    for (int b = 0; b < set.buckets->num_buckets(); ++b) {
+      groups.push_back(set.buckets->BucketParameters(b));
     }
   }
   return groups;
 }
 
-ShardedParameters* GradientSync::ShardedOf(
-    const std::vector<Parameter*>& group) const {
-  if (sharded_ == nullptr || group.empty()) return sharded_.get();
-  return group.front()->expert ? expert_sharded_.get() : sharded_.get();
-}
-
+// (A group lies in one set; an empty one goes to the dense set, as every
+// rank of the set must take part.)
 void GradientSync::GatherGroup(const std::vector<Parameter*>& group,
                                bool gather) {
-  if (ShardedParameters* sharded = ShardedOf(group)) {
-    sharded->GatherUnit(group, gather);
-  }
+  if (sharded() == nullptr) return;
+  const Set& set = group.empty() ? sets_.front() : SetOf(group.front());
+  set.sharded->GatherUnit(group, gather);
 }
 
 void GradientSync::ShardGroup(const std::vector<Parameter*>& group, bool keep) {
-  if (ShardedParameters* sharded = ShardedOf(group)) {
-    sharded->ShardUnit(group, keep);
-  }
+  if (sharded() == nullptr) return;
+  const Set& set = group.empty() ? sets_.front() : SetOf(group.front());
+  set.sharded->ShardUnit(group, keep);
 }
 
 }  // namespace trellis

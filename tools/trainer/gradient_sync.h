@@ -51,8 +51,7 @@ class GradientSync {
 
   // Before the step's first backward.
   void StartStep() {
-    buckets_->StartStep();
-    if (expert_buckets_ != nullptr) expert_buckets_->StartStep();
+    for (const Set& set : sets_) set.buckets->StartStep();
   }
   // After the pipeline: the step's gradients final and summed on every
   // rank. Returns the seconds spent waiting for the dp buckets. `trace`
@@ -65,9 +64,10 @@ class GradientSync {
   // gather units' buckets, else each bucket's parameters.
   std::vector<std::vector<Parameter*>> CheckpointGroups() const;
 
-  const GradientBuckets& buckets() const { return *buckets_; }
+  // The dense parameters' buckets.
+  const GradientBuckets& buckets() const { return *sets_.front().buckets; }
   // --zero=3's sharded weights (the dense ones), or null.
-  ShardedParameters* sharded() const { return sharded_.get(); }
+  ShardedParameters* sharded() const { return sets_.front().sharded.get(); }
   // Under --zero=3, makes a group of CheckpointGroups whole (all-gathered
   // when `gather`, else zeros to load into) and shards it again (keeping
   // what was loaded with `keep`); no-ops at other levels.
@@ -82,26 +82,27 @@ class GradientSync {
   // The tied embedding's gradient, summed between the first and last stage.
   void SumTiedEmbedding(TraceRecorder* trace);
 
+  // One set of buckets: the dense parameters' over dp; under expert
+  // parallelism also the experts' over the expert-data group, with the
+  // scale that turns their average there into the dp mean's share (1 / ep).
+  // Under ZeRO-3 each set's weights are sharded over the set's own group.
+  struct Set {
+    bool expert = false;
+    std::unique_ptr<GradientBuckets> buckets;
+    std::unique_ptr<ShardedParameters> sharded;  // ZeRO-3 only
+    double scale = 1.0;
+  };
+  // The set holding `p` (its `expert` mark picks it).
+  const Set& SetOf(const Parameter* p) const;
+  // Waits for `set`'s buckets and applies its scale to what they hold:
+  // whole gradients, or under ZeRO the owned blocks. Seconds waited.
+  double FinishSet(const Set& set);
+
   StageModel& model_;
   ProcessGroups groups_;
   // The tied embedding's name; empty for a family without one.
   std::string tied_;
-  std::unique_ptr<GradientBuckets> buckets_;
-  // Under expert parallelism: the experts' buckets over the expert-data
-  // group, and the scale that turns their average there into the dp
-  // mean's share (1 / ep).
-  std::unique_ptr<GradientBuckets> expert_buckets_;
-  double expert_scale_ = 1.0;
-  // Waits for the experts' buckets and scales their gradients; seconds
-  // waited.
-  double FinishExperts();
-  // The bucket sets: the dense one, then the experts' if any.
-  std::vector<GradientBuckets*> Sets() const;
-  // The sharded weights a group of CheckpointGroups lies in, or null.
-  ShardedParameters* ShardedOf(const std::vector<Parameter*>& group) const;
-  // ZeRO-3's sharded weights: the dense ones, and the experts' over their
-  // own group.
-  std::unique_ptr<ShardedParameters> sharded_, expert_sharded_;
+  std::vector<Set> sets_;  // the dense set first
 };
 
 }  // namespace trellis
