@@ -338,7 +338,7 @@ section_variants() {
 
 variants_of() {
   local preset="$1" bench_flags variant rc=0 ms="" line tps mfu mem
-  local base_tps="" tag plans=()
+  local base_tps="" tag plans=() best="" best_tps=0
   set_bench_flags "$preset"
   local list="${VARIANTS---gemm_autotune;--micro_batch_size=32;--loss_chunk_rows=1024;--bias_grad_epilogue;--attention=mma}"
   local variants=("")
@@ -367,6 +367,10 @@ variants_of() {
     mem="$(grep -m 1 -E '^(MFU |ratio to sgemm)' "$GC_RESULTS/$tag.txt" |
       sed -E 's/.*(allocated|RSS) ([0-9.]+ [KMG]iB).*/\2/')"
     [ -z "$base_tps" ] && base_tps="$tps"
+    if [ "$tps" -gt "$best_tps" ] 2>/dev/null; then
+      best_tps="$tps"
+      best="${variant:-(as benched)}"
+    fi
     echo "| ${variant:-(as benched)} | $ms | $tps | ${mfu:-—} | ${mem:-?} | $(awk -v a="$tps" -v b="$base_tps" 'BEGIN { printf "%.2fx", a / b }') |"
     # The planner's step at another micro batch, from the kernel cost table
     # the preset's bench section measured.
@@ -377,6 +381,8 @@ variants_of() {
     fi
   done
   [ ${#plans[@]} -eq 0 ] || printf '%s\n' "" "${plans[@]}"
+  # (A variant that does not fit the device fails its row above.)
+  [ -z "$best" ] || echo "fastest of $preset that ran: $best, $best_tps tokens/s"
   return "$rc"
 }
 

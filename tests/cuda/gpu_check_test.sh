@@ -40,6 +40,8 @@ grep -q '^| --gemm_autotune | [0-9.]* | [0-9]* |' "$log" ||
 # The planner's step for the micro-batch variant, from the bench's table.
 grep -q '^plan: dp1.tp1.pp1/1f1b/v1/mbs32/z0/none predicted [0-9.]* ms, measured [0-9.]* ms' "$log" ||
   fail "no plan line for the --micro_batch_size=32 variant"
+grep -q '^fastest of tiny that ran: .*, [0-9]* tokens/s$' "$log" ||
+  fail "no line naming the fastest variant"
 # llm.c, the peer, runs only on a GPU: its section says so in a dry run.
 grep -q '^skipped: llm.c runs only on a GPU' "$log" || fail "llmc did not skip"
 # The Llama sections ran the converted model through trellis-eval and
