@@ -96,6 +96,12 @@ TEST(KernelCostsTest, VersionOneTablesReadTheirHeadsAsPairsOfTwoWindows) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->attention.axes[2], std::vector<double>{8});
   EXPECT_NEAR(AttentionRate(*c, 64, 16, 8), 2e9, 1e-3);
+  // Doubled, a version-1 axis must still keep the bound of every axis.
+  nlohmann::json huge = old;
+  huge["attention"]["heads"] = {2147483648.0};
+  EXPECT_THAT(
+      std::string(KernelCostsFromJson(huge, "v1.json").status().message()),
+      HasSubstr("at most 2^30"));
   // Each version names its own axis.
   old["attention"]["head_windows"] = old["attention"]["heads"];
   old["attention"].erase("heads");

@@ -137,10 +137,10 @@ void MeasureAttention(Device device, DType dtype, const Grids& grids,
       for (size_t k = 0; k < grids.head_windows.size(); ++k) {
         const auto t = static_cast<int64_t>(grids.seq[i]);
         const auto d = static_cast<int64_t>(grids.head_dim[j]);
-        const int64_t kBatch = static_cast<int64_t>(grids.head_windows[k]) / h;
-        Tensor qkv = Filled({kBatch, t, 3 * h * d}, dtype, device);
-        Tensor out = Filled({kBatch, t, h * d}, dtype, device);
-        Tensor saved = Tensor::Zeros(AttentionSavedShape(device, kBatch, t, h),
+        const int64_t batch = static_cast<int64_t>(grids.head_windows[k]) / h;
+        Tensor qkv = Filled({batch, t, 3 * h * d}, dtype, device);
+        Tensor out = Filled({batch, t, h * d}, dtype, device);
+        Tensor saved = Tensor::Zeros(AttentionSavedShape(device, batch, t, h),
                                      DType::kF32, device);
         Tensor dqkv = Filled(qkv.shape(), dtype, device);
         const double seconds = TimeCall(
@@ -150,7 +150,7 @@ void MeasureAttention(Device device, DType dtype, const Grids& grids,
             },
             sync);
         // Forward 2·T·H·D per token (causal), backward twice that.
-        c.attention.at(i, j, k) = 3.0 * 2.0 * kBatch * t * t * h * d / seconds;
+        c.attention.at(i, j, k) = 3.0 * 2.0 * batch * t * t * h * d / seconds;
       }
     }
   }

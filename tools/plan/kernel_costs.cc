@@ -290,7 +290,15 @@ absl::StatusOr<KernelCosts> KernelCostsFromJson(const nlohmann::json& json,
            {"seq_len", "head_dim", version == 1 ? "heads" : "head_windows"},
            "tflops", 1e12));
   if (version == 1) {
-    for (double& pairs : c.attention.axes[2]) pairs *= kVersion1Windows;
+    for (double& pairs : c.attention.axes[2]) {
+      pairs *= kVersion1Windows;
+      if (pairs > kMaxAxis) {
+        return Bad(where,
+                   "axis \"attention.heads\" of a version-1 table must be "
+                   "at most 2^30 (it counts heads of 2-window calls); "
+                   "measure a new table with trellis-bench --profile");
+      }
+    }
   }
   TRELLIS_ASSIGN_OR_RETURN(
       c.elementwise,
