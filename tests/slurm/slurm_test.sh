@@ -106,6 +106,13 @@ finish() {
   wait "$sbatch" || rc=$?
 }
 
+# Cancels the job submit started last and waits for its sbatch.
+cancel_submitted() {
+  timeout 10 scancel --full --signal=KILL "$job" 2>/dev/null || true
+  timeout 10 scancel "$job" 2>/dev/null || true
+  wait "$sbatch" 2>/dev/null || true
+}
+
 # submit, until the job's ranks log a first step: a job that ends, or
 # logs nothing for 60 s, before its first step is cancelled and submitted
 # once more, saying so. On this one-host emulation of two nodes, under
@@ -125,9 +132,7 @@ submit_started() {
     [ "$attempt" = 1 ] || return 0 # the caller's checks report it
     note "job $job logged no step (launch failed or stalled):" \
       "$(tail -n3 "$dir/job.out" 2>/dev/null | paste -sd' '); submitting again"
-    timeout 10 scancel --full --signal=KILL "$job" 2>/dev/null || true
-    timeout 10 scancel "$job" 2>/dev/null || true
-    wait "$sbatch" 2>/dev/null || true
+    cancel_submitted
   done
 }
 
@@ -277,9 +282,7 @@ run_preempt() {
     [ "$round" = 1 ] || break # the checks below report it
     note "job $job logged no step 60 s after its stop: $(tail -n3 "$dir/job.out" |
       paste -sd' '); cancelling it and running the case again"
-    timeout 10 scancel --full --signal=KILL "$job" 2>/dev/null || true
-    timeout 10 scancel "$job" 2>/dev/null || true
-    wait "$sbatch" 2>/dev/null || true
+    cancel_submitted
   done
   finish
   [ "$rc" = 0 ] || fail "job failed: $(tail -n5 "$dir/job.out")"

@@ -30,24 +30,37 @@ std::vector<int> SetBuckets::UnitBuckets(
   return out;
 }
 
+BucketBreaks BucketBreaksOf(const StageModel& model, const TrainOptions& o) {
+  BucketBreaks out;
+  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
+  // (Middle pipeline stages hold no embedding.)
+  const Parameter* embedding =
+      tied.empty() ? nullptr : model.params().Find(tied);
+  if (o.zero > 0 && embedding != nullptr) out.alone.push_back(embedding);
+  if (o.zero == 3) out.starts = model.WeightGroupStarts();
+  return out;
+}
+
 SetBuckets LayOutBuckets(const StageModel& model, const TrainOptions& o,
                          const BucketSet& set, size_t element_bytes) {
   SetBuckets out;
-  const std::string tied = FamilyOf(o.model).TiedEmbedding(o.model);
   for (const Parameter* p : model.GradientReadyOrder()) {
     if (p->expert != set.expert) continue;
     out.index[p] = out.items.size();
     out.params.push_back(p);
-    out.items.push_back({NumElements(p->spec.LocalShape()), element_bytes, 0,
-                         o.zero > 0 && !tied.empty() && p->name == tied,
-                         false});
+    out.items.push_back(
+        {NumElements(p->spec.LocalShape()), element_bytes, 0, false, false});
   }
-  if (o.zero == 3) {
-    for (const Parameter* p : model.WeightGroupStarts()) {
+  const BucketBreaks breaks = BucketBreaksOf(model, o);
+  auto mark = [&out](const std::vector<const Parameter*>& list,
+                     bool GradientBuckets::LayoutItem::*field) {
+    for (const Parameter* p : list) {
       auto it = out.index.find(p);
-      if (it != out.index.end()) out.items[it->second].starts = true;
+      if (it != out.index.end()) out.items[it->second].*field = true;
     }
-  }
+  };
+  mark(breaks.alone, &GradientBuckets::LayoutItem::alone);
+  mark(breaks.starts, &GradientBuckets::LayoutItem::starts);
   out.of_item.resize(out.items.size());
   out.offset_of_item.resize(out.items.size());
   for (const std::vector<size_t>& bucket : GradientBuckets::Layout(

@@ -34,6 +34,16 @@ struct BucketSet {
 std::vector<BucketSet> BucketSets(const StageModel& model,
                                   const TrainOptions& o);
 
+// Where the buckets break, as GradientBuckets takes it: under ZeRO the
+// tied embedding alone in its bucket (so the first and last stage own the
+// same elements of it); under ZeRO-3 each weight group's first parameter
+// starting a bucket (ZeRO-3 gathers bucket by bucket: none spans two
+// groups).
+struct BucketBreaks {
+  std::vector<const Parameter*> alone, starts;
+};
+BucketBreaks BucketBreaksOf(const StageModel& model, const TrainOptions& o);
+
 // One set's buckets.
 struct SetBuckets {
   std::vector<const Parameter*> params;            // the set's, in ready order

@@ -4,6 +4,7 @@
 
 #include "framework/kernels/elementwise.h"
 #include "parallel/tp_gradient_sums.h"
+#include "tools/trainer/bucket_layout.h"
 #include "tools/trainer/optim/sharded_optimizer.h"
 #include "transformer/model_family.h"
 
@@ -31,14 +32,9 @@ GradientSync::GradientSync(StageModel& model, const TrainOptions& options,
       groups_(groups),
       tied_(FamilyOf(options.model).TiedEmbedding(options.model)) {
   const bool zero = options.zero > 0;
-  // ZeRO reduce-scatters the buckets; the tied embedding gets a bucket of
-  // its own so the first and last stage own the same elements of it.
-  std::vector<const Parameter*> alone;
-  if (zero && !tied_.empty()) alone.push_back(model_.params().Find(tied_));
-  // ZeRO-3 gathers weights bucket by bucket: no bucket spans two groups.
-  const std::vector<const Parameter*> starts =
-      options.zero == 3 ? model_.WeightGroupStarts()
-                        : std::vector<const Parameter*>();
+  // Where ZeRO's buckets break (bucket_layout.h, which the memory plan and
+  // the planner read too).
+  const BucketBreaks breaks = BucketBreaksOf(model_, options);
   // Under expert parallelism the experts' gradients are averaged over the
   // ranks holding the same experts, in buckets of their own.
   std::vector<Parameter*> dense, experts;
@@ -49,15 +45,16 @@ GradientSync::GradientSync(StageModel& model, const TrainOptions& options,
       static_cast<int64_t>(options.dp_bucket_mb * 1024 * 1024);
   const GradSync sync = SyncOfLevel(options.zero);
   sets_.emplace_back();
-  sets_.back().buckets = std::make_unique<GradientBuckets>(
-      dense, bucket_bytes, *groups_.dp, sync, alone, starts, declared);
+  sets_.back().buckets =
+      std::make_unique<GradientBuckets>(dense, bucket_bytes, *groups_.dp, sync,
+                                        breaks.alone, breaks.starts, declared);
   if (!experts.empty()) {
     TRELLIS_CHECK(groups_.expert_dp != nullptr);
     sets_.emplace_back();
     sets_.back().expert = true;
     sets_.back().buckets = std::make_unique<GradientBuckets>(
         experts, bucket_bytes, *groups_.expert_dp, sync,
-        std::vector<const Parameter*>(), starts, declared);
+        std::vector<const Parameter*>(), breaks.starts, declared);
     sets_.back().scale = 1.0 / static_cast<double>(options.ep);
   }
   if (zero) {
