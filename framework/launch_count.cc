@@ -25,6 +25,8 @@ constexpr Modeled kModeled[] = {
     {"BiasBackward", 2},
     {"LayerNormBackwardWeight", 2},
     {"RmsNormBackwardWeight", 2},
+    // dw zeroed, its two-pass column sums, then the input gradient.
+    {"QkNormBackward", 4},
     // A partial pass and a finishing pass.
     {"SumOfSquares", 2},
     {"Sum", 2},

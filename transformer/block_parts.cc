@@ -2,6 +2,7 @@
 
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/qk_norm.h"
+#include "transformer/chunk_options.h"
 
 namespace trellis {
 
@@ -11,10 +12,13 @@ void BlockMlp::Down(BlockTensors&, Tensor&) const {
 
 std::vector<Slot> QkNorm::Slots(int64_t n, DType dtype,
                                 SlotPlaces places) const {
+  // Statistics and the weight gradient in StatsDType: float32 under
+  // bfloat16 activations, as the other norms' and the gradients they add to.
   const int64_t d = head_dim_, normed = heads_ + kv_heads_;
+  const DType stats = StatsDType(dtype);
   return {{&BlockTensors::qk_in, {n, normed * d}, dtype, places.input},
-          {&BlockTensors::qk_rstd, {n, normed}, dtype, places.input},
-          {&BlockTensors::dqk_weight, {2, d}, dtype, places.grad}};
+          {&BlockTensors::qk_rstd, {n, normed}, stats, places.input},
+          {&BlockTensors::dqk_weight, {2, d}, stats, places.grad}};
 }
 
 void QkNorm::Forward(Tensor& qkv, BlockTensors& a) const {

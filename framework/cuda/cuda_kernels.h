@@ -164,6 +164,16 @@ void SwiGluBackward(const Tensor& gate_up, const Tensor& dout,
 void SwiGluBackwardWrite(const Tensor& gate_up, const Tensor& dout,
                          Tensor& dgate_up);
 
+// ---- qk_norm.h: qkv, dqkv, wq, wk, in share a dtype; rstd float32; dw
+// float32 or qkv's dtype. One warp per (row, head); the weight gradient
+// through the deterministic column sums ----
+void QkNormForward(Tensor& qkv, int64_t heads, int64_t kv_heads,
+                   const Tensor& wq, const Tensor& wk, double eps, Tensor& in,
+                   Tensor& rstd);
+void QkNormBackward(Tensor& dqkv, int64_t heads, int64_t kv_heads,
+                    const Tensor& in, const Tensor& rstd, const Tensor& wq,
+                    const Tensor& wk, Tensor& dw);
+
 // ---- rope.h: qkv float32 or bfloat16 (rotated in float32, rounded once);
 // cos, sin float32 on the same device ----
 void RopeForward(Tensor& qkv, int64_t n_head, int64_t n_kv_head,

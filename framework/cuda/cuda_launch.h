@@ -153,6 +153,23 @@ void RmsNormBackwardWeight(Elem t, const void* dout, const void* x,
                            const float* rstd, int64_t N, int64_t C, Elem w_type,
                            void* dw);
 
+// ---- qk_norm.cu: the per-head q/k RMSNorm, one warp per (row, head) ----
+
+// qkv (N, W) of type t, each row [heads | kv_heads | kv_heads] heads of D;
+// the query and key heads normalized in place (wq, wk (D) of type t); in
+// (N, heads + kv_heads, D) of type t and rstd (N, heads + kv_heads)
+// float32 saved.
+void QkNormForward(Elem t, void* qkv, int64_t N, int64_t heads,
+                   int64_t kv_heads, int64_t D, const void* wq, const void* wk,
+                   float eps, void* in, float* rstd);
+// dw (2, D) of type w_type += the weights' gradients (row 0 wq's, row 1
+// wk's), then dqkv's query and key heads ← the gradient at the norm's
+// input, in place.
+void QkNormBackward(Elem t, void* dqkv, int64_t N, int64_t heads,
+                    int64_t kv_heads, int64_t D, const void* in,
+                    const float* rstd, const void* wq, const void* wk,
+                    Elem w_type, void* dw);
+
 // ---- llama_elementwise.cu: SwiGLU and RoPE ----
 
 // out (N, F) = silu(gate) · up over gate_up (N, 2F) = [gate | up].

@@ -2,35 +2,16 @@
 
 #include <cmath>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
 namespace {
 
+using kernels_internal::CheckQkNormShapes;
 using kernels_internal::DispatchFloat;
 using kernels_internal::RequireCpu;
 using kernels_internal::RequireDType;
-
-// The shapes the kernels share: returns D; sets *rows.
-int64_t CheckQkShapes(const char* kernel, const Tensor& qkv, int64_t heads,
-                      int64_t kv_heads, const Tensor& in, const Tensor& rstd,
-                      const Tensor& wq, const Tensor& wk, int64_t* rows) {
-  TRELLIS_CHECK(heads > 0 && kv_heads > 0 && qkv.ndim() >= 1)
-      << kernel << ": heads " << heads << ", kv_heads " << kv_heads;
-  const int64_t w = qkv.dim(-1), groups = heads + 2 * kv_heads;
-  TRELLIS_CHECK(w % groups == 0)
-      << kernel << ": width " << w << " is not " << groups << " heads";
-  const int64_t d = w / groups;
-  *rows = w == 0 ? 0 : qkv.numel() / w;
-  TRELLIS_CHECK(in.numel() == *rows * (heads + kv_heads) * d &&
-                rstd.numel() == *rows * (heads + kv_heads))
-      << kernel << ": qkv " << ShapeString(qkv.shape()) << ", in "
-      << ShapeString(in.shape()) << ", rstd " << ShapeString(rstd.shape());
-  TRELLIS_CHECK(wq.numel() == d && wk.numel() == d)
-      << kernel << ": head width " << d << ", weights "
-      << ShapeString(wq.shape()) << " and " << ShapeString(wk.shape());
-  return d;
-}
 
 template <typename T>
 void ForwardCpu(T* qkv, int64_t rows, int64_t heads, int64_t kv_heads,
@@ -81,16 +62,42 @@ void BackwardCpu(T* dqkv, int64_t rows, int64_t heads, int64_t kv_heads,
 
 }  // namespace
 
+int64_t kernels_internal::CheckQkNormShapes(const char* kernel,
+                                            const Tensor& qkv, int64_t heads,
+                                            int64_t kv_heads, const Tensor& in,
+                                            const Tensor& rstd,
+                                            const Tensor& wq, const Tensor& wk,
+                                            int64_t* rows) {
+  TRELLIS_CHECK(heads > 0 && kv_heads > 0 && qkv.ndim() >= 1)
+      << kernel << ": heads " << heads << ", kv_heads " << kv_heads;
+  const int64_t w = qkv.dim(-1), groups = heads + 2 * kv_heads;
+  TRELLIS_CHECK(w % groups == 0)
+      << kernel << ": width " << w << " is not " << groups << " heads";
+  const int64_t d = w / groups;
+  *rows = w == 0 ? 0 : qkv.numel() / w;
+  TRELLIS_CHECK(in.numel() == *rows * (heads + kv_heads) * d &&
+                rstd.numel() == *rows * (heads + kv_heads))
+      << kernel << ": qkv " << ShapeString(qkv.shape()) << ", in "
+      << ShapeString(in.shape()) << ", rstd " << ShapeString(rstd.shape());
+  TRELLIS_CHECK(wq.numel() == d && wk.numel() == d)
+      << kernel << ": head width " << d << ", weights "
+      << ShapeString(wq.shape()) << " and " << ShapeString(wk.shape());
+  return d;
+}
+
 void QkNormForward(Tensor& qkv, int64_t heads, int64_t kv_heads,
                    const Tensor& wq, const Tensor& wk, double eps, Tensor& in,
                    Tensor& rstd) {
   const char* kernel = "QkNormForward";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::QkNormForward(qkv, heads, kv_heads, wq, wk, eps, in, rstd), &qkv,
+      &wq, &wk, &in, &rstd);
   RequireCpu(kernel, {&qkv, &wq, &wk, &in, &rstd});
   RequireDType(kernel, qkv.dtype(), {&wq, &wk, &in, &rstd});
   TRELLIS_CHECK(eps >= 0 && std::isfinite(eps)) << kernel << ": eps " << eps;
   int64_t rows = 0;
   const int64_t d =
-      CheckQkShapes(kernel, qkv, heads, kv_heads, in, rstd, wq, wk, &rows);
+      CheckQkNormShapes(kernel, qkv, heads, kv_heads, in, rstd, wq, wk, &rows);
   DispatchFloat(kernel, qkv.dtype(), [&](auto tag) {
     using T = decltype(tag);
     ForwardCpu(qkv.data<T>(), rows, heads, kv_heads, d, wq.data<T>(),
@@ -102,11 +109,14 @@ void QkNormBackward(Tensor& dqkv, int64_t heads, int64_t kv_heads,
                     const Tensor& in, const Tensor& rstd, const Tensor& wq,
                     const Tensor& wk, Tensor& dw) {
   const char* kernel = "QkNormBackward";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::QkNormBackward(dqkv, heads, kv_heads, in, rstd, wq, wk, dw), &dqkv,
+      &in, &rstd, &wq, &wk, &dw);
   RequireCpu(kernel, {&dqkv, &in, &rstd, &wq, &wk, &dw});
   RequireDType(kernel, dqkv.dtype(), {&in, &rstd, &wq, &wk, &dw});
   int64_t rows = 0;
   const int64_t d =
-      CheckQkShapes(kernel, dqkv, heads, kv_heads, in, rstd, wq, wk, &rows);
+      CheckQkNormShapes(kernel, dqkv, heads, kv_heads, in, rstd, wq, wk, &rows);
   TRELLIS_CHECK(dw.numel() == 2 * d)
       << kernel << ": dw " << ShapeString(dw.shape()) << " for heads of " << d;
   DispatchFloat(kernel, dqkv.dtype(), [&](auto tag) {

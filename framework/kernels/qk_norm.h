@@ -34,6 +34,15 @@ void QkNormBackward(Tensor& dqkv, int64_t heads, int64_t kv_heads,
                     const Tensor& in, const Tensor& rstd, const Tensor& wq,
                     const Tensor& wk, Tensor& dw);
 
+namespace kernels_internal {
+// The shape checks both backends run: returns the head width D and sets
+// *rows (qkv's rows).
+int64_t CheckQkNormShapes(const char* kernel, const Tensor& qkv, int64_t heads,
+                          int64_t kv_heads, const Tensor& in,
+                          const Tensor& rstd, const Tensor& wq,
+                          const Tensor& wk, int64_t* rows);
+}  // namespace kernels_internal
+
 }  // namespace trellis
 
 #endif  // TRELLIS_FRAMEWORK_KERNELS_QK_NORM_H_

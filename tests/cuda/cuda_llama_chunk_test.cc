@@ -1,11 +1,15 @@
 // A float32 Llama model (grouped-query attention, llama3 RoPE scaling,
-// untied head) on CUDA against the same model on the CPU: the loss and
-// every parameter gradient of one forward and backward pass, with identical
-// weights (initialization ignores the device) and tokens, under each
-// recompute mode.
+// untied head), and the same with Qwen3's per-head q/k norm and heads wider
+// than d_model / n_head, on CUDA against the same model on the CPU: the
+// loss and every parameter gradient of one forward and backward pass, with
+// identical weights (initialization ignores the device) and tokens, under
+// each recompute mode. Then the Qwen3 model in bfloat16 on CUDA against
+// float32 on the CPU.
 //
 // Tolerances: loss 1e-5 relative; each gradient 1e-4 of its largest entry
 // (float32 throughout; only the order of sums differs between backends).
+// bfloat16: loss 1e-2 relative, the q/k norm weights' gradients 5e-2 (two
+// layers of bfloat16 activations, float32 statistics and gradients).
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -23,8 +27,10 @@ namespace {
 
 constexpr int64_t kBatch = 2;
 
-ModelConfig Config() {
+ModelConfig Config(bool qk_norm) {
   ModelConfig c;
+  c.qk_norm = qk_norm;
+  if (qk_norm) c.head_dim = 24;
   c.family = ModelFamilyKind::kLlama;
   c.n_layer = 2;
   c.n_head = 4;
@@ -54,19 +60,20 @@ struct PassResult {
   std::map<std::string, Tensor> grads;  // on the CPU
 };
 
-PassResult RunModel(Device device, Recompute recompute) {
-  const ModelConfig config = Config();
+PassResult RunModel(Device device, Recompute recompute, bool qk_norm,
+                    DType dtype = DType::kF32) {
+  const ModelConfig config = Config(qk_norm);
   const ChunkPlan plan{0, config.n_layer, true, true};
   ParameterSet params;
-  AddModelParameters(config, plan, TpPlace{}, /*seed=*/1234, device,
-                     DType::kF32, params);
+  AddModelParameters(config, plan, TpPlace{}, /*seed=*/1234, device, dtype,
+                     params);
   SelfCommunicator tp("tp");
   BlockOptions options;
   options.recompute = recompute;
   options.loss_chunk_rows = 48;  // 128 rows in chunks of 48, 48 and 32
   const std::unique_ptr<ModelChunk> chunk = FamilyOf(config).NewChunk(
-      config, ChunkSetup{plan, TpPlace{}, &tp, &params, kBatch, device,
-                         DType::kF32, options});
+      config, ChunkSetup{plan, TpPlace{}, &tp, &params, kBatch, device, dtype,
+                         options});
   const Tensor tokens = Tokens(config, 1), targets = Tokens(config, 2);
   PassResult run;
   params.ZeroGrads();
@@ -80,13 +87,24 @@ PassResult RunModel(Device device, Recompute recompute) {
   return run;
 }
 
-TEST(CudaLlamaChunkTest, Float32ModelMatchesTheCpu) {
+double LargestOf(const Tensor& t) {
+  double largest = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    largest = std::max(largest, std::abs(double{t.data<float>()[i]}));
+  }
+  return largest;
+}
+
+class CudaLlamaChunkTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CudaLlamaChunkTest, Float32ModelMatchesTheCpu) {
   TRELLIS_REQUIRE_CUDA_DEVICE();
-  const PassResult cpu = RunModel(Device::Cpu(), Recompute::kNone);
+  const bool qk_norm = GetParam();
+  const PassResult cpu = RunModel(Device::Cpu(), Recompute::kNone, qk_norm);
   for (Recompute recompute :
        {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     SCOPED_TRACE(static_cast<int>(recompute));
-    const PassResult gpu = RunModel(cuda_test::Gpu(), recompute);
+    const PassResult gpu = RunModel(cuda_test::Gpu(), recompute, qk_norm);
     EXPECT_GT(cpu.loss, 0.5 * std::log(100.0));
     EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * cpu.loss);
     ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
@@ -94,14 +112,33 @@ TEST(CudaLlamaChunkTest, Float32ModelMatchesTheCpu) {
       SCOPED_TRACE(name);
       const Tensor& other = gpu.grads.at(name);
       ASSERT_EQ(other.shape(), grad.shape());
-      double largest = 0;
-      for (int64_t i = 0; i < grad.numel(); ++i) {
-        largest = std::max(largest, std::abs(double{grad.data<float>()[i]}));
-      }
-      EXPECT_GT(largest, 0) << "a gradient that is all zeros tests nothing";
+      EXPECT_GT(LargestOf(grad), 0)
+          << "a gradient that is all zeros tests nothing";
       EXPECT_LE(kernel_test::RelError(other, grad), 1e-4);
     }
   }
+}
+
+INSTANTIATE_TEST_SUITE_P(QkNorm, CudaLlamaChunkTest, ::testing::Bool());
+
+TEST(CudaQwen3ChunkTest, Bfloat16TracksTheFloat32Cpu) {
+  TRELLIS_REQUIRE_CUDA_DEVICE();
+  const PassResult cpu = RunModel(Device::Cpu(), Recompute::kNone, true);
+  const PassResult gpu =
+      RunModel(cuda_test::Gpu(), Recompute::kNone, true, DType::kBF16);
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-2 * cpu.loss);
+  int norms = 0;
+  for (const auto& [name, grad] : cpu.grads) {
+    if (name.find("q_norm") == std::string::npos &&
+        name.find("k_norm") == std::string::npos) {
+      continue;
+    }
+    SCOPED_TRACE(name);
+    ++norms;
+    EXPECT_GT(LargestOf(grad), 0);
+    EXPECT_LE(kernel_test::RelError(gpu.grads.at(name), grad), 5e-2);
+  }
+  EXPECT_GT(norms, 0) << "no q/k norm weight found";
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // The CUDA kernels of Llama-family blocks against their CPU twins, in
-// float32 and bfloat16: RMSNorm, SwiGLU, RoPE and grouped-query attention
-// (Hkv < H key/value heads) on each attention path.
+// float32 and bfloat16: RMSNorm, the per-head q/k norm, SwiGLU, RoPE and
+// grouped-query attention (Hkv < H key/value heads) on each attention path.
 //
 // Tolerances (max |gpu - cpu| / max |cpu|, CPU on the same rounded inputs):
 //   RMSNorm: float32 1e-5; bfloat16 outputs, sums and dx 8e-3 (one
 //     rounding); rstd and float32 dw 1e-5;
+//   q/k norm: as RMSNorm; the saved input and the value heads exact;
 //   SwiGLU: float32 1e-5 (expf against the CPU's polynomial exp, relative
 //     3e-7); bfloat16 8e-3;
 //   RoPE: float32 1e-6 (float32 tables on both); bfloat16 8e-3;
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "framework/kernels/attention.h"
+#include "framework/kernels/qk_norm.h"
 #include "framework/kernels/rmsnorm.h"
 #include "framework/kernels/rope.h"
 #include "framework/kernels/swiglu.h"
@@ -91,6 +93,49 @@ TEST_P(CudaLlamaTest, RmsNorm) {
     Tensor d_dw = dw.To(Gpu());
     RmsNormBackwardWeight(dout, x, rstd, dw);
     RmsNormBackwardWeight(d_dout, d_x, d_rstd, d_dw);
+    ExpectClose(d_dw, dw, 1e-5, "dw");
+  }
+}
+
+// Qwen3's per-head q/k RMSNorm in a fused qkv row of 4 query, 2 key and 2
+// value heads: the value heads pass untouched, the weight gradient is
+// written (over garbage), at Qwen3's head width and at one narrower than a
+// warp.
+TEST_P(CudaLlamaTest, QkNorm) {
+  const int64_t H = 4, Hkv = 2, N = 130;
+  for (const int64_t D : {128, 12}) {
+    SCOPED_TRACE(D);
+    const int64_t W = (H + 2 * Hkv) * D, normed = H + Hkv;
+    const Tensor x = Input({2, N / 2, W}, 1, -3.0, 3.0);
+    const Tensor wq = Input({D}, 2, 0.5, 1.5), wk = Input({D}, 3, 0.5, 1.5);
+    Tensor qkv = x.Clone();
+    Tensor in = Tensor::Empty({N, normed * D}, DType::kF32);
+    Tensor rstd = Tensor::Empty({N, normed}, DType::kF32);
+    QkNormForward(qkv, H, Hkv, wq, wk, kEps, in, rstd);
+    const Tensor d_wq = Dev(wq), d_wk = Dev(wk);
+    Tensor d_qkv = Dev(x), d_in = DevEmpty({N, normed * D});
+    Tensor d_rstd = F32({N, normed});
+    QkNormForward(d_qkv, H, Hkv, d_wq, d_wk, kEps, d_in, d_rstd);
+    ExpectClose(d_qkv, qkv, Tolerance(dtype(), 1e-5, kBf16Out), "out");
+    const Tensor out = ToHost(d_qkv);
+    int64_t changed = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      for (int64_t c = normed * D; c < W; ++c) {
+        changed += out.data<float>()[i * W + c] != x.data<float>()[i * W + c];
+      }
+    }
+    EXPECT_EQ(changed, 0) << "value channels changed";
+    ExpectClose(d_in, in, 0, "saved input");
+    ExpectClose(d_rstd, rstd, 1e-5, "rstd");
+
+    const Tensor dout = Input({2, N / 2, W}, 4);
+    Tensor g = dout.Clone();
+    Tensor dw = Tensor::Empty({2, D}, DType::kF32);
+    QkNormBackward(g, H, Hkv, in, rstd, wq, wk, dw);
+    Tensor d_g = Dev(dout);
+    Tensor d_dw = Random({2, D}, 5).To(Gpu());  // garbage to overwrite
+    QkNormBackward(d_g, H, Hkv, d_in, d_rstd, d_wq, d_wk, d_dw);
+    ExpectClose(d_g, g, Tolerance(dtype(), 1e-5, kBf16Out), "dqkv");
     ExpectClose(d_dw, dw, 1e-5, "dw");
   }
 }

@@ -215,16 +215,6 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainOptionsBadTest,
                                                    },
                                                    {"--ep=3", "--experts=8"}},
                                            BadCase{
-                                               "qk_norm_on_cuda",
-                                               1,
-                                               [](O& o) {
-                                                 o.model.family =
-                                                     ModelFamilyKind::kLlama;
-                                                 o.model.qk_norm = true;
-                                                 o.device = DeviceType::kCUDA;
-                                               },
-                                               {"--qk_norm", "--device=cpu"}},
-                                           BadCase{
                                                "odd_head_dim",
                                                1,
                                                [](O& o) {

@@ -92,13 +92,6 @@ absl::Status CheckLlamaAttentionTp(const ModelConfig& c, int64_t tp) {
   return absl::OkStatus();
 }
 
-absl::Status CheckLlamaDevice(const ModelConfig& c, DeviceType device) {
-  if (!c.qk_norm || device == DeviceType::kCPU) return absl::OkStatus();
-  return Bad(
-      "--qk_norm runs on --device=cpu only for now (the per-head q/k norm "
-      "has no CUDA kernel yet); use --device=cpu or --qk_norm=false");
-}
-
 BlockParts LlamaBlockParts(const ModelConfig& c, int64_t layer, TpPlace tp,
                            const ParameterSet& params) {
   TRELLIS_CHECK(CheckLlamaAttentionTp(c, tp.size).ok());
@@ -173,11 +166,6 @@ class Llama : public ModelFamily {
 
   std::string TiedEmbedding(const ModelConfig& c) const override {
     return c.tie_embeddings ? kLlamaEmbedding : "";
-  }
-
-  absl::Status CheckDevice(const ModelConfig& c,
-                           DeviceType device) const override {
-    return CheckLlamaDevice(c, device);
   }
 
   void DeclareParameters(const ModelConfig& config, const ChunkPlan& plan,

@@ -20,14 +20,12 @@ const ModelFamily& Family();
 
 // Llama's pieces, for families built on its blocks (transformer/moe/):
 // its config rules (heads, RoPE, norms, the dense MLP's width), whether tp
-// splits its attention's heads, whether it runs on a device (the q/k
-// norm: CPU only for now), a layer's block hooks but the MLP
+// splits its attention's heads, a layer's block hooks but the MLP
 // (parts.mlp null), its SwiGLU MLP of width `width` on this rank over the
 // parameters under LlamaLayerName(layer, prefix) (AddLlamaMlp's), and the
 // chunk's ends.
 absl::Status ValidateLlamaConfig(const ModelConfig& config);
 absl::Status CheckLlamaAttentionTp(const ModelConfig& config, int64_t tp);
-absl::Status CheckLlamaDevice(const ModelConfig& config, DeviceType device);
 BlockParts LlamaBlockParts(const ModelConfig& config, int64_t layer, TpPlace tp,
                            const ParameterSet& params);
 std::shared_ptr<const BlockMlp> LlamaDenseMlp(int64_t width, int64_t layer,

@@ -142,7 +142,6 @@ TEST_F(LayoutEquivalenceTest, LlamaReplicatedKeyValueHeadsMatchOneProcess) {
 // 12 wide, wider than d_model / n_head; under tp, pp, every schedule,
 // sequence parallelism and ZeRO.
 TEST_F(LayoutEquivalenceTest, Qwen3AttentionLayoutsMatchOneProcess) {
-  if (kOnGpu) GTEST_SKIP() << "--qk_norm has no CUDA kernel yet";
   TrainOptions qwen = Llama(*options_);
   qwen.model.qk_norm = true;
   qwen.model.head_dim = 12;
