@@ -144,18 +144,28 @@ absl::StatusOr<std::unique_ptr<DeviceGroups>> DeviceGroups::Create(
 
   std::unique_ptr<DeviceGroups> result(new DeviceGroups());
   result->groups_.world = host.world;
-  // Expert parallelism runs on the host's groups (its family has CPU
-  // kernels only).
-  result->groups_.ep = host.ep;
-  result->groups_.expert_dp = host.expert_dp;
+  // Context parallelism stays on the host's group: --cp runs on the CPU
+  // only.
   result->groups_.cp = host.cp;
-  Communicator* const* sources[] = {&host.tp, &host.dp, &host.pp, &host.embed};
+  // Without expert parallelism (ep groups of one rank) the ranks holding
+  // the same experts are the dp group's: it serves both, so that a run
+  // without --ep sets up no second transport over its dp ranks.
+  const bool expert_dp_is_dp =
+      host.ep != nullptr && host.ep->size() == 1 && host.dp != nullptr &&
+      host.expert_dp != nullptr && host.expert_dp->size() == host.dp->size();
+  Communicator* const* sources[] = {&host.tp,    &host.dp, &host.pp,
+                                    &host.embed, &host.ep, &host.expert_dp};
   Communicator** targets[] = {&result->groups_.tp, &result->groups_.dp,
-                              &result->groups_.pp, &result->groups_.embed};
+                              &result->groups_.pp, &result->groups_.embed,
+                              &result->groups_.ep, &result->groups_.expert_dp};
   // The same order on every rank, so collective setups cannot cross.
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 6; ++i) {
     Communicator* group = *sources[i];
     if (group == nullptr) continue;  // This rank is in no embed group.
+    if (sources[i] == &host.expert_dp && expert_dp_is_dp) {
+      result->groups_.expert_dp = result->groups_.dp;
+      continue;
+    }
     std::unique_ptr<Communicator> transport_comm;
     if (group->size() == 1) {
       transport_comm = std::make_unique<SelfCommunicator>(group->name());
@@ -200,15 +210,18 @@ void ExchangeWithNeighbours(Communicator& group, Device device) {
 }  // namespace
 
 void WarmUpGroups(const ProcessGroups& groups, Device device) {
-  for (Communicator* group : {groups.tp, groups.dp, groups.pp, groups.embed}) {
+  for (Communicator* group : {groups.tp, groups.dp, groups.pp, groups.embed,
+                              groups.ep, groups.expert_dp}) {
     if (group == nullptr || group->size() == 1) continue;
+    if (group == groups.expert_dp && group == groups.dp) continue;
     Tensor buffer = Tensor::Zeros({1}, DType::kF32, device);
     group->AllReduce(buffer, ReduceOp::kSum);
     // Only the pipeline sends point-to-point: PipelineExecutor, whose
-    // transfers are the only Send, Recv and BatchSendRecv calls of a run,
-    // is given the pp group (Trainer and StageModel's evaluation). tp, dp
-    // and embed run collectives alone, and connecting their pairs would
-    // only take memory.
+    // transfers are the only pipeline Send, Recv and BatchSendRecv calls of
+    // a run, is given the pp group (Trainer and StageModel's evaluation).
+    // tp, dp, embed and expert_dp run collectives alone, and connecting
+    // their pairs would only take memory; ep's all-to-all connects its
+    // pairs at its first exchange.
     if (group == groups.pp) ExchangeWithNeighbours(*group, device);
   }
   // The transports' setup is done before anyone measures memory.

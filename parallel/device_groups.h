@@ -1,7 +1,8 @@
 // DeviceGroups: the process groups of a run whose tensors live on a GPU.
 //
-// Each model-parallel group (tp, dp, pp, embed) becomes a
-// RoutingCommunicator: host buffers still go through the run's MPI group,
+// Each model-parallel group (tp, dp, pp, embed, and expert parallelism's
+// ep and expert_dp; expert_dp is the dp one where ep has one rank) becomes
+// a RoutingCommunicator: host buffers still go through the run's MPI group,
 // device buffers through a communicator for device memory, either NCCL (one
 // communicator per group, its unique id broadcast over the group's MPI
 // communicator; one GPU per rank) or host staging over MPI (several ranks
@@ -66,17 +67,17 @@ absl::Status CheckOneRankPerGpu(const std::vector<RankGpu>& ranks);
 // REQUIRES: `gpu` is shorter than 64 bytes.
 absl::Status CheckNodeGpus(const Communicator& world, const std::string& gpu);
 
-// Makes every model-parallel group of `groups` (tp, dp, pp, embed; not the
-// world, which carries host buffers) set up its transport now, before the
-// run sizes its memory arena from the free memory: NCCL takes buffers at a
-// communicator's first collective (unless NCCL_RUNTIME_CONNECT=0, which
-// NcclCommunicator sets) and at the first transfer in each direction
-// between two ranks. Each group of more than one rank runs one all-reduce
-// of a one-element float32 tensor on `device`. The pp group, the only one
-// that sends point-to-point (PipelineExecutor's transfers), also sends that
-// tensor to its next and its previous stage and receives from both (one
-// batch, Communicator::BatchSendRecv, so no transport can deadlock at any
-// group size), which connects every direction a schedule uses, the
+// Makes every model-parallel group of `groups` (tp, dp, pp, embed, ep,
+// expert_dp; not the world, which carries host buffers, nor cp) set up its
+// transport now, before the run sizes its memory arena from the free memory:
+// NCCL takes buffers at a communicator's first collective (unless
+// NCCL_RUNTIME_CONNECT=0, which NcclCommunicator sets) and at the first
+// transfer in each direction between two ranks. Each group of more than one
+// rank runs one all-reduce of a one-element float32 tensor on `device`. The pp
+// group, the only one that sends point-to-point (PipelineExecutor's transfers),
+// also sends that tensor to its next and its previous stage and receives from
+// both (one batch, Communicator::BatchSendRecv, so no transport can deadlock at
+// any group size), which connects every direction a schedule uses, the
 // wrap-around of interleaved schedules included. Groups of one rank run
 // nothing. Then waits for `device`. Collective over every rank of the
 // groups, which must all call it.

@@ -436,6 +436,44 @@ TEST_F(CollectivesTest, WarmUpConnectsBothPipelineDirections) {
   }
 }
 
+// The device groups route expert parallelism's groups too (their buffers
+// live on the device under a GPU run); without ep the dp group serves as
+// expert_dp, so no second transport is set up over the dp ranks.
+TEST_F(CollectivesTest, DeviceGroupsRouteTheExpertGroups) {
+  const ProcessGroups& plain = context_->groups();
+  absl::StatusOr<std::unique_ptr<DeviceGroups>> without =
+      DeviceGroups::Create(plain, Device::Cpu(), DeviceTransport::kHostStaged);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ((*without)->groups().expert_dp, (*without)->groups().dp);
+  EXPECT_EQ((*without)->groups().ep->size(), 1);
+
+  absl::StatusOr<Mesh> mesh = Mesh::Create(8, 4, 2, 1);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  absl::StatusOr<Mesh> expert = mesh->WithExpertParallel(2);
+  ASSERT_TRUE(expert.ok()) << expert.status();
+  absl::StatusOr<ParallelContext> context =
+      ParallelContext::Create(*runtime_, *expert);
+  ASSERT_TRUE(context.ok()) << context.status();
+  const ProcessGroups& host = context->groups();
+  absl::StatusOr<std::unique_ptr<DeviceGroups>> routed =
+      DeviceGroups::Create(host, Device::Cpu(), DeviceTransport::kHostStaged);
+  ASSERT_TRUE(routed.ok()) << routed.status();
+  const ProcessGroups& g = (*routed)->groups();
+  ASSERT_NE(g.ep, host.ep);
+  ASSERT_NE(g.expert_dp, host.expert_dp);
+  EXPECT_NE(g.expert_dp, g.dp);
+  EXPECT_EQ(g.ep->size(), 2);
+  EXPECT_EQ(g.expert_dp->size(), 2);
+  WarmUpGroups(g, Device::Cpu());
+  for (Communicator* group : {g.ep, g.expert_dp}) {
+    SCOPED_TRACE(group->name());
+    Tensor x = Tensor::Empty({1}, DType::kF32);
+    x.data<float>()[0] = static_cast<float>(rank());
+    group->AllReduce(x, ReduceOp::kMax);
+    EXPECT_GE(x.data<float>()[0], static_cast<float>(rank()));
+  }
+}
+
 TEST_F(CollectivesTest, NodeGpuCheckGathersTheIdsOfEveryRankOfTheNode) {
   // mpirun puts all eight ranks on this one node; the ids stand for the
   // PCI bus ids a GPU run gathers.
