@@ -27,6 +27,12 @@ constexpr Modeled kModeled[] = {
     {"RmsNormBackwardWeight", 2},
     // dw zeroed, its two-pass column sums, then the input gradient.
     {"QkNormBackward", 4},
+    // Row statistics, two two-pass column sums, the finishing sum.
+    {"RouterLosses", 6},
+    // The counting sort: chunk counts, offsets, placement.
+    {"RouteByExpert", 3},
+    // The scaled scatter, then the weights' dot products.
+    {"CombineRowsBackward", 2},
     // A partial pass and a finishing pass.
     {"SumOfSquares", 2},
     {"Sum", 2},

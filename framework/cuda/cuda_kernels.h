@@ -41,6 +41,7 @@
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/grad_write.h"
 #include "framework/kernels/matmul.h"
+#include "framework/kernels/router.h"
 #include "framework/launch_count.h"
 #include "framework/tensor.h"
 
@@ -173,6 +174,37 @@ void QkNormForward(Tensor& qkv, int64_t heads, int64_t kv_heads,
 void QkNormBackward(Tensor& dqkv, int64_t heads, int64_t kv_heads,
                     const Tensor& in, const Tensor& rstd, const Tensor& wq,
                     const Tensor& wk, Tensor& dw);
+
+// ---- router.h: logits, bias, weight, dweight and dlogits share a dtype
+// (float32 or bfloat16, arithmetic in float32); losses float32; index and
+// counts int32;
+// at most 1024 experts. One warp per token row; the balance losses' sums
+// over rows through the deterministic column sums ----
+void RouterTopK(const Tensor& logits, const Tensor& bias,
+                const RouterSpec& spec, Tensor& index, Tensor& weight);
+void RouterTopKBackward(const Tensor& logits, const Tensor& index,
+                        const Tensor& weight, const Tensor& dweight,
+                        const RouterSpec& spec, Tensor& dlogits);
+void RouterLosses(const Tensor& logits, const Tensor& counts,
+                  const RouterSpec& spec, Tensor& losses);
+void RouterLossesBackward(const Tensor& logits, const Tensor& counts,
+                          const RouterSpec& spec, double aux_scale,
+                          double z_scale, Tensor& dlogits);
+
+// ---- expert_rows.h: rows float32 or bfloat16 of one dtype; route, index
+// and counts int32 (the indices are not range-checked on the device). The
+// counting sort in three passes over chunks of 256 slots; every sum in a
+// fixed order ----
+void RouteByExpert(const Tensor& index, int64_t experts, Tensor& route,
+                   Tensor& counts);
+void DispatchRows(const Tensor& x, const Tensor& route, Tensor& x_perm);
+void DispatchRowsBackward(const Tensor& dx_perm, const Tensor& route,
+                          Tensor& dx);
+void CombineRows(const Tensor& y_perm, const Tensor& route,
+                 const Tensor& weight, Tensor& out);
+void CombineRowsBackward(const Tensor& dout, const Tensor& y_perm,
+                         const Tensor& route, const Tensor& weight,
+                         Tensor& dy_perm, Tensor& dweight);
 
 // ---- rope.h: qkv float32 or bfloat16 (rotated in float32, rounded once);
 // cos, sin float32 on the same device ----

@@ -170,6 +170,48 @@ void QkNormBackward(Elem t, void* dqkv, int64_t N, int64_t heads,
                     const float* rstd, const void* wq, const void* wk,
                     Elem w_type, void* dw);
 
+// ---- router.cu: the mixture-of-experts router, one warp per token row
+// (E at most kMaxRouterExperts) ----
+
+inline constexpr int64_t kMaxRouterExperts = 1024;
+// index (N, k) int32 and weight (N, k) of type t from logits (N, E) and
+// bias (E) or null.
+void RouterTopK(Elem t, const void* logits, const void* bias, int64_t N,
+                int64_t E, int k, bool sigmoid, bool normalize, int32_t* index,
+                void* weight);
+// dlogits (N, E) overwritten.
+void RouterTopKBackward(Elem t, const void* logits, const int32_t* index,
+                        const void* weight, const void* dweight, int64_t N,
+                        int64_t E, int k, bool sigmoid, bool normalize,
+                        void* dlogits);
+// losses (2) float32 = [aux, z]; counts (E) int32.
+void RouterLosses(Elem t, const void* logits, const int32_t* counts, int64_t N,
+                  int64_t E, int k, bool sigmoid, float* losses);
+// dlogits (N, E) += the balance losses' gradients.
+void RouterLossesBackward(Elem t, const void* logits, const int32_t* counts,
+                          int64_t N, int64_t E, int k, bool sigmoid,
+                          float aux_scale, float z_scale, void* dlogits);
+
+// ---- expert_rows.cu: rows to their experts and back ----
+
+// route (slots) and counts (E) from index (slots) int32, every entry in
+// [0, E) (not checked on the device).
+void RouteByExpert(const int32_t* index, int64_t slots, int64_t E,
+                   int32_t* route, int32_t* counts);
+// x_perm[route[t·k + j]] = x[t], rows of C elements of type t.
+void DispatchRows(Elem t, const void* x, const int32_t* route, int64_t n,
+                  int64_t k, int64_t C, void* x_perm);
+// out[t] = Σ_j weight[t, j] · perm[route[t·k + j]] (weight null: 1),
+// j ascending; out overwritten.
+void GatherRowSums(Elem t, const void* perm, const int32_t* route,
+                   const void* weight, int64_t n, int64_t k, int64_t C,
+                   void* out);
+// dy_perm[route[s]] = weight[s] · dout[s / k] and dweight[s] = dout[s / k]
+// · y_perm[route[s]], both overwritten.
+void CombineRowsBackward(Elem t, const void* dout, const void* y_perm,
+                         const int32_t* route, const void* weight, int64_t n,
+                         int64_t k, int64_t C, void* dy_perm, void* dweight);
+
 // ---- llama_elementwise.cu: SwiGLU and RoPE ----
 
 // out (N, F) = silu(gate) · up over gate_up (N, 2F) = [gate | up].

@@ -4,45 +4,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
 namespace {
 
+using kernels_internal::CheckExpertRoute;
+using kernels_internal::CheckExpertRows;
+using kernels_internal::CheckExpertWeight;
 using kernels_internal::DispatchFloat;
 using kernels_internal::DotLanes;
 using kernels_internal::RequireCpu;
 using kernels_internal::RequireDType;
 
-struct Dims {
-  int64_t n, k, c;
-};
-
-// Checks a route (N·k) int32 against token rows `x` (N, C) and permuted
-// rows `perm` (N·k, C); returns (N, k, C).
-Dims CheckRows(const char* kernel, const Tensor& x, const Tensor& route,
-               const Tensor& perm) {
-  TRELLIS_CHECK(x.ndim() == 2 && perm.ndim() == 2 && route.ndim() == 1 &&
-                route.dtype() == DType::kI32)
-      << kernel << ": rows " << ShapeString(x.shape()) << ", route "
-      << ShapeString(route.shape()) << " " << DTypeName(route.dtype())
-      << ", permuted rows " << ShapeString(perm.shape());
-  const int64_t n = x.dim(0), c = x.dim(1);
-  TRELLIS_CHECK(perm.dim(1) == c && perm.dim(0) == route.dim(0) &&
-                (n == 0 ? route.dim(0) == 0 : route.dim(0) % n == 0))
-      << kernel << ": " << route.dim(0) << " routed slots and permuted rows "
-      << ShapeString(perm.shape()) << " for tokens " << ShapeString(x.shape());
-  RequireDType(kernel, x.dtype(), {&perm});
-  return Dims{n, n == 0 ? 0 : route.dim(0) / n, c};
-}
-
-void CheckWeight(const char* kernel, const Dims& d, const Tensor& weight,
-                 DType dtype) {
-  TRELLIS_CHECK(weight.shape() == (Shape{d.n, d.k}) && weight.dtype() == dtype)
-      << kernel << ": weight " << ShapeString(weight.shape()) << " "
-      << DTypeName(weight.dtype()) << ", expected (" << d.n << ", " << d.k
-      << ") " << DTypeName(dtype);
-}
+using Dims = kernels_internal::ExpertRowDims;
 
 template <typename T>
 void DispatchCpu(const T* x, const int32_t* route, Dims d, T* x_perm) {
@@ -95,10 +71,34 @@ void CombineBackwardCpu(const T* dout, const T* y_perm, const int32_t* route,
 
 }  // namespace
 
-void RouteByExpert(const Tensor& index, int64_t experts, Tensor& route,
-                   Tensor& counts) {
-  const char* kernel = "RouteByExpert";
-  RequireCpu(kernel, {&index, &route, &counts});
+namespace kernels_internal {
+
+ExpertRowDims CheckExpertRows(const char* kernel, const Tensor& x,
+                              const Tensor& route, const Tensor& perm) {
+  TRELLIS_CHECK(x.ndim() == 2 && perm.ndim() == 2 && route.ndim() == 1 &&
+                route.dtype() == DType::kI32)
+      << kernel << ": rows " << ShapeString(x.shape()) << ", route "
+      << ShapeString(route.shape()) << " " << DTypeName(route.dtype())
+      << ", permuted rows " << ShapeString(perm.shape());
+  const int64_t n = x.dim(0), c = x.dim(1);
+  TRELLIS_CHECK(perm.dim(1) == c && perm.dim(0) == route.dim(0) &&
+                (n == 0 ? route.dim(0) == 0 : route.dim(0) % n == 0))
+      << kernel << ": " << route.dim(0) << " routed slots and permuted rows "
+      << ShapeString(perm.shape()) << " for tokens " << ShapeString(x.shape());
+  RequireDType(kernel, x.dtype(), {&perm});
+  return ExpertRowDims{n, n == 0 ? 0 : route.dim(0) / n, c};
+}
+
+void CheckExpertWeight(const char* kernel, const ExpertRowDims& d,
+                       const Tensor& weight, DType dtype) {
+  TRELLIS_CHECK(weight.shape() == (Shape{d.n, d.k}) && weight.dtype() == dtype)
+      << kernel << ": weight " << ShapeString(weight.shape()) << " "
+      << DTypeName(weight.dtype()) << ", expected (" << d.n << ", " << d.k
+      << ") " << DTypeName(dtype);
+}
+
+void CheckExpertRoute(const char* kernel, const Tensor& index, int64_t experts,
+                      const Tensor& route, const Tensor& counts) {
   TRELLIS_CHECK(
       index.ndim() == 2 && index.dtype() == DType::kI32 &&
       route.shape() == Shape{index.numel()} && route.dtype() == DType::kI32 &&
@@ -106,6 +106,17 @@ void RouteByExpert(const Tensor& index, int64_t experts, Tensor& route,
       << kernel << ": index " << ShapeString(index.shape()) << ", route "
       << ShapeString(route.shape()) << ", counts "
       << ShapeString(counts.shape()) << " for " << experts << " experts";
+}
+
+}  // namespace kernels_internal
+
+void RouteByExpert(const Tensor& index, int64_t experts, Tensor& route,
+                   Tensor& counts) {
+  const char* kernel = "RouteByExpert";
+  TRELLIS_CUDA_DISPATCH(cuda::RouteByExpert(index, experts, route, counts),
+                        &index, &route, &counts);
+  RequireCpu(kernel, {&index, &route, &counts});
+  CheckExpertRoute(kernel, index, experts, route, counts);
   const int32_t* idx = index.data<int32_t>();
   int32_t* count = counts.data<int32_t>();
   std::fill_n(count, experts, 0);
@@ -132,8 +143,10 @@ std::vector<int64_t> ExpertCounts(const Tensor& counts) {
 
 void DispatchRows(const Tensor& x, const Tensor& route, Tensor& x_perm) {
   const char* kernel = "DispatchRows";
+  TRELLIS_CUDA_DISPATCH(cuda::DispatchRows(x, route, x_perm), &x, &route,
+                        &x_perm);
   RequireCpu(kernel, {&x, &route, &x_perm});
-  const Dims d = CheckRows(kernel, x, route, x_perm);
+  const Dims d = CheckExpertRows(kernel, x, route, x_perm);
   DispatchFloat(kernel, x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     DispatchCpu(x.data<T>(), route.data<int32_t>(), d, x_perm.data<T>());
@@ -143,8 +156,10 @@ void DispatchRows(const Tensor& x, const Tensor& route, Tensor& x_perm) {
 void DispatchRowsBackward(const Tensor& dx_perm, const Tensor& route,
                           Tensor& dx) {
   const char* kernel = "DispatchRowsBackward";
+  TRELLIS_CUDA_DISPATCH(cuda::DispatchRowsBackward(dx_perm, route, dx),
+                        &dx_perm, &route, &dx);
   RequireCpu(kernel, {&dx_perm, &route, &dx});
-  const Dims d = CheckRows(kernel, dx, route, dx_perm);
+  const Dims d = CheckExpertRows(kernel, dx, route, dx_perm);
   DispatchFloat(kernel, dx.dtype(), [&](auto tag) {
     using T = decltype(tag);
     DispatchBackwardCpu(dx_perm.data<T>(), route.data<int32_t>(), d,
@@ -155,9 +170,11 @@ void DispatchRowsBackward(const Tensor& dx_perm, const Tensor& route,
 void CombineRows(const Tensor& y_perm, const Tensor& route,
                  const Tensor& weight, Tensor& out) {
   const char* kernel = "CombineRows";
+  TRELLIS_CUDA_DISPATCH(cuda::CombineRows(y_perm, route, weight, out), &y_perm,
+                        &route, &weight, &out);
   RequireCpu(kernel, {&y_perm, &route, &weight, &out});
-  const Dims d = CheckRows(kernel, out, route, y_perm);
-  CheckWeight(kernel, d, weight, out.dtype());
+  const Dims d = CheckExpertRows(kernel, out, route, y_perm);
+  CheckExpertWeight(kernel, d, weight, out.dtype());
   DispatchFloat(kernel, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     CombineCpu(y_perm.data<T>(), route.data<int32_t>(), weight.data<T>(), d,
@@ -169,10 +186,13 @@ void CombineRowsBackward(const Tensor& dout, const Tensor& y_perm,
                          const Tensor& route, const Tensor& weight,
                          Tensor& dy_perm, Tensor& dweight) {
   const char* kernel = "CombineRowsBackward";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::CombineRowsBackward(dout, y_perm, route, weight, dy_perm, dweight),
+      &dout, &y_perm, &route, &weight, &dy_perm, &dweight);
   RequireCpu(kernel, {&dout, &y_perm, &route, &weight, &dy_perm, &dweight});
-  const Dims d = CheckRows(kernel, dout, route, y_perm);
-  CheckWeight(kernel, d, weight, dout.dtype());
-  CheckWeight(kernel, d, dweight, dout.dtype());
+  const Dims d = CheckExpertRows(kernel, dout, route, y_perm);
+  CheckExpertWeight(kernel, d, weight, dout.dtype());
+  CheckExpertWeight(kernel, d, dweight, dout.dtype());
   TRELLIS_CHECK(dy_perm.shape() == y_perm.shape() &&
                 dy_perm.dtype() == y_perm.dtype())
       << kernel << ": dy_perm " << ShapeString(dy_perm.shape());

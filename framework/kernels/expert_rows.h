@@ -11,9 +11,10 @@
 //   DispatchRows:  x_perm[route[t·k + j]] = x[t]
 //   CombineRows:   out[t] = Σ_j weight[t, j] · y_perm[route[t·k + j]]
 //
-// Gradient rule: the backward functions OVERWRITE their outputs. CPU only
-// so far, float32 or float64 rows; route, index and counts int32. Thread
-// safety: as every kernel.
+// Gradient rule: the backward functions OVERWRITE their outputs. Rows of
+// one dtype: float32 or float64 on the CPU, float32 or bfloat16 on CUDA
+// (framework/cuda/expert_rows.cu; indices not range-checked there); route,
+// index and counts int32. Thread safety: as every kernel.
 #ifndef TRELLIS_FRAMEWORK_KERNELS_EXPERT_ROWS_H_
 #define TRELLIS_FRAMEWORK_KERNELS_EXPERT_ROWS_H_
 
@@ -44,6 +45,21 @@ void CombineRows(const Tensor& y_perm, const Tensor& route,
 void CombineRowsBackward(const Tensor& dout, const Tensor& y_perm,
                          const Tensor& route, const Tensor& weight,
                          Tensor& dy_perm, Tensor& dweight);
+
+namespace kernels_internal {
+// The checks both backends run: a route (N·k) int32 against token rows
+// `x` (N, C) and permuted rows `perm` (N·k, C), returning (N, k, C); the
+// RouteByExpert operands; a weight (N, k) of `dtype`.
+struct ExpertRowDims {
+  int64_t n, k, c;
+};
+ExpertRowDims CheckExpertRows(const char* kernel, const Tensor& x,
+                              const Tensor& route, const Tensor& perm);
+void CheckExpertRoute(const char* kernel, const Tensor& index, int64_t experts,
+                      const Tensor& route, const Tensor& counts);
+void CheckExpertWeight(const char* kernel, const ExpertRowDims& d,
+                       const Tensor& weight, DType dtype);
+}  // namespace kernels_internal
 
 }  // namespace trellis
 

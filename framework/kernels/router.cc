@@ -4,40 +4,20 @@
 #include <cstdint>
 #include <vector>
 
+#include "framework/cuda/cuda_kernels.h"
 #include "framework/kernels/cpu_common.h"
 
 namespace trellis {
 namespace {
 
+using kernels_internal::CheckRouterChoices;
+using kernels_internal::CheckRouterCounts;
+using kernels_internal::CheckRouterLogits;
 using kernels_internal::DispatchFloat;
 using kernels_internal::RequireCpu;
 using kernels_internal::RequireDType;
 
-struct Dims {
-  int64_t n, e;
-};
-
-Dims CheckLogits(const char* kernel, const Tensor& logits,
-                 const RouterSpec& spec) {
-  TRELLIS_CHECK(logits.ndim() == 2)
-      << kernel << ": logits " << ShapeString(logits.shape())
-      << ", expected (N, E)";
-  const Dims d{logits.dim(0), logits.dim(1)};
-  TRELLIS_CHECK(spec.top_k >= 1 && spec.top_k <= d.e)
-      << kernel << ": top_k " << spec.top_k << " of " << d.e << " experts";
-  return d;
-}
-
-void CheckChoices(const char* kernel, const Dims& d, const RouterSpec& spec,
-                  const Tensor& index, const Tensor& weight) {
-  const Shape choices = {d.n, spec.top_k};
-  TRELLIS_CHECK(index.shape() == choices && weight.shape() == choices)
-      << kernel << ": index " << ShapeString(index.shape()) << ", weight "
-      << ShapeString(weight.shape()) << ", expected " << ShapeString(choices);
-  TRELLIS_CHECK(index.dtype() == DType::kI32)
-      << kernel << ": index is " << DTypeName(index.dtype())
-      << ", expected int32";
-}
+using Dims = kernels_internal::RouterDims;
 
 // s (E) = the scores of one row of logits l (E).
 template <typename T>
@@ -216,21 +196,50 @@ void LossesBackwardCpu(const T* logits, const int32_t* counts, Dims d,
   }
 }
 
-void CheckCounts(const char* kernel, const Tensor& counts, int64_t e) {
+}  // namespace
+
+namespace kernels_internal {
+
+RouterDims CheckRouterLogits(const char* kernel, const Tensor& logits,
+                             const RouterSpec& spec) {
+  TRELLIS_CHECK(logits.ndim() == 2)
+      << kernel << ": logits " << ShapeString(logits.shape())
+      << ", expected (N, E)";
+  const RouterDims d{logits.dim(0), logits.dim(1)};
+  TRELLIS_CHECK(spec.top_k >= 1 && spec.top_k <= d.e)
+      << kernel << ": top_k " << spec.top_k << " of " << d.e << " experts";
+  return d;
+}
+
+void CheckRouterChoices(const char* kernel, const RouterDims& d,
+                        const RouterSpec& spec, const Tensor& index,
+                        const Tensor& weight) {
+  const Shape choices = {d.n, spec.top_k};
+  TRELLIS_CHECK(index.shape() == choices && weight.shape() == choices)
+      << kernel << ": index " << ShapeString(index.shape()) << ", weight "
+      << ShapeString(weight.shape()) << ", expected " << ShapeString(choices);
+  TRELLIS_CHECK(index.dtype() == DType::kI32)
+      << kernel << ": index is " << DTypeName(index.dtype())
+      << ", expected int32";
+}
+
+void CheckRouterCounts(const char* kernel, const Tensor& counts, int64_t e) {
   TRELLIS_CHECK(counts.shape() == Shape{e} && counts.dtype() == DType::kI32)
       << kernel << ": counts " << ShapeString(counts.shape()) << " "
       << DTypeName(counts.dtype()) << ", expected (" << e << ") int32";
 }
 
-}  // namespace
+}  // namespace kernels_internal
 
 void RouterTopK(const Tensor& logits, const Tensor& bias,
                 const RouterSpec& spec, Tensor& index, Tensor& weight) {
   const char* kernel = "RouterTopK";
+  TRELLIS_CUDA_DISPATCH(cuda::RouterTopK(logits, bias, spec, index, weight),
+                        &logits, &bias, &index, &weight);
   RequireCpu(kernel, {&logits, &bias, &index, &weight});
   RequireDType(kernel, logits.dtype(), {&bias, &weight});
-  const Dims d = CheckLogits(kernel, logits, spec);
-  CheckChoices(kernel, d, spec, index, weight);
+  const Dims d = CheckRouterLogits(kernel, logits, spec);
+  CheckRouterChoices(kernel, d, spec, index, weight);
   TRELLIS_CHECK(!bias.defined() || bias.shape() == Shape{d.e})
       << kernel << ": bias " << ShapeString(bias.shape()) << " for " << d.e
       << " experts";
@@ -245,10 +254,13 @@ void RouterTopKBackward(const Tensor& logits, const Tensor& index,
                         const Tensor& weight, const Tensor& dweight,
                         const RouterSpec& spec, Tensor& dlogits) {
   const char* kernel = "RouterTopKBackward";
+  TRELLIS_CUDA_DISPATCH(
+      cuda::RouterTopKBackward(logits, index, weight, dweight, spec, dlogits),
+      &logits, &index, &weight, &dweight, &dlogits);
   RequireCpu(kernel, {&logits, &index, &weight, &dweight, &dlogits});
   RequireDType(kernel, logits.dtype(), {&weight, &dweight, &dlogits});
-  const Dims d = CheckLogits(kernel, logits, spec);
-  CheckChoices(kernel, d, spec, index, weight);
+  const Dims d = CheckRouterLogits(kernel, logits, spec);
+  CheckRouterChoices(kernel, d, spec, index, weight);
   TRELLIS_CHECK(dweight.shape() == weight.shape() &&
                 dlogits.shape() == logits.shape())
       << kernel << ": dweight " << ShapeString(dweight.shape()) << ", dlogits "
@@ -263,10 +275,12 @@ void RouterTopKBackward(const Tensor& logits, const Tensor& index,
 void RouterLosses(const Tensor& logits, const Tensor& counts,
                   const RouterSpec& spec, Tensor& losses) {
   const char* kernel = "RouterLosses";
+  TRELLIS_CUDA_DISPATCH(cuda::RouterLosses(logits, counts, spec, losses),
+                        &logits, &counts, &losses);
   RequireCpu(kernel, {&logits, &counts, &losses});
   RequireDType(kernel, logits.dtype(), {&losses});
-  const Dims d = CheckLogits(kernel, logits, spec);
-  CheckCounts(kernel, counts, d.e);
+  const Dims d = CheckRouterLogits(kernel, logits, spec);
+  CheckRouterCounts(kernel, counts, d.e);
   TRELLIS_CHECK(losses.shape() == Shape{2})
       << kernel << ": losses " << ShapeString(losses.shape())
       << ", expected (2)";
@@ -281,10 +295,13 @@ void RouterLossesBackward(const Tensor& logits, const Tensor& counts,
                           const RouterSpec& spec, double aux_scale,
                           double z_scale, Tensor& dlogits) {
   const char* kernel = "RouterLossesBackward";
+  TRELLIS_CUDA_DISPATCH(cuda::RouterLossesBackward(logits, counts, spec,
+                                                   aux_scale, z_scale, dlogits),
+                        &logits, &counts, &dlogits);
   RequireCpu(kernel, {&logits, &counts, &dlogits});
   RequireDType(kernel, logits.dtype(), {&dlogits});
-  const Dims d = CheckLogits(kernel, logits, spec);
-  CheckCounts(kernel, counts, d.e);
+  const Dims d = CheckRouterLogits(kernel, logits, spec);
+  CheckRouterCounts(kernel, counts, d.e);
   TRELLIS_CHECK(dlogits.shape() == logits.shape())
       << kernel << ": dlogits " << ShapeString(dlogits.shape());
   if (aux_scale == 0 && z_scale == 0) return;

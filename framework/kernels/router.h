@@ -19,9 +19,11 @@
 //   z   = mean over rows of logsumexp(logits)² (ST-MoE's router z-loss).
 //
 // Gradient rule: RouterTopKBackward OVERWRITES dlogits (it starts the
-// router's chain); RouterLossesBackward ACCUMULATES into it. CPU only so
-// far, float32 or float64 (logits, bias, weight and dlogits of one dtype;
-// index and counts int32). Thread safety: as every kernel.
+// router's chain); RouterLossesBackward ACCUMULATES into it. Logits, bias,
+// weight and dlogits of one dtype: float32 or float64 on the CPU, float32
+// or bfloat16 on CUDA (at most 1024 experts there; framework/cuda/
+// router.cu); losses of that dtype on the CPU, float32 on CUDA; index and
+// counts int32. Thread safety: as every kernel.
 #ifndef TRELLIS_FRAMEWORK_KERNELS_ROUTER_H_
 #define TRELLIS_FRAMEWORK_KERNELS_ROUTER_H_
 
@@ -57,6 +59,20 @@ void RouterLosses(const Tensor& logits, const Tensor& counts,
 void RouterLossesBackward(const Tensor& logits, const Tensor& counts,
                           const RouterSpec& spec, double aux_scale,
                           double z_scale, Tensor& dlogits);
+
+namespace kernels_internal {
+// The checks both backends run. (N, E) of logits (N, E); index (N, k)
+// int32 and weight (N, k); counts (E) int32.
+struct RouterDims {
+  int64_t n, e;
+};
+RouterDims CheckRouterLogits(const char* kernel, const Tensor& logits,
+                             const RouterSpec& spec);
+void CheckRouterChoices(const char* kernel, const RouterDims& d,
+                        const RouterSpec& spec, const Tensor& index,
+                        const Tensor& weight);
+void CheckRouterCounts(const char* kernel, const Tensor& counts, int64_t e);
+}  // namespace kernels_internal
 
 }  // namespace trellis
 

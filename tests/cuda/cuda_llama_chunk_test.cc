@@ -1,6 +1,8 @@
 // A float32 Llama model (grouped-query attention, llama3 RoPE scaling,
-// untied head), and the same with Qwen3's per-head q/k norm and heads wider
-// than d_model / n_head, on CUDA against the same model on the CPU: the
+// untied head), the same with Qwen3's per-head q/k norm and heads wider
+// than d_model / n_head, and a mixture of experts on it (a dense layer,
+// then 4 experts, 2 per token, both balance losses), on CUDA against the
+// same model on the CPU: the
 // loss and every parameter gradient of one forward and backward pass, with
 // identical weights (initialization ignores the device) and tokens, under
 // each recompute mode. Then the Qwen3 model in bfloat16 on CUDA against
@@ -27,11 +29,24 @@ namespace {
 
 constexpr int64_t kBatch = 2;
 
-ModelConfig Config(bool qk_norm) {
+enum class Variant { kLlama, kQwen3, kMoe };
+
+ModelConfig Config(Variant variant) {
   ModelConfig c;
-  c.qk_norm = qk_norm;
-  if (qk_norm) c.head_dim = 24;
   c.family = ModelFamilyKind::kLlama;
+  if (variant != Variant::kLlama) {
+    c.qk_norm = true;
+    c.head_dim = 24;
+  }
+  if (variant == Variant::kMoe) {
+    c.family = ModelFamilyKind("moe");
+    c.experts = 4;
+    c.experts_per_token = 2;
+    c.moe_ffn_hidden = 48;
+    c.moe_first_dense = 1;
+    c.moe_aux_loss_coeff = 0.01;
+    c.moe_z_loss_coeff = 0.001;
+  }
   c.n_layer = 2;
   c.n_head = 4;
   c.n_kv_heads = 2;
@@ -60,9 +75,9 @@ struct PassResult {
   std::map<std::string, Tensor> grads;  // on the CPU
 };
 
-PassResult RunModel(Device device, Recompute recompute, bool qk_norm,
+PassResult RunModel(Device device, Recompute recompute, Variant variant,
                     DType dtype = DType::kF32) {
-  const ModelConfig config = Config(qk_norm);
+  const ModelConfig config = Config(variant);
   const ChunkPlan plan{0, config.n_layer, true, true};
   ParameterSet params;
   AddModelParameters(config, plan, TpPlace{}, /*seed=*/1234, device, dtype,
@@ -95,16 +110,16 @@ double LargestOf(const Tensor& t) {
   return largest;
 }
 
-class CudaLlamaChunkTest : public ::testing::TestWithParam<bool> {};
+class CudaLlamaChunkTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(CudaLlamaChunkTest, Float32ModelMatchesTheCpu) {
   TRELLIS_REQUIRE_CUDA_DEVICE();
-  const bool qk_norm = GetParam();
-  const PassResult cpu = RunModel(Device::Cpu(), Recompute::kNone, qk_norm);
+  const Variant variant = GetParam();
+  const PassResult cpu = RunModel(Device::Cpu(), Recompute::kNone, variant);
   for (Recompute recompute :
        {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     SCOPED_TRACE(static_cast<int>(recompute));
-    const PassResult gpu = RunModel(cuda_test::Gpu(), recompute, qk_norm);
+    const PassResult gpu = RunModel(cuda_test::Gpu(), recompute, variant);
     EXPECT_GT(cpu.loss, 0.5 * std::log(100.0));
     EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * cpu.loss);
     ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
@@ -119,13 +134,22 @@ TEST_P(CudaLlamaChunkTest, Float32ModelMatchesTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(QkNorm, CudaLlamaChunkTest, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(Families, CudaLlamaChunkTest,
+                         ::testing::Values(Variant::kLlama, Variant::kQwen3,
+                                           Variant::kMoe),
+                         [](const ::testing::TestParamInfo<Variant>& info) {
+                           return std::string(
+                               info.param == Variant::kLlama   ? "Llama"
+                               : info.param == Variant::kQwen3 ? "Qwen3"
+                                                               : "Moe");
+                         });
 
 TEST(CudaQwen3ChunkTest, Bfloat16TracksTheFloat32Cpu) {
   TRELLIS_REQUIRE_CUDA_DEVICE();
-  const PassResult cpu = RunModel(Device::Cpu(), Recompute::kNone, true);
-  const PassResult gpu =
-      RunModel(cuda_test::Gpu(), Recompute::kNone, true, DType::kBF16);
+  const PassResult cpu =
+      RunModel(Device::Cpu(), Recompute::kNone, Variant::kQwen3);
+  const PassResult gpu = RunModel(cuda_test::Gpu(), Recompute::kNone,
+                                  Variant::kQwen3, DType::kBF16);
   EXPECT_NEAR(gpu.loss, cpu.loss, 1e-2 * cpu.loss);
   int norms = 0;
   for (const auto& [name, grad] : cpu.grads) {

@@ -98,14 +98,6 @@ class Moe : public ModelFamily {
                             c.experts, "; choose ep dividing the experts"));
   }
 
-  absl::Status CheckDevice(const ModelConfig&,
-                           DeviceType device) const override {
-    if (device == DeviceType::kCPU) return absl::OkStatus();
-    return Bad(
-        "--family=moe runs on --device=cpu only for now (its router and "
-        "expert kernels have no CUDA twins yet); use --device=cpu");
-  }
-
   std::string TiedEmbedding(const ModelConfig& c) const override {
     return c.tie_embeddings ? kLlamaEmbedding : "";
   }

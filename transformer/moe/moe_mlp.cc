@@ -9,6 +9,7 @@
 #include "framework/kernels/swiglu.h"
 #include "parallel/expert_parallel.h"
 #include "parallel/tensor_parallel.h"
+#include "transformer/chunk_options.h"
 
 namespace trellis {
 namespace {
@@ -144,7 +145,7 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
       {&B::route, {nk}, DType::kI32, input},
       {&B::counts, {e}, DType::kI32, input},
       {&B::window_counts, {e}, DType::kI32, input},
-      {&B::route_losses, {2}, dtype, input},
+      {&B::route_losses, {2}, StatsDType(dtype), input},
       {&B::moe_in, {nk, c}, dtype, input},
       {&B::fc, {r, 2 * f}, dtype, input},
       {&B::gelu, {r, f}, dtype, places.cheap},

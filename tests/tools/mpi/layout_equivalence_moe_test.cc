@@ -15,7 +15,6 @@ namespace trellis::layout_test {
 namespace {
 
 TEST_F(LayoutEquivalenceTest, MoeLayoutsMatchOneProcess) {
-  if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
   TrainOptions moe = mpitest::TinyMoe(*options_);
   Reference moe_reference = ComputeReference(moe);
   ASSERT_EQ(moe_reference.losses.size(), reference_->losses.size());
@@ -50,7 +49,7 @@ Layout WithEp(Layout layout, int ep) {
 // microbatch's; by ring and all-to-all, with dp, tp and pp, with full
 // recompute (the counts summed again), and with expert parallelism.
 TEST_F(LayoutEquivalenceTest, MoeContextParallelLayoutsMatchOneProcess) {
-  if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
+  if (kOnGpu) GTEST_SKIP() << "--cp runs on cpu only";
   TrainOptions moe = mpitest::TinyMoe(*options_);
   Reference moe_reference = ComputeReference(moe);
   UseOptions use(moe, &moe_reference);
@@ -82,7 +81,6 @@ TEST_F(LayoutEquivalenceTest, MoeContextParallelLayoutsMatchOneProcess) {
 // which shards the experts' buckets over the ranks holding them (two of
 // dp4 under ep 2) and the dense ones over all of dp.
 TEST_F(LayoutEquivalenceTest, MoeExpertParallelLayoutsMatchOneProcess) {
-  if (kOnGpu) GTEST_SKIP() << "the moe family has no CUDA kernels yet";
   TrainOptions moe = mpitest::TinyMoe(*options_);
   Reference moe_reference = ComputeReference(moe);
   UseOptions use(moe, &moe_reference);
