@@ -1,8 +1,9 @@
 // The planner under context parallelism: every per-token cost falls by cp
 // (copies around the transfers added), the activations shrink, the gradients
 // sync over dp·cp, and the ring's and all-to-all's transfers cost what their
-// formulas say: the ring's forward sends hidden behind a block of attention,
-// its gradient sends waited for, all-to-all's exchanges all waited for.
+// formulas say: the ring's forward sends hidden behind a block of attention
+// where transfers progress beside compute, its gradient sends waited for,
+// all-to-all's exchanges all waited for.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -107,6 +108,15 @@ TEST(ContextCostTest, RingHidesItsBlocksBehindAttention) {
     EXPECT_NEAR(Estimate(o, c).cp_comm, blocks * (forward + backward),
                 1e-9 * blocks * (forward + backward));
   }
+  // Where transfers progress only inside MPI calls (CPU ranks), no block
+  // hides a send: four of them per block and microbatch, waited for.
+  ClusterSpec mpi = Cluster();
+  ASSERT_TRUE(mpi.async_collectives);
+  const double hidden = Estimate(o, mpi).cp_comm;
+  mpi.async_collectives = false;
+  EXPECT_NEAR(Estimate(o, mpi).cp_comm, blocks * 4 * Send(kv, mpi.intra),
+              1e-9 * blocks * 4 * Send(kv, mpi.intra));
+  EXPECT_GT(Estimate(o, mpi).cp_comm, hidden);
   // On a fast link the forward's transfer is hidden whole.
   EXPECT_GT(attention / 2, Send(kv, Cluster().intra));
   c.intra = {std::numeric_limits<double>::infinity(), 0};

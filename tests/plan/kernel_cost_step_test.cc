@@ -1,7 +1,8 @@
 // The step-time model under a kernel cost table: a flat table at the
 // cluster's own rates changes nothing, each GEMM pass takes its own
-// table's rate, and a table in which short GEMMs run slowly makes small
-// micro batches cost more per token, as they do on the device.
+// table's rate, a table in which short GEMMs run slowly makes small
+// micro batches cost more per token, as they do on the device, and the
+// ring's blocks take the table's block-attention rate.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -109,6 +110,36 @@ TEST(KernelCostStepTest, ShortGemmsCostMorePerTokenWhenTheTableSaysSo) {
   const double flat_small = Step(Model(1), Cluster());
   const double flat_large = Step(Model(8), Cluster());
   EXPECT_LT(flat_small, 1.2 * flat_large);
+}
+
+// Under cp the ring attends blocks of T/cp tokens at the table's
+// block-attention rate where it has one; all-to-all keeps the whole
+// window's rate.
+TEST(KernelCostStepTest, RingBlocksTakeTheBlockAttentionRate) {
+  ClusterSpec c = Cluster();
+  KernelCosts k = FlatTable(c);
+  c.kernel_costs = std::make_shared<const KernelCosts>(k);
+  TrainOptions ring = Model(2);
+  ring.cp = 2;
+  ASSERT_TRUE(ValidateLayout(ring, 2).ok());
+  TrainOptions a2a = ring;
+  a2a.cp_comm = "a2a";
+  const StageFacts ring_stage = PlanStages(ring)[0];
+  const StageFacts a2a_stage = PlanStages(a2a)[0];
+  const ChunkWork ring_before = PlanChunkWork(ring, ring_stage, 0, c);
+  const ChunkWork a2a_before = PlanChunkWork(a2a, a2a_stage, 0, c);
+  k.block_attention = Flat(c.peak_flops * c.attention_efficiency / 2);
+  c.kernel_costs = std::make_shared<const KernelCosts>(k);
+  const ChunkWork ring_after = PlanChunkWork(ring, ring_stage, 0, c);
+  const ChunkWork a2a_after = PlanChunkWork(a2a, a2a_stage, 0, c);
+  // The blocks' attention (forward 2·rows·T·attn FLOPs per layer, rows =
+  // 2 windows of T/cp) now at half the rate: twice its time added.
+  const double attention =
+      4 * 2.0 * (2 * 32) * 64 * 96 / (c.peak_flops * c.attention_efficiency);
+  EXPECT_NEAR(ring_after.f.compute, ring_before.f.compute + attention, 1e-12);
+  EXPECT_GT(ring_after.b.compute, ring_before.b.compute);
+  EXPECT_DOUBLE_EQ(a2a_after.f.compute, a2a_before.f.compute);
+  EXPECT_DOUBLE_EQ(a2a_after.b.compute, a2a_before.b.compute);
 }
 
 }  // namespace

@@ -115,6 +115,28 @@ TEST(KernelCostsTest, VersionOneTablesReadTheirHeadsAsPairsOfTwoWindows) {
               HasSubstr("\"kernel_costs\": 2"));
 }
 
+// The ring's block attention: its own grid when the table has one (read
+// and written back), AttentionRate at the block's length when not; a
+// malformed one is refused like any other grid.
+TEST(KernelCostsTest, RingBlocksUseTheirOwnRateWhereMeasured) {
+  KernelCosts c = TwoPointTable();
+  EXPECT_EQ(KernelCostsToJson(c).contains("block_attention"), false);
+  EXPECT_NEAR(BlockAttentionRate(c, 64, 16, 4), 2e9, 1e-3);
+  c.block_attention.axes = {std::vector<double>{16, 64}, {16}, {4}};
+  c.block_attention.rates = {2e8, 5e8};
+  EXPECT_NEAR(BlockAttentionRate(c, 64, 16, 4), 5e8, 1e-3);
+  EXPECT_NEAR(BlockAttentionRate(c, 32, 16, 4), std::sqrt(0.1) * 1e9, 1e3);
+  const nlohmann::json j = KernelCostsToJson(c);
+  const absl::StatusOr<KernelCosts> back = KernelCostsFromJson(j, "t.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_NEAR(BlockAttentionRate(*back, 16, 16, 4), 2e8, 1e-3);
+  nlohmann::json broken = j;
+  broken["block_attention"]["tflops"] = {1e-4};
+  EXPECT_THAT(
+      std::string(KernelCostsFromJson(broken, "t.json").status().message()),
+      HasSubstr("block_attention.tflops"));
+}
+
 // The first line of the error `edit` makes of a good table.
 std::string ErrorOf(void (*edit)(nlohmann::json&)) {
   nlohmann::json j = KernelCostsToJson(TwoPointTable());
@@ -177,9 +199,10 @@ TEST(KernelCostsTest, MissingOrBrokenFilesSayHowToWriteOne) {
 TEST(KernelCostsTest, MeasuredTableIsWellFormed) {
   const KernelCosts c = MeasureKernelCosts(
       Device::Cpu(), DType::kF32, [] {}, 0, 0, "test");
+  ASSERT_GT(c.block_attention.size(), 0u) << "the CPU measures ring blocks";
   for (const RateGrid* g :
        {&c.gemm_forward, &c.gemm_backward_input, &c.gemm_backward_weight,
-        &c.attention, &c.elementwise, &c.adamw}) {
+        &c.attention, &c.block_attention, &c.elementwise, &c.adamw}) {
     ASSERT_EQ(g->rates.size(), g->size());
     for (double r : g->rates) EXPECT_TRUE(r > 0 && std::isfinite(r));
   }

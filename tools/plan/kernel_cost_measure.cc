@@ -5,6 +5,7 @@
 
 #include "framework/kernels/adamw.h"
 #include "framework/kernels/attention.h"
+#include "framework/kernels/block_attention.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/gelu.h"
 #include "framework/kernels/layernorm.h"
@@ -21,6 +22,9 @@ struct Grids {
       ew_width;
   std::vector<double> adamw;
   int64_t call_heads = 4;  // each attention call's heads; windows the rest
+  // The ring's block lengths (T/cp); empty where the block kernels have no
+  // twin (CUDA).
+  std::vector<double> block_seq;
 };
 
 Grids GridsFor(DeviceType device) {
@@ -33,7 +37,8 @@ Grids GridsFor(DeviceType device) {
             {32, 256, 2048},
             {64, 256, 1024},
             {1 << 14, 1 << 18, 1 << 22},
-            4};
+            4,
+            {16, 32, 64, 128, 256}};
   }
   // Rows and (window, head) pairs by factors of 2 to 4: a rate between
   // two points is interpolated in log space, which on a GPU's saturating
@@ -47,7 +52,8 @@ Grids GridsFor(DeviceType device) {
           {1024, 4096, 8192, 16384, 32768, 65536},
           {768, 2048, 8192},
           {1 << 20, 1 << 23, 1 << 26},
-          8};
+          8,
+          {}};
 }
 
 // Small non-zero values on the CPU (so that no kernel takes a zero fast
@@ -160,6 +166,51 @@ void MeasureAttention(Device device, DType dtype, const Grids& grids,
   }
 }
 
+// The ring's step on one block of t queries against t keys and values, none
+// masked (the keys' positions all before the queries'): the block's forward
+// merged into a running output, and its backward.
+void MeasureBlockAttention(Device device, DType dtype, const Grids& grids,
+                           const std::function<void()>& sync, KernelCosts& c) {
+  if (grids.block_seq.empty()) return;
+  c.block_attention =
+      Empty(grids.block_seq, grids.head_dim, grids.head_windows);
+  const int64_t h = grids.call_heads;
+  for (size_t i = 0; i < grids.block_seq.size(); ++i) {
+    for (size_t j = 0; j < grids.head_dim.size(); ++j) {
+      for (size_t k = 0; k < grids.head_windows.size(); ++k) {
+        const auto t = static_cast<int64_t>(grids.block_seq[i]);
+        const auto d = static_cast<int64_t>(grids.head_dim[j]);
+        const int64_t batch = static_cast<int64_t>(grids.head_windows[k]) / h;
+        Tensor q = Filled({batch, t, h * d}, dtype, device);
+        Tensor kv = Filled({batch, t, 2 * h * d}, dtype, device);
+        Tensor q_pos = Tensor::Empty({t}, DType::kI32, device);
+        Tensor k_pos = Tensor::Empty({t}, DType::kI32, device);
+        for (int64_t p = 0; p < t; ++p) {
+          k_pos.data<int32_t>()[p] = static_cast<int32_t>(p);
+          q_pos.data<int32_t>()[p] = static_cast<int32_t>(t + p);
+        }
+        const BlockMask mask{&q_pos, &k_pos, nullptr};
+        Tensor out = Filled(q.shape(), dtype, device);
+        Tensor lse = Filled({batch, h, t}, dtype, device);
+        Tensor block_out = Filled(q.shape(), dtype, device);
+        Tensor block_lse = Filled({batch, h, t}, dtype, device);
+        Tensor dq = Filled(q.shape(), dtype, device);
+        Tensor dkv = Filled(kv.shape(), dtype, device);
+        const double seconds = TimeCall(
+            [&] {
+              BlockAttentionForward(q, kv, mask, h, h, block_out, block_lse);
+              AttentionMergeBlock(out, lse, block_out, block_lse);
+              BlockAttentionBackward(out, q, kv, mask, out, lse, h, h, dq, dkv);
+            },
+            sync);
+        // Forward 4·t·t·H·D per block (none masked), backward twice that.
+        c.block_attention.at(i, j, k) =
+            3.0 * 4.0 * batch * t * t * h * d / seconds;
+      }
+    }
+  }
+}
+
 // The element-wise bytes step_work.cc counts for one block on (n, width)
 // rows, forward and backward (3× the forward's): 14 elements per row on
 // the width and 8 on the MLP's 4·width.
@@ -234,11 +285,13 @@ KernelCosts MeasureKernelCosts(Device device, DType dtype,
   const Grids grids = GridsFor(device.type);
   MeasureGemms(device, dtype, grids, synchronize, c);
   MeasureAttention(device, dtype, grids, synchronize, c);
+  MeasureBlockAttention(device, dtype, grids, synchronize, c);
   MeasureElementwise(device, dtype, grids, synchronize, c);
   MeasureAdamW(device, grids, synchronize, c);
   // The roofline bounds what was not measured, never what was.
-  for (const RateGrid* g : {&c.gemm_forward, &c.gemm_backward_input,
-                            &c.gemm_backward_weight, &c.attention}) {
+  for (const RateGrid* g :
+       {&c.gemm_forward, &c.gemm_backward_input, &c.gemm_backward_weight,
+        &c.attention, &c.block_attention}) {
     for (double r : g->rates) c.peak_flops = std::max(c.peak_flops, r);
   }
   for (double r : c.elementwise.rates) {

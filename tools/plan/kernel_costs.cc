@@ -184,6 +184,15 @@ double AttentionRate(const KernelCosts& c, double seq_len, double head_dim,
                   c.attention.Interpolate(seq_len, head_dim, head_windows));
 }
 
+double BlockAttentionRate(const KernelCosts& c, double block_len,
+                          double head_dim, double head_windows) {
+  if (c.block_attention.size() == 0) {
+    return AttentionRate(c, block_len, head_dim, head_windows);
+  }
+  return std::min(c.peak_flops, c.block_attention.Interpolate(
+                                    block_len, head_dim, head_windows));
+}
+
 double ElementwiseRate(const KernelCosts& c, double rows, double width) {
   // Not bounded by the memory bandwidth: activations that fit in a cache
   // move faster than a large copy does.
@@ -220,6 +229,18 @@ std::string FormatKernelCosts(const KernelCosts& c) {
     for (double t : a.axes[0]) {
       absl::StrAppendFormat(&out, " %g: %.3g", t,
                             a.Interpolate(t, d, a.axes[2].back()) / 1e12);
+    }
+    out += "\n";
+  }
+  const RateGrid& b = c.block_attention;
+  for (double d : b.axes[1]) {
+    absl::StrAppendFormat(&out,
+                          "  ring block attention head width %g, %g (window, "
+                          "head) pairs a call, TFLOP/s by block length:",
+                          d, b.axes[2].back());
+    for (double t : b.axes[0]) {
+      absl::StrAppendFormat(&out, " %g: %.3g", t,
+                            b.Interpolate(t, d, b.axes[2].back()) / 1e12);
     }
     out += "\n";
   }
@@ -300,6 +321,12 @@ absl::StatusOr<KernelCosts> KernelCostsFromJson(const nlohmann::json& json,
       }
     }
   }
+  if (j->contains("block_attention")) {
+    TRELLIS_ASSIGN_OR_RETURN(
+        c.block_attention,
+        Grid(*j, where, "block_attention",
+             {"seq_len", "head_dim", "head_windows"}, "tflops", 1e12));
+  }
   TRELLIS_ASSIGN_OR_RETURN(
       c.elementwise,
       Grid(*j, where, "elementwise", {"rows", "width", nullptr}, "gbs", 1e9));
@@ -313,7 +340,7 @@ nlohmann::json KernelCostsToJson(const KernelCosts& c) {
   const RateGrid& g = c.gemm_forward;
   const RateGrid& a = c.attention;
   const RateGrid& e = c.elementwise;
-  return {
+  nlohmann::json out = {
       {"kernel_costs", kVersion},
       {"device", c.device},
       {"dtype", c.dtype},
@@ -340,6 +367,14 @@ nlohmann::json KernelCostsToJson(const KernelCosts& c) {
       {"adamw",
        {{"elements", c.adamw.axes[0]}, {"gbs", Scaled(c.adamw.rates, 1e9)}}},
   };
+  const RateGrid& b = c.block_attention;
+  if (b.size() > 0) {
+    out["block_attention"] = {{"seq_len", b.axes[0]},
+                              {"head_dim", b.axes[1]},
+                              {"head_windows", b.axes[2]},
+                              {"tflops", Scaled(b.rates, 1e12)}};
+  }
+  return out;
 }
 
 absl::StatusOr<KernelCosts> LoadKernelCosts(const std::string& path) {

@@ -19,6 +19,16 @@
 //                fills its multiprocessors with those pairs, so a call of
 //                few runs far below one of many), counted as the plan
 //                counts them: 3 · 2·T·heads·head_dim FLOPs per token;
+//   block_attention (optional; seq_len, head_dim, head_windows) -> FLOP/s
+//                of context parallelism's ring on one block: seq_len
+//                queries against as many keys and values, none masked
+//                (BlockAttentionForward, AttentionMergeBlock,
+//                BlockAttentionBackward), counted as the plan counts a
+//                ring rank's attention: 3 · 4·T·heads·head_dim FLOPs per
+//                query token of the block (a ring rank's causal share of a
+//                window is cp/2 such blocks); measured where the kernels
+//                run (the CPU), absent elsewhere, and then the ring is
+//                priced at `attention`'s rate on T/cp;
 //   elementwise  (rows, width) -> bytes/s of a GPT-2 block's element-wise
 //                kernels (two LayerNorms, two residual adds, the GELU of the
 //                4·width activation; forward and backward), counted as the
@@ -37,6 +47,7 @@
 //             "backward_weight_tflops": [..]},
 //    "attention": {"seq_len": [..], "head_dim": [..],
 //                  "head_windows": [..], "tflops": [..]},
+//    "block_attention": {as "attention"} (optional),
 //    "elementwise": {"rows": [..], "width": [..], "gbs": [..]},
 //    "adamw": {"elements": [..], "gbs": [..]}}
 // with each rate list in row-major order of its axes (the last fastest).
@@ -82,7 +93,10 @@ struct KernelCosts {
   double peak_flops = 0;        // roofline: FLOP/s
   double memory_bandwidth = 0;  // roofline: bytes/s
   RateGrid gemm_forward, gemm_backward_input, gemm_backward_weight;
-  RateGrid attention;    // (seq_len, head_dim, head_windows), FLOP/s
+  RateGrid attention;  // (seq_len, head_dim, head_windows), FLOP/s
+  // The ring's block attention, as `attention`; empty (no axes) when the
+  // table has none.
+  RateGrid block_attention;
   RateGrid elementwise;  // (rows, width, 1), bytes/s
   RateGrid adamw;        // (elements, 1, 1), bytes/s
 };
@@ -99,6 +113,11 @@ double GemmSeconds(const KernelCosts& costs, GemmPass pass, double rows,
 // over head_windows (window, head) pairs.
 double AttentionRate(const KernelCosts& costs, double seq_len, double head_dim,
                      double head_windows);
+// FLOP/s of the ring's block attention on blocks of `block_len` tokens
+// (T/cp), counted as AttentionRate's: the table's block_attention, or
+// without one AttentionRate at seq_len block_len.
+double BlockAttentionRate(const KernelCosts& costs, double block_len,
+                          double head_dim, double head_windows);
 // Bytes/s of the element-wise kernels on (rows, width) activations.
 double ElementwiseRate(const KernelCosts& costs, double rows, double width);
 // Bytes/s of AdamW stepping `elements` elements.

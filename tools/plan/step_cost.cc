@@ -159,7 +159,7 @@ PassCost CostPass(const PassWork& pass, const TrainOptions& o,
   const int tp = static_cast<int>(o.tp), cp = static_cast<int>(o.cp);
   PassCost c;
   c.tp = CallSeconds(pass.tp, tp, links.tp);
-  c.cp = ContextExposedSeconds(pass, cp, links.cp);
+  c.cp = ContextExposedSeconds(pass, cp, links.cp, cluster.async_collectives);
   c.ep = CallSeconds(pass.ep, static_cast<int>(o.ep), links.ep);
   c.gather = GatherExposedSeconds(pass, links.dense, links.experts,
                                   cluster.async_collectives, &c.gather_total);

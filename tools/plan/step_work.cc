@@ -100,7 +100,7 @@ void RatesOf(const TrainOptions& o, const ClusterSpec& cluster, int64_t layer,
                        static_cast<double>(o.micro_batch_size);
   const double head_dim = static_cast<double>(o.model.HeadDim());
   s.attn_rate = s.cp == 1 ? AttentionRate(k, s.seq, head_dim, pairs)
-                : s.ring  ? AttentionRate(k, s.seq / s.cp, head_dim, pairs)
+                : s.ring  ? BlockAttentionRate(k, s.seq / s.cp, head_dim, pairs)
                           : AttentionRate(k, s.seq, head_dim, pairs / s.cp);
   s.memory_rate = ElementwiseRate(k, s.rows * s.full_rows, s.width);
 }
@@ -502,13 +502,13 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
   return p;
 }
 
-double ContextExposedSeconds(const PassWork& pass, int n,
-                             const LinkSpec& link) {
+double ContextExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
+                             bool async) {
   double exposed = 0;
   for (const ContextCall& c : pass.cp) {
     const double send = CollectiveSeconds(c.call.op, c.call.bytes, n, link);
-    exposed +=
-        static_cast<double>(c.call.calls) * std::max(0.0, send - c.overlap);
+    const double hidden = async ? c.overlap : 0.0;
+    exposed += static_cast<double>(c.call.calls) * std::max(0.0, send - hidden);
   }
   return exposed;
 }

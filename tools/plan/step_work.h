@@ -123,8 +123,11 @@ ChunkWork PlanChunkWork(const TrainOptions& o, const StageFacts& stage,
 
 // The seconds `pass`'s context-parallel transfers over `n` ranks add to
 // its compute on `link`: per call, what of its time the overlapped compute
-// does not hide.
-double ContextExposedSeconds(const PassWork& pass, int n, const LinkSpec& link);
+// does not hide, where transfers progress beside compute (`async`: NCCL);
+// without (MPI on CPU ranks moves a message only inside MPI calls, and the
+// ring's wait comes after its block's attention) the whole of it.
+double ContextExposedSeconds(const PassWork& pass, int n, const LinkSpec& link,
+                             bool async);
 
 // A data-parallel group a collective runs over: its ranks and its link.
 struct SyncGroup {
