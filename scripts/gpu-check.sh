@@ -68,7 +68,8 @@
 # on a machine without a GPU; its goals are shown, not judged.
 #
 # Environment: PRESETS (default "gpt2-124m gpt2-350m gpt2-774m"; also
-# gpt2-1558m and llama-3.2-1b, which runs at seq_len 2048), STEPS
+# gpt2-1558m, llama-3.2-1b, which runs at seq_len 2048, and the mixture of
+# experts moe-0.9b-a0.2b, which has no PyTorch or llm.c twin), STEPS
 # (trellis-bench's timed steps, default 5), BATCH (windows of 1024 tokens
 # per optimizer step for trellis, PyTorch and llm.c alike, default 64),
 # MICRO_BATCH (trellis's micro batch per preset, "gpt2-124m=16 ...";
@@ -261,7 +262,12 @@ run_section() {
 }
 
 # wants_torch PRESET: whether TORCH_PRESETS (default: every preset) names it.
-wants_torch() { [[ " ${TORCH_PRESETS:-$GC_PRESETS} " == *" $1 "* ]]; }
+# A preset's PyTorch twin runs when TORCH_PRESETS (default: every preset)
+# names it; a mixture of experts (moe-*) has none.
+wants_torch() {
+  case "$1" in moe-*) return 1 ;; esac
+  [[ " ${TORCH_PRESETS:-$GC_PRESETS} " == *" $1 "* ]]
+}
 
 main() {
   echo "trellis GPU check$([ "$dry" = 1 ] && echo ' (dry run on the CPU)'): $stamp"

@@ -275,9 +275,17 @@ flags = ["--family=" + m["family"], "--n_layer=%d" % m["n_layer"],
          "--seq_len=%d" % m["seq_len"], "--vocab_size=%d" % m["vocab_size"],
          "--micro_batch_size=%d" % j["micro_batch_size"],
          "--global_batch_size=%d" % j["global_batch_size"]]
-if m["family"] == "llama":
+if m["family"] in ("llama", "moe"):
     flags += ["--n_kv_heads=%d" % m["n_kv_heads"],
               "--ffn_hidden=%d" % m["ffn_hidden"]]
+if "head_dim" in m:
+    flags.append("--head_dim=%d" % m["head_dim"])
+if m.get("qk_norm"):
+    flags.append("--qk_norm")
+for key in ("experts", "experts_per_token", "moe_ffn_hidden",
+            "moe_first_dense"):
+    if key in m:
+        flags.append("--%s=%d" % (key, m[key]))
 print(" ".join(flags))' "$json")" || return 1
   mbs="${flags##*--micro_batch_size=}"
   mbs="${mbs%% *}"

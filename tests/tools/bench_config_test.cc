@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include "transformer/model_family.h"
+
 namespace trellis {
 namespace {
 
@@ -57,6 +59,26 @@ TEST(BenchConfigTest, LlamaPresetTakesItsFamilysShape) {
   EXPECT_EQ(Resolve("cpu", "llama-3.2-1b").train.model.seq_len, 256);
   EXPECT_EQ(Resolve("cuda", "gpt2-124m").train.model.family,
             ModelFamilyKind::kGpt2);
+}
+
+// The mixture-of-experts preset: OLMoE's manner at half its width and
+// depth, every layer routed, its FLOPs counted on the active parameters.
+TEST(BenchConfigTest, MixturePresetTakesItsExperts) {
+  const BenchConfig cuda = Resolve("cuda", "moe-0.9b-a0.2b");
+  const ModelConfig& m = cuda.train.model;
+  EXPECT_EQ(m.family, ModelFamilyKind("moe"));
+  EXPECT_EQ(m.n_layer, 16);
+  EXPECT_EQ(m.d_model, 1024);
+  EXPECT_EQ(m.experts, 32);
+  EXPECT_EQ(m.experts_per_token, 4);
+  EXPECT_EQ(m.moe_ffn_hidden, 512);
+  EXPECT_EQ(m.moe_first_dense, 0);
+  EXPECT_TRUE(m.qk_norm);
+  EXPECT_EQ(m.vocab_size, 50304);
+  EXPECT_EQ(cuda.train.micro_batch_size, 32);
+  EXPECT_NEAR(static_cast<double>(m.NumParameters()), 0.924e9, 0.01e9);
+  EXPECT_NEAR(static_cast<double>(FamilyOf(m).ActiveParameters(m)), 0.22e9,
+              0.005e9);
 }
 
 }  // namespace

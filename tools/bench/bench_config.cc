@@ -23,7 +23,10 @@ absl::Status Bad(const std::string& message) {
 // configs/llama-3.2-1b.flags's shape (GQA, SwiGLU, RoPE, tied head, Llama
 // 3's vocabulary) at its context of 2048, micro batch 16 (1.02x 8 on an
 // H100, 64.6 GiB); the RoPE scaling, which costs nothing per step, is left
-// out.
+// out. moe-0.9b-a0.2b is a mixture of experts in OLMoE's manner at half
+// its width and depth (16 layers of 1024, q/k norm, 32 experts of width
+// 512, 4 per token, OLMoE's vocabulary): 0.92B parameters, 0.22B active
+// per token; its CUDA micro batch of 32 is a guess, not measured.
 struct Preset {
   const char* name;
   int64_t n_layer, n_head, d_model, micro_batch_size, cuda_micro_batch_size;
@@ -32,6 +35,10 @@ struct Preset {
   int64_t cuda_seq_len = 1024;
   int64_t n_kv_heads = 0, ffn_hidden = 0;
   double rope_theta = 10000.0;
+  // A mixture of experts (family moe): its experts, those a token reaches,
+  // their width; and Qwen3's and OLMoE's per-head q/k norm.
+  int64_t experts = 0, experts_per_token = 0, moe_ffn_hidden = 0;
+  bool qk_norm = false;
 };
 constexpr Preset kPresets[] = {
     {"gpt2-124m", 12, 12, 768, 8, 64},
@@ -40,6 +47,8 @@ constexpr Preset kPresets[] = {
     {"gpt2-1558m", 48, 25, 1600, 2, 16},
     {"llama-3.2-1b", 16, 32, 2048, 1, 16, ModelFamilyKind::kLlama, 128256, 2048,
      8, 8192, 500000.0},
+    {"moe-0.9b-a0.2b", 16, 16, 1024, 1, 32, ModelFamilyKind("moe"), 50304, 1024,
+     0, 0, 10000.0, 32, 4, 512, true},
 };
 
 // --name=value is at least `min`.
@@ -84,6 +93,13 @@ ModelConfig ModelOf(const BenchFlags& f, const Preset* preset, bool cuda) {
     m.n_kv_heads = preset->n_kv_heads;
     m.ffn_hidden = preset->ffn_hidden;
     m.rope_theta = preset->rope_theta;
+    if (preset->experts > 0) {
+      m.experts = preset->experts;
+      m.experts_per_token = preset->experts_per_token;
+      m.moe_ffn_hidden = preset->moe_ffn_hidden;
+      m.moe_first_dense = 0;
+    }
+    m.qk_norm = preset->qk_norm;
   }
   m.n_layer = f.n_layer.value_or(preset ? preset->n_layer : 6);
   m.n_head = f.n_head.value_or(preset ? preset->n_head : 6);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "transformer/model_family.h"
 
 namespace trellis {
 namespace {
@@ -186,8 +187,8 @@ nlohmann::json SummaryJson(const BenchRun& run) {
         {"n_head", m.n_head},
         {"n_kv_heads", m.kv_heads()},
         {"d_model", m.d_model},
-        {"ffn_hidden", m.family == ModelFamilyKind::kLlama ? m.LlamaFfnHidden()
-                                                           : 4 * m.d_model},
+        {"ffn_hidden", m.family == ModelFamilyKind::kGpt2 ? 4 * m.d_model
+                                                          : m.LlamaFfnHidden()},
         {"rope_theta", m.rope_theta},
         {"norm_eps", m.norm_eps},
         {"tie_embeddings", m.tie_embeddings},
@@ -214,6 +215,18 @@ nlohmann::json SummaryJson(const BenchRun& run) {
       {"kernels", kernels}};
   if (run.peak_tflops > 0) j["peak_tflops"] = run.peak_tflops;
   if (!run.kernel_costs.is_null()) j["kernel_costs"] = run.kernel_costs;
+  // What else shapes the model, where set: the head width, the q/k norm,
+  // a mixture's experts (with the active parameters the FLOPs count).
+  nlohmann::json& model = j["model"];
+  if (m.head_dim > 0) model["head_dim"] = m.head_dim;
+  if (m.qk_norm) model["qk_norm"] = true;
+  if (m.family == ModelFamilyKind("moe")) {
+    model["experts"] = m.experts;
+    model["experts_per_token"] = m.experts_per_token;
+    model["moe_ffn_hidden"] = m.moe_ffn_hidden;
+    model["moe_first_dense"] = m.moe_first_dense;
+    model["active_parameters"] = FamilyOf(m).ActiveParameters(m);
+  }
   return j;
 }
 
