@@ -28,6 +28,8 @@ using kernels_internal::CheckRouterLogits;
 using kernels_internal::ExpertRowDims;
 using kernels_internal::RouterDims;
 
+static_assert(cuda_launch::kMaxRouterExperts == kMaxCudaRouterExperts);
+
 RouterDims CheckCudaLogits(const char* kernel, const Tensor& logits,
                            const RouterSpec& spec) {
   const RouterDims d = CheckRouterLogits(kernel, logits, spec);

@@ -35,6 +35,10 @@ namespace trellis {
 
 enum class RouterScore { kSoftmax, kSigmoid };
 
+// The most experts the CUDA router takes (one warp per token row, the
+// row's scores in shared memory).
+inline constexpr int64_t kMaxCudaRouterExperts = 1024;
+
 struct RouterSpec {
   int64_t top_k = 1;  // 1 <= top_k <= E
   RouterScore score = RouterScore::kSoftmax;

@@ -215,6 +215,17 @@ INSTANTIATE_TEST_SUITE_P(Cases, TrainOptionsBadTest,
                                                    },
                                                    {"--ep=3", "--experts=8"}},
                                            BadCase{
+                                               "moe_router_too_wide_for_cuda",
+                                               1,
+                                               [](O& o) {
+                                                 o.model.family =
+                                                     ModelFamilyKind("moe");
+                                                 o.model.experts = 2048;
+                                                 o.device = DeviceType::kCUDA;
+                                               },
+                                               {"--experts=2048",
+                                                "at most 1024"}},
+                                           BadCase{
                                                "odd_head_dim",
                                                1,
                                                [](O& o) {

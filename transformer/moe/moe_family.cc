@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "framework/kernels/router.h"
 #include "transformer/llama/llama_family.h"
 #include "transformer/llama/llama_parameters.h"
 #include "transformer/moe/moe_hf.h"
@@ -96,6 +97,18 @@ class Moe : public ModelFamily {
     if (ep >= 1 && c.experts % ep == 0) return absl::OkStatus();
     return Bad(absl::StrCat("--ep=", ep, " does not divide --experts=",
                             c.experts, "; choose ep dividing the experts"));
+  }
+
+  absl::Status CheckDevice(const ModelConfig& c,
+                           DeviceType device) const override {
+    if (device != DeviceType::kCUDA || c.experts <= kMaxCudaRouterExperts) {
+      return absl::OkStatus();
+    }
+    return Bad(absl::StrCat("--experts=", c.experts,
+                            ": the CUDA router takes at most ",
+                            kMaxCudaRouterExperts,
+                            " experts a layer; use fewer experts or "
+                            "--device=cpu"));
   }
 
   std::string TiedEmbedding(const ModelConfig& c) const override {
