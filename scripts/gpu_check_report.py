@@ -116,8 +116,10 @@ def training_table(results, presets, out, goals):
             ok = med["mfu"] is not None and med["mfu"] >= goal
             goals.append((f"MFU of {preset} >= {pct(goal)}", ok,
                           pct(med["mfu"])))
-        ratio_goal(goals, preset, "compiled PyTorch", torch, ratio,
-                   TORCH_RATIO_GOALS.get(preset, TORCH_RATIO_GOAL))
+        # A mixture of experts (moe-*) has no PyTorch twin to race.
+        if not preset.startswith("moe-"):
+            ratio_goal(goals, preset, "compiled PyTorch", torch, ratio,
+                       TORCH_RATIO_GOALS.get(preset, TORCH_RATIO_GOAL))
         if preset in LLMC_RATIO_GOALS:
             ratio_goal(goals, preset, "llm.c", llmc, l_ratio,
                        LLMC_RATIO_GOALS[preset])
