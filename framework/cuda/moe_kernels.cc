@@ -19,20 +19,21 @@ namespace {
 using cuda_internal::CommonDevice;
 using cuda_internal::ElemOf;
 using cuda_internal::RequireDType;
+using kernels_internal::CheckCombineRows;
+using kernels_internal::CheckCombineRowsBackward;
 using kernels_internal::CheckExpertRoute;
 using kernels_internal::CheckExpertRows;
-using kernels_internal::CheckExpertWeight;
-using kernels_internal::CheckRouterChoices;
-using kernels_internal::CheckRouterCounts;
-using kernels_internal::CheckRouterLogits;
+using kernels_internal::CheckRouterLosses;
+using kernels_internal::CheckRouterLossesBackward;
+using kernels_internal::CheckRouterTopK;
+using kernels_internal::CheckRouterTopKBackward;
 using kernels_internal::ExpertRowDims;
 using kernels_internal::RouterDims;
 
 static_assert(cuda_launch::kMaxRouterExperts == kMaxCudaRouterExperts);
 
-RouterDims CheckCudaLogits(const char* kernel, const Tensor& logits,
-                           const RouterSpec& spec) {
-  const RouterDims d = CheckRouterLogits(kernel, logits, spec);
+// The shared shape check's dims, within what one warp per row takes.
+RouterDims OnCuda(const char* kernel, const RouterDims& d) {
   TRELLIS_CHECK(d.e <= cuda_launch::kMaxRouterExperts)
       << kernel << ": " << d.e << " experts; the CUDA router takes at most "
       << cuda_launch::kMaxRouterExperts;
@@ -51,11 +52,8 @@ void RouterTopK(const Tensor& logits, const Tensor& bias,
   CudaDeviceGuard guard(
       CommonDevice(kernel, {&logits, &bias, &index, &weight}));
   RequireDType(kernel, logits.dtype(), {&bias, &weight});
-  const RouterDims d = CheckCudaLogits(kernel, logits, spec);
-  CheckRouterChoices(kernel, d, spec, index, weight);
-  TRELLIS_CHECK(!bias.defined() || bias.shape() == Shape{d.e})
-      << kernel << ": bias " << ShapeString(bias.shape()) << " for " << d.e
-      << " experts";
+  const RouterDims d = OnCuda(
+      kernel, CheckRouterTopK(kernel, logits, bias, spec, index, weight));
   cuda_launch::RouterTopK(ElemOf(kernel, logits), logits.raw(),
                           bias.defined() ? bias.raw() : nullptr, d.n, d.e,
                           static_cast<int>(spec.top_k), Sigmoid(spec),
@@ -69,12 +67,9 @@ void RouterTopKBackward(const Tensor& logits, const Tensor& index,
   CudaDeviceGuard guard(
       CommonDevice(kernel, {&logits, &index, &weight, &dweight, &dlogits}));
   RequireDType(kernel, logits.dtype(), {&weight, &dweight, &dlogits});
-  const RouterDims d = CheckCudaLogits(kernel, logits, spec);
-  CheckRouterChoices(kernel, d, spec, index, weight);
-  TRELLIS_CHECK(dweight.shape() == weight.shape() &&
-                dlogits.shape() == logits.shape())
-      << kernel << ": dweight " << ShapeString(dweight.shape()) << ", dlogits "
-      << ShapeString(dlogits.shape());
+  const RouterDims d =
+      OnCuda(kernel, CheckRouterTopKBackward(kernel, logits, index, weight,
+                                             dweight, spec, dlogits));
   cuda_launch::RouterTopKBackward(
       ElemOf(kernel, logits), logits.raw(), index.data<int32_t>(), weight.raw(),
       dweight.raw(), d.n, d.e, static_cast<int>(spec.top_k), Sigmoid(spec),
@@ -86,11 +81,8 @@ void RouterLosses(const Tensor& logits, const Tensor& counts,
   const char* kernel = "RouterLosses";
   CudaDeviceGuard guard(CommonDevice(kernel, {&logits, &counts, &losses}));
   RequireDType(kernel, DType::kF32, {&losses});
-  const RouterDims d = CheckCudaLogits(kernel, logits, spec);
-  CheckRouterCounts(kernel, counts, d.e);
-  TRELLIS_CHECK(losses.shape() == Shape{2})
-      << kernel << ": losses " << ShapeString(losses.shape())
-      << ", expected (2)";
+  const RouterDims d =
+      OnCuda(kernel, CheckRouterLosses(kernel, logits, counts, spec, losses));
   cuda_launch::RouterLosses(
       ElemOf(kernel, logits), logits.raw(), counts.data<int32_t>(), d.n, d.e,
       static_cast<int>(spec.top_k), Sigmoid(spec), losses.data<float>());
@@ -102,10 +94,8 @@ void RouterLossesBackward(const Tensor& logits, const Tensor& counts,
   const char* kernel = "RouterLossesBackward";
   CudaDeviceGuard guard(CommonDevice(kernel, {&logits, &counts, &dlogits}));
   RequireDType(kernel, logits.dtype(), {&dlogits});
-  const RouterDims d = CheckCudaLogits(kernel, logits, spec);
-  CheckRouterCounts(kernel, counts, d.e);
-  TRELLIS_CHECK(dlogits.shape() == logits.shape())
-      << kernel << ": dlogits " << ShapeString(dlogits.shape());
+  const RouterDims d = OnCuda(
+      kernel, CheckRouterLossesBackward(kernel, logits, counts, spec, dlogits));
   if (aux_scale == 0 && z_scale == 0) return;
   cuda_launch::RouterLossesBackward(ElemOf(kernel, logits), logits.raw(),
                                     counts.data<int32_t>(), d.n, d.e,
@@ -145,8 +135,7 @@ void CombineRows(const Tensor& y_perm, const Tensor& route,
                  const Tensor& weight, Tensor& out) {
   const char* kernel = "CombineRows";
   CudaDeviceGuard guard(CommonDevice(kernel, {&y_perm, &route, &weight, &out}));
-  const ExpertRowDims d = CheckExpertRows(kernel, out, route, y_perm);
-  CheckExpertWeight(kernel, d, weight, out.dtype());
+  const ExpertRowDims d = CheckCombineRows(kernel, y_perm, route, weight, out);
   cuda_launch::GatherRowSums(ElemOf(kernel, out), y_perm.raw(),
                              route.data<int32_t>(), weight.raw(), d.n, d.k, d.c,
                              out.raw());
@@ -158,12 +147,8 @@ void CombineRowsBackward(const Tensor& dout, const Tensor& y_perm,
   const char* kernel = "CombineRowsBackward";
   CudaDeviceGuard guard(CommonDevice(
       kernel, {&dout, &y_perm, &route, &weight, &dy_perm, &dweight}));
-  const ExpertRowDims d = CheckExpertRows(kernel, dout, route, y_perm);
-  CheckExpertWeight(kernel, d, weight, dout.dtype());
-  CheckExpertWeight(kernel, d, dweight, dout.dtype());
-  TRELLIS_CHECK(dy_perm.shape() == y_perm.shape() &&
-                dy_perm.dtype() == y_perm.dtype())
-      << kernel << ": dy_perm " << ShapeString(dy_perm.shape());
+  const ExpertRowDims d = CheckCombineRowsBackward(kernel, dout, y_perm, route,
+                                                   weight, dy_perm, dweight);
   cuda_launch::CombineRowsBackward(
       ElemOf(kernel, dout), dout.raw(), y_perm.raw(), route.data<int32_t>(),
       weight.raw(), d.n, d.k, d.c, dy_perm.raw(), dweight.raw());

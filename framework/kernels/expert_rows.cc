@@ -10,9 +10,10 @@
 namespace trellis {
 namespace {
 
+using kernels_internal::CheckCombineRows;
+using kernels_internal::CheckCombineRowsBackward;
 using kernels_internal::CheckExpertRoute;
 using kernels_internal::CheckExpertRows;
-using kernels_internal::CheckExpertWeight;
 using kernels_internal::DispatchFloat;
 using kernels_internal::DotLanes;
 using kernels_internal::RequireCpu;
@@ -69,6 +70,14 @@ void CombineBackwardCpu(const T* dout, const T* y_perm, const int32_t* route,
   }
 }
 
+void CheckExpertWeight(const char* kernel, const Dims& d, const Tensor& weight,
+                       DType dtype) {
+  TRELLIS_CHECK(weight.shape() == (Shape{d.n, d.k}) && weight.dtype() == dtype)
+      << kernel << ": weight " << ShapeString(weight.shape()) << " "
+      << DTypeName(weight.dtype()) << ", expected (" << d.n << ", " << d.k
+      << ") " << DTypeName(dtype);
+}
+
 }  // namespace
 
 namespace kernels_internal {
@@ -89,14 +98,6 @@ ExpertRowDims CheckExpertRows(const char* kernel, const Tensor& x,
   return ExpertRowDims{n, n == 0 ? 0 : route.dim(0) / n, c};
 }
 
-void CheckExpertWeight(const char* kernel, const ExpertRowDims& d,
-                       const Tensor& weight, DType dtype) {
-  TRELLIS_CHECK(weight.shape() == (Shape{d.n, d.k}) && weight.dtype() == dtype)
-      << kernel << ": weight " << ShapeString(weight.shape()) << " "
-      << DTypeName(weight.dtype()) << ", expected (" << d.n << ", " << d.k
-      << ") " << DTypeName(dtype);
-}
-
 void CheckExpertRoute(const char* kernel, const Tensor& index, int64_t experts,
                       const Tensor& route, const Tensor& counts) {
   TRELLIS_CHECK(
@@ -106,6 +107,29 @@ void CheckExpertRoute(const char* kernel, const Tensor& index, int64_t experts,
       << kernel << ": index " << ShapeString(index.shape()) << ", route "
       << ShapeString(route.shape()) << ", counts "
       << ShapeString(counts.shape()) << " for " << experts << " experts";
+}
+
+ExpertRowDims CheckCombineRows(const char* kernel, const Tensor& y_perm,
+                               const Tensor& route, const Tensor& weight,
+                               const Tensor& out) {
+  const ExpertRowDims d = CheckExpertRows(kernel, out, route, y_perm);
+  CheckExpertWeight(kernel, d, weight, out.dtype());
+  return d;
+}
+
+ExpertRowDims CheckCombineRowsBackward(const char* kernel, const Tensor& dout,
+                                       const Tensor& y_perm,
+                                       const Tensor& route,
+                                       const Tensor& weight,
+                                       const Tensor& dy_perm,
+                                       const Tensor& dweight) {
+  const ExpertRowDims d = CheckExpertRows(kernel, dout, route, y_perm);
+  CheckExpertWeight(kernel, d, weight, dout.dtype());
+  CheckExpertWeight(kernel, d, dweight, dout.dtype());
+  TRELLIS_CHECK(dy_perm.shape() == y_perm.shape() &&
+                dy_perm.dtype() == y_perm.dtype())
+      << kernel << ": dy_perm " << ShapeString(dy_perm.shape());
+  return d;
 }
 
 }  // namespace kernels_internal
@@ -173,8 +197,7 @@ void CombineRows(const Tensor& y_perm, const Tensor& route,
   TRELLIS_CUDA_DISPATCH(cuda::CombineRows(y_perm, route, weight, out), &y_perm,
                         &route, &weight, &out);
   RequireCpu(kernel, {&y_perm, &route, &weight, &out});
-  const Dims d = CheckExpertRows(kernel, out, route, y_perm);
-  CheckExpertWeight(kernel, d, weight, out.dtype());
+  const Dims d = CheckCombineRows(kernel, y_perm, route, weight, out);
   DispatchFloat(kernel, out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     CombineCpu(y_perm.data<T>(), route.data<int32_t>(), weight.data<T>(), d,
@@ -190,12 +213,8 @@ void CombineRowsBackward(const Tensor& dout, const Tensor& y_perm,
       cuda::CombineRowsBackward(dout, y_perm, route, weight, dy_perm, dweight),
       &dout, &y_perm, &route, &weight, &dy_perm, &dweight);
   RequireCpu(kernel, {&dout, &y_perm, &route, &weight, &dy_perm, &dweight});
-  const Dims d = CheckExpertRows(kernel, dout, route, y_perm);
-  CheckExpertWeight(kernel, d, weight, dout.dtype());
-  CheckExpertWeight(kernel, d, dweight, dout.dtype());
-  TRELLIS_CHECK(dy_perm.shape() == y_perm.shape() &&
-                dy_perm.dtype() == y_perm.dtype())
-      << kernel << ": dy_perm " << ShapeString(dy_perm.shape());
+  const Dims d = CheckCombineRowsBackward(kernel, dout, y_perm, route, weight,
+                                          dy_perm, dweight);
   DispatchFloat(kernel, dout.dtype(), [&](auto tag) {
     using T = decltype(tag);
     CombineBackwardCpu(dout.data<T>(), y_perm.data<T>(), route.data<int32_t>(),

@@ -47,18 +47,27 @@ void CombineRowsBackward(const Tensor& dout, const Tensor& y_perm,
                          Tensor& dy_perm, Tensor& dweight);
 
 namespace kernels_internal {
-// The checks both backends run: a route (N·k) int32 against token rows
-// `x` (N, C) and permuted rows `perm` (N·k, C), returning (N, k, C); the
-// RouteByExpert operands; a weight (N, k) of `dtype`.
+// The checks both backends run, one per kernel, each returning (N, k, C):
+// a route (N·k) int32 against token rows `x` (N, C) and permuted rows
+// `perm` (N·k, C) of one dtype (DispatchRows and its backward); with the
+// weight (N, k) (CombineRows), and the gradients dy_perm as y_perm and
+// dweight as weight (CombineRowsBackward); and RouteByExpert's operands.
 struct ExpertRowDims {
   int64_t n, k, c;
 };
 ExpertRowDims CheckExpertRows(const char* kernel, const Tensor& x,
                               const Tensor& route, const Tensor& perm);
+ExpertRowDims CheckCombineRows(const char* kernel, const Tensor& y_perm,
+                               const Tensor& route, const Tensor& weight,
+                               const Tensor& out);
+ExpertRowDims CheckCombineRowsBackward(const char* kernel, const Tensor& dout,
+                                       const Tensor& y_perm,
+                                       const Tensor& route,
+                                       const Tensor& weight,
+                                       const Tensor& dy_perm,
+                                       const Tensor& dweight);
 void CheckExpertRoute(const char* kernel, const Tensor& index, int64_t experts,
                       const Tensor& route, const Tensor& counts);
-void CheckExpertWeight(const char* kernel, const ExpertRowDims& d,
-                       const Tensor& weight, DType dtype);
 }  // namespace kernels_internal
 
 }  // namespace trellis

@@ -10,9 +10,10 @@
 namespace trellis {
 namespace {
 
-using kernels_internal::CheckRouterChoices;
-using kernels_internal::CheckRouterCounts;
-using kernels_internal::CheckRouterLogits;
+using kernels_internal::CheckRouterLosses;
+using kernels_internal::CheckRouterLossesBackward;
+using kernels_internal::CheckRouterTopK;
+using kernels_internal::CheckRouterTopKBackward;
 using kernels_internal::DispatchFloat;
 using kernels_internal::RequireCpu;
 using kernels_internal::RequireDType;
@@ -196,24 +197,19 @@ void LossesBackwardCpu(const T* logits, const int32_t* counts, Dims d,
   }
 }
 
-}  // namespace
-
-namespace kernels_internal {
-
-RouterDims CheckRouterLogits(const char* kernel, const Tensor& logits,
-                             const RouterSpec& spec) {
+Dims CheckLogits(const char* kernel, const Tensor& logits,
+                 const RouterSpec& spec) {
   TRELLIS_CHECK(logits.ndim() == 2)
       << kernel << ": logits " << ShapeString(logits.shape())
       << ", expected (N, E)";
-  const RouterDims d{logits.dim(0), logits.dim(1)};
+  const Dims d{logits.dim(0), logits.dim(1)};
   TRELLIS_CHECK(spec.top_k >= 1 && spec.top_k <= d.e)
       << kernel << ": top_k " << spec.top_k << " of " << d.e << " experts";
   return d;
 }
 
-void CheckRouterChoices(const char* kernel, const RouterDims& d,
-                        const RouterSpec& spec, const Tensor& index,
-                        const Tensor& weight) {
+void CheckChoices(const char* kernel, const Dims& d, const RouterSpec& spec,
+                  const Tensor& index, const Tensor& weight) {
   const Shape choices = {d.n, spec.top_k};
   TRELLIS_CHECK(index.shape() == choices && weight.shape() == choices)
       << kernel << ": index " << ShapeString(index.shape()) << ", weight "
@@ -223,10 +219,61 @@ void CheckRouterChoices(const char* kernel, const RouterDims& d,
       << ", expected int32";
 }
 
-void CheckRouterCounts(const char* kernel, const Tensor& counts, int64_t e) {
+void CheckCounts(const char* kernel, const Tensor& counts, int64_t e) {
   TRELLIS_CHECK(counts.shape() == Shape{e} && counts.dtype() == DType::kI32)
       << kernel << ": counts " << ShapeString(counts.shape()) << " "
       << DTypeName(counts.dtype()) << ", expected (" << e << ") int32";
+}
+
+}  // namespace
+
+namespace kernels_internal {
+
+RouterDims CheckRouterTopK(const char* kernel, const Tensor& logits,
+                           const Tensor& bias, const RouterSpec& spec,
+                           const Tensor& index, const Tensor& weight) {
+  const Dims d = CheckLogits(kernel, logits, spec);
+  CheckChoices(kernel, d, spec, index, weight);
+  TRELLIS_CHECK(!bias.defined() || bias.shape() == Shape{d.e})
+      << kernel << ": bias " << ShapeString(bias.shape()) << " for " << d.e
+      << " experts";
+  return d;
+}
+
+RouterDims CheckRouterTopKBackward(const char* kernel, const Tensor& logits,
+                                   const Tensor& index, const Tensor& weight,
+                                   const Tensor& dweight,
+                                   const RouterSpec& spec,
+                                   const Tensor& dlogits) {
+  const Dims d = CheckLogits(kernel, logits, spec);
+  CheckChoices(kernel, d, spec, index, weight);
+  TRELLIS_CHECK(dweight.shape() == weight.shape() &&
+                dlogits.shape() == logits.shape())
+      << kernel << ": dweight " << ShapeString(dweight.shape()) << ", dlogits "
+      << ShapeString(dlogits.shape());
+  return d;
+}
+
+RouterDims CheckRouterLosses(const char* kernel, const Tensor& logits,
+                             const Tensor& counts, const RouterSpec& spec,
+                             const Tensor& losses) {
+  const Dims d = CheckLogits(kernel, logits, spec);
+  CheckCounts(kernel, counts, d.e);
+  TRELLIS_CHECK(losses.shape() == Shape{2})
+      << kernel << ": losses " << ShapeString(losses.shape())
+      << ", expected (2)";
+  return d;
+}
+
+RouterDims CheckRouterLossesBackward(const char* kernel, const Tensor& logits,
+                                     const Tensor& counts,
+                                     const RouterSpec& spec,
+                                     const Tensor& dlogits) {
+  const Dims d = CheckLogits(kernel, logits, spec);
+  CheckCounts(kernel, counts, d.e);
+  TRELLIS_CHECK(dlogits.shape() == logits.shape())
+      << kernel << ": dlogits " << ShapeString(dlogits.shape());
+  return d;
 }
 
 }  // namespace kernels_internal
@@ -238,11 +285,7 @@ void RouterTopK(const Tensor& logits, const Tensor& bias,
                         &logits, &bias, &index, &weight);
   RequireCpu(kernel, {&logits, &bias, &index, &weight});
   RequireDType(kernel, logits.dtype(), {&bias, &weight});
-  const Dims d = CheckRouterLogits(kernel, logits, spec);
-  CheckRouterChoices(kernel, d, spec, index, weight);
-  TRELLIS_CHECK(!bias.defined() || bias.shape() == Shape{d.e})
-      << kernel << ": bias " << ShapeString(bias.shape()) << " for " << d.e
-      << " experts";
+  const Dims d = CheckRouterTopK(kernel, logits, bias, spec, index, weight);
   DispatchFloat(kernel, logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     TopKCpu(logits.data<T>(), bias.defined() ? bias.data<T>() : nullptr, d,
@@ -259,12 +302,8 @@ void RouterTopKBackward(const Tensor& logits, const Tensor& index,
       &logits, &index, &weight, &dweight, &dlogits);
   RequireCpu(kernel, {&logits, &index, &weight, &dweight, &dlogits});
   RequireDType(kernel, logits.dtype(), {&weight, &dweight, &dlogits});
-  const Dims d = CheckRouterLogits(kernel, logits, spec);
-  CheckRouterChoices(kernel, d, spec, index, weight);
-  TRELLIS_CHECK(dweight.shape() == weight.shape() &&
-                dlogits.shape() == logits.shape())
-      << kernel << ": dweight " << ShapeString(dweight.shape()) << ", dlogits "
-      << ShapeString(dlogits.shape());
+  const Dims d = CheckRouterTopKBackward(kernel, logits, index, weight, dweight,
+                                         spec, dlogits);
   DispatchFloat(kernel, logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     TopKBackwardCpu(logits.data<T>(), index.data<int32_t>(), weight.data<T>(),
@@ -279,11 +318,7 @@ void RouterLosses(const Tensor& logits, const Tensor& counts,
                         &logits, &counts, &losses);
   RequireCpu(kernel, {&logits, &counts, &losses});
   RequireDType(kernel, logits.dtype(), {&losses});
-  const Dims d = CheckRouterLogits(kernel, logits, spec);
-  CheckRouterCounts(kernel, counts, d.e);
-  TRELLIS_CHECK(losses.shape() == Shape{2})
-      << kernel << ": losses " << ShapeString(losses.shape())
-      << ", expected (2)";
+  const Dims d = CheckRouterLosses(kernel, logits, counts, spec, losses);
   DispatchFloat(kernel, logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     LossesCpu(logits.data<T>(), counts.data<int32_t>(), d, spec,
@@ -300,10 +335,8 @@ void RouterLossesBackward(const Tensor& logits, const Tensor& counts,
                         &logits, &counts, &dlogits);
   RequireCpu(kernel, {&logits, &counts, &dlogits});
   RequireDType(kernel, logits.dtype(), {&dlogits});
-  const Dims d = CheckRouterLogits(kernel, logits, spec);
-  CheckRouterCounts(kernel, counts, d.e);
-  TRELLIS_CHECK(dlogits.shape() == logits.shape())
-      << kernel << ": dlogits " << ShapeString(dlogits.shape());
+  const Dims d =
+      CheckRouterLossesBackward(kernel, logits, counts, spec, dlogits);
   if (aux_scale == 0 && z_scale == 0) return;
   DispatchFloat(kernel, logits.dtype(), [&](auto tag) {
     using T = decltype(tag);

@@ -65,17 +65,28 @@ void RouterLossesBackward(const Tensor& logits, const Tensor& counts,
                           double z_scale, Tensor& dlogits);
 
 namespace kernels_internal {
-// The checks both backends run. (N, E) of logits (N, E); index (N, k)
-// int32 and weight (N, k); counts (E) int32.
+// The shape checks both backends run, one per kernel (dtypes are each
+// backend's own); each returns (N, E) of logits (N, E). index (N, k)
+// int32, weight and dweight (N, k), bias (E) or undefined, counts (E)
+// int32, losses (2), dlogits as logits.
 struct RouterDims {
   int64_t n, e;
 };
-RouterDims CheckRouterLogits(const char* kernel, const Tensor& logits,
-                             const RouterSpec& spec);
-void CheckRouterChoices(const char* kernel, const RouterDims& d,
-                        const RouterSpec& spec, const Tensor& index,
-                        const Tensor& weight);
-void CheckRouterCounts(const char* kernel, const Tensor& counts, int64_t e);
+RouterDims CheckRouterTopK(const char* kernel, const Tensor& logits,
+                           const Tensor& bias, const RouterSpec& spec,
+                           const Tensor& index, const Tensor& weight);
+RouterDims CheckRouterTopKBackward(const char* kernel, const Tensor& logits,
+                                   const Tensor& index, const Tensor& weight,
+                                   const Tensor& dweight,
+                                   const RouterSpec& spec,
+                                   const Tensor& dlogits);
+RouterDims CheckRouterLosses(const char* kernel, const Tensor& logits,
+                             const Tensor& counts, const RouterSpec& spec,
+                             const Tensor& losses);
+RouterDims CheckRouterLossesBackward(const char* kernel, const Tensor& logits,
+                                     const Tensor& counts,
+                                     const RouterSpec& spec,
+                                     const Tensor& dlogits);
 }  // namespace kernels_internal
 
 }  // namespace trellis
