@@ -172,13 +172,15 @@ __global__ void RowStatsKernel(const T* logits, int64_t N, int64_t E,
   float max = -CUDART_INF_F;
   for (int64_t i = lane; i < E; i += 32) max = fmaxf(max, ToFloat(l[i]));
   max = WarpMax(max);
+  // The softmax's sum for the logsumexp either way; the sigmoids' sum only
+  // when p is normalized sigmoids.
   float sum = 0.f, sig = 0.f;
   for (int64_t i = lane; i < E; i += 32) {
     sum += expf(ToFloat(l[i]) - max);
-    sig += 1.f / (1.f + expf(-ToFloat(l[i])));
+    if (sigmoid) sig += 1.f / (1.f + expf(-ToFloat(l[i])));
   }
   sum = WarpSum(sum);
-  sig = WarpSum(sig);
+  if (sigmoid) sig = WarpSum(sig);
   if (lane == 0) {
     stat[2 * t] = max;
     stat[2 * t + 1] = sigmoid ? sig : sum;
