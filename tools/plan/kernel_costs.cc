@@ -203,6 +203,28 @@ double AdamWRate(const KernelCosts& c, double elements) {
   return c.adamw.Interpolate(elements, 1, 1);
 }
 
+namespace {
+
+// One line per head width of an attention-shaped grid (seq_len, head_dim,
+// head_windows): its rates by `length` at the most pairs a call; nothing
+// for an empty grid.
+void AppendAttentionLines(const RateGrid& g, const char* what,
+                          const char* length, std::string& out) {
+  for (double d : g.axes[1]) {
+    absl::StrAppendFormat(&out,
+                          "  %s head width %g, %g (window, head) pairs a "
+                          "call, TFLOP/s by %s:",
+                          what, d, g.axes[2].back(), length);
+    for (double t : g.axes[0]) {
+      absl::StrAppendFormat(&out, " %g: %.3g", t,
+                            g.Interpolate(t, d, g.axes[2].back()) / 1e12);
+    }
+    out += "\n";
+  }
+}
+
+}  // namespace
+
 std::string FormatKernelCosts(const KernelCosts& c) {
   std::string out = absl::StrFormat(
       "kernel costs (%s, %s; %s): roofline %.3g TFLOP/s, %.3g GB/s\n", c.device,
@@ -220,30 +242,9 @@ std::string FormatKernelCosts(const KernelCosts& c) {
     }
     out += "\n";
   }
-  const RateGrid& a = c.attention;
-  for (double d : a.axes[1]) {
-    absl::StrAppendFormat(&out,
-                          "  attention head width %g, %g (window, head) "
-                          "pairs a call, TFLOP/s by T:",
-                          d, a.axes[2].back());
-    for (double t : a.axes[0]) {
-      absl::StrAppendFormat(&out, " %g: %.3g", t,
-                            a.Interpolate(t, d, a.axes[2].back()) / 1e12);
-    }
-    out += "\n";
-  }
-  const RateGrid& b = c.block_attention;
-  for (double d : b.axes[1]) {
-    absl::StrAppendFormat(&out,
-                          "  ring block attention head width %g, %g (window, "
-                          "head) pairs a call, TFLOP/s by block length:",
-                          d, b.axes[2].back());
-    for (double t : b.axes[0]) {
-      absl::StrAppendFormat(&out, " %g: %.3g", t,
-                            b.Interpolate(t, d, b.axes[2].back()) / 1e12);
-    }
-    out += "\n";
-  }
+  AppendAttentionLines(c.attention, "attention", "T", out);
+  AppendAttentionLines(c.block_attention, "ring block attention",
+                       "block length", out);
   out += "  element-wise GB/s by (rows, width):";
   for (double rows : c.elementwise.axes[0]) {
     for (double w : c.elementwise.axes[1]) {
