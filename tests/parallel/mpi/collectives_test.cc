@@ -465,12 +465,17 @@ TEST_F(CollectivesTest, DeviceGroupsRouteTheExpertGroups) {
   EXPECT_EQ(g.ep->size(), 2);
   EXPECT_EQ(g.expert_dp->size(), 2);
   WarmUpGroups(g, Device::Cpu());
-  for (Communicator* group : {g.ep, g.expert_dp}) {
+  // Through the routed groups, each reaches the mesh's members of it.
+  for (const auto& [group, kind] :
+       {std::pair{g.ep, GroupKind::kEp},
+        std::pair{g.expert_dp, GroupKind::kExpertDp}}) {
     SCOPED_TRACE(group->name());
+    const std::vector<int> members = expert->Group(kind, rank());
     Tensor x = Tensor::Empty({1}, DType::kF32);
     x.data<float>()[0] = static_cast<float>(rank());
-    group->AllReduce(x, ReduceOp::kMax);
-    EXPECT_GE(x.data<float>()[0], static_cast<float>(rank()));
+    group->AllReduce(x, ReduceOp::kSum);
+    EXPECT_EQ(x.data<float>()[0], static_cast<float>(std::accumulate(
+                                      members.begin(), members.end(), 0)));
   }
 }
 
