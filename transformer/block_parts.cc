@@ -10,6 +10,15 @@ void BlockMlp::Down(BlockTensors&, Tensor&) const {
   TRELLIS_CHECK(false) << "this MLP's output is its row-parallel layer, down()";
 }
 
+int64_t BlockMlp::RoutedExperts() const {
+  const SlotPlaces any{SlotPlace::kWorkspace, SlotPlace::kWorkspace,
+                       SlotPlace::kWorkspace};
+  for (const Slot& s : Slots(1, DType::kF32, any)) {
+    if (s.member == &BlockTensors::counts) return s.shape[0];
+  }
+  return 0;
+}
+
 std::vector<Slot> QkNorm::Slots(int64_t n, DType dtype,
                                 SlotPlaces places) const {
   // Statistics and the weight gradient in StatsDType: float32 under

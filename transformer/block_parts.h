@@ -101,6 +101,9 @@ struct BlockTensors {
   // The expert-parallel group the MLP exchanges tokens over (a mixture of
   // experts' dispatch); null without expert parallelism.
   Communicator* ep = nullptr;
+  // A router's selection bias (E), the layer's row of the model's
+  // ExpertBias (transformer/expert_bias.h); undefined without one.
+  Tensor router_bias;
   // The context-parallel group a window's tokens are split over, whose
   // per-window statistics (a router's expert counts) the MLP sums; null
   // without context parallelism.
@@ -197,6 +200,9 @@ class BlockMlp {
   // gradients in the GEMMs when `bias_in_gemm`, else appended to `jobs`.
   virtual void WeightGradients(const BlockTensors& a, bool bias_in_gemm,
                                std::vector<ColumnSumJob>& jobs) const = 0;
+  // The experts it routes over: its expert counts' length (0: a dense
+  // MLP, which declares none).
+  int64_t RoutedExperts() const;
 };
 
 // What a family does to positions inside a block: a map on q and k after

@@ -76,6 +76,10 @@ bool CachedBlock::SharesScratch(const CachedBlock& other) const {
   return mlp(*this) == mlp(other);
 }
 
+int64_t CachedBlock::RoutedExperts() const {
+  return parts_.mlp->RoutedExperts();
+}
+
 void CachedBlock::Forward(Communicator& tp, int64_t start, Tensor& x,
                           Tensor& keys, Tensor& values,
                           DecodeScratch& s) const {
@@ -107,6 +111,7 @@ void CachedBlock::Forward(Communicator& tp, int64_t start, Tensor& x,
   // rows.
   BlockTensors mlp = s.t;
   mlp.ln2 = ln;
+  if (router_bias_ != nullptr) mlp.router_bias = *router_bias_;
   parts_.mlp->Up(mlp);
   if (const RowParallelLinear* down = parts_.mlp->down()) {
     down->Forward(tp, rows(s.t.gelu), y);

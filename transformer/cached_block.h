@@ -43,6 +43,11 @@ class CachedBlock {
   // (blocks of one class, e.g. dense or mixture-of-experts MLPs: one
   // scratch serves both).
   bool SharesScratch(const CachedBlock& other) const;
+  // Experts its MLP routes over (0: a dense MLP).
+  int64_t RoutedExperts() const;
+  // The selection bias (E) its router adds when choosing experts (null:
+  // none). REQUIRES: outlives the block.
+  void set_router_bias(const Tensor* bias) { router_bias_ = bias; }
   // x (n, C): the hidden rows of the tokens at positions [start, start + n),
   // replaced by the block's output. Writes their keys and values into rows
   // [start, start + n) of `keys` and `values` (capacity, kv_width).
@@ -54,6 +59,7 @@ class CachedBlock {
   BlockParts parts_;
   ColumnParallelLinear qkv_proj_;
   RowParallelLinear out_proj_;
+  const Tensor* router_bias_ = nullptr;
 };
 
 }  // namespace trellis

@@ -65,6 +65,14 @@ CachedDecoder::CachedDecoder(const ModelConfig& config,
       scratch_of_.push_back(scratch_of_[first]);
     }
   }
+  router_bias_.resize(blocks_.size());
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    const int64_t experts = blocks_[l].RoutedExperts();
+    if (experts > 0 && config.moe_bias_update_rate > 0) {
+      router_bias_[l] = Tensor::Zeros({experts}, dtype_, device_);
+      blocks_[l].set_router_bias(&router_bias_[l]);
+    }
+  }
   ids_ = Tensor::Empty({cap}, DType::kI32, device_);
   x_ = Tensor::Empty({cap, c}, dtype_, device_);
   lnf_ = Tensor::Empty({1, c}, dtype_, device_);
@@ -127,6 +135,14 @@ std::vector<float> CachedDecoder::Logits(const Tensor& last) {
   const Tensor host = f32->Narrow(0, config_.vocab_size).To(Device::Cpu());
   const float* p = host.data<float>();
   return std::vector<float>(p, p + config_.vocab_size);
+}
+
+void CachedDecoder::SetExpertBias(const ExpertBias& bias) {
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    if (router_bias_[l].defined()) {
+      CopyExpertBiasRow(bias.Row(static_cast<int64_t>(l)), router_bias_[l]);
+    }
+  }
 }
 
 }  // namespace trellis

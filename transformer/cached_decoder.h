@@ -43,6 +43,7 @@ class CachedDecoder : public ModelDecoder {
   int64_t capacity() const override { return cache_.capacity(); }
   void Reset() override { cache_.Clear(); }
   size_t CacheBytes() const override { return cache_.bytes(); }
+  void SetExpertBias(const ExpertBias& bias) override;
 
  private:
   // Final norm and head on `last` (1, C); the whole vocabulary's logits.
@@ -56,6 +57,9 @@ class CachedDecoder : public ModelDecoder {
   ChunkEnds ends_;
   VocabShard vocab_;
   std::vector<CachedBlock> blocks_;
+  // Block l's router selection bias (E) with moe_bias_update_rate; else
+  // undefined, as for a dense block.
+  std::vector<Tensor> router_bias_;
   KvCache cache_;
   // One scratch per class of blocks (CachedBlock::SharesScratch); block l
   // uses scratches_[scratch_of_[l]].

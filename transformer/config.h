@@ -109,7 +109,10 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name);
   X(Model, double, moe_aux_loss_coeff, 0.0,                                   \
     "moe: coefficient of the load-balancing (Switch) loss, per microbatch")   \
   X(Model, double, moe_z_loss_coeff, 0.0,                                     \
-    "moe: coefficient of the router z-loss")
+    "moe: coefficient of the router z-loss")                                  \
+  X(Model, double, moe_bias_update_rate, 0.0,                                 \
+    "moe: auxiliary-loss-free balancing (DeepSeek-V3): each step moves a "    \
+    "per-expert selection bias this much toward even loads; 0 = no bias")
 
 struct ModelConfig {
 #define TRELLIS_MODEL_CONFIG_FIELD(group, type, name, value, help) \

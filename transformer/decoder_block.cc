@@ -152,10 +152,7 @@ DecoderBlock::Workspace DecoderBlock::NewWorkspace(int64_t batch, DType dtype,
 }
 
 int64_t DecoderBlock::RoutedExperts() const {
-  for (const Slot& s : parts_.mlp->Slots(1, DType::kF32, Places())) {
-    if (s.member == &Tensors::counts) return s.shape[0];
-  }
-  return 0;
+  return parts_.mlp->RoutedExperts();
 }
 
 void DecoderBlock::AddRouting(const State& state, const Workspace& work,
@@ -225,6 +222,7 @@ DecoderBlock::Tensors DecoderBlock::Use(const State& s,
   }
   t.loss_scale = s.loss_scale;
   t.ep = ep_;
+  if (router_bias_ != nullptr) t.router_bias = *router_bias_;
   t.cp = context_ != nullptr ? &context_->group() : nullptr;
   return t;
 }

@@ -100,6 +100,9 @@ class DecoderBlock {
   // The expert-parallel group its MLP exchanges tokens over (null: none).
   // REQUIRES: outlives the block.
   void set_expert_group(Communicator* ep) { ep_ = ep; }
+  // The selection bias (E) its router adds when choosing experts
+  // (BlockTensors::router_bias; null: none). REQUIRES: outlives the block.
+  void set_router_bias(const Tensor* bias) { router_bias_ = bias; }
   // Context parallelism: the block's windows are a cp rank's share and its
   // attention is `context`'s (null: whole windows). REQUIRES: outlives the
   // block; set before the first NewWorkspace.
@@ -195,6 +198,7 @@ class DecoderBlock {
   ColumnParallelLinear qkv_proj_;
   RowParallelLinear out_proj_;
   Communicator* ep_ = nullptr;
+  const Tensor* router_bias_ = nullptr;
   const ContextAttention* context_ = nullptr;
 };
 

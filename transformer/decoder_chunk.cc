@@ -80,8 +80,34 @@ DecoderChunk::DecoderChunk(const ModelConfig& config, const ChunkPlan& plan,
   if (vocab != nullptr) vocab_ = VocabShard::For(vocab->spec);
 }
 
+int64_t DecoderChunk::BiasExperts(size_t l) const {
+  if (!routed_[l] || config_.moe_bias_update_rate <= 0) return 0;
+  return blocks_[l]->RoutedExperts();
+}
+
+void DecoderChunk::AllocateRouterBias() {
+  if (!router_bias_.empty()) return;
+  router_bias_.resize(blocks_.size());
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    if (const int64_t experts = BiasExperts(l); experts > 0) {
+      router_bias_[l] = Tensor::Zeros({experts}, dtype_, device_);
+      blocks_[l]->set_router_bias(&router_bias_[l]);
+    }
+  }
+}
+
+void DecoderChunk::SetExpertBias(const ExpertBias& bias) {
+  AllocateRouterBias();
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    if (!router_bias_[l].defined()) continue;
+    CopyExpertBiasRow(bias.Row(plan_.first_layer + static_cast<int64_t>(l)),
+                      router_bias_[l]);
+  }
+}
+
 void DecoderChunk::AllocateWorkspace() {
   if (ping_.defined()) return;
+  AllocateRouterBias();
   for (const size_t maker : workspace_makers_) {
     works_.push_back(
         blocks_[maker]->NewWorkspace(micro_batch_, dtype_, device_));
@@ -223,6 +249,9 @@ size_t DecoderChunk::WorkspaceBytes() const {
   }
   for (const size_t maker : workspace_makers_) {
     bytes += blocks_[maker]->WorkspaceBytes(micro_batch_, dtype_, device_);
+  }
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    bytes += BiasExperts(l) * DTypeSize(dtype_);
   }
   return bytes + Bytes(HeadWorkspaceShapes());
 }

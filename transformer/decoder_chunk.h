@@ -113,6 +113,7 @@ class DecoderChunk : public ModelChunk {
     for (const auto& block : blocks_) block->set_expert_group(ep);
   }
   int64_t RoutedExperts() const override;
+  void SetExpertBias(const ExpertBias& bias) override;
   // Context parallelism: every window here is this cp rank's share
   // (config.seq_len = T/cp tokens at the split's positions) and attention
   // is `context`'s. REQUIRES: outlives the chunk; set before the first
@@ -194,6 +195,12 @@ class DecoderChunk : public ModelChunk {
   // The routing of the training microbatches since TakeRouting, by block.
   std::vector<LayerRouting> routing_;
   std::vector<bool> routed_;  // whether block l routes (RoutedExperts)
+  // Block l's router selection bias (E), with moe_bias_update_rate; else
+  // undefined, as for a dense block. Made by AllocateRouterBias.
+  std::vector<Tensor> router_bias_;
+  // The experts of block l's bias: 0 when it has none.
+  int64_t BiasExperts(size_t l) const;
+  void AllocateRouterBias();
   std::vector<size_t> workspace_makers_;
   std::vector<size_t> work_of_;
   DecoderBlock::Workspace& Work(size_t layer) {

@@ -32,6 +32,7 @@
 #include "parallel/communicator.h"
 #include "parallel/parameter.h"
 #include "transformer/chunk_options.h"
+#include "transformer/expert_bias.h"
 
 namespace trellis {
 
@@ -51,6 +52,9 @@ class ModelDecoder {
   virtual void Reset() = 0;
   // Bytes of the key/value cache.
   virtual size_t CacheBytes() const = 0;
+  // Sets its routers' selection biases to their layers' rows of the
+  // model's table (a missing row: zeros), as ModelChunk::SetExpertBias.
+  virtual void SetExpertBias(const ExpertBias& /*bias*/) {}
 };
 
 // What a decoder is built from: the whole model's parameters on tp rank

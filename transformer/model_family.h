@@ -41,6 +41,7 @@
 #include "transformer/block_parts.h"
 #include "transformer/chunk_options.h"
 #include "transformer/config.h"
+#include "transformer/expert_bias.h"
 #include "transformer/hf_mapping.h"
 #include "transformer/model_decoder.h"
 
@@ -175,6 +176,10 @@ class ModelChunk {
   virtual std::vector<LayerRouting> TakeRouting() { return {}; }
   // The most experts any of its layers routes over (0: none).
   virtual int64_t RoutedExperts() const { return 0; }
+  // Sets its routers' selection biases to their layers' rows of the
+  // model's table (transformer/expert_bias.h; a missing row: zeros). Only
+  // a model with moe_bias_update_rate has them; others ignore it.
+  virtual void SetExpertBias(const ExpertBias& /*bias*/) {}
   // Parameters whose gradients this chunk leaves as partial sums over its
   // tp group (the norms' under sequence parallelism: each rank sums its own
   // rows; a q/k norm's: each rank its own heads); their owner sums them

@@ -307,6 +307,48 @@ TEST(ReadTrainingStateTest, ImpossibleModelOrCountsAreRefused) {
   EXPECT_TRUE(ReadTrainingState(dir).ok());
 }
 
+// The routers' selection biases (--moe_bias_update_rate) must fit the
+// model: a row per layer, each empty or one finite number per expert,
+// and only for a model that moves them.
+TEST(ReadTrainingStateTest, ExpertBiasMustFitTheModel) {
+  const std::string dir = test::ScratchDir();
+  const std::string moe =
+      R"({"family": "moe", "n_layer": 2, "n_head": 2, "d_model": 8,
+          "seq_len": 16, "vocab_size": 10, "n_kv_heads": 1,
+          "ffn_hidden": 24, "experts": 4, "moe_bias_update_rate": 0.01)";
+  auto state = [&](const std::string& model, const std::string& bias) {
+    WriteText(fs::path(dir) / "state.json",
+              R"({"step": 1, "samples_consumed": 8, "seed": 3,
+                  "layout": {"dp": 1, "tp": 1, "pp": 1}, "model": )" +
+                  model + R"(, "expert_bias": )" + bias + "}");
+    return ReadTrainingState(dir);
+  };
+  absl::StatusOr<TrainingState> good =
+      state(moe + "}", "[[], [0.01, -0.02, 0, 0.03]]");
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->expert_bias, ExpertBias({{}, {0.01, -0.02, 0, 0.03}}));
+  struct Case {
+    std::string model, bias;
+    const char* what;
+  };
+  for (const Case& c : {
+           Case{moe + "}", "[[0.1, 0.2, 0.3, 0.4]]",
+                "1 layers' rows but the model has 2"},
+           Case{moe + "}", "[[], [0.1, 0.2]]",
+                "layer 1 has 2 values but the model has 4 experts"},
+           Case{moe + "}", R"([[], ["a", 0.2, 0.3, 0.4]])", "expert_bias"},
+           Case{moe + R"(, "moe_bias_update_rate": 0})",
+                "[[], [0.1, 0.2, 0.3, 0.4]]", "no moe_bias_update_rate"},
+       }) {
+    SCOPED_TRACE(c.what);
+    const absl::StatusOr<TrainingState> s = state(c.model, c.bias);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(s.status().message()),
+                AllOf(HasSubstr(dir + "/state.json"), HasSubstr(c.what)));
+    EXPECT_EQ(s.status().message().find('\n'), std::string::npos);
+  }
+}
+
 TEST(PruneCheckpointsTest, KeepsTheNewest) {
   const std::string dir = test::ScratchDir();
   ParameterSet params;

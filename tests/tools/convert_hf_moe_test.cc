@@ -17,6 +17,7 @@
 #include "tests/tools/hf_convert_test_util.h"
 #include "tests/tools/hf_llama_test_util.h"
 #include "tools/checkpoint/checkpoint.h"
+#include "tools/checkpoint/checkpoint_dir.h"
 #include "tools/convert/convert.h"
 #include "transformer/model_family.h"
 #include "transformer/moe/moe_family.h"
@@ -147,7 +148,8 @@ TEST(HfQwen3ConvertTest, HfToTrellisToHfIsBitExact) {
   }
 }
 
-TEST(HfMixtralConvertTest, RefusesToWriteWhatMixtralCannotExpress) {
+// A tiny mixture of 2 layers of 4 experts, 2 per token.
+ModelConfig TinyMixture() {
   ModelConfig config;
   config.family = moe::kKind;
   config.n_layer = 2;
@@ -157,23 +159,61 @@ TEST(HfMixtralConvertTest, RefusesToWriteWhatMixtralCannotExpress) {
   config.vocab_size = 11;
   config.experts = 4;
   config.experts_per_token = 2;
-  config.moe_first_dense = 1;
-  const std::string dir = test::Scratch();
+  return config;
+}
+
+// Saves `state`'s model, freshly initialized, as checkpoint `dir`.
+void SaveFresh(const std::string& dir, const TrainingState& state) {
   ParameterSet params;
-  AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true},
+  AddModelParameters(state.model, ChunkPlan{0, state.model.n_layer, true, true},
                      TpPlace{}, 5, Device::Cpu(), DType::kF32, params);
-  TrainingState state;
-  state.model = config;
-  state.tokenizer = "byte";
   SelfCommunicator world("world");
-  ASSERT_TRUE(
-      SaveCheckpoint(dir + "/a", state, params, nullptr, world, true).ok());
+  ASSERT_TRUE(SaveCheckpoint(dir, state, params, nullptr, world, true).ok());
+}
+
+TEST(HfMixtralConvertTest, RefusesToWriteWhatMixtralCannotExpress) {
+  const std::string dir = test::Scratch();
+  TrainingState state;
+  state.model = TinyMixture();
+  state.model.moe_first_dense = 1;
+  state.tokenizer = "byte";
+  SaveFresh(dir + "/a", state);
   absl::StatusOr<ConvertSummary> hf = ConvertTo(dir + "/a", "hf", dir + "/hf");
   ASSERT_FALSE(hf.ok());
   EXPECT_THAT(std::string(hf.status().message()),
               testing::AllOf(HasSubstr("MixtralForCausalLM"),
                              HasSubstr("--moe_first_dense=1")));
   EXPECT_FALSE(fs::exists(dir + "/hf/config.json"));
+}
+
+// A checkpoint trained with DeepSeek-V3's selection bias routes by it,
+// which Mixtral and Qwen3-MoE cannot: --to=hf (and --to=shards, which
+// carries weights only) refuse it rather than drop it; --to=trellis keeps
+// it.
+TEST(HfMixtralConvertTest, RefusesToDropTheExpertBias) {
+  const std::string dir = test::Scratch();
+  TrainingState state;
+  state.model = TinyMixture();
+  state.model.moe_bias_update_rate = 0.01;
+  state.tokenizer = "byte";
+  state.expert_bias = ExpertBias({{0.01, 0, 0, -0.01}, {0, 0.02, 0, 0}});
+  SaveFresh(dir + "/a", state);
+  for (const char* to : {"hf", "shards"}) {
+    SCOPED_TRACE(to);
+    absl::StatusOr<ConvertSummary> out =
+        ConvertTo(dir + "/a", to, dir + "/" + to);
+    ASSERT_FALSE(out.ok());
+    EXPECT_THAT(std::string(out.status().message()),
+                testing::AllOf(HasSubstr("selection biases"),
+                               HasSubstr("--to=trellis")));
+  }
+  EXPECT_FALSE(fs::exists(dir + "/hf/config.json"));
+  ASSERT_TRUE(ConvertTo(dir + "/a", "trellis", dir + "/t").ok());
+  absl::StatusOr<std::string> kept = ResolveResume(dir + "/t", "");
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  absl::StatusOr<TrainingState> back = ReadTrainingState(*kept);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->expert_bias, state.expert_bias);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "data/token_dataset.h"
 #include "tests/tools/tools_test_util.h"
+#include "tools/checkpoint/checkpoint.h"
 #include "tools/checkpoint/checkpoint_dir.h"
 
 namespace trellis {
@@ -47,6 +48,9 @@ class EvaluatorTest : public ::testing::Test {
   std::unique_ptr<Trainer> Train(bool document_mask = false) {
     TrainOptions o = test::TinyOptions(data_);
     o.document_mask = document_mask;
+    return Train(o);
+  }
+  std::unique_ptr<Trainer> Train(TrainOptions o) {
     o.steps = 3;
     o.save_dir = dir_ + "/ckpt";
     std::unique_ptr<Trainer> trainer = test::MakeTrainer(o, context_);
@@ -66,6 +70,26 @@ class EvaluatorTest : public ::testing::Test {
     return o;
   }
 
+  // The saved checkpoint's score of seven windows (two whole microbatches
+  // of three and one padded one) equals `trainer`'s. The trainer's
+  // microbatches hold four windows, the evaluator's three: the same
+  // per-token losses, summed in another grouping.
+  void ExpectScoresAsTrainer(Trainer& trainer) {
+    absl::StatusOr<std::string> step = ResolveResume(dir_ + "/ckpt", "");
+    ASSERT_TRUE(step.ok()) << step.status();
+    absl::StatusOr<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(
+        EvalOptions(), context_.groups(), context_.coord(), *step);
+    ASSERT_TRUE(evaluator.ok()) << evaluator.status();
+    std::vector<int64_t> starts;
+    for (int64_t i = 0; i < 7; ++i) starts.push_back(i * 40);
+    const absl::StatusOr<double> mine = (*evaluator)->Evaluate(starts);
+    const absl::StatusOr<double> theirs = trainer.Evaluate(starts);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    ASSERT_TRUE(theirs.ok()) << theirs.status();
+    EXPECT_TRUE(std::isfinite(*mine));
+    EXPECT_NEAR(*mine, *theirs, 1e-6 * *theirs);
+  }
+
   std::string dir_, data_;
   ParallelContext context_ = ParallelContext::Single();
 };
@@ -73,22 +97,28 @@ class EvaluatorTest : public ::testing::Test {
 TEST_F(EvaluatorTest, ScoresACheckpointAsItsTrainerDoes) {
   std::unique_ptr<Trainer> trainer = Train();
   ASSERT_NE(trainer, nullptr);
+  ExpectScoresAsTrainer(*trainer);
+}
+
+// A mixture of experts balanced by DeepSeek-V3's selection bias is scored
+// with the bias its checkpoint holds, so its routers choose as in training.
+TEST_F(EvaluatorTest, ScoresAMixtureWithItsTrainedExpertBias) {
+  TrainOptions o = test::TinyOptions(data_);
+  o.model.family = ModelFamilyKind("moe");
+  o.model.n_kv_heads = 2;
+  o.model.ffn_hidden = 32;
+  o.model.experts = 4;
+  o.model.experts_per_token = 2;
+  o.model.moe_ffn_hidden = 16;
+  o.model.moe_bias_update_rate = 0.05;
+  std::unique_ptr<Trainer> trainer = Train(o);
+  ASSERT_NE(trainer, nullptr);
   absl::StatusOr<std::string> step = ResolveResume(dir_ + "/ckpt", "");
   ASSERT_TRUE(step.ok()) << step.status();
-  absl::StatusOr<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(
-      EvalOptions(), context_.groups(), context_.coord(), *step);
-  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
-  // Seven windows: two whole microbatches of three and one padded one.
-  std::vector<int64_t> starts;
-  for (int64_t i = 0; i < 7; ++i) starts.push_back(i * 40);
-  const absl::StatusOr<double> mine = (*evaluator)->Evaluate(starts);
-  const absl::StatusOr<double> theirs = trainer->Evaluate(starts);
-  ASSERT_TRUE(mine.ok()) << mine.status();
-  ASSERT_TRUE(theirs.ok()) << theirs.status();
-  EXPECT_TRUE(std::isfinite(*mine));
-  // The trainer's microbatches hold four windows, the evaluator's three:
-  // the same per-token losses, summed in another grouping.
-  EXPECT_NEAR(*mine, *theirs, 1e-6 * *theirs);
+  absl::StatusOr<TrainingState> state = ReadTrainingState(*step);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_FALSE(state->expert_bias.empty());
+  ExpectScoresAsTrainer(*trainer);
 }
 
 // A checkpoint trained with --document_mask is scored with the mask (the

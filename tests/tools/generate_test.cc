@@ -134,6 +134,11 @@ TEST_P(GenerateTest, CachedLogitsEqualTheTrainingForward) {
   AddModelParameters(config, ChunkPlan{0, config.n_layer, true, true},
                      TpPlace{}, 0, Device::Cpu(), DType::kF32, params);
   ASSERT_TRUE(LoadCheckpoint(*step, params, nullptr).ok());
+  // The routers' selection biases, as trained ("moe-bias" only).
+  absl::StatusOr<TrainingState> state = ReadTrainingState(*step);
+  ASSERT_TRUE(state.ok()) << state.status();
+  const ExpertBias& bias = state->expert_bias;
+  EXPECT_EQ(bias.empty(), std::string(GetParam()) != "moe-bias");
   // A whole window through the training blocks (no head: the hidden rows).
   std::vector<int32_t> sequence(t);
   for (int64_t i = 0; i < t; ++i) {
@@ -149,6 +154,7 @@ TEST_P(GenerateTest, CachedLogitsEqualTheTrainingForward) {
   Tensor tokens = Tensor::Empty({1, t}, DType::kI32);
   for (int64_t i = 0; i < t; ++i) tokens.data<int32_t>()[i] = sequence[i];
   Tensor hidden = Tensor::Empty({t, config.d_model}, DType::kF32);
+  chunk->SetExpertBias(bias);
   chunk->Forward(0, tokens, Tensor(), Tensor(), 0, &hidden);
   chunk->Release(0);
 
@@ -156,6 +162,7 @@ TEST_P(GenerateTest, CachedLogitsEqualTheTrainingForward) {
                      DType::kF32};
   std::unique_ptr<ModelDecoder> decoder =
       FamilyOf(config).NewDecoder(config, setup);
+  decoder->SetExpertBias(bias);
   // Prefill 5 tokens, then one at a time to the end of the context.
   const int64_t prompt = 5;
   std::vector<float> logits =
@@ -171,8 +178,27 @@ TEST_P(GenerateTest, CachedLogitsEqualTheTrainingForward) {
   EXPECT_EQ(decoder->length(), t);
   // Without the cache: the whole window in one forward.
   decoder->Reset();
-  ExpectLogitsNear(decoder->Forward(sequence),
-                   ReferenceLogits(config, params, hidden, t - 1), "prefill");
+  const std::vector<float> whole = decoder->Forward(sequence);
+  ExpectLogitsNear(whole, ReferenceLogits(config, params, hidden, t - 1),
+                   "prefill");
+  if (bias.empty()) return;
+  // A bias that decides (expert 2 of layer 1 first for every token):
+  // the training forward and the decoder apply it alike, and it moves
+  // the logits.
+  const ExpertBias decisive({{}, {0, 0, 5, 0}});
+  chunk->SetExpertBias(decisive);
+  chunk->Forward(0, tokens, Tensor(), Tensor(), 0, &hidden);
+  chunk->Release(0);
+  decoder->Reset();
+  decoder->SetExpertBias(decisive);
+  const std::vector<float> decided = decoder->Forward(sequence);
+  ExpectLogitsNear(decided, ReferenceLogits(config, params, hidden, t - 1),
+                   "prefill, decisive bias");
+  double moved = 0;
+  for (size_t v = 0; v < whole.size(); ++v) {
+    moved = std::max(moved, std::abs(double{whole[v]} - decided[v]));
+  }
+  EXPECT_GT(moved, 1e-4);
 }
 
 TEST_P(GenerateTest, RefusesRequestsThatDoNotFit) {
@@ -216,7 +242,7 @@ TEST_P(GenerateTest, RefusesUnknownCheckpointsAndPipelineStages) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GenerateTest,
-                         ::testing::Values("gpt2", "llama", "moe"));
+                         ::testing::Values("gpt2", "llama", "moe", "moe-bias"));
 
 }  // namespace
 }  // namespace trellis

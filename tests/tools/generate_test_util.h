@@ -44,14 +44,16 @@ inline std::string TinyCheckpoint(const std::string& family) {
   o.model.seq_len = kGenerateContext;
   o.steps = 60;
   o.eval_every = 0;
-  if (family == "llama" || family == "moe") {
+  const bool experts = family == "moe" || family == "moe-bias";
+  if (family == "llama" || experts) {
     o.model.family = ModelFamilyKind::kLlama;
     o.model.n_kv_heads = 2;
     o.model.ffn_hidden = 64;
   }
-  if (family == "moe") {
+  if (experts) {
     // A dense layer, then one of 4 experts, 2 per token, with Qwen3's
-    // attention (q/k norms, heads 12 wide).
+    // attention (q/k norms, heads 12 wide); "moe-bias" balances by
+    // DeepSeek-V3's selection bias instead of the auxiliary loss.
     o.model.family = ModelFamilyKind("moe");
     o.model.qk_norm = true;
     o.model.head_dim = 12;
@@ -59,7 +61,8 @@ inline std::string TinyCheckpoint(const std::string& family) {
     o.model.experts_per_token = 2;
     o.model.moe_ffn_hidden = 32;
     o.model.moe_first_dense = 1;
-    o.model.moe_aux_loss_coeff = 0.01;
+    o.model.moe_aux_loss_coeff = family == "moe" ? 0.01 : 0.0;
+    o.model.moe_bias_update_rate = family == "moe" ? 0.0 : 0.01;
   }
   std::vector<std::string> train = {Program("train")};
   for (const std::string& flag : std::vector<std::string>(

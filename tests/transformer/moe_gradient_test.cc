@@ -17,6 +17,7 @@
 #include "parallel/communicator.h"
 #include "tests/framework/kernel_test_util.h"
 #include "tests/transformer/parameter_gradient_check.h"
+#include "tests/transformer/small_moe.h"
 #include "transformer/decoder_chunk.h"
 #include "transformer/llama/llama_parameters.h"
 #include "transformer/model_family.h"
@@ -26,37 +27,9 @@
 namespace trellis {
 namespace {
 
-// Layer 0 dense, layers 1 and 2 of 4 experts, 2 per token.
-ModelConfig SmallMoe() {
-  ModelConfig c;
-  c.family = moe::kKind;
-  c.n_layer = 3;
-  c.n_head = 4;
-  c.n_kv_heads = 2;
-  c.d_model = 16;
-  c.seq_len = 5;
-  c.vocab_size = 13;
-  c.ffn_hidden = 24;
-  c.experts = 4;
-  c.experts_per_token = 2;
-  c.moe_ffn_hidden = 12;
-  c.moe_first_dense = 1;
-  c.norm_eps = 1e-6;
-  c.tie_embeddings = false;
-  return c;
-}
-
 using test::RandomTokens;
-
-// Spreads the routers' scores so that no choice sits within a
-// finite-difference step of a tie (their N(0, 0.02) start is nearly flat).
-void WidenRouters(const ModelConfig& c, ParameterSet& params) {
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    if (Parameter* router = params.Find(RouterName(l))) {
-      Scale(router->value, 60.0);
-    }
-  }
-}
+using test::SmallMoe;
+using test::WidenRouters;
 
 // (sigmoid scores, normalized weights)
 class MoeMlpGradientTest
@@ -313,6 +286,10 @@ TEST(MoeParametersTest, RefusesBadExpertOptionsInOneLine) {
       {[](ModelConfig& c) { c.moe_layer_freq = 0; }, "--moe_layer_freq=0"},
       {[](ModelConfig& c) { c.moe_aux_loss_coeff = -1; },
        "--moe_aux_loss_coeff=-1"},
+      {[](ModelConfig& c) { c.moe_bias_update_rate = -0.001; },
+       "--moe_bias_update_rate=-0.001"},
+      {[](ModelConfig& c) { c.moe_bias_update_rate = std::nan(""); },
+       "--moe_bias_update_rate=nan"},
   };
   for (const Case& k : cases) {
     ModelConfig c = SmallMoe();

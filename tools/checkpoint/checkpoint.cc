@@ -15,6 +15,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -130,6 +131,24 @@ absl::StatusOr<int64_t> Int64At(const nlohmann::json& j, const char* key) {
   return v.get<int64_t>();
 }
 
+// The routers' selection biases: a list of rows, each a list of numbers.
+absl::StatusOr<ExpertBias> ExpertBiasAt(const nlohmann::json& v) {
+  std::vector<std::vector<double>> rows;
+  bool numbers = v.is_array();
+  for (size_t l = 0; numbers && l < v.size(); ++l) {
+    numbers = v[l].is_array();
+    for (size_t e = 0; numbers && e < v[l].size(); ++e) {
+      numbers = v[l][e].is_number();
+    }
+    if (numbers) rows.push_back(v[l].get<std::vector<double>>());
+  }
+  if (!numbers) {
+    return absl::DataLossError(
+        "\"expert_bias\" is not a list of rows of numbers, one row per layer");
+  }
+  return ExpertBias(std::move(rows));
+}
+
 // What a state.json read in full must hold: a model trellis can build and
 // counts in range.
 absl::Status CheckState(const TrainingState& s) {
@@ -146,6 +165,15 @@ absl::Status CheckState(const TrainingState& s) {
     return absl::DataLossError(absl::StrCat("layout dp ", s.dp, ", tp ", s.tp,
                                             ", pp ", s.pp,
                                             " is not of positive sizes"));
+  }
+  if (const absl::Status bias =
+          s.expert_bias.Check(s.model.n_layer, s.model.experts);
+      !bias.ok()) {
+    return absl::DataLossError(bias.message());
+  }
+  if (!s.expert_bias.empty() && s.model.moe_bias_update_rate <= 0) {
+    return absl::DataLossError(
+        "\"expert_bias\" is set but the model has no moe_bias_update_rate");
   }
   for (const DataSourceState& d : s.data_sources) {
     if (!(d.weight >= 0 && d.weight <= 1) || d.samples_consumed < 0) {
@@ -190,6 +218,9 @@ absl::StatusOr<TrainingState> StateFromJson(const nlohmann::json& j) {
   }
   if (j.contains("files")) {
     s.files = j.at("files").get<std::map<std::string, std::string>>();
+  }
+  if (j.contains("expert_bias")) {
+    TRELLIS_ASSIGN_OR_RETURN(s.expert_bias, ExpertBiasAt(j.at("expert_bias")));
   }
   if (j.contains("data_sources")) {
     for (const nlohmann::json& d : j.at("data_sources")) {

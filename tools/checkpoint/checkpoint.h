@@ -64,6 +64,7 @@
 #include "tools/checkpoint/checkpoint_dir.h"
 #include "tools/trainer/optim/optimizer.h"
 #include "transformer/config.h"
+#include "transformer/expert_bias.h"
 
 namespace trellis {
 
@@ -93,6 +94,9 @@ struct TrainingState {
   // The digest of each tensor file the state goes with, by file name
   // (file_tie.h); set by the save, empty in older checkpoints.
   std::map<std::string, std::string> files;
+  // A mixture of experts' router selection biases
+  // (--moe_bias_update_rate; transformer/expert_bias.h); empty otherwise.
+  ExpertBias expert_bias;
   // The hf or sentencepiece tokenizer's own file (data/tokenizer_file.h),
   // written by the save beside state.json under its name (not in
   // state.json); read back with CheckpointTokenizerSpec.

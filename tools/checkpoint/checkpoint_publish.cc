@@ -47,6 +47,7 @@ nlohmann::json StateToJson(const TrainingState& s) {
                       {"format", kFormat}};
   if (!s.source.empty()) j["source"] = s.source;
   if (!s.files.empty()) j["files"] = s.files;
+  if (!s.expert_bias.empty()) j["expert_bias"] = s.expert_bias.rows();
   for (const DataSourceState& d : s.data_sources) {
     j["data_sources"].push_back(
         nlohmann::json{{"path", d.path},

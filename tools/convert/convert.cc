@@ -522,6 +522,16 @@ absl::StatusOr<ConvertSummary> Convert(const ConvertOptions& o) {
                      " holds a ", ModelFamilyName(family),
                      " model; use --to=hf, --to=trellis or --to=shards"));
   }
+  if (!in->state.expert_bias.empty() && s.to != "trellis") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o.input,
+        " holds its routers' expert selection biases "
+        "(--moe_bias_update_rate), which --to=",
+        s.to,
+        " has no place for (Hugging Face's Mixtral and Qwen3-MoE models "
+        "choose experts without one); convert it --to=trellis, or train "
+        "without --moe_bias_update_rate"));
+  }
   TensorProgress write_bar("writing",
                            o.progress && (s.to == "trellis" || s.to == "hf"));
   absl::Status written;

@@ -165,6 +165,8 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(
       *g->groups_.world, LoadCheckpoint(g->dir_, g->params_, nullptr)));
   DecoderSetup setup{tp, g->groups_.tp, &g->params_, g->device_, g->dtype_};
   g->decoder_ = family.NewDecoder(g->config_, setup);
+  // Its routers choose as they did in training.
+  g->decoder_->SetExpertBias(state->expert_bias);
   return g;
 }
 

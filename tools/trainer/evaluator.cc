@@ -120,6 +120,15 @@ absl::Status LoadWeights(const std::string& dir, const ModelConfig& stored,
   return absl::OkStatus();
 }
 
+// The weights, and the routers' selection biases so that they choose as
+// in training.
+absl::Status LoadModel(const std::string& dir, const TrainingState& state,
+                       const ModelConfig& stored, StageModel& model) {
+  TRELLIS_RETURN_IF_ERROR(LoadWeights(dir, stored, model.params()));
+  model.SetExpertBias(state.expert_bias);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<double> EvaluateWindows(StageModel& model, BatchLoader& loader,
@@ -231,7 +240,7 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(
   config.document_mask = options.document_mask;
   config.prefetch = false;  // evaluation reads its windows itself
   TRELLIS_ASSIGN_OR_RETURN(e->loader_, BatchLoader::Open(options.data, config));
-  TRELLIS_RETURN_IF_ERROR(LoadWeights(dir, stored, e->model_->params()));
+  TRELLIS_RETURN_IF_ERROR(LoadModel(dir, state, stored, *e->model_));
   return e;
 }
 

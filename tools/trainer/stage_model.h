@@ -137,6 +137,11 @@ class StageModel : public PipelineStageCallbacks {
   // the most experts any of their layers routes over.
   std::vector<ModelChunk::LayerRouting> TakeRouting();
   int64_t RoutedExperts() const;
+  // Hands the model's expert bias table to every chunk
+  // (ModelChunk::SetExpertBias).
+  void SetExpertBias(const ExpertBias& bias) {
+    for (const auto& c : chunks_) c->SetExpertBias(bias);
+  }
 
   // Forward-only pass over `microbatches` in which only the first `rows[i]`
   // rows of microbatch i count, run by the pipeline executor on forward-only

@@ -323,7 +323,14 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     const ScopedTraceSpan span = phase("optimizer");
     GuardedUpdate(m);
   }
-  routing_->Report(model_->TakeRouting(), *groups_.pp, *groups_.dp, m);
+  std::vector<std::vector<double>> loads;
+  routing_->Report(model_->TakeRouting(), *groups_.pp, *groups_.dp, m, &loads);
+  // A skipped step moves no bias: its update never happened.
+  if (const double rate = options_.model.moe_bias_update_rate;
+      rate > 0 && m.skipped.empty()) {
+    expert_bias_.Update(loads, rate);
+    model_->SetExpertBias(expert_bias_);
+  }
   MeasureStep(pipeline, start, m);
   // After the update, which may gather (ZeRO), the world's maxima.
   AgreeOnMaxima(pipeline, m);

@@ -181,6 +181,12 @@ class Trainer {
   std::unique_ptr<StragglerMonitor> stragglers_;
   // A mixture of experts' routing per step; off for dense models.
   std::unique_ptr<RoutingReport> routing_;
+  // The routers' selection biases (--moe_bias_update_rate), the whole
+  // model's on every rank: moved after each applied step, saved and
+  // resumed with the checkpoint.
+  ExpertBias expert_bias_;
+  // Takes `bias` as the model's table and hands it to the chunks.
+  void UseExpertBias(const ExpertBias& bias);
   std::string give_up_message_;
   MetricsWriter metrics_;
   // MFU's yardstick: FLOP/s of one rank's device; 0 when unknown.

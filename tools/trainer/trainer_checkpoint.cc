@@ -50,8 +50,15 @@ absl::StatusOr<TrainingState> Trainer::CheckCheckpoint(
 }
 
 absl::Status Trainer::LoadWeights(const std::string& dir) {
-  TRELLIS_RETURN_IF_ERROR(CheckCheckpoint(dir).status());
-  return LoadModel(dir, nullptr);
+  TRELLIS_ASSIGN_OR_RETURN(const TrainingState state, CheckCheckpoint(dir));
+  TRELLIS_RETURN_IF_ERROR(LoadModel(dir, nullptr));
+  UseExpertBias(state.expert_bias);
+  return absl::OkStatus();
+}
+
+void Trainer::UseExpertBias(const ExpertBias& bias) {
+  expert_bias_ = bias;
+  model_->SetExpertBias(expert_bias_);
 }
 
 absl::Status Trainer::LoadModel(const std::string& dir, Optimizer* optimizer) {
@@ -114,6 +121,7 @@ absl::Status Trainer::Resume(const std::string& dir) {
   const absl::Status loaded = LoadModel(dir, optimizer_.get());
   optimizer_->EndCheckpointIo(CheckpointIo::kLoad);
   TRELLIS_RETURN_IF_ERROR(loaded);
+  UseExpertBias(state.expert_bias);
   TRELLIS_RETURN_IF_ERROR(CheckBlendOrder(dir, state));
   std::vector<int64_t> source_samples;
   for (const DataSourceState& d : state.data_sources) {
@@ -167,6 +175,7 @@ absl::Status Trainer::Save() {
   state.tp = options_.tp;
   state.pp = options_.pp;
   state.flags = options_.ToFlagString();
+  state.expert_bias = expert_bias_;
   // ZeRO gathers one group at a time, and drops it before the next: its
   // moments (for their savers) and, under ZeRO-3, its whole weights (for
   // the writers, replica 0).

@@ -50,10 +50,11 @@ absl::Status ValidateExperts(const ModelConfig& c) {
   }
   for (const auto& [flag, value] :
        {std::pair{"--moe_aux_loss_coeff", c.moe_aux_loss_coeff},
-        std::pair{"--moe_z_loss_coeff", c.moe_z_loss_coeff}}) {
+        std::pair{"--moe_z_loss_coeff", c.moe_z_loss_coeff},
+        std::pair{"--moe_bias_update_rate", c.moe_bias_update_rate}}) {
     if (!(value >= 0 && std::isfinite(value))) {
       return Bad(absl::StrCat(flag, "=", value,
-                              " must be a finite coefficient of 0 or more"));
+                              " must be a finite number of 0 or more"));
     }
   }
   return absl::OkStatus();

@@ -208,7 +208,7 @@ void MoeMlp::Up(BlockTensors& a) const {
          in = First(a.moe_in, nk);
   Tensor no_bias;
   MatmulForward(a.ln2, router_.value, no_bias, logits);
-  RouterTopK(logits, no_bias, spec_.router, choice, weight);
+  RouterTopK(logits, a.router_bias, spec_.router, choice, weight);
   RouteByExpert(choice, spec_.experts, route, a.counts);
   RouterLosses(logits, SumWindowCounts(a), spec_.router, a.route_losses);
   if (const int64_t cp = ContextSize(a); cp > 1) {

@@ -5,7 +5,8 @@
 // level it repeats the uninterrupted run's losses bit for bit; resumed on
 // one rank (no ep, no ZeRO) and on dp2 with ep 2 under another level, it
 // follows them to 1e-4 relative: the experts' weights and moments are
-// stored whole whichever ranks owned their blocks.
+// stored whole whichever ranks owned their blocks. The routers' selection
+// biases (--moe_bias_update_rate) move every step and resume with the run.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ class CheckpointResumeMoeTest : public ::testing::TestWithParam<int> {
         mpitest::TinyMoe(mpitest::TinyModelOptions(*dir_ + "/tokens.h5"));
     o.steps = kSteps;
     o.dp_bucket_mb = 0.01;  // several buckets of each kind
+    // The routers' selection biases move each step: the checkpoint keeps
+    // them, and a resume must route as the uninterrupted run does.
+    o.model.moe_bias_update_rate = 0.01;
     return o;
   }
 
@@ -97,6 +101,9 @@ TEST_P(CheckpointResumeMoeTest, ShardedExpertsResumeUnderOtherLayouts) {
   const std::vector<Resume> resumes = {
       {source, level}, {WithEp(Layout{2, 1, 1}, 2), level == 1 ? 2 : 1}};
   const std::string checkpoint = dir + "/" + CheckpointName(kSaveStep);
+  absl::StatusOr<TrainingState> state = ReadTrainingState(checkpoint);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_FALSE(state->expert_bias.empty());
   auto expect_curve = [&](const Resume& r, const std::vector<double>& resumed) {
     const std::string name = absl::StrCat(r.layout.Name(), " --zero=", r.zero);
     ASSERT_EQ(resumed.size(), static_cast<size_t>(kSteps - kSaveStep)) << name;

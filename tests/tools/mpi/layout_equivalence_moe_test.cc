@@ -102,5 +102,34 @@ TEST_F(LayoutEquivalenceTest, MoeExpertParallelLayoutsMatchOneProcess) {
   RunAll({WithEp(L(2, 2, 2, "zb-h1"), 2)});
 }
 
+// DeepSeek-V3's auxiliary-loss-free balancing: each step moves every
+// router's selection bias by the step's global expert loads, which every
+// layout sums alike, so every layout moves the biases alike and routes
+// the next step's tokens as one process does: under dp, tp, pp, sequence
+// parallelism, expert parallelism, ZeRO and (on CPU) context parallelism.
+TEST_F(LayoutEquivalenceTest, MoeExpertBiasLayoutsMatchOneProcess) {
+  TrainOptions moe = mpitest::TinyMoe(*options_);
+  const Reference unbiased = ComputeReference(moe);
+  moe.model.moe_bias_update_rate = 0.01;
+  Reference moe_reference = ComputeReference(moe);
+  // The bias moves the choices from the second step on.
+  ASSERT_EQ(moe_reference.losses.front(), unbiased.losses.front());
+  ASSERT_NE(moe_reference.losses.back(), unbiased.losses.back());
+  UseOptions use(moe, &moe_reference);
+  RunAll({L(2, 1, 1), L(1, 2, 1), L(2, 2, 2, "1f1b"),
+          L(1, 1, 2, "interleaved-1f1b", 2), WithEp(L(2, 1, 1), 2),
+          WithEp(L(4, 1, 1), 4), WithEp(L(2, 2, 2, "zb-h1"), 2)});
+  moe.sequence_parallel = true;
+  moe.zero = 3;
+  RunAll({L(2, 2, 2, "1f1b"), WithEp(L(2, 2, 1), 2)});
+  moe.sequence_parallel = false;
+  moe.zero = 0;
+  if (kOnGpu) return;  // --cp runs on cpu only
+  Layout ring = WithEp(L(2, 1, 1), 2);
+  ring.cp = 2;
+  ring.cp_comm = "ring";
+  RunAll({ring});
+}
+
 }  // namespace
 }  // namespace trellis::layout_test

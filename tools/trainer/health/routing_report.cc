@@ -1,14 +1,15 @@
 #include "tools/trainer/health/routing_report.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "framework/status.h"
 
 namespace trellis {
 
 void RoutingReport::Report(const std::vector<ModelChunk::LayerRouting>& mine,
-                           Communicator& pp, Communicator& dp,
-                           StepMetrics& m) const {
+                           Communicator& pp, Communicator& dp, StepMetrics& m,
+                           std::vector<std::vector<double>>* loads) const {
   if (!on()) return;
   // Per layer: [replicas holding it, aux, z, its experts, each expert's
   // slots]; summed over the replicas, the experts count divides back.
@@ -31,10 +32,15 @@ void RoutingReport::Report(const std::vector<ModelChunk::LayerRouting>& mine,
   int64_t layers = 0;
   m.moe_aux_loss = m.moe_z_loss = 0;
   m.expert_load.clear();
+  if (loads != nullptr) loads->assign(n_layer_, {});
   for (int64_t l = 0; l < n_layer_; ++l) {
     const double* row = v + l * width;
     if (row[0] == 0) continue;
     ++layers;
+    if (loads != nullptr) {
+      const int64_t experts = std::llround(row[3] / row[0]);
+      (*loads)[l].assign(row + 4, row + 4 + experts);
+    }
     m.moe_aux_loss += row[1] / microbatches;
     m.moe_z_loss += row[2] / microbatches;
     const double experts = row[3] / row[0];

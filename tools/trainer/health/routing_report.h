@@ -29,10 +29,14 @@ class RoutingReport {
       : n_layer_(n_layer), experts_(experts), microbatches_(microbatches) {}
 
   bool on() const { return experts_ > 0; }
-  // Sums `mine` over pp and dp and fills m's routing fields. Collective
-  // over pp and dp when on(); nothing otherwise.
+  // Sums `mine` over pp and dp and fills m's routing fields; with `loads`,
+  // also each layer's slots per expert over the step (the whole model's,
+  // the same on every rank; empty rows for layers that did not route), the
+  // loads ExpertBias::Update moves by. Collective over pp and dp when on();
+  // nothing otherwise.
   void Report(const std::vector<ModelChunk::LayerRouting>& mine,
-              Communicator& pp, Communicator& dp, StepMetrics& m) const;
+              Communicator& pp, Communicator& dp, StepMetrics& m,
+              std::vector<std::vector<double>>* loads = nullptr) const;
 
  private:
   int64_t n_layer_;
