@@ -101,6 +101,11 @@ struct BlockTensors {
   // The expert-parallel group the MLP exchanges tokens over (a mixture of
   // experts' dispatch); null without expert parallelism.
   Communicator* ep = nullptr;
+  // A mixture's shared expert (a SwiGLU MLP on every row): its up
+  // projection and activation (N, 2·Fs/tp) and (N, Fs/tp), their
+  // gradients, and the routed experts' combined output (N, C) it is added
+  // to.
+  Tensor shared_fc, shared_act, shared_dfc, shared_dact, routed_out;
   // A router's selection bias (E), the layer's row of the model's
   // ExpertBias (transformer/expert_bias.h); undefined without one.
   Tensor router_bias;

@@ -99,6 +99,10 @@ absl::StatusOr<ModelFamilyKind> ParseModelFamily(const std::string& name);
     "moe: each expert's SwiGLU width; 0 = the dense MLP's width")             \
   X(Model, int64_t, moe_first_dense, 0,                                       \
     "moe: leading layers that keep a dense MLP")                              \
+  X(Model, int64_t, moe_shared_ffn_hidden, 0,                                 \
+    "moe: SwiGLU width of the shared expert every token passes through "      \
+    "beside its routed ones (DeepSeek-V3: n_shared_experts x the expert "     \
+    "width); 0 = none")                                                       \
   X(Model, int64_t, moe_layer_freq, 1,                                        \
     "moe: after those, every Nth layer is a mixture of experts, the others "  \
     "dense")                                                                  \

@@ -1,8 +1,9 @@
 // A float32 Llama model (grouped-query attention, llama3 RoPE scaling,
 // untied head), the same with Qwen3's per-head q/k norm and heads wider
 // than d_model / n_head, and a mixture of experts on it (a dense layer,
-// then 4 experts, 2 per token, both balance losses), on CUDA against the
-// same model on the CPU: the
+// then 4 experts, 2 per token, both balance losses) and one in DeepSeek-V3's
+// manner (sigmoid scores, a shared expert, a selection bias), on CUDA
+// against the same model on the CPU: the
 // loss and every parameter gradient of one forward and backward pass, with
 // identical weights (initialization ignores the device) and tokens, under
 // each recompute mode. Then the Qwen3 model in bfloat16 on CUDA against
@@ -29,7 +30,9 @@ namespace {
 
 constexpr int64_t kBatch = 2;
 
-enum class Variant { kLlama, kQwen3, kMoe };
+// kDeepSeek: a mixture in DeepSeek-V3's manner: sigmoid scores, a shared
+// expert, and a selection bias (set below) in place of the aux loss.
+enum class Variant { kLlama, kQwen3, kMoe, kDeepSeek };
 
 ModelConfig Config(Variant variant) {
   ModelConfig c;
@@ -38,7 +41,7 @@ ModelConfig Config(Variant variant) {
     c.qk_norm = true;
     c.head_dim = 24;
   }
-  if (variant == Variant::kMoe) {
+  if (variant == Variant::kMoe || variant == Variant::kDeepSeek) {
     c.family = ModelFamilyKind("moe");
     c.experts = 4;
     c.experts_per_token = 2;
@@ -46,6 +49,12 @@ ModelConfig Config(Variant variant) {
     c.moe_first_dense = 1;
     c.moe_aux_loss_coeff = 0.01;
     c.moe_z_loss_coeff = 0.001;
+  }
+  if (variant == Variant::kDeepSeek) {
+    c.moe_sigmoid = true;
+    c.moe_shared_ffn_hidden = 32;
+    c.moe_aux_loss_coeff = 0;
+    c.moe_bias_update_rate = 0.001;
   }
   c.n_layer = 2;
   c.n_head = 4;
@@ -89,6 +98,8 @@ PassResult RunModel(Device device, Recompute recompute, Variant variant,
   const std::unique_ptr<ModelChunk> chunk = FamilyOf(config).NewChunk(
       config, ChunkSetup{plan, TpPlace{}, &tp, &params, kBatch, device, dtype,
                          options});
+  // Layer 1's router: expert 3 favored, expert 0 held back.
+  chunk->SetExpertBias(ExpertBias({{}, {-0.05, 0.01, 0.0, 0.04}}));
   const Tensor tokens = Tokens(config, 1), targets = Tokens(config, 2);
   PassResult run;
   params.ZeroGrads();
@@ -134,15 +145,24 @@ TEST_P(CudaLlamaChunkTest, Float32ModelMatchesTheCpu) {
   }
 }
 
+std::string VariantName(const ::testing::TestParamInfo<Variant>& info) {
+  switch (info.param) {
+    case Variant::kLlama:
+      return "Llama";
+    case Variant::kQwen3:
+      return "Qwen3";
+    case Variant::kMoe:
+      return "Moe";
+    case Variant::kDeepSeek:
+      return "DeepSeek";
+  }
+  return "";
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CudaLlamaChunkTest,
                          ::testing::Values(Variant::kLlama, Variant::kQwen3,
-                                           Variant::kMoe),
-                         [](const ::testing::TestParamInfo<Variant>& info) {
-                           return std::string(
-                               info.param == Variant::kLlama   ? "Llama"
-                               : info.param == Variant::kQwen3 ? "Qwen3"
-                                                               : "Moe");
-                         });
+                                           Variant::kMoe, Variant::kDeepSeek),
+                         VariantName);
 
 TEST(CudaQwen3ChunkTest, Bfloat16TracksTheFloat32Cpu) {
   TRELLIS_REQUIRE_CUDA_DEVICE();

@@ -184,6 +184,21 @@ TEST(HfMixtralConvertTest, RefusesToWriteWhatMixtralCannotExpress) {
               testing::AllOf(HasSubstr("MixtralForCausalLM"),
                              HasSubstr("--moe_first_dense=1")));
   EXPECT_FALSE(fs::exists(dir + "/hf/config.json"));
+  // A shared expert: neither Mixtral nor (with q/k norms) Qwen3-MoE has one.
+  for (const bool qk_norm : {false, true}) {
+    SCOPED_TRACE(qk_norm ? "Qwen3-MoE" : "Mixtral");
+    const std::string name = qk_norm ? "/qwen3" : "/mixtral";
+    state.model = TinyMixture();
+    state.model.qk_norm = qk_norm;
+    state.model.moe_shared_ffn_hidden = 8;
+    SaveFresh(dir + name, state);
+    hf = ConvertTo(dir + name, "hf", dir + name + "-hf");
+    ASSERT_FALSE(hf.ok());
+    EXPECT_THAT(std::string(hf.status().message()),
+                testing::AllOf(HasSubstr(qk_norm ? "Qwen3MoeForCausalLM"
+                                                 : "MixtralForCausalLM"),
+                               HasSubstr("--moe_shared_ffn_hidden=8")));
+  }
 }
 
 // A checkpoint trained with DeepSeek-V3's selection bias routes by it,

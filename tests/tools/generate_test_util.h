@@ -52,8 +52,9 @@ inline std::string TinyCheckpoint(const std::string& family) {
   }
   if (experts) {
     // A dense layer, then one of 4 experts, 2 per token, with Qwen3's
-    // attention (q/k norms, heads 12 wide); "moe-bias" balances by
-    // DeepSeek-V3's selection bias instead of the auxiliary loss.
+    // attention (q/k norms, heads 12 wide); "moe-bias" as DeepSeek-V3
+    // balances by a selection bias instead of the auxiliary loss and adds a
+    // shared expert.
     o.model.family = ModelFamilyKind("moe");
     o.model.qk_norm = true;
     o.model.head_dim = 12;
@@ -63,6 +64,7 @@ inline std::string TinyCheckpoint(const std::string& family) {
     o.model.moe_first_dense = 1;
     o.model.moe_aux_loss_coeff = family == "moe" ? 0.01 : 0.0;
     o.model.moe_bias_update_rate = family == "moe" ? 0.0 : 0.01;
+    o.model.moe_shared_ffn_hidden = family == "moe" ? 0 : 16;
   }
   std::vector<std::string> train = {Program("train")};
   for (const std::string& flag : std::vector<std::string>(

@@ -42,6 +42,7 @@ void UnusualExperts(ModelConfig& m) {
   m.moe_aux_loss_coeff = 1.0 / 3.0 * 1e-2;
   m.moe_z_loss_coeff = 1e-3;
   m.moe_bias_update_rate = 1.0 / 7.0 * 1e-3;
+  m.moe_shared_ffn_hidden = 72;
 }
 
 // Options with a value unlike its default in every field.
@@ -141,7 +142,7 @@ TEST(OptionListTest, EveryOptionPrintsAndReadsBackExactly) {
     ++lines;
     EXPECT_NE(line_a, line_b) << "an option kept its default";
   }
-  EXPECT_EQ(lines, 84);  // 29 model + 30 run + 25 layout and device options
+  EXPECT_EQ(lines, 85);  // 30 model + 30 run + 25 layout and device options
   EXPECT_EQ(read.lr, unusual.lr);
   EXPECT_EQ(read.min_lr, unusual.min_lr);
   EXPECT_EQ(read.seed, unusual.seed);

@@ -1,7 +1,8 @@
 // The mixture-of-experts family (transformer/moe/): the MoE MLP's input,
 // router and expert gradients, balance losses included, against central
-// finite differences for each router kind; the whole model's gradient
-// (a dense layer before two MoE layers); every recompute mode and
+// finite differences for each router kind, with and without a shared
+// expert; the whole model's gradient (a dense layer before two MoE layers
+// with shared experts); every recompute mode and
 // deferred weight gradients equal the keep-everything path bit for bit;
 // two pipeline stages equal one chunk; the parameter counts.
 #include <cmath>
@@ -31,14 +32,15 @@ using test::RandomTokens;
 using test::SmallMoe;
 using test::WidenRouters;
 
-// (sigmoid scores, normalized weights)
+// (sigmoid scores, normalized weights, a shared expert)
 class MoeMlpGradientTest
-    : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+    : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
 
 TEST_P(MoeMlpGradientTest, InputRouterAndExpertsMatchFiniteDifferences) {
   ModelConfig c = SmallMoe();
   c.moe_sigmoid = std::get<0>(GetParam());
   c.moe_norm_topk = std::get<1>(GetParam());
+  c.moe_shared_ffn_hidden = std::get<2>(GetParam()) ? 20 : 0;
   c.moe_aux_loss_coeff = 0.3;
   c.moe_z_loss_coeff = 0.02;
   ASSERT_TRUE(c.Validate().ok()) << c.Validate();
@@ -105,10 +107,11 @@ TEST_P(MoeMlpGradientTest, InputRouterAndExpertsMatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Routers, MoeMlpGradientTest,
-    ::testing::Combine(::testing::Bool(), ::testing::Bool()),
-    [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& info) {
+    ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<bool, bool, bool>>& info) {
       return std::string(std::get<0>(info.param) ? "Sigmoid" : "Softmax") +
-             (std::get<1>(info.param) ? "Normalized" : "Raw");
+             (std::get<1>(info.param) ? "Normalized" : "Raw") +
+             (std::get<2>(info.param) ? "Shared" : "");
     });
 
 // (recompute, defer weight gradients)
@@ -124,6 +127,8 @@ class MoeGradientTest : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     config_ = SmallMoe();
+    // Every MoE layer with a shared expert beside the routed ones.
+    config_.moe_shared_ffn_hidden = 20;
     ASSERT_TRUE(config_.Validate().ok()) << config_.Validate();
     AddModelParameters(config_, plan_, TpPlace{}, /*seed=*/1234, Device::Cpu(),
                        DType::kF64, params_);
@@ -265,6 +270,12 @@ TEST(MoeParametersTest, CountsEveryExpertAndActivatesK) {
   EXPECT_EQ(FamilyOf(c).ActiveParameters(c), declared - 2 * (4 - 2) * expert);
   EXPECT_EQ(MoeLayers(c), 2);
   EXPECT_FALSE(IsMoeLayer(c, 0));
+  // A shared expert of width 20 in each MoE layer: always active.
+  ModelConfig shared = c;
+  shared.moe_shared_ffn_hidden = 20;
+  EXPECT_EQ(shared.NumParameters(), declared + 2 * 3 * 16 * 20);
+  EXPECT_EQ(FamilyOf(shared).ActiveParameters(shared),
+            FamilyOf(c).ActiveParameters(c) + 2 * 3 * 16 * 20);
   ModelConfig every_other = c;
   every_other.moe_first_dense = 0;
   every_other.moe_layer_freq = 2;
@@ -286,6 +297,8 @@ TEST(MoeParametersTest, RefusesBadExpertOptionsInOneLine) {
       {[](ModelConfig& c) { c.moe_layer_freq = 0; }, "--moe_layer_freq=0"},
       {[](ModelConfig& c) { c.moe_aux_loss_coeff = -1; },
        "--moe_aux_loss_coeff=-1"},
+      {[](ModelConfig& c) { c.moe_shared_ffn_hidden = -2; },
+       "--moe_shared_ffn_hidden=-2"},
       {[](ModelConfig& c) { c.moe_bias_update_rate = -0.001; },
        "--moe_bias_update_rate=-0.001"},
       {[](ModelConfig& c) { c.moe_bias_update_rate = std::nan(""); },
@@ -307,6 +320,11 @@ TEST(MoeParametersTest, RefusesBadExpertOptionsInOneLine) {
   const absl::Status tp = FamilyOf(c).CheckTensorParallel(c, 4);
   EXPECT_NE(tp.message().find("expert width 10"), std::string::npos)
       << tp.message();
+  c.moe_ffn_hidden = 12;
+  c.moe_shared_ffn_hidden = 6;
+  const absl::Status shared = FamilyOf(c).CheckTensorParallel(c, 4);
+  EXPECT_NE(shared.message().find("shared expert width 6"), std::string::npos)
+      << shared.message();
 }
 
 }  // namespace

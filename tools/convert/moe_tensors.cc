@@ -103,6 +103,10 @@ absl::Status CheckMixtralShape(const ModelConfig& c) {
   if (c.moe_layer_freq != 1) {
     return refuse(absl::StrCat("--moe_layer_freq=", c.moe_layer_freq));
   }
+  if (c.moe_shared_ffn_hidden != 0) {
+    return refuse(
+        absl::StrCat("--moe_shared_ffn_hidden=", c.moe_shared_ffn_hidden));
+  }
   if (c.moe_sigmoid) return refuse("--moe_sigmoid=true");
   if (!c.moe_norm_topk) return refuse("--moe_norm_topk=false");
   return absl::OkStatus();

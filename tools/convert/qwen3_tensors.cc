@@ -148,6 +148,13 @@ absl::StatusOr<ModelConfig> ReadHfQwen3MoeConfig(const std::string& path) {
 }
 
 absl::Status CheckQwen3Shape(const ModelConfig& c) {
+  if (c.moe_shared_ffn_hidden != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--to=hf writes a mixture of experts with q/k norms as "
+        "Qwen3MoeForCausalLM, which has no shared expert; this model has "
+        "--moe_shared_ffn_hidden=",
+        c.moe_shared_ffn_hidden, ", which Qwen3-MoE cannot express"));
+  }
   if (!c.moe_sigmoid) return absl::OkStatus();
   return absl::InvalidArgumentError(
       "--to=hf writes a mixture of experts with q/k norms as "

@@ -42,6 +42,12 @@ absl::Status ValidateExperts(const ModelConfig& c) {
                             " (0: the dense MLP's width); set the expert "
                             "width"));
   }
+  if (c.moe_shared_ffn_hidden < 0 || c.moe_shared_ffn_hidden > kMaxWidth) {
+    return Bad(absl::StrCat("--moe_shared_ffn_hidden=", c.moe_shared_ffn_hidden,
+                            " is not between 0 and ", kMaxWidth,
+                            " (0: no shared expert); set the shared "
+                            "expert's width"));
+  }
   if (c.moe_first_dense < 0 || c.moe_layer_freq < 1) {
     return Bad(absl::StrCat("--moe_first_dense=", c.moe_first_dense,
                             " --moe_layer_freq=", c.moe_layer_freq,
@@ -84,6 +90,13 @@ class Moe : public ModelFamily {
                               MoeFfnHidden(c),
                               "; choose tp dividing it or set "
                               "--moe_ffn_hidden"));
+    }
+    if (c.moe_shared_ffn_hidden % tp != 0) {
+      return Bad(absl::StrCat("--tp=", tp,
+                              " does not divide the shared expert width ",
+                              c.moe_shared_ffn_hidden,
+                              "; choose tp dividing it or set "
+                              "--moe_shared_ffn_hidden"));
     }
     if (MoeLayers(c) < c.n_layer && c.LlamaFfnHidden() % tp != 0) {
       return Bad(absl::StrCat(
@@ -145,11 +158,18 @@ class Moe : public ModelFamily {
     const auto local = static_cast<int64_t>(down.size());
     TRELLIS_CHECK(local > 0 && c.experts % local == 0 && first % local == 0)
         << "layer " << layer << " holds " << local << " experts from " << first;
+    SharedExpert shared;
+    if (c.moe_shared_ffn_hidden > 0) {
+      const std::string prefix = LlamaLayerName(layer, kSharedExpertPrefix);
+      shared = {&params.Get(prefix + "gate_up_proj.weight"),
+                &params.Get(prefix + "down_proj.weight")};
+    }
     const MoeMlpSpec spec{
         .experts = c.experts,
         .ep = c.experts / local,
         .ep_rank = first / local,
         .width = MoeFfnHidden(c) / tp.size,
+        .shared_width = c.moe_shared_ffn_hidden / tp.size,
         .router = {.top_k = c.experts_per_token,
                    .score = c.moe_sigmoid ? RouterScore::kSigmoid
                                           : RouterScore::kSoftmax,
@@ -158,7 +178,7 @@ class Moe : public ModelFamily {
         .z_loss_coeff = c.moe_z_loss_coeff,
         .router_input_grad = tp.rank == 0};
     parts.mlp = NewMoeMlp(spec, params.Get(RouterName(layer)),
-                          std::move(gate_up), std::move(down));
+                          std::move(gate_up), std::move(down), shared);
     return parts;
   }
 

@@ -29,12 +29,14 @@ struct ExpertRows {
 class MoeMlp : public BlockMlp {
  public:
   MoeMlp(const MoeMlpSpec& spec, Parameter& router,
-         std::vector<Parameter*> gate_up, std::vector<Parameter*> down)
+         std::vector<Parameter*> gate_up, std::vector<Parameter*> down,
+         SharedExpert shared)
       : spec_(spec),
         local_(spec.experts / spec.ep),
         router_(router),
         gate_up_(std::move(gate_up)),
-        down_(std::move(down)) {
+        down_(std::move(down)),
+        shared_(shared) {
     TRELLIS_CHECK(spec_.ep >= 1 && spec_.experts % spec_.ep == 0 &&
                   spec_.ep_rank >= 0 && spec_.ep_rank < spec_.ep);
     TRELLIS_CHECK(static_cast<int64_t>(gate_up_.size()) == local_ &&
@@ -47,6 +49,13 @@ class MoeMlp : public BlockMlp {
       RowParallelLinear check_down(*down_[e]);
       TRELLIS_CHECK_EQ(gate_up_[e]->spec.groups, 2);
     }
+    TRELLIS_CHECK_EQ(spec_.shared_width > 0, has_shared());
+    TRELLIS_CHECK_EQ(shared_.gate_up == nullptr, shared_.down == nullptr);
+    if (has_shared()) {
+      ColumnParallelLinear check_gate_up(*shared_.gate_up);
+      RowParallelLinear check_down(*shared_.down);
+      TRELLIS_CHECK_EQ(shared_.gate_up->spec.groups, 2);
+    }
   }
 
   std::vector<Parameter*> parameters() const override {
@@ -54,6 +63,10 @@ class MoeMlp : public BlockMlp {
     for (int64_t e = 0; e < local_; ++e) {
       params.push_back(gate_up_[e]);
       params.push_back(down_[e]);
+    }
+    if (has_shared()) {
+      params.push_back(shared_.gate_up);
+      params.push_back(shared_.down);
     }
     return params;
   }
@@ -73,6 +86,7 @@ class MoeMlp : public BlockMlp {
 
  private:
   int64_t k() const { return spec_.router.top_k; }
+  bool has_shared() const { return shared_.gate_up != nullptr; }
   bool parallel() const { return spec_.ep > 1; }
   ExpertRows Rows(const BlockTensors& a) const {
     if (!parallel())
@@ -124,6 +138,7 @@ class MoeMlp : public BlockMlp {
   Parameter& router_;
   std::vector<Parameter*> gate_up_;
   std::vector<Parameter*> down_;
+  SharedExpert shared_;
 };
 
 std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
@@ -156,6 +171,21 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
       {&B::dgelu, {r, f}, dtype, scratch},
       {&B::dmoe_in, {nk, c}, dtype, scratch},
   };
+  if (has_shared()) {
+    // Its activation is kept (the skeleton recomputes only the experts').
+    const int64_t fs = spec_.shared_width;
+    const SlotPlace combined = input == SlotPlace::kUnused
+                                   ? SlotPlace::kUnused
+                                   : SlotPlace::kWorkspace;
+    for (const Slot& s :
+         std::vector<Slot>{{&B::shared_fc, {n, 2 * fs}, dtype, input},
+                           {&B::shared_act, {n, fs}, dtype, input},
+                           {&B::shared_dfc, {n, 2 * fs}, dtype, grad},
+                           {&B::shared_dact, {n, fs}, dtype, scratch},
+                           {&B::routed_out, {n, c}, dtype, combined}}) {
+      slots.push_back(s);
+    }
+  }
   if (!parallel()) {
     slots.push_back({&B::dmoe_out, {nk, c}, dtype, grad});
     return slots;
@@ -233,12 +263,26 @@ void MoeMlp::Up(BlockTensors& a) const {
     AllToAllRows(*a.ep, a.expert_out, RecvRows(a.recv_counts), a.moe_out,
                  SendRows(a.counts));
   }
+  if (has_shared()) {
+    Tensor fc = First(a.shared_fc, n), act = First(a.shared_act, n);
+    MatmulForward(a.ln2, shared_.gate_up->value, no_bias, fc);
+    SwiGluForward(fc, act);
+  }
 }
 
 void MoeMlp::Down(BlockTensors& a, Tensor& out) const {
   const int64_t n = a.ln2.dim(0), nk = n * k();
+  if (!has_shared()) {
+    CombineRows(First(a.moe_out, nk), First(a.route, nk),
+                First(a.choice_weight, n), out);
+    return;
+  }
+  // The shared expert's down GEMM adds the routed experts' sum.
+  Tensor routed = First(a.routed_out, n), no_bias;
   CombineRows(First(a.moe_out, nk), First(a.route, nk),
-              First(a.choice_weight, n), out);
+              First(a.choice_weight, n), routed);
+  MatmulForwardResidual(First(a.shared_act, n), shared_.down->value, no_bias,
+                        routed, out);
 }
 
 void MoeMlp::BackwardInput(Communicator& tp, BlockTensors& a,
@@ -280,6 +324,12 @@ void MoeMlp::BackwardInput(Communicator& tp, BlockTensors& a,
   if (spec_.router_input_grad) {
     MatmulBackwardInput(a.dlogits, router_.value, dln);
   }
+  if (has_shared()) {
+    MatmulBackwardInput(a.dy, shared_.down->value, a.shared_dact,
+                        WeightLayout::kInOut, GradWrite::kWrite);
+    SwiGluBackwardWrite(a.shared_fc, a.shared_dact, a.shared_dfc);
+    MatmulBackwardInput(a.shared_dfc, shared_.gate_up->value, dln);
+  }
 }
 
 void MoeMlp::WeightGradients(const BlockTensors& a, bool,
@@ -293,6 +343,10 @@ void MoeMlp::WeightGradients(const BlockTensors& a, bool,
     MatmulBackwardWeight(block(a.dfc), block(rows.in), gate_up_[e]->grad,
                          no_bias);
   });
+  if (has_shared()) {
+    MatmulBackwardWeight(a.dy, a.shared_act, shared_.down->grad, no_bias);
+    MatmulBackwardWeight(a.shared_dfc, a.ln2, shared_.gate_up->grad, no_bias);
+  }
 }
 
 }  // namespace
@@ -300,9 +354,10 @@ void MoeMlp::WeightGradients(const BlockTensors& a, bool,
 std::shared_ptr<const BlockMlp> NewMoeMlp(const MoeMlpSpec& spec,
                                           Parameter& router,
                                           std::vector<Parameter*> gate_up,
-                                          std::vector<Parameter*> down) {
+                                          std::vector<Parameter*> down,
+                                          SharedExpert shared) {
   return std::make_shared<MoeMlp>(spec, router, std::move(gate_up),
-                                  std::move(down));
+                                  std::move(down), shared);
 }
 
 }  // namespace trellis

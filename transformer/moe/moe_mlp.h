@@ -1,9 +1,16 @@
 // A mixture of experts as a block's MLP (BlockMlp, block_parts.h):
 //
 //   logits = ln · router               (N, E), the router replicated over tp
-//   index, weight = RouterTopK(logits) (N, k)  (framework/kernels/router.h)
-//   out[t] = Σ_j weight[t, j] · expert_{index[t, j]}(ln[t])
+//   index, weight = RouterTopK(logits, router_bias)
+//                                      (N, k)  (framework/kernels/router.h)
+//   out[t] = Σ_j weight[t, j] · expert_{index[t, j]}(ln[t]) + shared(ln[t])
 //   expert_e(x) = down_e(silu(gate_e) · up_e), [gate_e | up_e] = x · gate_up_e
+//
+// router_bias (BlockTensors, transformer/expert_bias.h) moves the choice
+// only; `shared` is the optional shared expert, a SwiGLU MLP of its own
+// width on every row, split over tp as the experts are. Its output joins the
+// combined one in the down GEMM (MatmulForwardResidual over routed_out); its
+// activation is kept, not recomputed, under selective recomputation.
 //
 // Dropless: each token's rows go to all k of its experts (RouteByExpert,
 // DispatchRows and CombineRows: framework/kernels/expert_rows.h), each
@@ -65,6 +72,8 @@ struct MoeMlpSpec {
   int64_t ep = 1;
   int64_t ep_rank = 0;
   int64_t width = 0;  // Fe/tp: each expert's activation columns here
+  // Fs/tp: the shared expert's activation columns here; 0: none.
+  int64_t shared_width = 0;
   RouterSpec router;
   double aux_loss_coeff = 0.0;
   double z_loss_coeff = 0.0;
@@ -73,13 +82,20 @@ struct MoeMlpSpec {
   bool router_input_grad = true;
 };
 
+// The shared expert's weights, split as an expert's (both null: none).
+struct SharedExpert {
+  Parameter* gate_up = nullptr;
+  Parameter* down = nullptr;
+};
+
 // REQUIRES: router (C, E) replicated; gate_up and down one per expert
 // this rank holds (E / ep), split as NewSwiGluMlp's
-// (transformer/llama/swiglu_mlp.h).
+// (transformer/llama/swiglu_mlp.h); spec.shared_width set iff `shared` is.
 std::shared_ptr<const BlockMlp> NewMoeMlp(const MoeMlpSpec& spec,
                                           Parameter& router,
                                           std::vector<Parameter*> gate_up,
-                                          std::vector<Parameter*> down);
+                                          std::vector<Parameter*> down,
+                                          SharedExpert shared = {});
 
 }  // namespace trellis
 

@@ -51,6 +51,10 @@ void DeclareMoeParameters(const ModelConfig& config, const ChunkPlan& plan,
             ->expert = true;
       }
     }
+    if (config.moe_shared_ffn_hidden > 0) {
+      AddLlamaMlp(config, layer, kSharedExpertPrefix,
+                  config.moe_shared_ffn_hidden, add);
+    }
   };
   DeclareLlamaParameters(config, plan, tp, seed, device, dtype, params, mlp);
 }

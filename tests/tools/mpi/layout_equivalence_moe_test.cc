@@ -1,6 +1,7 @@
 // Layout equivalence (layout_equivalence_fixture.h) for the
 // mixture-of-experts family: a dense layer then three MoE layers of 4
-// experts, 2 per token, with both balance losses on, under dp, tp (each
+// experts, 2 per token, with both balance losses on (and cases with a
+// shared expert and with the auxiliary-loss-free bias), under dp, tp (each
 // expert split as Llama's MLP), pp with every schedule, sequence
 // parallelism and ZeRO 1 to 3, and context parallelism. The balance losses are
 // statistics of each microbatch's tokens, which every layout forms alike, so
@@ -100,6 +101,24 @@ TEST_F(LayoutEquivalenceTest, MoeExpertParallelLayoutsMatchOneProcess) {
   RunAll({WithEp(L(4, 1, 1), 4)});
   moe.sequence_parallel = true;
   RunAll({WithEp(L(2, 2, 2, "zb-h1"), 2)});
+}
+
+// A shared expert beside the routed ones in every MoE layer: a SwiGLU MLP
+// on every token, split over tp as the experts are, held whole by every ep
+// rank (a dense parameter averaged over dp, sharded by ZeRO with them).
+TEST_F(LayoutEquivalenceTest, MoeSharedExpertLayoutsMatchOneProcess) {
+  TrainOptions moe = mpitest::TinyMoe(*options_);
+  moe.model.moe_shared_ffn_hidden = 48;
+  Reference moe_reference = ComputeReference(moe);
+  UseOptions use(moe, &moe_reference);
+  RunAll({L(2, 1, 1), L(1, 2, 1), L(1, 4, 1), L(2, 2, 2, "zb-h1"),
+          WithEp(L(2, 1, 1), 2), WithEp(L(2, 2, 2, "1f1b"), 2)});
+  moe.sequence_parallel = true;
+  RunAll({L(1, 2, 1), WithEp(L(2, 2, 2, "zb-h1"), 2)});
+  moe.sequence_parallel = false;
+  moe.zero = 3;
+  moe.recompute = Recompute::kSelective;
+  RunAll({L(2, 2, 2, "1f1b"), WithEp(L(4, 1, 1), 2)});
 }
 
 // DeepSeek-V3's auxiliary-loss-free balancing: each step moves every
