@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <vector>
 
 #include "framework/kernels/adamw.h"
 #include "framework/kernels/attention.h"
@@ -107,6 +109,42 @@ RateGrid Empty(std::vector<double> a, std::vector<double> b,
   return g;
 }
 
+// How many sets of operands of `bytes` each a CPU round cycles through, so
+// that a call finds its operands outside the core's own caches, as a
+// step's kernels do (the kernels between them evict a small layer's
+// operands: a call repeated on the same operands finds them in L2 and ran
+// a quarter faster than the step's on a 96-wide model, and as fast on a
+// 384-wide one). On CUDA one set: its grids' operands are megabytes
+// already.
+int64_t OperandSets(Device device, int64_t bytes) {
+  constexpr int64_t kColdBytes = int64_t{8} << 20;
+  if (device.type != DeviceType::kCPU) return 1;
+  return std::clamp<int64_t>((kColdBytes + bytes - 1) / bytes, 1, 64);
+}
+
+// Seconds per call of `run` (TimeCall), each call on the next of the sets
+// of operands `make` builds (OperandSets of them).
+using Operands = std::vector<Tensor>;
+double TimeCold(Device device, const std::function<Operands()>& make,
+                const std::function<void(Operands&)>& run,
+                const std::function<void()>& sync) {
+  std::vector<Operands> sets = {make()};
+  int64_t bytes = 0;
+  for (const Tensor& t : sets.front())
+    bytes += t.numel() * DTypeSize(t.dtype());
+  while (static_cast<int64_t>(sets.size()) < OperandSets(device, bytes)) {
+    sets.push_back(make());
+  }
+  size_t next = 0;
+  return TimeCall(
+      [&] {
+        Operands& o = sets[next];
+        next = (next + 1) % sets.size();
+        run(o);
+      },
+      sync);
+}
+
 void MeasureGemms(Device device, DType dtype, const Grids& grids,
                   const std::function<void()>& sync, KernelCosts& c) {
   c.gemm_forward = Empty(grids.rows, grids.sides, grids.sides);
@@ -119,20 +157,34 @@ void MeasureGemms(Device device, DType dtype, const Grids& grids,
         const auto n = static_cast<int64_t>(grids.rows[i]);
         const auto in = static_cast<int64_t>(grids.sides[j]);
         const auto out = static_cast<int64_t>(grids.sides[k]);
-        Tensor x = Filled({n, in}, dtype, device);
-        Tensor w = Filled({in, out}, dtype, device);
-        Tensor y = Filled({n, out}, dtype, device);
-        Tensor dx = Filled({n, in}, dtype, device);
-        Tensor dw = Filled({in, out}, dtype, device);
+        // x, w, y, dx, dw.
+        auto make = [&] {
+          return Operands{
+              Filled({n, in}, dtype, device), Filled({in, out}, dtype, device),
+              Filled({n, out}, dtype, device), Filled({n, in}, dtype, device),
+              Filled({in, out}, dtype, device)};
+        };
         Tensor no_bias;
         const double flops = 2.0 * n * in * out;
         c.gemm_forward.at(i, j, k) =
-            flops / TimeCall([&] { MatmulForward(x, w, none, y); }, sync);
-        c.gemm_backward_input.at(i, j, k) =
-            flops / TimeCall([&] { MatmulBackwardInput(y, w, dx); }, sync);
-        c.gemm_backward_weight.at(i, j, k) =
             flops /
-            TimeCall([&] { MatmulBackwardWeight(y, x, dw, no_bias); }, sync);
+            TimeCold(
+                device, make,
+                [&](Operands& o) { MatmulForward(o[0], o[1], none, o[2]); },
+                sync);
+        c.gemm_backward_input.at(i, j, k) =
+            flops /
+            TimeCold(
+                device, make,
+                [&](Operands& o) { MatmulBackwardInput(o[2], o[1], o[3]); },
+                sync);
+        c.gemm_backward_weight.at(i, j, k) =
+            flops / TimeCold(
+                        device, make,
+                        [&](Operands& o) {
+                          MatmulBackwardWeight(o[2], o[0], o[4], no_bias);
+                        },
+                        sync);
       }
     }
   }
@@ -148,15 +200,20 @@ void MeasureAttention(Device device, DType dtype, const Grids& grids,
         const auto t = static_cast<int64_t>(grids.seq[i]);
         const auto d = static_cast<int64_t>(grids.head_dim[j]);
         const int64_t batch = static_cast<int64_t>(grids.head_windows[k]) / h;
-        Tensor qkv = Filled({batch, t, 3 * h * d}, dtype, device);
-        Tensor out = Filled({batch, t, h * d}, dtype, device);
-        Tensor saved = Tensor::Zeros(AttentionSavedShape(device, batch, t, h),
-                                     DType::kF32, device);
-        Tensor dqkv = Filled(qkv.shape(), dtype, device);
-        const double seconds = TimeCall(
-            [&] {
-              AttentionForward(qkv, h, out, saved);
-              AttentionBackward(out, qkv, out, saved, h, dqkv);
+        // qkv, out, saved, dqkv.
+        auto make = [&] {
+          return Operands{
+              Filled({batch, t, 3 * h * d}, dtype, device),
+              Filled({batch, t, h * d}, dtype, device),
+              Tensor::Zeros(AttentionSavedShape(device, batch, t, h),
+                            DType::kF32, device),
+              Filled({batch, t, 3 * h * d}, dtype, device)};
+        };
+        const double seconds = TimeCold(
+            device, make,
+            [&](Operands& o) {
+              AttentionForward(o[0], h, o[1], o[2]);
+              AttentionBackward(o[1], o[0], o[1], o[2], h, o[3]);
             },
             sync);
         // Forward 2·T·H·D per token (causal), backward twice that.
@@ -181,8 +238,6 @@ void MeasureBlockAttention(Device device, DType dtype, const Grids& grids,
         const auto t = static_cast<int64_t>(grids.block_seq[i]);
         const auto d = static_cast<int64_t>(grids.head_dim[j]);
         const int64_t batch = static_cast<int64_t>(grids.head_windows[k]) / h;
-        Tensor q = Filled({batch, t, h * d}, dtype, device);
-        Tensor kv = Filled({batch, t, 2 * h * d}, dtype, device);
         Tensor q_pos = Tensor::Empty({t}, DType::kI32, device);
         Tensor k_pos = Tensor::Empty({t}, DType::kI32, device);
         for (int64_t p = 0; p < t; ++p) {
@@ -190,17 +245,25 @@ void MeasureBlockAttention(Device device, DType dtype, const Grids& grids,
           q_pos.data<int32_t>()[p] = static_cast<int32_t>(t + p);
         }
         const BlockMask mask{&q_pos, &k_pos, nullptr};
-        Tensor out = Filled(q.shape(), dtype, device);
-        Tensor lse = Filled({batch, h, t}, dtype, device);
-        Tensor block_out = Filled(q.shape(), dtype, device);
-        Tensor block_lse = Filled({batch, h, t}, dtype, device);
-        Tensor dq = Filled(q.shape(), dtype, device);
-        Tensor dkv = Filled(kv.shape(), dtype, device);
-        const double seconds = TimeCall(
-            [&] {
-              BlockAttentionForward(q, kv, mask, h, h, block_out, block_lse);
-              AttentionMergeBlock(out, lse, block_out, block_lse);
-              BlockAttentionBackward(out, q, kv, mask, out, lse, h, h, dq, dkv);
+        // q, kv, out, lse, block_out, block_lse, dq, dkv.
+        auto make = [&] {
+          const Shape rows = {batch, t, h * d}, lse = {batch, h, t};
+          return Operands{Filled(rows, dtype, device),
+                          Filled({batch, t, 2 * h * d}, dtype, device),
+                          Filled(rows, dtype, device),
+                          Filled(lse, dtype, device),
+                          Filled(rows, dtype, device),
+                          Filled(lse, dtype, device),
+                          Filled(rows, dtype, device),
+                          Filled({batch, t, 2 * h * d}, dtype, device)};
+        };
+        const double seconds = TimeCold(
+            device, make,
+            [&](Operands& o) {
+              BlockAttentionForward(o[0], o[1], mask, h, h, o[4], o[5]);
+              AttentionMergeBlock(o[2], o[3], o[4], o[5]);
+              BlockAttentionBackward(o[2], o[0], o[1], mask, o[2], o[3], h, h,
+                                     o[6], o[7]);
             },
             sync);
         // Forward 4·t·t·H·D per block (none masked), backward twice that.
@@ -222,26 +285,32 @@ void MeasureElementwise(Device device, DType dtype, const Grids& grids,
     for (size_t j = 0; j < grids.ew_width.size(); ++j) {
       const auto n = static_cast<int64_t>(grids.ew_rows[i]);
       const auto w = static_cast<int64_t>(grids.ew_width[j]);
-      Tensor x = Filled({n, w}, dtype, device),
-             y = Filled({n, w}, dtype, device);
-      Tensor dx = Filled({n, w}, dtype, device);
-      Tensor g = Filled({w}, dtype, device), b = Filled({w}, dtype, device);
-      Tensor dg = Filled({w}, dtype, device), db = Filled({w}, dtype, device);
-      Tensor mean = Tensor::Zeros({n}, DType::kF32, device);
-      Tensor rstd = Tensor::Zeros({n}, DType::kF32, device);
-      Tensor h = Filled({n, 4 * w}, dtype, device);
-      Tensor hy = Filled({n, 4 * w}, dtype, device);
-      Tensor dh = Filled({n, 4 * w}, dtype, device);
-      const double seconds = TimeCall(
-          [&] {
+      // x, y, dx, g, b, dg, db, mean, rstd, h, hy, dh.
+      auto make = [&] {
+        return Operands{Filled({n, w}, dtype, device),
+                        Filled({n, w}, dtype, device),
+                        Filled({n, w}, dtype, device),
+                        Filled({w}, dtype, device),
+                        Filled({w}, dtype, device),
+                        Filled({w}, dtype, device),
+                        Filled({w}, dtype, device),
+                        Tensor::Zeros({n}, DType::kF32, device),
+                        Tensor::Zeros({n}, DType::kF32, device),
+                        Filled({n, 4 * w}, dtype, device),
+                        Filled({n, 4 * w}, dtype, device),
+                        Filled({n, 4 * w}, dtype, device)};
+      };
+      const double seconds = TimeCold(
+          device, make,
+          [&](Operands& o) {
             for (int k = 0; k < 2; ++k) {
-              LayerNormForward(x, g, b, y, mean, rstd);
-              Add(x, y, dx);
-              LayerNormBackwardInput(y, x, g, mean, rstd, dx);
-              LayerNormBackwardWeight(y, x, mean, rstd, dg, db);
+              LayerNormForward(o[0], o[3], o[4], o[1], o[7], o[8]);
+              Add(o[0], o[1], o[2]);
+              LayerNormBackwardInput(o[1], o[0], o[3], o[7], o[8], o[2]);
+              LayerNormBackwardWeight(o[1], o[0], o[7], o[8], o[5], o[6]);
             }
-            GeluForward(h, hy);
-            GeluBackward(h, hy, dh);
+            GeluForward(o[9], o[10]);
+            GeluBackward(o[9], o[10], o[11]);
           },
           sync);
       const double bytes = 3.0 * n * element_bytes * (14.0 * w + 8.0 * 4 * w);
