@@ -27,6 +27,13 @@ Tensor ReadToHost(const Tensor& t) {
   return t.To(Device::Cpu());
 }
 
+void CopyToHost(const Tensor& src, Tensor& host) {
+  TRELLIS_CHECK(host.device().is_cpu()) << "CopyToHost writes a host tensor";
+  // A copy from the device counts itself (CudaCopy).
+  if (src.device().is_cpu()) CountHostWait();
+  host.CopyFrom(src);
+}
+
 void WaitForDevice(Device device) {
 #ifdef TRELLIS_WITH_CUDA
   if (device.is_cuda()) {

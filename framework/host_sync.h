@@ -34,6 +34,11 @@ void ResetHostWaits();
 // work queued before: one counted host wait on every device.
 Tensor ReadToHost(const Tensor& t);
 
+// host (a CPU tensor of src's shape and dtype) = src, copied after the
+// device has finished the work queued before: one counted host wait on
+// every device, without allocating.
+void CopyToHost(const Tensor& src, Tensor& host);
+
 // Waits until all work queued on `device` has finished: one counted host
 // wait on every device (the CPU has none to wait for).
 void WaitForDevice(Device device);

@@ -77,6 +77,9 @@ struct BlockTensors {
   // expert order (N·k, C) and the experts' outputs in that order (N·k, C,
   // partial sums over tp). fc, gelu, dfc and dgelu then hold N·k rows.
   Tensor logits, choice, choice_weight, route, counts, route_losses;
+  // Host copies (Slot::host) of `counts` and, under expert parallelism,
+  // `recv_counts`, read by the host to cut the rows into experts' blocks.
+  Tensor host_counts, host_recv_counts;
   // A router's counts over the whole window: `counts` summed over cp.
   Tensor window_counts;
   Tensor moe_in, moe_out;
@@ -123,7 +126,14 @@ struct Slot {
   Shape shape;
   DType dtype;
   SlotPlace place;
+  // On the host whatever the block's device: a small table the host reads
+  // (a router's expert counts), copied there once per microbatch.
+  bool host = false;
 };
+// Where slot `s` of a block on `device` lives.
+inline Device SlotDevice(const Slot& s, Device device) {
+  return s.host ? Device::Cpu() : device;
+}
 // The places the recompute mode and weight-gradient deferral give a
 // block's tensors: `input` for those recomputation starts from (dropped
 // only by full recomputation), `cheap` for the attention output and its

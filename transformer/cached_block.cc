@@ -43,7 +43,8 @@ DecodeScratch CachedBlock::NewScratch(int64_t rows, int64_t capacity,
                         SlotPlace::kUnused};
   for (const Slot& slot : parts_.mlp->Slots(rows, dtype, here)) {
     if (slot.place == SlotPlace::kWorkspace) {
-      t.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
+      t.*slot.member =
+          Tensor::Empty(slot.shape, slot.dtype, SlotDevice(slot, device));
     }
   }
   if (parts_.qk_norm != nullptr) {

@@ -4,6 +4,7 @@
 #include <tuple>
 #include <utility>
 
+#include "framework/host_sync.h"
 #include "framework/kernels/attention.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/matmul.h"
@@ -124,7 +125,8 @@ DecoderBlock::State DecoderBlock::NewState(int64_t batch, DType dtype,
   State s;
   for (const Slot& slot : Slots(batch, dtype, device)) {
     if (slot.place == Place::kState) {
-      s.kept.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
+      s.kept.*slot.member =
+          Tensor::Empty(slot.shape, slot.dtype, SlotDevice(slot, device));
     }
   }
   s.y = Tensor::Empty({rows_.Local(batch * seq_len_), d_model_}, dtype, device);
@@ -136,7 +138,8 @@ DecoderBlock::Workspace DecoderBlock::NewWorkspace(int64_t batch, DType dtype,
   Workspace w;
   for (const Slot& slot : Slots(batch, dtype, device)) {
     if (slot.place == Place::kWorkspace) {
-      w.shared.*slot.member = Tensor::Empty(slot.shape, slot.dtype, device);
+      w.shared.*slot.member =
+          Tensor::Empty(slot.shape, slot.dtype, SlotDevice(slot, device));
     }
   }
   w.datt = Tensor::Empty({batch * seq_len_, local_width_}, dtype, device);
@@ -159,8 +162,11 @@ void DecoderBlock::AddRouting(const State& state, const Workspace& work,
                               ModelChunk::LayerRouting& routing) const {
   const Tensors t = Use(state, work);
   if (!t.counts.defined()) return;
-  const Tensor losses = t.route_losses.To(Device::Cpu());
-  const Tensor counts = t.counts.To(Device::Cpu());
+  // The losses' one host read; the counts' host copy was taken by the
+  // forward (the cached forward's, or a table without one: read here).
+  const Tensor losses = ReadToHost(t.route_losses);
+  const Tensor counts =
+      t.host_counts.defined() ? t.host_counts : ReadToHost(t.counts);
   for (int i = 0; i < 2; ++i) {
     const double v = losses.dtype() == DType::kF64
                          ? losses.data<double>()[i]
@@ -193,7 +199,8 @@ size_t DecoderBlock::StateBytes(int64_t batch, DType dtype,
   size_t bytes =
       rows_.Local(batch * seq_len_) * d_model_ * DTypeSize(dtype);  // y
   for (const Slot& slot : Slots(batch, dtype, device)) {
-    if (slot.place == Place::kState) {
+    // Host slots take the device's memory only on the CPU.
+    if (slot.place == Place::kState && SlotDevice(slot, device) == device) {
       bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
     }
   }
@@ -205,7 +212,8 @@ size_t DecoderBlock::WorkspaceBytes(int64_t batch, DType dtype,
   size_t bytes = batch * seq_len_ * local_width_ * DTypeSize(dtype);  // datt
   if (rows_.on()) bytes += batch * seq_len_ * d_model_ * DTypeSize(dtype);
   for (const Slot& slot : Slots(batch, dtype, device)) {
-    if (slot.place == Place::kWorkspace) {
+    // Host slots take the device's memory only on the CPU.
+    if (slot.place == Place::kWorkspace && SlotDevice(slot, device) == device) {
       bytes += NumElements(slot.shape) * DTypeSize(slot.dtype);
     }
   }

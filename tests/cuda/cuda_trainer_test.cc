@@ -88,6 +88,25 @@ TEST_F(CudaTrainerTest, AStepWaitsForTheGpuAtMostTwice) {
   }
 }
 
+// A mixture of experts adds two reads per MoE layer and training
+// microbatch, as on the CPU (tests/tools/trainer_host_wait_test.cc): its
+// expert counts once (every later use reads that copy) and its balance
+// losses once.
+TEST_F(CudaTrainerTest, AMixtureReadsEachLayersRoutingTwicePerMicrobatch) {
+  TrainOptions o = test::TinyMixture(Options());  // two MoE layers
+  o.device = DeviceType::kCUDA;
+  o.micro_batch_size = 2;  // eight microbatches
+  ParallelContext single = ParallelContext::Single();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(o, single.groups(), single.coord());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  ASSERT_TRUE((*trainer)->Step().ok());
+  ResetHostWaits();
+  const absl::StatusOr<StepMetrics> m = (*trainer)->Step();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_LE(HostWaits(), 2 + 2 * 8 * 2);
+}
+
 TEST_F(CudaTrainerTest, Float32MatchesTheCpuForFiftySteps) {
   const std::vector<double> cpu = Train(Options());
   TrainOptions o = Options();

@@ -103,13 +103,8 @@ TEST_F(EvaluatorTest, ScoresACheckpointAsItsTrainerDoes) {
 // A mixture of experts balanced by DeepSeek-V3's selection bias is scored
 // with the bias its checkpoint holds, so its routers choose as in training.
 TEST_F(EvaluatorTest, ScoresAMixtureWithItsTrainedExpertBias) {
-  TrainOptions o = test::TinyOptions(data_);
-  o.model.family = ModelFamilyKind("moe");
-  o.model.n_kv_heads = 2;
-  o.model.ffn_hidden = 32;
-  o.model.experts = 4;
-  o.model.experts_per_token = 2;
-  o.model.moe_ffn_hidden = 16;
+  TrainOptions o = test::TinyMixture(test::TinyOptions(data_));
+  o.model.moe_aux_loss_coeff = 0;
   o.model.moe_bias_update_rate = 0.05;
   std::unique_ptr<Trainer> trainer = Train(o);
   ASSERT_NE(trainer, nullptr);

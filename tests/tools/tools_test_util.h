@@ -98,6 +98,21 @@ inline TrainOptions TinyOptions(const std::string& data) {
   return o;
 }
 
+// `o`'s model as a small mixture of experts: 3 layers, a dense one then
+// two of 4 SwiGLU experts 16 wide, 2 per token, with the Switch aux loss.
+inline TrainOptions TinyMixture(TrainOptions o) {
+  o.model.family = ModelFamilyKind("moe");
+  o.model.n_layer = 3;
+  o.model.n_kv_heads = o.model.n_head / 2;
+  o.model.ffn_hidden = 32;
+  o.model.experts = 4;
+  o.model.experts_per_token = 2;
+  o.model.moe_ffn_hidden = 16;
+  o.model.moe_first_dense = 1;
+  o.model.moe_aux_loss_coeff = 0.01;
+  return o;
+}
+
 // A trainer for `o` on `context`'s ranks, or null after a test failure
 // naming why it could not be made.
 inline std::unique_ptr<Trainer> MakeTrainer(const TrainOptions& o,

@@ -54,6 +54,29 @@ TEST_F(TrainerHostWaitTest, AStepWaitsForTheDeviceAtMostTwice) {
   }
 }
 
+// A mixture of experts reads each MoE layer's routing to the host twice
+// per training microbatch: its expert counts once in the forward (every
+// later use of them, backward included, reads that copy) and its balance
+// losses once for the routing report.
+TEST_F(TrainerHostWaitTest, AMixtureReadsEachLayersRoutingTwicePerMicrobatch) {
+  for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    TrainOptions o = test::TinyMixture(test::TinyOptions(data_));
+    o.micro_batch_size = 2;  // eight microbatches
+    o.recompute = recompute;
+    const std::unique_ptr<Trainer> trainer = Make(o);
+    ASSERT_NE(trainer, nullptr);
+    ASSERT_TRUE(trainer->Step().ok());
+    ResetHostWaits();
+    const absl::StatusOr<StepMetrics> m = trainer->Step();
+    ASSERT_TRUE(m.ok()) << m.status();
+    // Full recomputation reruns the forward in backward: its counts once
+    // more, its losses not.
+    const int64_t per_microbatch = recompute == Recompute::kFull ? 3 : 2;
+    EXPECT_EQ(HostWaits(), 2 + 2 * 8 * per_microbatch)
+        << static_cast<int>(recompute);
+  }
+}
+
 TEST_F(TrainerHostWaitTest, TheStepLossCountsEveryMicrobatchOnce) {
   // Equal microbatches: the mean of their mean losses is the mean over the
   // whole batch, however it is cut. A total that missed a microbatch, or

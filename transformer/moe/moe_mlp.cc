@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "framework/host_sync.h"
 #include "framework/kernels/elementwise.h"
 #include "framework/kernels/expert_rows.h"
 #include "framework/kernels/matmul.h"
@@ -18,12 +19,19 @@ namespace {
 // forward's scratch holds more).
 Tensor First(const Tensor& t, int64_t rows) { return t.Narrow(0, rows); }
 
+// Counts from their host copy (no wait).
+std::vector<int64_t> HostCounts(const Tensor& host) {
+  TRELLIS_CHECK(host.device().is_cpu() && host.dtype() == DType::kI32);
+  const int32_t* c = host.data<int32_t>();
+  return std::vector<int64_t>(c, c + host.numel());
+}
+
 // The rows this rank's experts work on, and their gradients: the
 // dispatched rows themselves without expert parallelism, else what the ep
 // group sent.
 struct ExpertRows {
   Tensor in, out, dout, din;
-  Tensor counts;  // rows per (sender, own expert), sender-major
+  Tensor counts;  // rows per (sender, own expert), sender-major, on the host
 };
 
 class MoeMlp : public BlockMlp {
@@ -90,19 +98,20 @@ class MoeMlp : public BlockMlp {
   bool parallel() const { return spec_.ep > 1; }
   ExpertRows Rows(const BlockTensors& a) const {
     if (!parallel())
-      return {a.moe_in, a.moe_out, a.dmoe_out, a.dmoe_in, a.counts};
+      return {a.moe_in, a.moe_out, a.dmoe_out, a.dmoe_in, a.host_counts};
     return {a.expert_in, a.expert_out, a.dexpert_out, a.dexpert_in,
-            a.recv_counts};
+            a.host_recv_counts};
   }
-  // Rows sent to each ep rank, and received from each, this call.
-  std::vector<int64_t> SendRows(const Tensor& counts) const;
-  std::vector<int64_t> RecvRows(const Tensor& recv_counts) const;
+  // Rows sent to each ep rank, and received from each, this call, from
+  // the host copies of the counts.
+  std::vector<int64_t> SendRows(const Tensor& host_counts) const;
+  std::vector<int64_t> RecvRows(const Tensor& host_recv_counts) const;
   // Calls fn(own expert, rows) for each (sender, own expert) block of
   // rows the experts received, `rows` narrowing an expert-side tensor to
   // the block.
   template <typename Fn>
-  void ForEachBlock(const Tensor& counts, Fn&& fn) const {
-    const std::vector<int64_t> count = ExpertCounts(counts);
+  void ForEachBlock(const Tensor& host_counts, Fn&& fn) const {
+    const std::vector<int64_t> count = HostCounts(host_counts);
     int64_t offset = 0;
     for (size_t b = 0; b < count.size(); ++b) {
       if (count[b] > 0) {
@@ -159,6 +168,7 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
       {&B::choice_weight, {n, k()}, dtype, input},
       {&B::route, {nk}, DType::kI32, input},
       {&B::counts, {e}, DType::kI32, input},
+      {&B::host_counts, {e}, DType::kI32, input, /*host=*/true},
       {&B::window_counts, {e}, DType::kI32, input},
       {&B::route_losses, {2}, StatsDType(dtype), input},
       {&B::moe_in, {nk, c}, dtype, input},
@@ -195,6 +205,11 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
   for (const Slot& s : std::vector<Slot>{
            {&B::dmoe_out, {nk, c}, dtype, scratch},
            {&B::recv_counts, {spec_.ep * local_}, DType::kI32, input},
+           {&B::host_recv_counts,
+            {spec_.ep * local_},
+            DType::kI32,
+            input,
+            /*host=*/true},
            {&B::expert_in, {r, c}, dtype, input},
            {&B::expert_out, {r, c}, dtype, send},
            {&B::dexpert_out, {r, c}, dtype, grad},
@@ -204,15 +219,15 @@ std::vector<Slot> MoeMlp::Slots(int64_t n, DType dtype,
   return slots;
 }
 
-std::vector<int64_t> MoeMlp::SendRows(const Tensor& counts) const {
-  const std::vector<int64_t> count = ExpertCounts(counts);
+std::vector<int64_t> MoeMlp::SendRows(const Tensor& host_counts) const {
+  const std::vector<int64_t> count = HostCounts(host_counts);
   std::vector<int64_t> rows(spec_.ep, 0);
   for (int64_t e = 0; e < spec_.experts; ++e) rows[e / local_] += count[e];
   return rows;
 }
 
-std::vector<int64_t> MoeMlp::RecvRows(const Tensor& recv_counts) const {
-  const std::vector<int64_t> count = ExpertCounts(recv_counts);
+std::vector<int64_t> MoeMlp::RecvRows(const Tensor& host_recv_counts) const {
+  const std::vector<int64_t> count = HostCounts(host_recv_counts);
   std::vector<int64_t> rows(spec_.ep, 0);
   for (size_t b = 0; b < count.size(); ++b) rows[b / local_] += count[b];
   return rows;
@@ -227,8 +242,9 @@ void MoeMlp::Dispatch(BlockTensors& a) const {
   Tensor counts = a.counts.View({spec_.experts, 1});
   Tensor received = a.recv_counts.View({spec_.ep * local_, 1});
   AllToAllRows(*a.ep, counts, per_rank, received, per_rank);
-  AllToAllRows(*a.ep, a.moe_in, SendRows(a.counts), a.expert_in,
-               RecvRows(a.recv_counts));
+  CopyToHost(a.recv_counts, a.host_recv_counts);
+  AllToAllRows(*a.ep, a.moe_in, SendRows(a.host_counts), a.expert_in,
+               RecvRows(a.host_recv_counts));
 }
 
 void MoeMlp::Up(BlockTensors& a) const {
@@ -240,6 +256,8 @@ void MoeMlp::Up(BlockTensors& a) const {
   MatmulForward(a.ln2, router_.value, no_bias, logits);
   RouterTopK(logits, a.router_bias, spec_.router, choice, weight);
   RouteByExpert(choice, spec_.experts, route, a.counts);
+  // The one host read of the counts for this microbatch's layer.
+  CopyToHost(a.counts, a.host_counts);
   RouterLosses(logits, SumWindowCounts(a), spec_.router, a.route_losses);
   if (const int64_t cp = ContextSize(a); cp > 1) {
     // With the window's counts the kernel's aux is cp times this rank's
@@ -260,8 +278,8 @@ void MoeMlp::Up(BlockTensors& a) const {
     MatmulForward(act, down_[e]->value, no_bias, y);
   });
   if (parallel()) {
-    AllToAllRows(*a.ep, a.expert_out, RecvRows(a.recv_counts), a.moe_out,
-                 SendRows(a.counts));
+    AllToAllRows(*a.ep, a.expert_out, RecvRows(a.host_recv_counts), a.moe_out,
+                 SendRows(a.host_counts));
   }
   if (has_shared()) {
     Tensor fc = First(a.shared_fc, n), act = First(a.shared_act, n);
@@ -296,8 +314,8 @@ void MoeMlp::BackwardInput(Communicator& tp, BlockTensors& a,
   ReduceFromTp::Forward(tp, a.dchoice);
   const ExpertRows rows = Rows(a);
   if (parallel()) {
-    AllToAllRows(*a.ep, a.dmoe_out, SendRows(a.counts), a.dexpert_out,
-                 RecvRows(a.recv_counts));
+    AllToAllRows(*a.ep, a.dmoe_out, SendRows(a.host_counts), a.dexpert_out,
+                 RecvRows(a.host_recv_counts));
   }
   ForEachBlock(rows.counts, [&](int64_t e, auto block) {
     Tensor dact = block(a.dgelu), dfc = block(a.dfc), din = block(rows.din);
@@ -308,8 +326,8 @@ void MoeMlp::BackwardInput(Communicator& tp, BlockTensors& a,
                         GradWrite::kWrite);
   });
   if (parallel()) {
-    AllToAllRows(*a.ep, a.dexpert_in, RecvRows(a.recv_counts), a.dmoe_in,
-                 SendRows(a.counts));
+    AllToAllRows(*a.ep, a.dexpert_in, RecvRows(a.host_recv_counts), a.dmoe_in,
+                 SendRows(a.host_counts));
   }
   DispatchRowsBackward(a.dmoe_in, a.route, dln);
   RouterTopKBackward(a.logits, a.choice, a.choice_weight, a.dchoice,

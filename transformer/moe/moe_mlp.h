@@ -38,8 +38,11 @@
 // Tensors (BlockTensors): logits, choice, choice_weight, route, counts,
 // window_counts, route_losses, moe_in (N·k, C), fc (N·k, 2·Fe/tp), gelu (N·k,
 // Fe/tp), moe_out (N·k, C) as the places say; dlogits, dchoice, dmoe_out, dfc
-// and the scratch dgelu, dmoe_in. Each expert's row count is read to the host
-// (one read per call on a device).
+// and the scratch dgelu, dmoe_in. The expert counts are copied to the host
+// once per forward (host_counts, and host_recv_counts under expert
+// parallelism: Slot::host), and every later use (the experts' blocks, the
+// exchanges' sizes, backward) reads that copy: one host wait per layer and
+// microbatch, two under expert parallelism.
 //
 // Expert parallelism (spec.ep > 1): the rows in expert order are in blocks
 // by the ep rank holding their experts; the ranks exchange the counts,
