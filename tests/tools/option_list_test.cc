@@ -200,10 +200,12 @@ TEST(OptionListTest, TheMixturePresetsHaveThePublishedShapes) {
     int64_t vocab, parameters, active;
   };
   // Mixtral 8x7B: 46.7B parameters, 12.9B of them active per token;
-  // Qwen3-30B-A3B: 30.5B and 3.3B.
+  // Qwen3-30B-A3B: 30.5B and 3.3B; DeepSeekMoE 16B (two shared experts):
+  // 16.4B and 2.8B.
   for (const Preset& p :
        {Preset{"mixtral-8x7b.flags", 32000, 46702792704, 12879925248},
-        Preset{"qwen3-30b-a3b.flags", 151936, 30532122624, 3353032704}}) {
+        Preset{"qwen3-30b-a3b.flags", 151936, 30532122624, 3353032704},
+        Preset{"deepseek-moe-16b.flags", 102400, 16375728128, 2828650496}}) {
     TrainOptions o;
     ASSERT_TRUE(o.ApplyFlagString(ReadFile(Configs() / p.file)).ok());
     o.model.vocab_size = p.vocab;
