@@ -162,11 +162,10 @@ void DecoderBlock::AddRouting(const State& state, const Workspace& work,
                               ModelChunk::LayerRouting& routing) const {
   const Tensors t = Use(state, work);
   if (!t.counts.defined()) return;
-  // The losses' one host read; the counts' host copy was taken by the
-  // forward (the cached forward's, or a table without one: read here).
+  // The losses' one host read; the forward took the counts' host copy.
+  TRELLIS_CHECK(t.host_counts.defined()) << "a router without host counts";
   const Tensor losses = ReadToHost(t.route_losses);
-  const Tensor counts =
-      t.host_counts.defined() ? t.host_counts : ReadToHost(t.counts);
+  const Tensor& counts = t.host_counts;
   for (int i = 0; i < 2; ++i) {
     const double v = losses.dtype() == DType::kF64
                          ? losses.data<double>()[i]

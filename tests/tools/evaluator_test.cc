@@ -70,24 +70,30 @@ class EvaluatorTest : public ::testing::Test {
     return o;
   }
 
-  // The saved checkpoint's score of seven windows (two whole microbatches
-  // of three and one padded one) equals `trainer`'s. The trainer's
-  // microbatches hold four windows, the evaluator's three: the same
-  // per-token losses, summed in another grouping.
-  void ExpectScoresAsTrainer(Trainer& trainer) {
+  // The saved checkpoint's score of the windows at `starts` equals
+  // `trainer`'s. The trainer's microbatches hold four windows, the
+  // evaluator's three: the same per-token losses, summed in another
+  // grouping.
+  void ExpectScoresAsTrainer(Trainer& trainer,
+                             const std::vector<int64_t>& starts) {
     absl::StatusOr<std::string> step = ResolveResume(dir_ + "/ckpt", "");
     ASSERT_TRUE(step.ok()) << step.status();
     absl::StatusOr<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(
         EvalOptions(), context_.groups(), context_.coord(), *step);
     ASSERT_TRUE(evaluator.ok()) << evaluator.status();
-    std::vector<int64_t> starts;
-    for (int64_t i = 0; i < 7; ++i) starts.push_back(i * 40);
     const absl::StatusOr<double> mine = (*evaluator)->Evaluate(starts);
     const absl::StatusOr<double> theirs = trainer.Evaluate(starts);
     ASSERT_TRUE(mine.ok()) << mine.status();
     ASSERT_TRUE(theirs.ok()) << theirs.status();
     EXPECT_TRUE(std::isfinite(*mine));
     EXPECT_NEAR(*mine, *theirs, 1e-6 * *theirs);
+  }
+
+  // Seven windows: two whole microbatches of three and one padded one.
+  static std::vector<int64_t> SevenWindows() {
+    std::vector<int64_t> starts;
+    for (int64_t i = 0; i < 7; ++i) starts.push_back(i * 40);
+    return starts;
   }
 
   std::string dir_, data_;
@@ -97,7 +103,7 @@ class EvaluatorTest : public ::testing::Test {
 TEST_F(EvaluatorTest, ScoresACheckpointAsItsTrainerDoes) {
   std::unique_ptr<Trainer> trainer = Train();
   ASSERT_NE(trainer, nullptr);
-  ExpectScoresAsTrainer(*trainer);
+  ExpectScoresAsTrainer(*trainer, SevenWindows());
 }
 
 // A mixture of experts balanced by DeepSeek-V3's selection bias is scored
@@ -113,7 +119,7 @@ TEST_F(EvaluatorTest, ScoresAMixtureWithItsTrainedExpertBias) {
   absl::StatusOr<TrainingState> state = ReadTrainingState(*step);
   ASSERT_TRUE(state.ok()) << state.status();
   EXPECT_FALSE(state->expert_bias.empty());
-  ExpectScoresAsTrainer(*trainer);
+  ExpectScoresAsTrainer(*trainer, SevenWindows());
 }
 
 // A checkpoint trained with --document_mask is scored with the mask (the
@@ -121,19 +127,11 @@ TEST_F(EvaluatorTest, ScoresAMixtureWithItsTrainedExpertBias) {
 TEST_F(EvaluatorTest, ScoresADocumentMaskedCheckpointWithTheMask) {
   std::unique_ptr<Trainer> trainer = Train(/*document_mask=*/true);
   ASSERT_NE(trainer, nullptr);
-  absl::StatusOr<std::string> step = ResolveResume(dir_ + "/ckpt", "");
-  ASSERT_TRUE(step.ok()) << step.status();
-  absl::StatusOr<std::unique_ptr<Evaluator>> evaluator = Evaluator::Create(
-      EvalOptions(), context_.groups(), context_.coord(), *step);
-  ASSERT_TRUE(evaluator.ok()) << evaluator.status();
   // Twelve windows one after another: documents of 40 to 100 tokens end
   // inside several of them.
   std::vector<int64_t> starts;
   for (int64_t i = 0; i < 12; ++i) starts.push_back(i * 16);
-  const absl::StatusOr<double> mine = (*evaluator)->Evaluate(starts);
-  const absl::StatusOr<double> theirs = trainer->Evaluate(starts);
-  ASSERT_TRUE(mine.ok() && theirs.ok());
-  EXPECT_NEAR(*mine, *theirs, 1e-6 * *theirs);
+  ExpectScoresAsTrainer(*trainer, starts);
 }
 
 // Such a checkpoint cannot be scored on CUDA (no masked CUDA attention):

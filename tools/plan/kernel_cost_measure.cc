@@ -122,19 +122,25 @@ int64_t OperandSets(Device device, int64_t bytes) {
   return std::clamp<int64_t>((kColdBytes + bytes - 1) / bytes, 1, 64);
 }
 
-// Seconds per call of `run` (TimeCall), each call on the next of the sets
-// of operands `make` builds (OperandSets of them).
+// The sets of operands `make` builds, OperandSets of them.
 using Operands = std::vector<Tensor>;
-double TimeCold(Device device, const std::function<Operands()>& make,
-                const std::function<void(Operands&)>& run,
-                const std::function<void()>& sync) {
+std::vector<Operands> ColdSets(Device device,
+                               const std::function<Operands()>& make) {
   std::vector<Operands> sets = {make()};
   int64_t bytes = 0;
-  for (const Tensor& t : sets.front())
+  for (const Tensor& t : sets.front()) {
     bytes += t.numel() * DTypeSize(t.dtype());
+  }
   while (static_cast<int64_t>(sets.size()) < OperandSets(device, bytes)) {
     sets.push_back(make());
   }
+  return sets;
+}
+
+// Seconds per call of `run` (TimeCall), each call on the next of `sets`.
+double TimeCold(std::vector<Operands>& sets,
+                const std::function<void(Operands&)>& run,
+                const std::function<void()>& sync) {
   size_t next = 0;
   return TimeCall(
       [&] {
@@ -157,30 +163,30 @@ void MeasureGemms(Device device, DType dtype, const Grids& grids,
         const auto n = static_cast<int64_t>(grids.rows[i]);
         const auto in = static_cast<int64_t>(grids.sides[j]);
         const auto out = static_cast<int64_t>(grids.sides[k]);
-        // x, w, y, dx, dw.
-        auto make = [&] {
+        // x, w, y, dx, dw: one list for the three GEMMs.
+        std::vector<Operands> sets = ColdSets(device, [&] {
           return Operands{
               Filled({n, in}, dtype, device), Filled({in, out}, dtype, device),
               Filled({n, out}, dtype, device), Filled({n, in}, dtype, device),
               Filled({in, out}, dtype, device)};
-        };
+        });
         Tensor no_bias;
         const double flops = 2.0 * n * in * out;
         c.gemm_forward.at(i, j, k) =
             flops /
             TimeCold(
-                device, make,
+                sets,
                 [&](Operands& o) { MatmulForward(o[0], o[1], none, o[2]); },
                 sync);
         c.gemm_backward_input.at(i, j, k) =
             flops /
             TimeCold(
-                device, make,
+                sets,
                 [&](Operands& o) { MatmulBackwardInput(o[2], o[1], o[3]); },
                 sync);
         c.gemm_backward_weight.at(i, j, k) =
             flops / TimeCold(
-                        device, make,
+                        sets,
                         [&](Operands& o) {
                           MatmulBackwardWeight(o[2], o[0], o[4], no_bias);
                         },
@@ -209,8 +215,9 @@ void MeasureAttention(Device device, DType dtype, const Grids& grids,
                             DType::kF32, device),
               Filled({batch, t, 3 * h * d}, dtype, device)};
         };
+        std::vector<Operands> sets = ColdSets(device, make);
         const double seconds = TimeCold(
-            device, make,
+            sets,
             [&](Operands& o) {
               AttentionForward(o[0], h, o[1], o[2]);
               AttentionBackward(o[1], o[0], o[1], o[2], h, o[3]);
@@ -257,8 +264,9 @@ void MeasureBlockAttention(Device device, DType dtype, const Grids& grids,
                           Filled(rows, dtype, device),
                           Filled({batch, t, 2 * h * d}, dtype, device)};
         };
+        std::vector<Operands> sets = ColdSets(device, make);
         const double seconds = TimeCold(
-            device, make,
+            sets,
             [&](Operands& o) {
               BlockAttentionForward(o[0], o[1], mask, h, h, o[4], o[5]);
               AttentionMergeBlock(o[2], o[3], o[4], o[5]);
@@ -300,8 +308,9 @@ void MeasureElementwise(Device device, DType dtype, const Grids& grids,
                         Filled({n, 4 * w}, dtype, device),
                         Filled({n, 4 * w}, dtype, device)};
       };
+      std::vector<Operands> sets = ColdSets(device, make);
       const double seconds = TimeCold(
-          device, make,
+          sets,
           [&](Operands& o) {
             for (int k = 0; k < 2; ++k) {
               LayerNormForward(o[0], o[3], o[4], o[1], o[7], o[8]);

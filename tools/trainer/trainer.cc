@@ -323,11 +323,13 @@ absl::StatusOr<StepMetrics> Trainer::Step() {
     const ScopedTraceSpan span = phase("optimizer");
     GuardedUpdate(m);
   }
+  // The loads only move the selection bias; a skipped step moves none
+  // (its update never happened).
+  const double rate = options_.model.moe_bias_update_rate;
   std::vector<std::vector<double>> loads;
-  routing_->Report(model_->TakeRouting(), *groups_.pp, *groups_.dp, m, &loads);
-  // A skipped step moves no bias: its update never happened.
-  if (const double rate = options_.model.moe_bias_update_rate;
-      rate > 0 && m.skipped.empty()) {
+  routing_->Report(model_->TakeRouting(), *groups_.pp, *groups_.dp, m,
+                   rate > 0 ? &loads : nullptr);
+  if (rate > 0 && m.skipped.empty()) {
     expert_bias_.Update(loads, rate);
     model_->SetExpertBias(expert_bias_);
   }
